@@ -1,0 +1,189 @@
+//! The `agentx` command line (DESIGN §7). Global flags are accepted before
+//! or after the subcommand.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "agentx",
+    version,
+    about = "A coding agent for the terminal",
+    long_about = "A coding agent for the terminal. Without a command, opens the chat for the \
+                  current folder and resumes its latest conversation.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+
+    /// Run PROMPT as a one-shot (same as `agentx exec PROMPT`).
+    #[arg(short = 'p', value_name = "PROMPT")]
+    pub prompt: Option<String>,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct Global {
+    /// Work in DIR instead of the current folder.
+    #[arg(short = 'C', long = "cd", global = true, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+
+    /// Use the profile ~/.agentx-NAME (AGENTX_HOME overrides it).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub profile: Option<String>,
+
+    /// Agent name: each folder keeps one conversation line per agent.
+    #[arg(long, global = true, value_name = "NAME", default_value = "default")]
+    pub agent: String,
+
+    /// Tool approval policy.
+    #[arg(long, global = true, value_enum)]
+    pub approval: Option<Approval>,
+
+    /// Approve every tool call (same as --approval auto).
+    #[arg(long, global = true)]
+    pub auto: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Approval {
+    Ask,
+    Auto,
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one prompt as a one-shot ('-' reads it from stdin).
+    Exec {
+        /// Print one JSON event per line.
+        #[arg(long)]
+        json: bool,
+        prompt: String,
+    },
+    /// This folder's conversations, newest first.
+    Sessions {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Open the chat on conversation N (1 = newest) or ID.
+    Resume { target: Option<String> },
+    /// Open the chat on a new conversation.
+    New,
+    /// The current conversation's state.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// This conversation's checkpoints, newest first.
+    Checkpoints {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Restore checkpoint N (1 = newest); --undo reverts the last rollback.
+    Rollback {
+        index: Option<u32>,
+        #[arg(long, conflicts_with = "index")]
+        undo: bool,
+    },
+    /// Delete the current conversation's stored state and start fresh.
+    Clear {
+        #[arg(long)]
+        yes: bool,
+    },
+    /// This folder's snapshots, newest first.
+    Snapshots {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Snapshot the folder now.
+    Snapshot {
+        #[arg(long, value_name = "TEXT")]
+        label: Option<String>,
+    },
+    /// Put back what the last message changed.
+    Undo {
+        #[arg(long)]
+        yes: bool,
+        #[arg(long)]
+        force: bool,
+    },
+    /// Put the folder back as snapshot N had it.
+    Rewind {
+        index: Option<u32>,
+        #[arg(long)]
+        yes: bool,
+        #[arg(long)]
+        force: bool,
+    },
+    /// Retained one-shot states (failed or interrupted).
+    Oneshots {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Manage the agentd daemon.
+    Daemon {
+        #[command(subcommand)]
+        action: DaemonAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DaemonAction {
+    /// Start agentd (succeeds when it already runs).
+    Start,
+    /// Stop agentd gracefully.
+    Stop,
+    /// Whether agentd runs: pid, version, uptime, socket, profile. Never starts it.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop agentd, then start it.
+    Restart,
+    /// Write systemd user units for agentd (socket activation).
+    InstallSystemd {
+        /// Write the units here instead of ~/.config/systemd/user.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn global_flags_work_after_the_subcommand() {
+        let cli = Cli::try_parse_from([
+            "agentx",
+            "status",
+            "--json",
+            "--profile",
+            "w",
+            "--agent",
+            "a",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.profile.as_deref(), Some("w"));
+        assert_eq!(cli.global.agent, "a");
+        assert!(matches!(cli.command, Some(Command::Status { json: true })));
+    }
+
+    #[test]
+    fn auto_is_accepted_after_the_subcommand() {
+        let cli = Cli::try_parse_from(["agentx", "exec", "hi", "--auto"]).unwrap();
+        assert!(cli.global.auto);
+    }
+
+    #[test]
+    fn dash_p_is_a_one_shot() {
+        let cli = Cli::try_parse_from(["agentx", "-p", "hello"]).unwrap();
+        assert_eq!(cli.prompt.as_deref(), Some("hello"));
+        assert!(cli.command.is_none());
+    }
+}

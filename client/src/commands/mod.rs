@@ -1,0 +1,4 @@
+//! One module per group of `agentx` commands.
+
+pub mod daemon;
+pub mod pending;

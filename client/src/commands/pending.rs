@@ -1,0 +1,65 @@
+//! Commands whose daemon side is still being built: each one reaches (and
+//! if needed starts) agentd and makes its real RPC, which answers
+//! UNIMPLEMENTED until the daemon serves it.
+
+use agentx_shared::proto::oneshots_client::OneshotsClient;
+use agentx_shared::proto::sessions_client::SessionsClient;
+use agentx_shared::proto::snapshots_client::SnapshotsClient;
+use agentx_shared::proto::{
+    GetStatusRequest, ListCheckpointsRequest, ListOneshotsRequest, ListSessionsRequest,
+    ListSnapshotsRequest, OpenSessionRequest, Scope, open_session_request,
+};
+
+use crate::connect::Daemon;
+use crate::error::{CliError, CliResult};
+
+/// Which RPC stands for a command until its behaviour lands.
+pub enum Call {
+    OpenSession,
+    ListSessions,
+    Status,
+    Checkpoints,
+    Snapshots,
+    Oneshots,
+}
+
+pub async fn run(daemon: &Daemon, scope: Scope, call: Call, what: &str) -> CliResult<()> {
+    let channel = daemon.channel.clone();
+    let scope = Some(scope);
+    let result = match call {
+        Call::OpenSession => SessionsClient::new(channel)
+            .open_session(OpenSessionRequest {
+                scope,
+                target: Some(open_session_request::Target::Latest(true)),
+            })
+            .await
+            .map(drop),
+        Call::ListSessions => SessionsClient::new(channel)
+            .list_sessions(ListSessionsRequest { scope })
+            .await
+            .map(drop),
+        Call::Status => SessionsClient::new(channel)
+            .get_status(GetStatusRequest {
+                scope,
+                session_id: String::new(),
+            })
+            .await
+            .map(drop),
+        Call::Checkpoints => SessionsClient::new(channel)
+            .list_checkpoints(ListCheckpointsRequest {
+                scope,
+                session_id: String::new(),
+            })
+            .await
+            .map(drop),
+        Call::Snapshots => SnapshotsClient::new(channel)
+            .list_snapshots(ListSnapshotsRequest { scope })
+            .await
+            .map(drop),
+        Call::Oneshots => OneshotsClient::new(channel)
+            .list_oneshots(ListOneshotsRequest { scope })
+            .await
+            .map(drop),
+    };
+    result.map_err(|status| CliError::from_status(what, &status))
+}

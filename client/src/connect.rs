@@ -1,0 +1,294 @@
+//! Reaching agentd: connect over the profile's Unix socket, check versions,
+//! and start the daemon when none runs — race-free across many clients.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tonic::transport::Channel;
+
+use agentx_shared::profile::{Profile, create_private_dir};
+use agentx_shared::proto::daemon_client::DaemonClient;
+use agentx_shared::proto::{HelloReply, HelloRequest, ShutdownRequest};
+use agentx_shared::transport;
+use agentx_shared::version::{PROTOCOL, VERSION};
+
+use crate::error::{CliError, CliResult};
+
+/// How long a start may take before we give up.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stopping daemon may take to release its lock.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(20);
+
+/// A live, version-checked connection to agentd.
+pub struct Daemon {
+    pub channel: Channel,
+    pub hello: HelloReply,
+}
+
+/// Connects without starting anything. `Ok(None)`: no daemon runs.
+pub async fn probe(profile: &Profile) -> CliResult<Option<Channel>> {
+    match transport::connect(&profile.socket).await {
+        Ok(channel) => Ok(Some(channel)),
+        Err(err) if transport::is_not_running(&err) => Ok(None),
+        Err(err) => Err(CliError::unreachable(format!(
+            "cannot connect to agentd at {}: {err}",
+            profile.socket.display()
+        ))),
+    }
+}
+
+/// The handshake every session with the daemon starts with.
+pub async fn hello(channel: &Channel) -> CliResult<HelloReply> {
+    DaemonClient::new(channel.clone())
+        .hello(HelloRequest {
+            client_version: VERSION.to_owned(),
+            protocol: PROTOCOL,
+        })
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(|status| CliError::from_status("handshake with agentd", &status))
+}
+
+/// Connects to a compatible agentd, starting it (or replacing one of
+/// another version) when needed.
+pub async fn connect_or_start(profile: &Profile) -> CliResult<Daemon> {
+    if let Some(daemon) = connect_compatible(profile).await? {
+        return Ok(daemon);
+    }
+    profile
+        .ensure_dir()
+        .map_err(|err| CliError::unreachable(err.to_string()))?;
+    // One starter at a time; everyone else waits here, then finds it running.
+    let _guard = StartupLock::acquire(&profile.startup_lock()).await?;
+    if let Some(daemon) = connect_compatible(profile).await? {
+        return Ok(daemon);
+    }
+    if let Some(channel) = probe(profile).await? {
+        // Still another version: we hold the startup lock, so replace it.
+        let old = hello(&channel).await?;
+        eprintln!(
+            "agentx: replacing agentd {} (pid {}) with {VERSION}",
+            old.daemon_version, old.pid
+        );
+        request_stop(&channel, "replaced by a client of another version").await?;
+        wait_stopped(profile).await?;
+    }
+    spawn_and_wait(profile).await
+}
+
+/// A connection to a running daemon of our version, or `None`.
+async fn connect_compatible(profile: &Profile) -> CliResult<Option<Daemon>> {
+    let Some(channel) = probe(profile).await? else {
+        return Ok(None);
+    };
+    let hello = match hello(&channel).await {
+        Ok(hello) => hello,
+        // It went away between connect and handshake (e.g. stopping).
+        Err(err) if err.message.contains("lost the connection") => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    Ok(hello.compatible.then_some(Daemon { channel, hello }))
+}
+
+/// Asks the daemon to stop; returns its pid.
+pub async fn request_stop(channel: &Channel, reason: &str) -> CliResult<u32> {
+    DaemonClient::new(channel.clone())
+        .shutdown(ShutdownRequest {
+            reason: reason.to_owned(),
+        })
+        .await
+        .map(|r| r.into_inner().pid)
+        .map_err(|status| CliError::from_status("stopping agentd", &status))
+}
+
+/// Waits until no daemon holds the profile's pid lock.
+pub async fn wait_stopped(profile: &Profile) -> CliResult<()> {
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    loop {
+        if !pid_lock_held(&profile.pid_file()) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(CliError::unreachable(format!(
+                "agentd did not stop within {}s; see {}",
+                STOP_TIMEOUT.as_secs(),
+                profile.log_dir().display()
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// True while a live agentd holds `<profile>/agentd.pid`.
+pub fn pid_lock_held(path: &Path) -> bool {
+    let Ok(file) = File::open(path) else {
+        return false;
+    };
+    // A shared probe conflicts with the daemon's exclusive lock only.
+    matches!(
+        file.try_lock_shared(),
+        Err(std::fs::TryLockError::WouldBlock)
+    )
+}
+
+/// The `agentd` binary to start: AGENTX_AGENTD, next to this executable, or on PATH.
+fn agentd_binary() -> CliResult<PathBuf> {
+    if let Some(path) = std::env::var_os("AGENTX_AGENTD").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            return Ok(path);
+        }
+        return Err(CliError::unreachable(format!(
+            "cannot start agentd: AGENTX_AGENTD={} does not exist; point it at the agentd binary",
+            path.display()
+        )));
+    }
+    let sibling = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("agentd")));
+    if let Some(path) = sibling.as_ref().filter(|p| p.is_file()) {
+        return Ok(path.clone());
+    }
+    if let Some(paths) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&paths) {
+            let candidate = dir.join("agentd");
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    Err(CliError::unreachable(
+        "cannot start agentd: no agentd binary next to agentx or on PATH; install it \
+         (cargo install --path daemon) or set AGENTX_AGENTD to its path",
+    ))
+}
+
+/// Starts a detached agentd and waits until it answers the handshake.
+async fn spawn_and_wait(profile: &Profile) -> CliResult<Daemon> {
+    let binary = agentd_binary()?;
+    let log_dir = profile.log_dir();
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut child = spawn_detached(&binary, &log_dir)?;
+    loop {
+        if let Some(daemon) = connect_compatible(profile).await? {
+            reap_in_background(child);
+            return Ok(daemon);
+        }
+        match child.try_wait() {
+            // Exit 0 at start means another agentd still held the pid lock
+            // (e.g. one that is stopping): try again until the deadline.
+            Ok(Some(status)) if status.success() => {
+                tokio::time::sleep(POLL * 5).await;
+                if Instant::now() < deadline {
+                    child = spawn_detached(&binary, &log_dir)?;
+                }
+            }
+            Ok(Some(status)) => {
+                return Err(CliError::unreachable(format!(
+                    "agentd ({}) exited during start-up ({status}){}",
+                    binary.display(),
+                    last_error_line(&log_dir)
+                )));
+            }
+            Ok(None) | Err(_) => {}
+        }
+        if Instant::now() > deadline {
+            return Err(CliError::unreachable(format!(
+                "agentd ({}) did not answer on {} within {}s; see {}",
+                binary.display(),
+                profile.socket.display(),
+                START_TIMEOUT.as_secs(),
+                log_dir.display()
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn spawn_detached(binary: &Path, log_dir: &Path) -> CliResult<Child> {
+    create_private_dir(log_dir).map_err(|err| {
+        CliError::unreachable(format!("cannot create {}: {err}", log_dir.display()))
+    })?;
+    // agentd logs to <profile>/log/agentd.log itself; its stderr catches
+    // anything said before logging is up (bad arguments, a panic).
+    let stderr = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(log_dir.join("agentd.stderr"))
+        .map(Stdio::from)
+        .unwrap_or_else(|_| Stdio::null());
+    let mut command = Command::new(binary);
+    command
+        .args(["--log", "file"])
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    // SAFETY: setsid is async-signal-safe and touches no memory of ours; it
+    // detaches the daemon from our terminal and session.
+    unsafe {
+        command.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(io::Error::from));
+    }
+    command.spawn().map_err(|err| {
+        CliError::unreachable(format!(
+            "cannot start agentd ({}): {err}; set AGENTX_AGENTD to a working binary",
+            binary.display()
+        ))
+    })
+}
+
+/// The daemon outlives us normally; should it exit while we run, reap it.
+fn reap_in_background(mut child: Child) {
+    std::thread::spawn(move || {
+        let _ = child.wait();
+    });
+}
+
+/// ": <last line of agentd.stderr>" when there is one, for start-up errors.
+fn last_error_line(log_dir: &Path) -> String {
+    std::fs::read_to_string(log_dir.join("agentd.stderr"))
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::to_owned)
+        })
+        .map(|line| format!(": {line}"))
+        .unwrap_or_else(|| format!("; see {}", log_dir.display()))
+}
+
+/// Exclusive lock on `<profile>/agentd.startup.lock`, taken off the runtime.
+struct StartupLock {
+    _file: File,
+}
+
+impl StartupLock {
+    async fn acquire(path: &Path) -> CliResult<Self> {
+        let path = path.to_path_buf();
+        let shown = path.display().to_string();
+        let locked = tokio::task::spawn_blocking(move || -> io::Result<File> {
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(&path)?;
+            file.lock()?;
+            Ok(file)
+        })
+        .await
+        .map_err(|err| CliError::unreachable(format!("cannot lock {shown}: {err}")))?;
+        locked
+            .map(|file| Self { _file: file })
+            .map_err(|err| CliError::unreachable(format!("cannot lock {shown}: {err}")))
+    }
+}

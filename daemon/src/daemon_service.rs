@@ -1,0 +1,107 @@
+//! The `Daemon` gRPC service: version handshake, ping, status, shutdown.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+
+use agentx_shared::proto::{
+    DaemonStatusReply, DaemonStatusRequest, HelloReply, HelloRequest, PingReply, PingRequest,
+    ShutdownReply, ShutdownRequest, daemon_server::Daemon,
+};
+use agentx_shared::version::PROTOCOL;
+
+/// Longest delay a diagnostic Ping may ask for.
+const MAX_PING_DELAY: Duration = Duration::from_secs(10);
+
+/// Facts about this daemon process, shared by the services.
+pub struct DaemonInfo {
+    pub pid: u32,
+    pub version: String,
+    pub started_at: SystemTime,
+    pub started: Instant,
+    pub socket_path: PathBuf,
+    pub profile_dir: PathBuf,
+    pub socket_inherited: bool,
+    pub log_path: Option<PathBuf>,
+    pub served: Arc<AtomicU64>,
+    pub stop: watch::Sender<bool>,
+}
+
+pub struct DaemonService {
+    info: Arc<DaemonInfo>,
+}
+
+impl DaemonService {
+    pub fn new(info: Arc<DaemonInfo>) -> Self {
+        Self { info }
+    }
+}
+
+#[tonic::async_trait]
+impl Daemon for DaemonService {
+    async fn hello(&self, request: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+        let hello = request.into_inner();
+        let compatible = hello.client_version == self.info.version && hello.protocol == PROTOCOL;
+        if !compatible {
+            tracing::info!(
+                client_version = %hello.client_version,
+                client_protocol = hello.protocol,
+                "client of another version connected"
+            );
+        }
+        Ok(Response::new(HelloReply {
+            daemon_version: self.info.version.clone(),
+            protocol: PROTOCOL,
+            pid: self.info.pid,
+            compatible,
+        }))
+    }
+
+    async fn ping(&self, request: Request<PingRequest>) -> Result<Response<PingReply>, Status> {
+        let ping = request.into_inner();
+        if ping.delay_ms > 0 {
+            let delay = Duration::from_millis(u64::from(ping.delay_ms)).min(MAX_PING_DELAY);
+            tokio::time::sleep(delay).await;
+        }
+        Ok(Response::new(PingReply {
+            payload: ping.payload,
+        }))
+    }
+
+    async fn status(
+        &self,
+        _request: Request<DaemonStatusRequest>,
+    ) -> Result<Response<DaemonStatusReply>, Status> {
+        let info = &self.info;
+        Ok(Response::new(DaemonStatusReply {
+            pid: info.pid,
+            version: info.version.clone(),
+            protocol: PROTOCOL,
+            started_at: Some(agentx_shared::time::to_wire(info.started_at)),
+            uptime_ms: u64::try_from(info.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            socket_path: info.socket_path.display().to_string(),
+            profile_dir: info.profile_dir.display().to_string(),
+            socket_inherited: info.socket_inherited,
+            log_path: info
+                .log_path
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            rpcs_served: info.served.load(Ordering::Relaxed),
+        }))
+    }
+
+    async fn shutdown(
+        &self,
+        request: Request<ShutdownRequest>,
+    ) -> Result<Response<ShutdownReply>, Status> {
+        let reason = request.into_inner().reason;
+        tracing::info!(%reason, "shutdown requested");
+        let _ = self.info.stop.send(true);
+        Ok(Response::new(ShutdownReply { pid: self.info.pid }))
+    }
+}

@@ -1,0 +1,137 @@
+//! The gRPC server: every service on one Unix socket behind the peer-uid
+//! check, plus health and reflection; readiness, signals and graceful stop.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context as _;
+use tokio::sync::watch;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::service::InterceptorLayer;
+use tonic::transport::Server;
+
+use agentx_shared::profile::Profile;
+use agentx_shared::proto::daemon_server::DaemonServer;
+use agentx_shared::proto::oneshots_server::{Oneshots, OneshotsServer};
+use agentx_shared::proto::sessions_server::{Sessions, SessionsServer};
+use agentx_shared::proto::snapshots_server::{Snapshots, SnapshotsServer};
+use agentx_shared::proto::turns_server::{Turns, TurnsServer};
+
+use crate::daemon_service::{DaemonInfo, DaemonService};
+use crate::listener::{Listener, remove_owned_socket};
+use crate::peer::PeerCheck;
+
+/// In-flight RPCs get this long after a stop is requested; systemd's default
+/// stop timeout and the design's "exit within 5 s" both leave room for it.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(4);
+
+pub struct Config {
+    pub profile: Profile,
+    pub log_path: Option<PathBuf>,
+    pub reported_version: Option<String>,
+}
+
+/// Services whose behaviour later work fills in: every RPC answers UNIMPLEMENTED.
+#[derive(Clone, Copy)]
+struct NotYet;
+impl Sessions for NotYet {}
+impl Turns for NotYet {}
+impl Oneshots for NotYet {}
+impl Snapshots for NotYet {}
+
+/// Serves until SIGTERM, SIGINT or a Shutdown RPC, then drains and cleans up.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let Listener {
+        listener,
+        owned_path,
+    } = Listener::acquire(&config.profile.socket)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let served = Arc::new(AtomicU64::new(0));
+    let info = Arc::new(DaemonInfo {
+        pid: std::process::id(),
+        version: config
+            .reported_version
+            .unwrap_or_else(|| agentx_shared::version::VERSION.to_owned()),
+        started_at: SystemTime::now(),
+        started: Instant::now(),
+        socket_path: config.profile.socket.clone(),
+        profile_dir: config.profile.dir.clone(),
+        socket_inherited: owned_path.is_none(),
+        log_path: config.log_path,
+        served: Arc::clone(&served),
+        stop: stop_tx.clone(),
+    });
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<DaemonServer<DaemonService>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(agentx_shared::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .context("cannot build the reflection service")?;
+
+    let uid = nix::unistd::geteuid().as_raw();
+    let router = Server::builder()
+        .layer(InterceptorLayer::new(PeerCheck::new(uid, served)))
+        .add_service(DaemonServer::new(DaemonService::new(Arc::clone(&info))))
+        .add_service(SessionsServer::new(NotYet))
+        .add_service(TurnsServer::new(NotYet))
+        .add_service(OneshotsServer::new(NotYet))
+        .add_service(SnapshotsServer::new(NotYet))
+        .add_service(health_service)
+        .add_service(reflection);
+
+    tokio::spawn(watch_signals(stop_tx));
+    let mut stopping = stop_rx.clone();
+    let stop_requested = async move {
+        let _ = stopping.wait_for(|stop| *stop).await;
+    };
+
+    let incoming = UnixListenerStream::new(listener);
+    // Ready: tell systemd (a no-op without NOTIFY_SOCKET).
+    if let Err(err) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+        tracing::warn!("sd_notify READY failed: {err}");
+    }
+    tracing::info!(pid = info.pid, version = %info.version, "agentd ready");
+
+    let server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop_requested));
+    let mut stopping = stop_rx;
+    let _ = stopping.wait_for(|stop| *stop).await;
+    tracing::info!("stopping: no new connections, draining in-flight RPCs");
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    // The listener is closed by now or within a moment; new clients must not
+    // find a socket nobody will answer on.
+    remove_owned_socket(owned_path.as_deref());
+
+    match tokio::time::timeout(DRAIN_TIMEOUT, server).await {
+        Ok(Ok(Ok(()))) => tracing::info!("all RPCs finished"),
+        Ok(Ok(Err(err))) => tracing::warn!("server error while stopping: {err}"),
+        Ok(Err(err)) => tracing::warn!("server task failed: {err}"),
+        Err(_) => {
+            tracing::warn!("in-flight RPCs did not finish within {DRAIN_TIMEOUT:?}; closing them")
+        }
+    }
+    // State is written durably before each RPC returns, so nothing is left
+    // to flush here; later stores hook their shutdown in at this point.
+    tracing::info!("agentd stopped");
+    Ok(())
+}
+
+/// Turns SIGTERM and SIGINT into a stop request.
+async fn watch_signals(stop: watch::Sender<bool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+    let _ = stop.send(true);
+}

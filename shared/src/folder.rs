@@ -1,0 +1,86 @@
+//! Path rules for per-folder state: the folder key used in directory names
+//! and the validation of agent names and ids that become path components.
+
+use thiserror::Error;
+
+/// A name that will become one path component was refused.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum NameError {
+    #[error("{what} must not be empty")]
+    Empty { what: &'static str },
+    #[error(
+        "{what} {name:?} is not allowed: use letters, digits, '.', '_' or '-' (not '.' or '..')"
+    )]
+    Invalid { what: &'static str, name: String },
+    #[error("{what} is longer than {max} bytes")]
+    TooLong { what: &'static str, max: usize },
+}
+
+/// The directory name for a folder: its full path with every character
+/// outside `A-Z a-z 0-9 . _ -` replaced by `-`. Distinct folders can share a
+/// key (`/a/b-c`, `/a/b/c`), so the real path is always stored alongside.
+pub fn folder_key(folder: &std::path::Path) -> String {
+    folder
+        .to_string_lossy()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// Checks a name (agent, session id, one-shot id) that becomes one path
+/// component: non-empty, at most 128 bytes, only `A-Z a-z 0-9 . _ -`, and
+/// not `.` or `..`.
+pub fn check_component(what: &'static str, name: &str) -> Result<(), NameError> {
+    const MAX: usize = 128;
+    if name.is_empty() {
+        return Err(NameError::Empty { what });
+    }
+    if name.len() > MAX {
+        return Err(NameError::TooLong { what, max: MAX });
+    }
+    let ok_chars = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !ok_chars || name == "." || name == ".." {
+        return Err(NameError::Invalid {
+            what,
+            name: name.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn folder_key_replaces_everything_outside_the_safe_set() {
+        assert_eq!(
+            folder_key(Path::new("/home/me/my project")),
+            "-home-me-my-project"
+        );
+        assert_eq!(
+            folder_key(Path::new("/a/b-c")),
+            folder_key(Path::new("/a/b/c"))
+        );
+        assert_eq!(folder_key(Path::new("/x/é.rs_1")), "-x--.rs_1");
+    }
+
+    #[test]
+    fn component_names_reject_traversal_and_separators() {
+        assert!(check_component("agent", "default").is_ok());
+        assert!(check_component("agent", "a.b_c-1").is_ok());
+        for bad in ["", ".", "..", "a/b", "../x", "a b", "x\0"] {
+            assert!(check_component("agent", bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(check_component("agent", &"a".repeat(129)).is_err());
+    }
+}

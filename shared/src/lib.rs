@@ -1,0 +1,9 @@
+//! agentx-shared: what both `agentx` and `agentd` must agree on — the gRPC
+//! contract, the profile and path rules, versions, and the Unix-socket transport.
+
+pub mod folder;
+pub mod profile;
+pub mod proto;
+pub mod time;
+pub mod transport;
+pub mod version;

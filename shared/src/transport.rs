@@ -1,0 +1,46 @@
+//! Client side of the Unix-socket transport: a tonic `Channel` to agentd,
+//! with connection errors kept as `io::Error` so callers can tell "no daemon"
+//! (missing or stale socket) from other failures.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint};
+
+/// Connects to the daemon socket at `path`. The first connection is made
+/// eagerly so its `io::Error` (`NotFound`, `ConnectionRefused`, ...) reaches
+/// the caller unchanged; reconnects dial the same path.
+pub async fn connect(path: &Path) -> io::Result<Channel> {
+    let first = UnixStream::connect(path).await?;
+    let slot = Arc::new(Mutex::new(Some(first)));
+    let path: PathBuf = path.to_path_buf();
+    let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+        let slot = Arc::clone(&slot);
+        let path = path.clone();
+        async move {
+            let ready = slot.lock().ok().and_then(|mut s| s.take());
+            let stream = match ready {
+                Some(s) => s,
+                None => UnixStream::connect(&path).await?,
+            };
+            Ok::<_, io::Error>(TokioIo::new(stream))
+        }
+    });
+    // The authority is never resolved: the connector ignores the URI.
+    Endpoint::from_static("http://agentd.local")
+        .connect_with_connector(connector)
+        .await
+        .map_err(io::Error::other)
+}
+
+/// True when an error from [`connect`] means no daemon is listening there:
+/// the socket file is missing or refuses connections (stale).
+pub fn is_not_running(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+    )
+}
