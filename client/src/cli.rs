@@ -11,8 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     version,
     about = "A coding agent for the terminal",
     long_about = "A coding agent for the terminal. Without a command, opens the chat for the \
-                  current folder and resumes its latest conversation.",
-    args_conflicts_with_subcommands = true
+                  current folder and resumes its latest conversation."
 )]
 pub struct Cli {
     #[command(flatten)]

@@ -41,6 +41,6 @@ pub async fn connect(path: &Path) -> io::Result<Channel> {
 pub fn is_not_running(err: &io::Error) -> bool {
     matches!(
         err.kind(),
-        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused | io::ErrorKind::NotADirectory
     )
 }

@@ -1,1 +1,237 @@
+//! Test support for end-to-end tests: a throwaway profile (`AGENTX_HOME` in
+//! a temp dir), the real `agentx`/`agentd` binaries, and daemon bookkeeping
+//! so no test leaves a daemon running.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
+
+use std::ffi::OsStr;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// Directory holding the built `agentx` and `agentd` (target/debug or
+/// target/release), found from the running test executable.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut dir = exe.parent().expect("exe dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    for name in ["agentx", "agentd"] {
+        assert!(
+            dir.join(name).is_file(),
+            "{} is missing: build the workspace first (cargo test --workspace builds it)",
+            dir.join(name).display()
+        );
+    }
+    dir
+}
+
+pub fn agentx_bin() -> PathBuf {
+    bin_dir().join("agentx")
+}
+
+pub fn agentd_bin() -> PathBuf {
+    bin_dir().join("agentd")
+}
+
+/// One isolated world: a profile directory and a folder to chat in.
+pub struct TestEnv {
+    root: tempfile::TempDir,
+    pub home: PathBuf,
+    pub work: PathBuf,
+}
+
+impl Default for TestEnv {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestEnv {
+    pub fn new() -> Self {
+        let root = tempfile::Builder::new()
+            .prefix("agentx-e2e-")
+            .tempdir()
+            .unwrap();
+        let home = root.path().join("profile");
+        let work = root.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        Self { root, home, work }
+    }
+
+    /// The temp directory all of this env's files live under.
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.home.join("agentd.sock")
+    }
+
+    /// An `agentx` command bound to this profile, run in the work folder.
+    pub fn agentx<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut cmd = Command::new(agentx_bin());
+        self.scrub(&mut cmd);
+        cmd.args(args).current_dir(&self.work).stdin(Stdio::null());
+        cmd
+    }
+
+    /// An `agentd` command bound to this profile.
+    pub fn agentd<I, S>(&self, args: I) -> Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut cmd = Command::new(agentd_bin());
+        self.scrub(&mut cmd);
+        cmd.args(args).current_dir("/").stdin(Stdio::null());
+        cmd
+    }
+
+    fn scrub(&self, cmd: &mut Command) {
+        for var in [
+            "AGENTX_SOCKET",
+            "AGENTX_AGENTD",
+            "AGENTX_LOG",
+            "RUST_LOG",
+            "LISTEN_FDS",
+            "LISTEN_PID",
+            "NOTIFY_SOCKET",
+            "JOURNAL_STREAM",
+            "OPENAI_API_KEY",
+            "AGENTX_API_KEY",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.env("AGENTX_HOME", &self.home);
+    }
+
+    /// Runs `agentx ARGS` to completion.
+    pub fn run<I, S>(&self, args: I) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.agentx(args).output().unwrap()
+    }
+
+    /// Live agentd processes serving this profile (found through /proc).
+    pub fn daemon_pids(&self) -> Vec<i32> {
+        let needle = format!("AGENTX_HOME={}", self.home.display());
+        let mut pids = Vec::new();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return pids;
+        };
+        for entry in entries.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            if comm.trim() != "agentd" {
+                continue;
+            }
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            if stat
+                .split(") ")
+                .nth(1)
+                .is_some_and(|rest| rest.starts_with('Z'))
+            {
+                continue; // a zombie is not running
+            }
+            let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+            if environ.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+                pids.push(pid);
+            }
+        }
+        pids.sort_unstable();
+        pids
+    }
+
+    /// Waits until exactly `n` daemons serve this profile; returns their pids.
+    pub fn wait_daemons(&self, n: usize, timeout: Duration) -> Vec<i32> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let pids = self.daemon_pids();
+            if pids.len() == n || Instant::now() > deadline {
+                return pids;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills every daemon of this profile.
+    pub fn kill_daemons(&self) {
+        for pid in self.daemon_pids() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        self.wait_daemons(0, Duration::from_secs(5));
+    }
+
+    /// Makes the temp tree reachable by other users (for the other-uid test).
+    pub fn open_root_for_others(&self) {
+        std::fs::set_permissions(self.root(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        self.kill_daemons();
+    }
+}
+
+/// Waits for `pid` to exit (it must not be our child, or must be reaped elsewhere).
+pub fn wait_pid_gone(pid: i32, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if kill(Pid::from_raw(pid), None).is_err() {
+            return true;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .split(") ")
+            .nth(1)
+            .is_some_and(|rest| rest.starts_with('Z'))
+        {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// stdout of a finished command as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// stderr of a finished command as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts a command's exit code, showing its output when it differs.
+#[track_caller]
+pub fn assert_code(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        stdout(out),
+        stderr(out)
+    );
+}
+
+/// A gRPC channel straight to this env's daemon socket.
+pub async fn channel(socket: &Path) -> tonic::transport::Channel {
+    agentx_shared::transport::connect(socket).await.unwrap()
+}

@@ -1,0 +1,124 @@
+//! What a generic gRPC client sees on agentd's socket: reflection lists every
+//! service, health answers SERVING, not-yet-built RPCs answer UNIMPLEMENTED,
+//! and a client running as another user is refused on every RPC.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::time::Duration;
+
+use agentx_shared::proto::ListSessionsRequest;
+use agentx_shared::proto::sessions_client::SessionsClient;
+use agentx_tests::{TestEnv, agentx_bin, assert_code, channel, stderr};
+use tonic_reflection::pb::v1::ServerReflectionRequest;
+use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+#[tokio::test]
+async fn reflection_lists_every_service_and_health_is_serving() {
+    let env = TestEnv::new();
+    assert_code(&env.run(["daemon", "start"]), 0);
+    let channel = channel(&env.socket()).await;
+
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = ServerReflectionClient::new(channel.clone())
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let reply = stream.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+        panic!("unexpected reflection reply: {reply:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for expected in [
+        "agentx.v1.Daemon",
+        "agentx.v1.Sessions",
+        "agentx.v1.Turns",
+        "agentx.v1.Oneshots",
+        "agentx.v1.Snapshots",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1.ServerReflection",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} not in {names:?}"
+        );
+    }
+
+    let health = tonic_health::pb::health_client::HealthClient::new(channel.clone())
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        health.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+
+    let err = SessionsClient::new(channel)
+        .list_sessions(ListSessionsRequest { scope: None })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unimplemented);
+}
+
+/// Runs agentx as `nobody` against our daemon. The socket is opened up on
+/// purpose so that only the SO_PEERCRED check stands in the way.
+#[test]
+fn a_client_of_another_uid_is_refused_with_permission_denied() {
+    let env = TestEnv::new();
+    env.open_root_for_others();
+    let shared = env.root().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let socket = shared.join("agentd.sock");
+
+    let out = env
+        .agentx(["daemon", "start"])
+        .env("AGENTX_SOCKET", &socket)
+        .output()
+        .unwrap();
+    assert_code(&out, 0);
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+
+    // nobody needs its own profile and a copy of the binary it can execute.
+    let nobody_home = shared.join("nobody-profile");
+    std::fs::create_dir(&nobody_home).unwrap();
+    std::fs::set_permissions(&nobody_home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    nix::unistd::chown(&nobody_home, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    let bin = shared.join("agentx");
+    std::fs::copy(agentx_bin(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    for args in [&["daemon", "status"][..], &["sessions"]] {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&bin)
+            .args(args)
+            .env_clear()
+            .env("AGENTX_HOME", &nobody_home)
+            .env("AGENTX_SOCKET", &socket)
+            .current_dir(&shared)
+            .output()
+            .unwrap();
+        assert_code(&out, 3);
+        let err = stderr(&out);
+        assert!(
+            err.contains("refused") && err.contains("uid 65534"),
+            "{args:?}: {err}"
+        );
+    }
+    // The daemon kept serving its owner and started no second daemon.
+    let out = env
+        .agentx(["daemon", "status"])
+        .env("AGENTX_SOCKET", &socket)
+        .output()
+        .unwrap();
+    assert_code(&out, 0);
+    assert_eq!(env.wait_daemons(1, Duration::from_secs(2)).len(), 1);
+}
