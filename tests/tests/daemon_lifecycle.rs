@@ -104,6 +104,10 @@ fn profile_owned_by_another_user_or_open_to_others_is_refused() {
     assert!(stderr(&out).contains("chmod 700"), "{}", stderr(&out));
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
 
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped the other-owner half: chown needs root");
+        return;
+    }
     std::fs::set_permissions(&env.home, std::fs::Permissions::from_mode(0o700)).unwrap();
     nix::unistd::chown(&env.home, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
     let out = env.agentd(["--log", "stderr"]).output().unwrap();
