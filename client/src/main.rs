@@ -4,19 +4,24 @@
 mod cli;
 mod commands;
 mod connect;
+mod context;
 mod error;
+mod repl;
+mod turn;
+mod ui;
 
-use std::path::PathBuf;
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::Parser as _;
 
 use agentx_shared::folder::check_component;
 use agentx_shared::profile::Profile;
-use agentx_shared::proto::Scope;
+use agentx_shared::proto::open_session_request::Target;
 
 use crate::cli::{Cli, Command};
 use crate::commands::pending::Call;
+use crate::context::Ctx;
 use crate::error::{CliError, CliResult, Exit};
 
 fn main() -> ExitCode {
@@ -59,7 +64,7 @@ async fn run(cli: Cli) -> CliResult<()> {
     check_component("agent name", &cli.global.agent).map_err(|e| CliError::usage(e.to_string()))?;
 
     let command = match (cli.command, cli.prompt) {
-        (Some(Command::Daemon { action }), _) => {
+        (Some(Command::Daemon { action }), None) => {
             return commands::daemon::run(&profile, action).await;
         }
         (Some(_), Some(_)) => {
@@ -67,52 +72,70 @@ async fn run(cli: Cli) -> CliResult<()> {
                 "-p PROMPT cannot be combined with a command",
             ));
         }
-        (command, _) => command,
+        (None, Some(prompt)) => Command::Exec {
+            json: false,
+            prompt,
+        },
+        (Some(command), None) => command,
+        (None, None) => {
+            let ctx = Ctx::connect(profile, cli.global).await?;
+            return repl::run(&ctx, Target::Latest(true)).await;
+        }
     };
-
-    let (call, what) = match &command {
-        None | Some(Command::Exec { .. }) => (Call::OpenSession, "chat"),
-        Some(Command::Resume { .. } | Command::New) => {
-            (Call::OpenSession, "opening a conversation")
+    let ctx = Ctx::connect(profile, cli.global).await?;
+    match command {
+        Command::Sessions { json } => commands::sessions::sessions(&ctx, json).await,
+        Command::Status { json } => commands::sessions::status(&ctx, json).await,
+        Command::Clear { yes } => commands::sessions::clear_command(&ctx, yes).await,
+        Command::New => repl::run(&ctx, Target::New(true)).await,
+        Command::Resume { target } => {
+            let target = match target {
+                None => Target::Latest(true),
+                Some(t) => match t.parse::<u32>() {
+                    Ok(n) => Target::Index(n),
+                    Err(_) => Target::Id(t),
+                },
+            };
+            repl::run(&ctx, target).await
         }
-        Some(Command::Sessions { .. }) => (Call::ListSessions, "listing conversations"),
-        Some(Command::Status { .. } | Command::Clear { .. }) => {
-            (Call::Status, "conversation status")
+        Command::Exec { .. } => {
+            commands::pending::run(&ctx.daemon, ctx.scope.clone(), Call::Oneshot, "one-shots").await
         }
-        Some(Command::Checkpoints { .. } | Command::Rollback { .. }) => {
-            (Call::Checkpoints, "checkpoints")
+        Command::Checkpoints { .. } | Command::Rollback { .. } => {
+            commands::pending::run(
+                &ctx.daemon,
+                ctx.scope.clone(),
+                Call::Checkpoints,
+                "checkpoints",
+            )
+            .await
         }
-        Some(
-            Command::Snapshots { .. }
-            | Command::Snapshot { .. }
-            | Command::Undo { .. }
-            | Command::Rewind { .. },
-        ) => (Call::Snapshots, "snapshots"),
-        Some(Command::Oneshots { .. }) => (Call::Oneshots, "one-shots"),
-        Some(Command::Daemon { .. }) => return Ok(()),
-    };
-    let scope = scope(cli.global.dir.as_deref(), &cli.global.agent)?;
-    let daemon = connect::connect_or_start(&profile).await?;
-    commands::pending::run(&daemon, scope, call, what).await
+        Command::Snapshots { .. }
+        | Command::Snapshot { .. }
+        | Command::Undo { .. }
+        | Command::Rewind { .. } => {
+            commands::pending::run(&ctx.daemon, ctx.scope.clone(), Call::Snapshots, "snapshots")
+                .await
+        }
+        Command::Oneshots { .. } => {
+            commands::pending::run(&ctx.daemon, ctx.scope.clone(), Call::Oneshots, "one-shots")
+                .await
+        }
+        Command::Daemon { .. } => Ok(()),
+    }
 }
 
-/// The folder (canonical, must exist) and agent a command is about.
-fn scope(dir: Option<&std::path::Path>, agent: &str) -> CliResult<Scope> {
-    let dir: PathBuf = match dir {
-        Some(dir) => dir.to_path_buf(),
-        None => std::env::current_dir()
-            .map_err(|err| CliError::failed(format!("cannot read the current folder: {err}")))?,
-    };
-    let folder = std::fs::canonicalize(&dir)
-        .map_err(|err| CliError::usage(format!("folder {}: {err}", dir.display())))?;
-    if !folder.is_dir() {
+/// Asks a yes/no question on the terminal; without one, refuses to guess.
+pub fn confirm(question: &str) -> CliResult<bool> {
+    if !std::io::stdin().is_terminal() {
         return Err(CliError::usage(format!(
-            "{} is not a folder",
-            folder.display()
+            "{question} — no terminal to ask on: pass --yes to confirm"
         )));
     }
-    Ok(Scope {
-        folder: folder.to_string_lossy().into_owned(),
-        agent: agent.to_owned(),
-    })
+    eprint!("{question} [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .map_err(|e| CliError::failed(e.to_string()))?;
+    Ok(matches!(answer.trim().to_lowercase().as_str(), "y" | "yes"))
 }

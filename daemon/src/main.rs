@@ -2,12 +2,14 @@
 //! snapshot state and serves it to `agentx` clients over a Unix socket.
 
 mod cli;
-mod daemon_service;
 mod listener;
 mod logging;
 mod peer;
 mod pidlock;
 mod server;
+mod services;
+mod store;
+mod turn;
 
 use std::process::ExitCode;
 
@@ -44,6 +46,8 @@ fn run(args: cli::Args) -> anyhow::Result<ExitCode> {
         }
     };
     let log_path = logging::init(args.log, &profile)?;
+    // TLS for https model servers; an error only means it was installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -15,13 +15,17 @@ use tonic::transport::Server;
 use agentx_shared::profile::Profile;
 use agentx_shared::proto::daemon_server::DaemonServer;
 use agentx_shared::proto::oneshots_server::{Oneshots, OneshotsServer};
-use agentx_shared::proto::sessions_server::{Sessions, SessionsServer};
+use agentx_shared::proto::sessions_server::SessionsServer;
 use agentx_shared::proto::snapshots_server::{Snapshots, SnapshotsServer};
-use agentx_shared::proto::turns_server::{Turns, TurnsServer};
+use agentx_shared::proto::turns_server::TurnsServer;
 
-use crate::daemon_service::{DaemonInfo, DaemonService};
 use crate::listener::{Listener, remove_owned_socket};
 use crate::peer::PeerCheck;
+use crate::services::daemon::{DaemonInfo, DaemonService};
+use crate::services::sessions::SessionsService;
+use crate::services::turns::TurnsService;
+use crate::store::Store;
+use crate::turn::Engine;
 
 /// In-flight RPCs get this long after a stop is requested; systemd's default
 /// stop timeout and the design's "exit within 5 s" both leave room for it.
@@ -36,8 +40,6 @@ pub struct Config {
 /// Services whose behaviour later work fills in: every RPC answers UNIMPLEMENTED.
 #[derive(Clone, Copy)]
 struct NotYet;
-impl Sessions for NotYet {}
-impl Turns for NotYet {}
 impl Oneshots for NotYet {}
 impl Snapshots for NotYet {}
 
@@ -72,12 +74,24 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .build_v1()
         .context("cannot build the reflection service")?;
 
+    let store = Store::new(config.profile.sessions_dir());
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .context("cannot set up the HTTP client")?;
+    let engine = Arc::new(Engine { http });
+
     let uid = nix::unistd::geteuid().as_raw();
     let router = Server::builder()
         .layer(InterceptorLayer::new(PeerCheck::new(uid, served)))
         .add_service(DaemonServer::new(DaemonService::new(Arc::clone(&info))))
-        .add_service(SessionsServer::new(NotYet))
-        .add_service(TurnsServer::new(NotYet))
+        .add_service(SessionsServer::new(SessionsService::new(Arc::clone(
+            &store,
+        ))))
+        .add_service(TurnsServer::new(TurnsService::new(
+            Arc::clone(&store),
+            engine,
+        )))
         .add_service(OneshotsServer::new(NotYet))
         .add_service(SnapshotsServer::new(NotYet))
         .add_service(health_service)

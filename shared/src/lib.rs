@@ -1,6 +1,8 @@
 //! agentx-shared: what both `agentx` and `agentd` must agree on — the gRPC
 //! contract, the profile and path rules, versions, and the Unix-socket transport.
 
+pub mod config;
+pub mod conversation;
 pub mod folder;
 pub mod profile;
 pub mod proto;

@@ -4,6 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
+pub mod fake_model;
+pub mod schema;
+
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -12,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+
+/// The API key tests hand to agentx; it must never reach a file.
+pub const TEST_KEY: &str = "sk-test-7f3a9c1e-never-store-me";
 
 /// Directory holding the built `agentx` and `agentd` (target/debug or
 /// target/release), found from the running test executable.
@@ -113,6 +119,67 @@ impl TestEnv {
             cmd.env_remove(var);
         }
         cmd.env("AGENTX_HOME", &self.home);
+    }
+
+    /// `agentx ARGS` talking to `model` with a test key, fed `stdin`,
+    /// run to completion.
+    pub fn chat<I, S>(&self, model: &fake_model::FakeModel, args: I, stdin: &str) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.chat_command(model, args, stdin)
+            .wait_with_output()
+            .unwrap()
+    }
+
+    /// Like [`TestEnv::chat`] but returns the running child.
+    pub fn chat_command<I, S>(
+        &self,
+        model: &fake_model::FakeModel,
+        args: I,
+        stdin: &str,
+    ) -> std::process::Child
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        use std::io::Write as _;
+        let mut cmd = self.agentx(args);
+        cmd.env("AGENTX_BASE_URL", model.base_url())
+            .env("AGENTX_MODEL", "fake-model")
+            .env("OPENAI_API_KEY", TEST_KEY)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let mut input = child.stdin.take().unwrap();
+        let text = stdin.to_owned();
+        std::thread::spawn(move || {
+            let _ = input.write_all(text.as_bytes());
+        });
+        child
+    }
+
+    /// Every file under the profile, for secrecy and layout checks.
+    pub fn profile_files(&self) -> Vec<PathBuf> {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                if kind.is_dir() {
+                    walk(&path, out);
+                } else if kind.is_file() {
+                    out.push(path);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.home, &mut out);
+        out.sort();
+        out
     }
 
     /// Runs `agentx ARGS` to completion.

@@ -5,8 +5,9 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
 
-use agentx_shared::proto::ListSessionsRequest;
 use agentx_shared::proto::sessions_client::SessionsClient;
+use agentx_shared::proto::snapshots_client::SnapshotsClient;
+use agentx_shared::proto::{ListSessionsRequest, ListSnapshotsRequest, Scope};
 use agentx_tests::{TestEnv, agentx_bin, assert_code, channel, stderr};
 use tonic_reflection::pb::v1::ServerReflectionRequest;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
@@ -60,11 +61,29 @@ async fn reflection_lists_every_service_and_health_is_serving() {
         tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
 
-    let err = SessionsClient::new(channel)
+    // A malformed request is refused clearly and the daemon keeps serving.
+    let err = SessionsClient::new(channel.clone())
         .list_sessions(ListSessionsRequest { scope: None })
         .await
         .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let err = SessionsClient::new(channel.clone())
+        .list_sessions(ListSessionsRequest {
+            scope: Some(Scope {
+                folder: env.work.display().to_string(),
+                agent: "../up".into(),
+            }),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    // Capabilities not built yet answer UNIMPLEMENTED.
+    let err = SnapshotsClient::new(channel)
+        .list_snapshots(ListSnapshotsRequest { scope: None })
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unimplemented);
+    assert_code(&env.run(["daemon", "status"]), 0);
 }
 
 /// Runs agentx as `nobody` against our daemon. The socket is opened up on

@@ -2,3 +2,4 @@
 
 pub mod daemon;
 pub mod pending;
+pub mod sessions;

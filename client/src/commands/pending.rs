@@ -6,8 +6,7 @@ use agentx_shared::proto::oneshots_client::OneshotsClient;
 use agentx_shared::proto::sessions_client::SessionsClient;
 use agentx_shared::proto::snapshots_client::SnapshotsClient;
 use agentx_shared::proto::{
-    GetStatusRequest, ListCheckpointsRequest, ListOneshotsRequest, ListSessionsRequest,
-    ListSnapshotsRequest, OpenSessionRequest, Scope, open_session_request,
+    ListCheckpointsRequest, ListOneshotsRequest, ListSnapshotsRequest, Scope,
 };
 
 use crate::connect::Daemon;
@@ -15,9 +14,7 @@ use crate::error::{CliError, CliResult};
 
 /// Which RPC stands for a command until its behaviour lands.
 pub enum Call {
-    OpenSession,
-    ListSessions,
-    Status,
+    Oneshot,
     Checkpoints,
     Snapshots,
     Oneshots,
@@ -27,22 +24,8 @@ pub async fn run(daemon: &Daemon, scope: Scope, call: Call, what: &str) -> CliRe
     let channel = daemon.channel.clone();
     let scope = Some(scope);
     let result = match call {
-        Call::OpenSession => SessionsClient::new(channel)
-            .open_session(OpenSessionRequest {
-                scope,
-                target: Some(open_session_request::Target::Latest(true)),
-            })
-            .await
-            .map(drop),
-        Call::ListSessions => SessionsClient::new(channel)
-            .list_sessions(ListSessionsRequest { scope })
-            .await
-            .map(drop),
-        Call::Status => SessionsClient::new(channel)
-            .get_status(GetStatusRequest {
-                scope,
-                session_id: String::new(),
-            })
+        Call::Oneshot => OneshotsClient::new(channel)
+            .list_oneshots(ListOneshotsRequest { scope })
             .await
             .map(drop),
         Call::Checkpoints => SessionsClient::new(channel)

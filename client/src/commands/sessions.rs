@@ -1,0 +1,228 @@
+//! `agentx sessions`, `status` and `clear`: conversation listings and state,
+//! as text or as the JSON documents of DESIGN §7.
+
+use serde_json::{Value, json};
+
+use agentx_shared::conversation::PendingCall;
+use agentx_shared::proto::{
+    ClearSessionRequest, GetStatusRequest, ListSessionsRequest, SessionStatus, SessionSummary,
+};
+use agentx_shared::time::rfc3339_wire;
+
+use crate::context::Ctx;
+use crate::error::{CliError, CliResult};
+
+pub fn summary_json(s: &SessionSummary) -> Value {
+    json!({
+        "id": s.id,
+        "title": s.title,
+        "folder": s.folder,
+        "agent": s.agent,
+        "created_at": rfc3339_wire(s.created_at.as_ref()),
+        "updated_at": rfc3339_wire(s.updated_at.as_ref()),
+        "turns": s.turns,
+    })
+}
+
+pub async fn list(ctx: &Ctx) -> CliResult<Vec<SessionSummary>> {
+    Ok(ctx
+        .sessions()
+        .list_sessions(ListSessionsRequest { scope: ctx.scope() })
+        .await
+        .map_err(|s| CliError::from_status("listing conversations", &s))?
+        .into_inner()
+        .sessions)
+}
+
+/// Numbered list, newest first (1 = newest).
+pub fn print_list(sessions: &[SessionSummary]) {
+    if sessions.is_empty() {
+        println!("no conversations in this folder yet");
+        return;
+    }
+    for (i, s) in sessions.iter().enumerate() {
+        let title = if s.title.is_empty() {
+            "(empty)"
+        } else {
+            s.title.as_str()
+        };
+        println!(
+            "{:>3}  {}  {}  {:>3} turn(s)  {title}",
+            i + 1,
+            s.id,
+            rfc3339_wire(s.updated_at.as_ref()),
+            s.turns
+        );
+    }
+}
+
+pub async fn sessions(ctx: &Ctx, as_json: bool) -> CliResult<()> {
+    let sessions = list(ctx).await?;
+    if as_json {
+        let docs: Vec<Value> = sessions.iter().map(summary_json).collect();
+        println!("{}", Value::Array(docs));
+    } else {
+        print_list(&sessions);
+    }
+    Ok(())
+}
+
+pub async fn fetch_status(ctx: &Ctx, session_id: &str) -> CliResult<SessionStatus> {
+    Ok(ctx
+        .sessions()
+        .get_status(GetStatusRequest {
+            scope: ctx.scope(),
+            session_id: session_id.to_owned(),
+        })
+        .await
+        .map_err(|s| CliError::from_status("conversation status", &s))?
+        .into_inner())
+}
+
+pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
+    let usage = s.usage.unwrap_or_default();
+    let pending: Vec<Value> = s
+        .pending_tool_calls
+        .iter()
+        .map(|c| {
+            json!({
+                "call_id": c.call_id,
+                "name": c.name,
+                "arguments": c.arguments,
+                "state": PendingCall::state_name(c.state),
+                "exit_code": c.exit_code,
+                "output": c.output,
+            })
+        })
+        .collect();
+    let failed = s.failed.as_ref().map(|f| {
+        json!({"message": f.message, "at": rfc3339_wire(f.at.as_ref()), "retryable": f.retryable})
+    });
+    json!({
+        "session_id": s.session_id,
+        "response_id": if s.response_id.is_empty() { Value::Null } else { json!(s.response_id) },
+        "folder": ctx.scope.folder,
+        "agent": ctx.scope.agent,
+        "title": s.title,
+        "turns": s.turns,
+        "usage": {
+            "input_tokens": usage.input_tokens,
+            "cached_tokens": usage.cached_tokens,
+            "output_tokens": usage.output_tokens,
+            "reasoning_tokens": usage.reasoning_tokens,
+            "total_tokens": usage.total_tokens,
+        },
+        "checkpoints": s.checkpoints,
+        "pending_tool_calls": pending,
+        "pending_shell_transcript": s.has_pending_shell_transcript,
+        "failed": failed,
+        "rollback_backup": s.has_rollback_backup,
+        "snapshots": s.snapshots,
+        "snapshot_store_bytes": s.snapshot_store_bytes,
+        "transcript_items": s.transcript_items,
+        "daemon": {"pid": ctx.daemon.hello.pid, "version": ctx.daemon.hello.daemon_version},
+    })
+}
+
+pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
+    if s.session_id.is_empty() {
+        println!(
+            "no conversation in {} yet (agent {})",
+            ctx.scope.folder, ctx.scope.agent
+        );
+        return;
+    }
+    let u = s.usage.unwrap_or_default();
+    println!("conversation  {}  {}", s.session_id, s.title);
+    println!(
+        "folder        {} (agent {})",
+        ctx.scope.folder, ctx.scope.agent
+    );
+    let response = if s.response_id.is_empty() {
+        "-"
+    } else {
+        s.response_id.as_str()
+    };
+    println!("response id   {response}");
+    println!(
+        "turns         {} ({} transcript items)",
+        s.turns, s.transcript_items
+    );
+    println!(
+        "usage         {} total = {} in ({} cached) + {} out ({} reasoning)",
+        u.total_tokens, u.input_tokens, u.cached_tokens, u.output_tokens, u.reasoning_tokens
+    );
+    println!("checkpoints   {}", s.checkpoints);
+    if !s.pending_tool_calls.is_empty() {
+        println!(
+            "pending       {} tool call(s) from an interrupted turn",
+            s.pending_tool_calls.len()
+        );
+        for c in &s.pending_tool_calls {
+            println!(
+                "              {} {} {}",
+                c.call_id,
+                PendingCall::state_name(c.state),
+                c.arguments
+            );
+        }
+    }
+    if s.has_pending_shell_transcript {
+        println!("local shell   output of !commands waits to be sent with the next message");
+    }
+    if let Some(f) = &s.failed {
+        println!("failed        {}", f.message);
+    }
+    println!(
+        "snapshots     {} ({} bytes stored)",
+        s.snapshots, s.snapshot_store_bytes
+    );
+    println!(
+        "daemon        pid {}, version {}",
+        ctx.daemon.hello.pid, ctx.daemon.hello.daemon_version
+    );
+}
+
+pub async fn status(ctx: &Ctx, as_json: bool) -> CliResult<()> {
+    let s = fetch_status(ctx, "").await?;
+    if as_json {
+        println!("{}", status_json(ctx, &s));
+    } else {
+        print_status(ctx, &s);
+    }
+    Ok(())
+}
+
+pub async fn clear(ctx: &Ctx, session_id: &str) -> CliResult<SessionSummary> {
+    ctx.sessions()
+        .clear_session(ClearSessionRequest {
+            scope: ctx.scope(),
+            session_id: session_id.to_owned(),
+        })
+        .await
+        .map_err(|s| CliError::from_status("clearing the conversation", &s))?
+        .into_inner()
+        .session
+        .ok_or_else(|| CliError::failed("agentd returned no conversation"))
+}
+
+/// `agentx clear`: asks first unless --yes (and refuses to guess without a terminal).
+pub async fn clear_command(ctx: &Ctx, yes: bool) -> CliResult<()> {
+    let s = fetch_status(ctx, "").await?;
+    if s.session_id.is_empty() {
+        println!("no conversation to clear");
+        return Ok(());
+    }
+    if !yes
+        && !crate::confirm(&format!(
+            "delete conversation {} ({} turns)?",
+            s.session_id, s.turns
+        ))?
+    {
+        println!("nothing changed");
+        return Ok(());
+    }
+    let fresh = clear(ctx, &s.session_id).await?;
+    println!("cleared {}; new conversation {}", s.session_id, fresh.id);
+    Ok(())
+}

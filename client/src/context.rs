@@ -1,0 +1,111 @@
+//! What most commands need: the profile, the folder+agent scope, the
+//! configuration and a live connection to agentd.
+
+use std::path::{Path, PathBuf};
+
+use tonic::transport::Channel;
+
+use agentx_shared::config::{ApprovalMode, Config, DEFAULT_BASE_URL, ProviderKind};
+use agentx_shared::profile::Profile;
+use agentx_shared::proto::sessions_client::SessionsClient;
+use agentx_shared::proto::{ApprovalPolicy, ProviderSettings, Scope};
+
+use crate::cli::{Approval, Global};
+use crate::connect::{self, Daemon};
+use crate::error::{CliError, CliResult};
+
+pub struct Ctx {
+    pub profile: Profile,
+    pub global: Global,
+    pub scope: Scope,
+    pub folder: PathBuf,
+    pub daemon: Daemon,
+}
+
+impl Ctx {
+    /// Resolves the folder, then reaches (or starts) agentd.
+    pub async fn connect(profile: Profile, global: Global) -> CliResult<Self> {
+        let folder = resolve_folder(global.dir.as_deref())?;
+        let scope = Scope {
+            folder: folder.to_string_lossy().into_owned(),
+            agent: global.agent.clone(),
+        };
+        let daemon = connect::connect_or_start(&profile).await?;
+        Ok(Self {
+            profile,
+            global,
+            scope,
+            folder,
+            daemon,
+        })
+    }
+
+    pub fn channel(&self) -> Channel {
+        self.daemon.channel.clone()
+    }
+
+    pub fn sessions(&self) -> SessionsClient<Channel> {
+        SessionsClient::new(self.channel())
+    }
+
+    pub fn scope(&self) -> Option<Scope> {
+        Some(self.scope.clone())
+    }
+
+    /// Configuration for a turn; a missing key for OpenAI is a clear error.
+    pub fn config(&self) -> CliResult<Config> {
+        let config = Config::load(&self.profile.config_file())
+            .map_err(|e| CliError::failed(e.to_string()))?;
+        if config.provider == ProviderKind::Responses
+            && config.api_key.is_none()
+            && config.base_url == DEFAULT_BASE_URL
+        {
+            return Err(CliError::failed(
+                "no API key: set OPENAI_API_KEY (or AGENTX_API_KEY), or point AGENTX_BASE_URL at a local server",
+            ));
+        }
+        Ok(config)
+    }
+
+    /// The tool policy: --approval/--auto, then config.toml, then `fallback`.
+    pub fn approval(&self, config: &Config, fallback: ApprovalPolicy) -> ApprovalPolicy {
+        let from_flag = if self.global.auto {
+            Some(Approval::Auto)
+        } else {
+            self.global.approval
+        };
+        match (from_flag, config.approval) {
+            (Some(Approval::Ask), _) | (None, Some(ApprovalMode::Ask)) => ApprovalPolicy::Ask,
+            (Some(Approval::Auto), _) | (None, Some(ApprovalMode::Auto)) => ApprovalPolicy::Auto,
+            (Some(Approval::Never), _) | (None, Some(ApprovalMode::Never)) => ApprovalPolicy::Never,
+            (None, None) => fallback,
+        }
+    }
+}
+
+pub fn provider_settings(config: &Config) -> ProviderSettings {
+    ProviderSettings {
+        provider: config.provider.as_str().to_owned(),
+        base_url: config.base_url.clone(),
+        model: config.model.clone(),
+        api_key: config.api_key.clone().unwrap_or_default(),
+    }
+}
+
+/// The folder a command is about: `-C DIR` or the current one, canonical.
+pub fn resolve_folder(dir: Option<&Path>) -> CliResult<PathBuf> {
+    let dir: PathBuf = match dir {
+        Some(dir) => dir.to_path_buf(),
+        None => std::env::current_dir()
+            .map_err(|err| CliError::failed(format!("cannot read the current folder: {err}")))?,
+    };
+    let folder = std::fs::canonicalize(&dir)
+        .map_err(|err| CliError::usage(format!("folder {}: {err}", dir.display())))?;
+    if !folder.is_dir() {
+        return Err(CliError::usage(format!(
+            "{} is not a folder",
+            folder.display()
+        )));
+    }
+    Ok(folder)
+}

@@ -1,0 +1,148 @@
+//! Running one turn from the client: opens the bidirectional stream, renders
+//! events as they come, answers approval requests, and cancels on Ctrl-C.
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+use agentx_shared::proto::turns_client::TurnsClient;
+use agentx_shared::proto::{
+    ApprovalDecision, TurnFinished, TurnInput, TurnStart, TurnStatus, approval_decision,
+    turn_event, turn_input,
+};
+
+use crate::error::{CliError, CliResult};
+use crate::ui::{Line, Ui};
+
+/// Runs a turn to its `finished` event.
+pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<TurnFinished> {
+    let (tx, rx) = mpsc::channel::<TurnInput>(8);
+    let send = |input| TurnInput { input: Some(input) };
+    tx.send(send(turn_input::Input::Start(start)))
+        .await
+        .map_err(|_| CliError::failed("cannot start the turn"))?;
+    ui.start_waiting("thinking…");
+    let mut events = TurnsClient::new(channel.clone())
+        .run_turn(ReceiverStream::new(rx))
+        .await
+        .map_err(|status| {
+            ui.stop_waiting();
+            CliError::from_status("the turn", &status)
+        })?
+        .into_inner();
+    let mut cancelled = false;
+    loop {
+        let message = tokio::select! {
+            m = events.message() => m,
+            _ = tokio::signal::ctrl_c(), if !cancelled => {
+                cancelled = true;
+                ui.info("^C cancelling the turn…");
+                let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
+                continue;
+            }
+        };
+        let event = match message {
+            Ok(Some(event)) => event,
+            Ok(None) => {
+                ui.stop_waiting();
+                return Err(CliError::unreachable(
+                    "agentd ended the turn without a result",
+                ));
+            }
+            Err(status) => {
+                ui.stop_waiting();
+                return Err(CliError::from_status("the turn", &status));
+            }
+        };
+        use turn_event::Event;
+        match event.event {
+            Some(Event::Started(_)) | Some(Event::Usage(_)) | None => {}
+            Some(Event::TextDelta(delta)) => ui.text(&delta),
+            Some(Event::ToolCall(call)) => {
+                let shown = command_of(&call.arguments).unwrap_or(call.arguments);
+                ui.info(&format!("» {}: {shown}", call.name));
+            }
+            Some(Event::ApprovalRequest(request)) => {
+                let decision = ask_approval(ui, &request.command);
+                if decision == approval_decision::Decision::Unspecified {
+                    cancelled = true;
+                    let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
+                } else {
+                    let answer = ApprovalDecision {
+                        call_id: request.call_id,
+                        decision: decision as i32,
+                    };
+                    let _ = tx.send(send(turn_input::Input::Approval(answer))).await;
+                }
+                ui.start_waiting("working…");
+            }
+            Some(Event::ToolResult(result)) => {
+                let status = if result.denied {
+                    "declined".to_owned()
+                } else if result.timed_out {
+                    "timed out".to_owned()
+                } else {
+                    match result.exit_code {
+                        Some(code) => format!("exit {code}"),
+                        None => "killed".to_owned(),
+                    }
+                };
+                let lines = result.output.lines().count();
+                ui.info(&format!("  ↳ {status}, {lines} line(s) of output"));
+                ui.start_waiting("thinking…");
+            }
+            Some(Event::Notice(text)) => ui.info(&format!("agentx: {text}")),
+            Some(Event::Retry(r)) => ui.info(&format!(
+                "agentx: retrying {}/{} in {:.1}s: {}",
+                r.attempt,
+                r.max_attempts,
+                r.delay_ms as f64 / 1000.0,
+                r.reason
+            )),
+            Some(Event::Finished(finished)) => {
+                ui.stop_waiting();
+                ui.end_text();
+                return Ok(finished);
+            }
+        }
+    }
+}
+
+/// The `command` argument of a shell call, for display.
+fn command_of(arguments: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(arguments).ok()?;
+    v["command"].as_str().map(str::to_owned)
+}
+
+/// Asks y / n / always; `Unspecified` means the user interrupted.
+fn ask_approval(ui: &mut Ui, command: &str) -> approval_decision::Decision {
+    use approval_decision::Decision;
+    ui.stop_waiting();
+    ui.end_text();
+    eprintln!("agentx wants to run: {command}");
+    loop {
+        match ui.read_line("run it? [y]es / [n]o / [a]lways for this conversation: ") {
+            Line::Text(answer) => match answer.trim().to_lowercase().as_str() {
+                "y" | "yes" => return Decision::Yes,
+                "n" | "no" => return Decision::No,
+                "a" | "always" => return Decision::Always,
+                _ if !ui.interactive => return Decision::No,
+                _ => eprintln!("please answer y, n or a"),
+            },
+            Line::Interrupted => return Decision::Unspecified,
+            Line::Eof => return Decision::No,
+        }
+    }
+}
+
+/// Exit status and message for a finished turn.
+pub fn check(finished: &TurnFinished) -> CliResult<()> {
+    match TurnStatus::try_from(finished.status) {
+        Ok(TurnStatus::Completed) => Ok(()),
+        Ok(TurnStatus::Interrupted) => Err(CliError::failed("the turn was interrupted")),
+        _ => Err(CliError::failed(format!(
+            "the turn failed: {}",
+            finished.error
+        ))),
+    }
+}

@@ -1,0 +1,122 @@
+//! Terminal I/O for the chat: reading lines (rustyline on a terminal, plain
+//! stdin otherwise), the waiting spinner, and how turn activity is shown.
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Where chat input comes from.
+pub enum Input {
+    /// An interactive terminal with line editing and history.
+    Editor(Box<rustyline::DefaultEditor>),
+    /// Lines from a pipe or file: one message or command per line.
+    Lines(std::io::StdinLock<'static>),
+}
+
+/// What reading a line produced.
+pub enum Line {
+    Text(String),
+    /// Ctrl-C at the prompt: discard the line.
+    Interrupted,
+    /// Ctrl-D or end of input.
+    Eof,
+}
+
+pub struct Ui {
+    pub input: Input,
+    /// stdin is a terminal: prompts, history, spinner.
+    pub interactive: bool,
+    spinner: Option<ProgressBar>,
+    /// The current line of streamed text has unfinished output.
+    mid_line: bool,
+}
+
+impl Ui {
+    pub fn new() -> Self {
+        let interactive = std::io::stdin().is_terminal();
+        let input = if interactive {
+            match rustyline::DefaultEditor::new() {
+                Ok(editor) => Input::Editor(Box::new(editor)),
+                Err(_) => Input::Lines(std::io::stdin().lock()),
+            }
+        } else {
+            Input::Lines(std::io::stdin().lock())
+        };
+        Self {
+            interactive: interactive && matches!(input, Input::Editor(_)),
+            input,
+            spinner: None,
+            mid_line: false,
+        }
+    }
+
+    /// Reads one line; the prompt is shown only on a terminal.
+    pub fn read_line(&mut self, prompt: &str) -> Line {
+        match &mut self.input {
+            Input::Editor(editor) => match editor.readline(prompt) {
+                Ok(line) => {
+                    if !line.trim().is_empty() {
+                        let _ = editor.add_history_entry(line.as_str());
+                    }
+                    Line::Text(line)
+                }
+                Err(rustyline::error::ReadlineError::Interrupted) => Line::Interrupted,
+                Err(_) => Line::Eof,
+            },
+            Input::Lines(stdin) => {
+                let mut line = String::new();
+                match stdin.read_line(&mut line) {
+                    Ok(0) | Err(_) => Line::Eof,
+                    Ok(_) => Line::Text(line.trim_end_matches(['\n', '\r']).to_owned()),
+                }
+            }
+        }
+    }
+
+    /// Shows a spinner on stderr while waiting (terminal only).
+    pub fn start_waiting(&mut self, message: &str) {
+        if !self.interactive || !std::io::stderr().is_terminal() {
+            return;
+        }
+        let bar = ProgressBar::new_spinner();
+        if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
+            bar.set_style(style);
+        }
+        bar.set_message(message.to_owned());
+        bar.enable_steady_tick(Duration::from_millis(80));
+        self.spinner = Some(bar);
+    }
+
+    pub fn stop_waiting(&mut self) {
+        if let Some(bar) = self.spinner.take() {
+            bar.finish_and_clear();
+        }
+    }
+
+    /// Streams answer text to stdout.
+    pub fn text(&mut self, delta: &str) {
+        self.stop_waiting();
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(delta.as_bytes());
+        let _ = out.flush();
+        if !delta.is_empty() {
+            self.mid_line = !delta.ends_with('\n');
+        }
+    }
+
+    /// Ends the streamed answer with a newline if it lacks one.
+    pub fn end_text(&mut self) {
+        if self.mid_line {
+            println!();
+            self.mid_line = false;
+        }
+    }
+
+    /// Activity and notices go to stderr, so stdout carries only answers.
+    pub fn info(&mut self, line: &str) {
+        self.stop_waiting();
+        self.end_text();
+        eprintln!("{line}");
+    }
+}

@@ -1,0 +1,263 @@
+//! The `Turns` gRPC service: a bidirectional stream per turn. The first
+//! input starts it; later inputs answer approvals or cancel; events flow back.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use agentx_shared::proto::turns_server::Turns;
+use agentx_shared::proto::{
+    self, ApprovalPolicy, TurnEvent, TurnInput, approval_decision, turn_event, turn_input,
+};
+
+use super::{group_for, session_arg, status_of};
+use crate::store::Store;
+use crate::turn::provider::Settings;
+use crate::turn::{Decision, Engine, Event, Input, Io, Policy, Status as TurnStatus, TurnSpec};
+
+/// Default limit for one shell command.
+const SHELL_TIMEOUT: Duration = Duration::from_secs(120);
+/// A model stream silent this long is broken.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest user message accepted.
+const MAX_MESSAGE: usize = 1024 * 1024;
+
+pub struct TurnsService {
+    store: Arc<Store>,
+    engine: Arc<Engine>,
+}
+
+impl TurnsService {
+    pub fn new(store: Arc<Store>, engine: Arc<Engine>) -> Self {
+        Self { store, engine }
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<TurnEvent, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl Turns for TurnsService {
+    async fn run_turn(
+        &self,
+        request: Request<Streaming<TurnInput>>,
+    ) -> Result<Response<EventStream>, Status> {
+        let mut inputs = request.into_inner();
+        let first = inputs
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("the turn stream closed before it started"))?;
+        let Some(turn_input::Input::Start(start)) = first.input else {
+            return Err(Status::invalid_argument(
+                "the first turn message must be `start`",
+            ));
+        };
+        if start.oneshot {
+            return Err(Status::unimplemented(
+                "one-shots are not available in this agentd yet",
+            ));
+        }
+        if start.message.trim().is_empty() {
+            return Err(Status::invalid_argument("the message is empty"));
+        }
+        if start.message.len() > MAX_MESSAGE {
+            return Err(Status::invalid_argument(format!(
+                "the message is over {} KiB",
+                MAX_MESSAGE / 1024
+            )));
+        }
+        let provider = start.provider.clone().unwrap_or_default();
+        if provider.base_url.is_empty() || provider.model.is_empty() {
+            return Err(Status::invalid_argument(
+                "provider base_url and model are required",
+            ));
+        }
+        if !provider.provider.is_empty() && provider.provider != "responses" {
+            return Err(Status::unimplemented(format!(
+                "provider {:?} is not available in this agentd yet",
+                provider.provider
+            )));
+        }
+        let (group, folder) = group_for(&self.store, start.scope.as_ref())?;
+        let session = session_arg(&start.session_id)?;
+        let spec = TurnSpec {
+            folder: PathBuf::from(folder),
+            message: start.message,
+            local_shell: start.local_shell_transcript,
+            settings: Settings {
+                base_url: provider.base_url.trim_end_matches('/').to_owned(),
+                model: provider.model,
+                api_key: Some(provider.api_key).filter(|k| !k.is_empty()),
+            },
+            policy: policy(start.approval),
+            instructions: if start.instructions.is_empty() {
+                crate::turn::DEFAULT_INSTRUCTIONS.to_owned()
+            } else {
+                start.instructions
+            },
+            shell_timeout: match start.shell_timeout_secs {
+                0 => SHELL_TIMEOUT,
+                s => Duration::from_secs(u64::from(s)),
+            },
+            idle_timeout: IDLE_TIMEOUT,
+        };
+
+        let (event_tx, event_rx) = mpsc::channel::<Event>(512);
+        let (input_tx, input_rx) = mpsc::channel::<Input>(16);
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let cancel_tx = Arc::new(cancel_tx);
+
+        // Client → turn: approvals and cancellation. A broken stream means
+        // the client is gone: cancel. A clean half-close changes nothing.
+        let pump_cancel = Arc::clone(&cancel_tx);
+        tokio::spawn(async move {
+            loop {
+                match inputs.message().await {
+                    Ok(Some(TurnInput {
+                        input: Some(turn_input::Input::Approval(a)),
+                    })) => {
+                        let decision = match approval_decision::Decision::try_from(a.decision) {
+                            Ok(approval_decision::Decision::Yes) => Decision::Yes,
+                            Ok(approval_decision::Decision::Always) => Decision::Always,
+                            _ => Decision::No,
+                        };
+                        let _ = input_tx
+                            .send(Input::Approval {
+                                call_id: a.call_id,
+                                decision,
+                            })
+                            .await;
+                    }
+                    Ok(Some(TurnInput {
+                        input: Some(turn_input::Input::Cancel(true)),
+                    })) => {
+                        let _ = pump_cancel.send(true);
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => return,
+                    Err(_) => {
+                        let _ = pump_cancel.send(true);
+                        return;
+                    }
+                }
+            }
+        });
+
+        let (wire_tx, wire_rx) = mpsc::channel::<Result<TurnEvent, Status>>(512);
+        let engine = Arc::clone(&self.engine);
+        tokio::spawn(async move {
+            let lease = match group.begin_turn(session).await {
+                Ok(lease) => lease,
+                Err(e) => {
+                    let _ = wire_tx.send(Err(status_of(e))).await;
+                    return;
+                }
+            };
+            let io = Io {
+                events: event_tx,
+                inputs: input_rx,
+                cancel: cancel_rx,
+            };
+            let forward = forward_events(event_rx, wire_tx, Arc::clone(&cancel_tx));
+            tokio::join!(engine.run(group, lease, spec, io), forward);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(wire_rx))))
+    }
+}
+
+/// Converts engine events to wire events; a vanished client cancels the turn.
+async fn forward_events(
+    mut events: mpsc::Receiver<Event>,
+    wire: mpsc::Sender<Result<TurnEvent, Status>>,
+    cancel: Arc<watch::Sender<bool>>,
+) {
+    while let Some(event) = events.recv().await {
+        if wire.send(Ok(to_wire(event))).await.is_err() {
+            let _ = cancel.send(true);
+        }
+    }
+}
+
+fn policy(p: i32) -> Policy {
+    match ApprovalPolicy::try_from(p) {
+        Ok(ApprovalPolicy::Auto) => Policy::Auto,
+        Ok(ApprovalPolicy::Never) => Policy::Never,
+        _ => Policy::Ask,
+    }
+}
+
+fn to_wire(event: Event) -> TurnEvent {
+    use turn_event::Event as W;
+    let event = match event {
+        Event::Started { session_id } => W::Started(proto::TurnStarted {
+            session_id,
+            ..Default::default()
+        }),
+        Event::TextDelta(text) => W::TextDelta(text),
+        Event::ToolCall {
+            call_id,
+            name,
+            arguments,
+        } => W::ToolCall(proto::ToolCallEvent {
+            call_id,
+            name,
+            arguments,
+        }),
+        Event::ApprovalRequest { call_id, command } => {
+            W::ApprovalRequest(proto::ApprovalRequest { call_id, command })
+        }
+        Event::ToolResult {
+            call_id,
+            exit_code,
+            output,
+            denied,
+            timed_out,
+        } => W::ToolResult(proto::ToolResultEvent {
+            call_id,
+            exit_code,
+            output,
+            denied,
+            timed_out,
+        }),
+        Event::Notice(text) => W::Notice(text),
+        Event::Retry {
+            attempt,
+            max_attempts,
+            delay,
+            reason,
+        } => W::Retry(proto::RetryNotice {
+            attempt,
+            max_attempts,
+            delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            reason,
+        }),
+        Event::Usage(usage) => W::Usage(usage.into()),
+        Event::Finished {
+            status,
+            text,
+            error,
+            response_id,
+            usage,
+        } => {
+            let status = match status {
+                TurnStatus::Completed => proto::TurnStatus::Completed,
+                TurnStatus::Failed => proto::TurnStatus::Failed,
+                TurnStatus::Interrupted => proto::TurnStatus::Interrupted,
+            };
+            W::Finished(proto::TurnFinished {
+                status: status as i32,
+                text,
+                error,
+                response_id,
+                usage: Some(usage.into()),
+                oneshot_id: String::new(),
+            })
+        }
+    };
+    TurnEvent { event: Some(event) }
+}

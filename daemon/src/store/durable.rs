@@ -1,0 +1,100 @@
+//! Durable file primitives: atomic replace (temp file, fsync, rename, fsync
+//! the directory), fsynced appends, and quarantine of unreadable files.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write as _};
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+/// Replaces `path` with `bytes` so that a crash leaves either the old or the
+/// new content, never a mix; returns once the change is on disk.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        fsync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Makes a directory entry change (create, rename, unlink) durable.
+pub fn fsync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Opens `path` for appending (created 0600 when missing).
+pub fn open_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// Appends `bytes` and waits until they are on disk.
+pub fn append_durable(file: &mut File, bytes: &[u8]) -> io::Result<()> {
+    file.write_all(bytes)?;
+    file.sync_data()
+}
+
+/// Moves an unreadable file aside as `<name>.corrupt-<unix_ms>` (never
+/// deletes it) and returns the new path.
+pub fn quarantine(path: &Path) -> io::Result<PathBuf> {
+    let ms = agentx_shared::time::unix_ms(std::time::SystemTime::now());
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let target = path.with_file_name(format!("{name}.corrupt-{ms}"));
+    std::fs::rename(path, &target)?;
+    if let Some(dir) = path.parent() {
+        fsync_dir(dir)?;
+    }
+    Ok(target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+
+    #[test]
+    fn quarantine_keeps_the_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.json");
+        std::fs::write(&path, b"garbage").unwrap();
+        let moved = quarantine(&path).unwrap();
+        assert!(!path.exists());
+        assert_eq!(std::fs::read(moved).unwrap(), b"garbage");
+    }
+}

@@ -1,0 +1,156 @@
+//! Turning the local transcript into Responses API input items: the
+//! incremental input of a chained request, and the normalized full context
+//! resent when the server lost the chain.
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+
+use agentx_shared::conversation::Item;
+
+/// Output recorded for a call that never produced one.
+pub const ABORTED: &str = "aborted: the turn was interrupted before this call finished";
+
+/// One transcript item as an input item (server item ids never included).
+pub fn to_input(item: &Item) -> Value {
+    match item {
+        Item::User { text } => json!({"role": "user", "content": text}),
+        Item::Assistant { text } => json!({"role": "assistant", "content": text}),
+        Item::FunctionCall {
+            call_id,
+            name,
+            arguments,
+        } => {
+            json!({"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments})
+        }
+        Item::FunctionOutput { call_id, output } => {
+            json!({"type": "function_call_output", "call_id": call_id, "output": output})
+        }
+    }
+}
+
+/// The whole transcript made valid to resend: every call answered (with
+/// [`ABORTED`] where no output exists, placed right after its call group),
+/// outputs without a call dropped, empty assistant messages skipped.
+pub fn normalize(items: &[Item]) -> Vec<Item> {
+    let calls: HashSet<&str> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::FunctionCall { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let answered: HashSet<&str> = items
+        .iter()
+        .filter_map(|i| match i {
+            Item::FunctionOutput { call_id, .. } if calls.contains(call_id.as_str()) => {
+                Some(call_id.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    let mut out = Vec::with_capacity(items.len());
+    let mut unanswered: Vec<String> = Vec::new();
+    let mut seen_outputs: HashSet<&str> = HashSet::new();
+    for item in items {
+        let is_call = matches!(item, Item::FunctionCall { .. });
+        if !is_call {
+            // The call group ended: answer what it left open.
+            for call_id in unanswered.drain(..) {
+                out.push(Item::FunctionOutput {
+                    call_id,
+                    output: ABORTED.to_owned(),
+                });
+            }
+        }
+        match item {
+            Item::FunctionCall { call_id, .. } => {
+                if !answered.contains(call_id.as_str()) {
+                    unanswered.push(call_id.clone());
+                }
+                out.push(item.clone());
+            }
+            Item::FunctionOutput { call_id, .. } => {
+                if calls.contains(call_id.as_str()) && seen_outputs.insert(call_id.as_str()) {
+                    out.push(item.clone());
+                }
+            }
+            Item::Assistant { text } if text.is_empty() => {}
+            _ => out.push(item.clone()),
+        }
+    }
+    for call_id in unanswered {
+        out.push(Item::FunctionOutput {
+            call_id,
+            output: ABORTED.to_owned(),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str) -> Item {
+        Item::FunctionCall {
+            call_id: id.into(),
+            name: "shell".into(),
+            arguments: "{}".into(),
+        }
+    }
+    fn output(id: &str) -> Item {
+        Item::FunctionOutput {
+            call_id: id.into(),
+            output: "ok".into(),
+        }
+    }
+    fn user(t: &str) -> Item {
+        Item::User { text: t.into() }
+    }
+
+    #[test]
+    fn unanswered_calls_get_aborted_outputs_and_orphans_are_dropped() {
+        let items = vec![
+            user("a"),
+            call("c1"),
+            call("c2"),
+            output("c2"),
+            output("ghost"),
+            user("b"),
+            call("c3"),
+        ];
+        let got = normalize(&items);
+        assert_eq!(
+            got,
+            vec![
+                user("a"),
+                call("c1"),
+                call("c2"),
+                Item::FunctionOutput {
+                    call_id: "c1".into(),
+                    output: ABORTED.into()
+                },
+                output("c2"),
+                user("b"),
+                call("c3"),
+                Item::FunctionOutput {
+                    call_id: "c3".into(),
+                    output: ABORTED.into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn every_call_is_answered_exactly_once() {
+        let items = vec![call("c1"), output("c1"), output("c1"), user("x")];
+        let got = normalize(&items);
+        assert_eq!(
+            got.iter()
+                .filter(|i| matches!(i, Item::FunctionOutput { .. }))
+                .count(),
+            1
+        );
+    }
+}

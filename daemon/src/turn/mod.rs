@@ -1,0 +1,543 @@
+//! The turn engine: one user message through the model and its tool calls,
+//! every step committed to the store before the next, events streamed out.
+
+pub mod context;
+pub mod provider;
+pub mod responses;
+pub mod shell;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+
+use agentx_shared::conversation::{CallState, Item, PendingCall, Usage};
+
+use crate::store::{Change, GroupHandle, StoreError, TurnLease};
+use provider::{ModelReply, ProviderError, Settings};
+
+pub const DEFAULT_INSTRUCTIONS: &str = "You are agentx, a coding agent working in the user's folder \
+through a terminal. Use the `shell` tool to inspect and change files and to run commands; keep \
+answers short and concrete.";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Ask,
+    Auto,
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Yes,
+    No,
+    Always,
+}
+
+/// What the client may send while a turn runs.
+#[derive(Debug)]
+pub enum Input {
+    Approval { call_id: String, decision: Decision },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Completed,
+    Failed,
+    Interrupted,
+}
+
+/// What a turn reports as it goes.
+#[derive(Debug)]
+pub enum Event {
+    Started {
+        session_id: String,
+    },
+    TextDelta(String),
+    ToolCall {
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
+    ApprovalRequest {
+        call_id: String,
+        command: String,
+    },
+    ToolResult {
+        call_id: String,
+        exit_code: Option<i32>,
+        output: String,
+        denied: bool,
+        timed_out: bool,
+    },
+    Notice(String),
+    Retry {
+        attempt: u32,
+        max_attempts: u32,
+        delay: Duration,
+        reason: String,
+    },
+    Usage(Usage),
+    Finished {
+        status: Status,
+        text: String,
+        error: String,
+        response_id: String,
+        usage: Usage,
+    },
+}
+
+/// Everything one turn needs besides the conversation itself.
+pub struct TurnSpec {
+    pub folder: PathBuf,
+    pub message: String,
+    pub local_shell: String,
+    pub settings: Settings,
+    pub policy: Policy,
+    pub instructions: String,
+    pub shell_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+pub struct Engine {
+    pub http: reqwest::Client,
+}
+
+/// The channels of a running turn.
+pub struct Io {
+    pub events: mpsc::Sender<Event>,
+    pub inputs: mpsc::Receiver<Input>,
+    /// Becomes `true` when the client cancels or goes away.
+    pub cancel: watch::Receiver<bool>,
+}
+
+enum Stop {
+    Cancelled,
+    Failed(String),
+}
+
+impl From<StoreError> for Stop {
+    fn from(e: StoreError) -> Self {
+        Stop::Failed(format!("could not save the conversation: {e}"))
+    }
+}
+
+struct Turn<'a> {
+    engine: &'a Engine,
+    group: GroupHandle,
+    session: String,
+    spec: TurnSpec,
+    io: Io,
+    usage: Usage,
+    response_id: Option<String>,
+    approve_all: bool,
+    rechained: bool,
+}
+
+impl Engine {
+    /// Runs one turn to its end; the lease keeps other turns on this
+    /// conversation waiting until it is dropped.
+    pub async fn run(&self, group: GroupHandle, lease: TurnLease, spec: TurnSpec, io: Io) {
+        let doc = lease.doc.clone();
+        let mut turn = Turn {
+            engine: self,
+            group,
+            session: doc.id.clone(),
+            spec,
+            io,
+            usage: Usage::default(),
+            response_id: doc.response_id.clone(),
+            approve_all: doc.approve_all,
+            rechained: false,
+        };
+        turn.emit(Event::Started {
+            session_id: doc.id.clone(),
+        })
+        .await;
+        let result = turn
+            .drive(doc.pending_calls.clone(), doc.pending_shell.clone())
+            .await;
+        let (status, text, error) = match result {
+            Ok(text) => (Status::Completed, text, String::new()),
+            Err(Stop::Cancelled) => (Status::Interrupted, String::new(), "interrupted".to_owned()),
+            Err(Stop::Failed(error)) => (Status::Failed, String::new(), error),
+        };
+        let finished = Event::Finished {
+            status,
+            text,
+            error,
+            response_id: turn.response_id.clone().unwrap_or_default(),
+            usage: turn.usage,
+        };
+        turn.emit(finished).await;
+        drop(lease);
+    }
+}
+
+impl Turn<'_> {
+    async fn emit(&self, event: Event) {
+        let _ = self.io.events.send(event).await;
+    }
+
+    fn cancelled(&self) -> bool {
+        *self.io.cancel.borrow()
+    }
+
+    async fn commit(&self, change: Change) -> Result<(), Stop> {
+        self.group.commit(&self.session, change).await?;
+        Ok(())
+    }
+
+    async fn drive(
+        &mut self,
+        leftover: Vec<PendingCall>,
+        pending_shell: String,
+    ) -> Result<String, Stop> {
+        if self.cancelled() {
+            return Err(Stop::Cancelled);
+        }
+        let mut send: Vec<Item> = Vec::new();
+        // Calls an earlier, interrupted turn left open must be answered first.
+        if !leftover.is_empty() {
+            let outputs: Vec<Item> = leftover
+                .iter()
+                .map(|c| Item::FunctionOutput {
+                    call_id: c.call_id.clone(),
+                    output: if c.state == CallState::Finished {
+                        c.output.clone()
+                    } else {
+                        context::ABORTED.to_owned()
+                    },
+                })
+                .collect();
+            self.commit(Change {
+                append: outputs.clone(),
+                pending_calls: Some(Vec::new()),
+                ..Change::default()
+            })
+            .await?;
+            send.extend(outputs);
+        }
+
+        let mut shell = pending_shell;
+        shell.push_str(&self.spec.local_shell);
+        let text = if shell.trim().is_empty() {
+            self.spec.message.clone()
+        } else {
+            format!(
+                "Commands I ran in my terminal since my last message:\n```\n{}\n```\n\n{}",
+                shell.trim_end(),
+                self.spec.message
+            )
+        };
+        let user = Item::User { text };
+        self.commit(Change {
+            append: vec![user.clone()],
+            last_user: Some(self.spec.message.clone()),
+            clear_pending_shell: true,
+            ..Change::default()
+        })
+        .await?;
+        send.push(user);
+
+        let mut final_text = String::new();
+        loop {
+            if self.cancelled() {
+                return Err(Stop::Cancelled);
+            }
+            let reply = self.call_model(&send).await?;
+            let mut items = Vec::new();
+            if !reply.text.is_empty() {
+                items.push(Item::Assistant {
+                    text: reply.text.clone(),
+                });
+                final_text = reply.text.clone();
+            }
+            let pending: Vec<PendingCall> = reply
+                .calls
+                .iter()
+                .map(|c| PendingCall {
+                    call_id: c.call_id.clone(),
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                    state: CallState::NotStarted,
+                    exit_code: None,
+                    output: String::new(),
+                })
+                .collect();
+            items.extend(reply.calls.iter().map(|c| Item::FunctionCall {
+                call_id: c.call_id.clone(),
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            }));
+            self.usage.add(&reply.usage);
+            self.response_id = Some(reply.id.clone());
+            self.commit(Change {
+                append: items,
+                response_id: Some(Some(reply.id.clone())),
+                add_usage: Some(reply.usage),
+                last_assistant: (!reply.text.is_empty()).then(|| reply.text.clone()),
+                pending_calls: Some(pending.clone()),
+                turn_completed: reply.calls.is_empty(),
+                ..Change::default()
+            })
+            .await?;
+            self.emit(Event::Usage(self.usage)).await;
+            if reply.calls.is_empty() {
+                return Ok(final_text);
+            }
+            send = self.run_tools(pending).await?;
+        }
+    }
+
+    /// One model call, starting a new chain once if the server lost ours and
+    /// retrying recoverable failures with bounded exponential backoff.
+    async fn call_model(&mut self, send: &[Item]) -> Result<ModelReply, Stop> {
+        let mut failures = 0u32;
+        let mut cancel = self.io.cancel.clone();
+        loop {
+            let (previous, input): (Option<String>, Vec<Value>) = match &self.response_id {
+                Some(id) => (
+                    Some(id.clone()),
+                    send.iter().map(context::to_input).collect(),
+                ),
+                None => {
+                    let transcript = self.group.transcript(&self.session).await?;
+                    (
+                        None,
+                        context::normalize(&transcript)
+                            .iter()
+                            .map(context::to_input)
+                            .collect(),
+                    )
+                }
+            };
+            let body = responses::request_body(
+                &self.spec.settings,
+                &self.spec.instructions,
+                previous.as_deref(),
+                input,
+            );
+            let events = self.io.events.clone();
+            let mut on_delta = move |delta: &str| {
+                let _ = events.try_send(Event::TextDelta(delta.to_owned()));
+            };
+            let call = responses::call(
+                &self.engine.http,
+                &self.spec.settings,
+                &body,
+                self.spec.idle_timeout,
+                &mut on_delta,
+            );
+            let result = tokio::select! {
+                r = call => r,
+                _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
+            };
+            match result {
+                Ok(reply) => return Ok(reply),
+                Err(e) if e.lost_response_id() && previous.is_some() && !self.rechained => {
+                    self.rechained = true;
+                    self.response_id = None;
+                    self.emit(Event::Notice(
+                        "the server no longer knows this conversation's last response; \
+                         resending the saved conversation as a new chain"
+                            .to_owned(),
+                    ))
+                    .await;
+                }
+                Err(e) if e.retryable() && failures + 1 < MAX_ATTEMPTS => {
+                    failures += 1;
+                    let delay = backoff(failures, e.retry_after());
+                    self.emit(Event::Retry {
+                        attempt: failures + 1,
+                        max_attempts: MAX_ATTEMPTS,
+                        delay,
+                        reason: e.to_string(),
+                    })
+                    .await;
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
+                    }
+                }
+                Err(e) => return Err(Stop::Failed(describe(&e, failures))),
+            }
+        }
+    }
+
+    /// Runs (or declines) each call in order; returns their outputs, committed.
+    async fn run_tools(&mut self, mut pending: Vec<PendingCall>) -> Result<Vec<Item>, Stop> {
+        for i in 0..pending.len() {
+            let call = pending[i].clone();
+            self.emit(Event::ToolCall {
+                call_id: call.call_id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            })
+            .await;
+            let command = parse_command(&call);
+            let (output, exit_code, denied, timed_out) = match command {
+                Err(message) => (message, None, false, false),
+                Ok(command) => {
+                    if self.approve(&call.call_id, &command).await? {
+                        pending[i].state = CallState::Running;
+                        self.commit(Change {
+                            pending_calls: Some(pending.clone()),
+                            ..Change::default()
+                        })
+                        .await?;
+                        let outcome = shell::run(
+                            &command,
+                            &self.spec.folder,
+                            self.spec.shell_timeout,
+                            self.io.cancel.clone(),
+                        )
+                        .await;
+                        match outcome {
+                            Ok(o) if o.cancelled => {
+                                pending[i].state = CallState::Finished;
+                                pending[i].exit_code = o.exit_code;
+                                pending[i].output = o.for_model();
+                                self.commit(Change {
+                                    pending_calls: Some(pending.clone()),
+                                    ..Change::default()
+                                })
+                                .await?;
+                                return Err(Stop::Cancelled);
+                            }
+                            Ok(o) => (o.for_model(), o.exit_code, false, o.timed_out),
+                            Err(e) => (
+                                format!("could not start the command: {e}"),
+                                None,
+                                false,
+                                false,
+                            ),
+                        }
+                    } else {
+                        (
+                            "the user declined to run this command".to_owned(),
+                            None,
+                            true,
+                            false,
+                        )
+                    }
+                }
+            };
+            pending[i].state = CallState::Finished;
+            pending[i].exit_code = exit_code;
+            pending[i].output = output.clone();
+            self.commit(Change {
+                pending_calls: Some(pending.clone()),
+                ..Change::default()
+            })
+            .await?;
+            self.emit(Event::ToolResult {
+                call_id: call.call_id.clone(),
+                exit_code,
+                output,
+                denied,
+                timed_out,
+            })
+            .await;
+        }
+        let outputs: Vec<Item> = pending
+            .iter()
+            .map(|c| Item::FunctionOutput {
+                call_id: c.call_id.clone(),
+                output: c.output.clone(),
+            })
+            .collect();
+        self.commit(Change {
+            append: outputs.clone(),
+            pending_calls: Some(Vec::new()),
+            ..Change::default()
+        })
+        .await?;
+        Ok(outputs)
+    }
+
+    /// Whether to run a command under the policy, asking the client if needed.
+    async fn approve(&mut self, call_id: &str, command: &str) -> Result<bool, Stop> {
+        match self.spec.policy {
+            Policy::Auto => return Ok(true),
+            Policy::Never => return Ok(false),
+            Policy::Ask if self.approve_all => return Ok(true),
+            Policy::Ask => {}
+        }
+        self.emit(Event::ApprovalRequest {
+            call_id: call_id.to_owned(),
+            command: command.to_owned(),
+        })
+        .await;
+        let mut cancel = self.io.cancel.clone();
+        loop {
+            let input = tokio::select! {
+                input = self.io.inputs.recv() => input,
+                _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
+            };
+            match input {
+                None => return Err(Stop::Cancelled),
+                Some(Input::Approval {
+                    call_id: id,
+                    decision,
+                }) if id == call_id => {
+                    return match decision {
+                        Decision::Yes => Ok(true),
+                        Decision::No => Ok(false),
+                        Decision::Always => {
+                            self.approve_all = true;
+                            self.commit(Change {
+                                approve_all: Some(true),
+                                ..Change::default()
+                            })
+                            .await?;
+                            Ok(true)
+                        }
+                    };
+                }
+                Some(Input::Approval { .. }) => {} // an answer to another call: ignore
+            }
+        }
+    }
+}
+
+/// The command of a `shell` call, or the output explaining why it cannot run.
+fn parse_command(call: &PendingCall) -> Result<String, String> {
+    if call.name != "shell" {
+        return Err(format!(
+            "unknown tool {:?}: the only tool is `shell`",
+            call.name
+        ));
+    }
+    let args: Value = serde_json::from_str(&call.arguments)
+        .map_err(|e| format!("the arguments are not valid JSON: {e}"))?;
+    args["command"]
+        .as_str()
+        .filter(|c| !c.trim().is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| "missing `command` argument".to_owned())
+}
+
+/// Attempts per model call, the first included.
+const MAX_ATTEMPTS: u32 = 4;
+
+/// `min(0.5 s · 2^(n-1), 8 s)` with ±25 % jitter, or the server's Retry-After
+/// (capped at 60 s) when it gave one.
+fn backoff(failures: u32, retry_after: Option<Duration>) -> Duration {
+    if let Some(after) = retry_after {
+        return after.min(Duration::from_secs(60));
+    }
+    let base = (0.5 * 2f64.powi(i32::try_from(failures).unwrap_or(8) - 1)).min(8.0);
+    use std::hash::{BuildHasher as _, RandomState};
+    let jitter = (RandomState::new().hash_one(failures) % 1000) as f64 / 1000.0; // 0..1
+    Duration::from_secs_f64(base * (0.75 + 0.5 * jitter))
+}
+
+fn describe(e: &ProviderError, retries: u32) -> String {
+    if retries > 0 {
+        format!("{e} (after {} attempts)", retries + 1)
+    } else {
+        e.to_string()
+    }
+}

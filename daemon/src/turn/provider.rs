@@ -1,0 +1,203 @@
+//! What every model provider shares: settings, the reply of one model call,
+//! and a classified error (lost response id, retryable, or final).
+
+use std::time::Duration;
+
+use agentx_shared::conversation::Usage;
+
+/// Where and how to reach the model; the key lives in memory only.
+#[derive(Clone, Default)]
+pub struct Settings {
+    pub base_url: String,
+    pub model: String,
+    pub api_key: Option<String>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// A function call the model asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub call_id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// One completed model response.
+#[derive(Debug, Default)]
+pub struct ModelReply {
+    pub id: String,
+    pub text: String,
+    pub calls: Vec<Call>,
+    pub usage: Usage,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProviderError {
+    #[error("{message}")]
+    Http {
+        status: u16,
+        code: Option<String>,
+        param: Option<String>,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    #[error("{0}")]
+    Connect(String),
+    #[error("{0}")]
+    Stream(String),
+    #[error("the model reported an error: {message}")]
+    Model {
+        code: Option<String>,
+        message: String,
+    },
+}
+
+impl ProviderError {
+    pub fn from_reqwest(base_url: &str, e: &reqwest::Error) -> Self {
+        if e.is_connect() {
+            Self::Connect(format!(
+                "cannot reach the model server at {base_url}: connection refused or unreachable \
+                 (check AGENTX_BASE_URL and that the server runs)"
+            ))
+        } else if e.is_timeout() {
+            Self::Connect(format!("the model server at {base_url} timed out"))
+        } else {
+            Self::Connect(format!("request to {base_url} failed: {e}"))
+        }
+    }
+
+    /// An HTTP error status with the provider's JSON error body (if any).
+    pub fn from_http(status: u16, body: &str, retry_after: Option<Duration>) -> Self {
+        let parsed: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+        let error = if parsed["error"].is_object() {
+            &parsed["error"]
+        } else {
+            &parsed
+        };
+        let code = error["code"].as_str().map(str::to_owned);
+        let param = error["param"].as_str().map(str::to_owned);
+        let detail = error["message"]
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| parsed["error"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| body.chars().take(200).collect());
+        let message = match status {
+            401 => format!(
+                "the model server rejected the API key (401): {detail}; set OPENAI_API_KEY or AGENTX_API_KEY"
+            ),
+            403 => format!("the model server refused access (403): {detail}"),
+            404 => format!(
+                "the model server answered 404 Not Found: {detail} (check AGENTX_BASE_URL and AGENTX_MODEL)"
+            ),
+            _ => format!("the model server answered {status}: {detail}"),
+        };
+        Self::Http {
+            status,
+            code,
+            param,
+            message,
+            retry_after,
+        }
+    }
+
+    /// The server no longer knows `previous_response_id`: start a new chain.
+    pub fn lost_response_id(&self) -> bool {
+        let Self::Http {
+            status,
+            code,
+            param,
+            message,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        if code.as_deref() == Some("previous_response_not_found") {
+            return true;
+        }
+        let lowered = message.to_lowercase();
+        matches!(status, 400 | 404)
+            && (param.as_deref() == Some("previous_response_id")
+                || lowered.contains("previous response")
+                || lowered.contains("previous_response_id"))
+    }
+
+    /// Worth another attempt after a pause.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Self::Http { status, code, .. } => {
+                let final_code = matches!(
+                    code.as_deref(),
+                    Some(
+                        "context_length_exceeded" | "insufficient_quota" | "invalid_request_error"
+                    )
+                );
+                !final_code && matches!(status, 408 | 409 | 429 | 500..=599)
+            }
+            Self::Connect(_) | Self::Stream(_) => true,
+            Self::Model { code, .. } => matches!(
+                code.as_deref(),
+                Some("server_error" | "rate_limit_exceeded" | "server_is_overloaded")
+            ),
+        }
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// `retry-after-ms`, else `Retry-After` in seconds.
+pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+    }
+    get("retry-after")
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|s| Duration::from_secs_f64(s.max(0.0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lost_ids_are_recognised_in_every_known_shape() {
+        let official = r#"{"error":{"type":"invalid_request_error","param":"previous_response_id","code":"previous_response_not_found","message":"Previous response with id 'resp_1' not found."}}"#;
+        assert!(ProviderError::from_http(400, official, None).lost_response_id());
+        let bare = r#"{"error":{"message":"Invalid `previous_response_id`."}}"#;
+        assert!(ProviderError::from_http(400, bare, None).lost_response_id());
+        let vllm = r#"{"error":{"message":"Previous response resp_1 not found"}}"#;
+        assert!(ProviderError::from_http(404, vllm, None).lost_response_id());
+        let other = r#"{"error":{"message":"bad input","param":"input"}}"#;
+        assert!(!ProviderError::from_http(400, other, None).lost_response_id());
+    }
+
+    #[test]
+    fn retry_classification() {
+        assert!(ProviderError::from_http(429, "{}", None).retryable());
+        assert!(ProviderError::from_http(503, "", None).retryable());
+        assert!(!ProviderError::from_http(400, "{}", None).retryable());
+        assert!(!ProviderError::from_http(401, "{}", None).retryable());
+        let quota = r#"{"error":{"code":"insufficient_quota","message":"x"}}"#;
+        assert!(!ProviderError::from_http(429, quota, None).retryable());
+    }
+}

@@ -1,0 +1,254 @@
+//! The OpenAI Responses API provider: builds `POST {base}/responses` bodies
+//! (streaming, stored, chained by `previous_response_id`) and reads the SSE stream.
+
+use std::time::Duration;
+
+use eventsource_stream::Eventsource as _;
+use futures_util::StreamExt as _;
+use serde_json::{Value, json};
+
+use agentx_shared::conversation::Usage;
+
+use super::provider::{Call, ModelReply, ProviderError, Settings};
+
+/// The function tool the model may call.
+pub fn shell_tool() -> Value {
+    json!({
+        "type": "function",
+        "name": "shell",
+        "description": "Run a shell command (sh -c) in the user's folder and return its exit code \
+                        and combined stdout/stderr (long output is cut in the middle).",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The command line to run."}
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        },
+        "strict": true
+    })
+}
+
+/// The request body for one model call.
+pub fn request_body(
+    settings: &Settings,
+    instructions: &str,
+    previous_response_id: Option<&str>,
+    input: Vec<Value>,
+) -> Value {
+    let mut body = json!({
+        "model": settings.model,
+        "instructions": instructions,
+        "input": input,
+        "tools": [shell_tool()],
+        "tool_choice": "auto",
+        "parallel_tool_calls": true,
+        "stream": true,
+        "store": true,
+    });
+    if let Some(id) = previous_response_id {
+        body["previous_response_id"] = json!(id);
+    }
+    body
+}
+
+/// Sends one request and streams the reply; `on_delta` sees text as it arrives.
+pub async fn call(
+    http: &reqwest::Client,
+    settings: &Settings,
+    body: &Value,
+    idle_timeout: Duration,
+    on_delta: &mut (dyn FnMut(&str) + Send),
+) -> Result<ModelReply, ProviderError> {
+    let url = format!("{}/responses", settings.base_url);
+    let mut request = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .body(body.to_string());
+    if let Some(key) = settings.api_key.as_deref().filter(|k| !k.is_empty()) {
+        request = request.bearer_auth(key);
+    }
+    let response = request
+        .send()
+        .await
+        .map_err(|e| ProviderError::from_reqwest(&settings.base_url, &e))?;
+    let status = response.status();
+    if !status.is_success() {
+        let retry_after = super::provider::retry_after(response.headers());
+        let text = response.text().await.unwrap_or_default();
+        return Err(ProviderError::from_http(
+            status.as_u16(),
+            &text,
+            retry_after,
+        ));
+    }
+
+    let mut events = response.bytes_stream().eventsource();
+    let mut reply = ModelReply::default();
+    let mut streamed_text = String::new();
+    let mut message_text: Option<String> = None;
+    loop {
+        let next = tokio::time::timeout(idle_timeout, events.next())
+            .await
+            .map_err(|_| {
+                ProviderError::Stream(format!(
+                    "no data from the model for {}s",
+                    idle_timeout.as_secs()
+                ))
+            })?;
+        let Some(event) = next else {
+            return Err(ProviderError::Stream(
+                "the stream ended before response.completed".into(),
+            ));
+        };
+        let event = event.map_err(|e| ProviderError::Stream(e.to_string()))?;
+        if event.data.trim().is_empty() || event.data.trim() == "[DONE]" {
+            continue;
+        }
+        let data: Value = match serde_json::from_str(&event.data) {
+            Ok(v) => v,
+            Err(e) => return Err(ProviderError::Stream(format!("unreadable event: {e}"))),
+        };
+        let kind = data["type"].as_str().unwrap_or(event.event.as_str());
+        match kind {
+            "response.created" | "response.in_progress" => {
+                if let Some(id) = data["response"]["id"].as_str() {
+                    reply.id = id.to_owned();
+                }
+            }
+            "response.output_text.delta" => {
+                if let Some(delta) = data["delta"].as_str() {
+                    streamed_text.push_str(delta);
+                    on_delta(delta);
+                }
+            }
+            "response.output_item.done" => {
+                let item = &data["item"];
+                match item["type"].as_str() {
+                    Some("function_call") => reply.calls.push(Call {
+                        call_id: item["call_id"].as_str().unwrap_or_default().to_owned(),
+                        name: item["name"].as_str().unwrap_or_default().to_owned(),
+                        arguments: item["arguments"].as_str().unwrap_or("{}").to_owned(),
+                    }),
+                    Some("message") => {
+                        let text: String = item["content"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter(|p| p["type"] == "output_text")
+                            .filter_map(|p| p["text"].as_str())
+                            .collect();
+                        message_text.get_or_insert_with(String::new).push_str(&text);
+                    }
+                    _ => {}
+                }
+            }
+            "response.completed" => {
+                let response = &data["response"];
+                if let Some(id) = response["id"].as_str() {
+                    reply.id = id.to_owned();
+                }
+                reply.usage = parse_usage(&response["usage"]);
+                reply.text = message_text.unwrap_or(streamed_text);
+                if reply.id.is_empty() {
+                    return Err(ProviderError::Stream(
+                        "response.completed carried no id".into(),
+                    ));
+                }
+                return Ok(reply);
+            }
+            "response.failed" | "response.incomplete" => {
+                let response = &data["response"];
+                let error = &response["error"];
+                let message = error["message"]
+                    .as_str()
+                    .or_else(|| response["incomplete_details"]["reason"].as_str())
+                    .unwrap_or(kind)
+                    .to_owned();
+                return Err(ProviderError::Model {
+                    code: error["code"].as_str().map(str::to_owned),
+                    message,
+                });
+            }
+            "error" => {
+                // Both shapes occur: flat {code, message} and nested {error: {...}}.
+                let inner = if data["error"].is_object() {
+                    &data["error"]
+                } else {
+                    &data
+                };
+                return Err(ProviderError::Model {
+                    code: inner["code"].as_str().map(str::to_owned),
+                    message: inner["message"]
+                        .as_str()
+                        .unwrap_or("unknown error")
+                        .to_owned(),
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Usage from a response object; missing or null details count as 0.
+pub fn parse_usage(u: &Value) -> Usage {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let input = n(&u["input_tokens"]);
+    let output = n(&u["output_tokens"]);
+    Usage {
+        input_tokens: input,
+        cached_tokens: n(&u["input_tokens_details"]["cached_tokens"]),
+        output_tokens: output,
+        reasoning_tokens: n(&u["output_tokens_details"]["reasoning_tokens"]),
+        total_tokens: u["total_tokens"].as_u64().unwrap_or(input + output),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_tolerates_missing_and_null_details() {
+        let u = parse_usage(
+            &json!({"input_tokens": 10, "output_tokens": 5, "total_tokens": 15,
+            "input_tokens_details": null}),
+        );
+        assert_eq!(
+            u,
+            Usage {
+                input_tokens: 10,
+                cached_tokens: 0,
+                output_tokens: 5,
+                reasoning_tokens: 0,
+                total_tokens: 15
+            }
+        );
+        let u = parse_usage(&json!({"input_tokens": 3, "output_tokens": 4}));
+        assert_eq!(u.total_tokens, 7);
+    }
+
+    #[test]
+    fn body_chains_and_always_carries_instructions_and_tools() {
+        let settings = Settings {
+            base_url: "http://x/v1".into(),
+            model: "m".into(),
+            api_key: None,
+        };
+        let body = request_body(
+            &settings,
+            "be brief",
+            Some("resp_1"),
+            vec![json!({"role":"user","content":"hi"})],
+        );
+        assert_eq!(body["previous_response_id"], "resp_1");
+        assert_eq!(body["instructions"], "be brief");
+        assert_eq!(body["store"], true);
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["tools"][0]["strict"], true);
+        let first = request_body(&settings, "x", None, vec![]);
+        assert!(first.get("previous_response_id").is_none());
+    }
+}

@@ -1,0 +1,244 @@
+//! The `shell` tool: runs `sh -c COMMAND` in the conversation's folder with a
+//! timeout, capturing combined output bounded to its head and tail.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt as _;
+use tokio::sync::watch;
+
+/// Output kept from each end of a long output.
+const KEEP_HEAD: usize = 16 * 1024;
+const KEEP_TAIL: usize = 16 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub exit_code: Option<i32>,
+    pub output: String,
+    pub timed_out: bool,
+    pub cancelled: bool,
+}
+
+impl Outcome {
+    /// What the model is told.
+    pub fn for_model(&self) -> String {
+        let status = if self.timed_out {
+            "timed out (killed)".to_owned()
+        } else if self.cancelled {
+            "cancelled by the user (killed)".to_owned()
+        } else {
+            match self.exit_code {
+                Some(code) => format!("exit code {code}"),
+                None => "killed by a signal".to_owned(),
+            }
+        };
+        format!("{status}\n{}", self.output)
+    }
+}
+
+/// Keeps the first and last bytes of a stream, counting what it drops.
+struct Bounded {
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    dropped: usize,
+}
+
+impl Bounded {
+    fn new() -> Self {
+        Self {
+            head: Vec::new(),
+            tail: std::collections::VecDeque::new(),
+            dropped: 0,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        if self.head.len() < KEEP_HEAD {
+            let take = (KEEP_HEAD - self.head.len()).min(bytes.len());
+            self.head.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+        }
+        self.tail.extend(bytes);
+        let excess = self.tail.len().saturating_sub(KEEP_TAIL);
+        if excess > 0 {
+            self.tail.drain(..excess);
+            self.dropped += excess;
+        }
+    }
+
+    fn finish(self) -> String {
+        let mut text = String::from_utf8_lossy(&self.head).into_owned();
+        if self.dropped > 0 {
+            text.push_str(&format!("\n… [{} bytes omitted] …\n", self.dropped));
+        }
+        let tail: Vec<u8> = self.tail.into_iter().collect();
+        text.push_str(&String::from_utf8_lossy(&tail));
+        text
+    }
+}
+
+/// Runs the command; a `true` on `cancel` kills it.
+pub async fn run(
+    command: &str,
+    cwd: &Path,
+    timeout: Duration,
+    mut cancel: watch::Receiver<bool>,
+) -> std::io::Result<Outcome> {
+    let (reader, writer) = std::io::pipe()?;
+    let writer_err = writer.try_clone()?;
+    let mut child = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(writer_err))
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()?;
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok());
+    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into())?;
+
+    let mut output = Bounded::new();
+    let mut buf = vec![0u8; 8192];
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut timed_out = false;
+    let mut cancelled = false;
+    let mut status = None;
+    let mut eof = false;
+    while !(eof && status.is_some()) {
+        tokio::select! {
+            read = pipe.read(&mut buf), if !eof => match read {
+                Ok(0) | Err(_) => eof = true,
+                Ok(n) => output.push(&buf[..n]),
+            },
+            exit = child.wait(), if status.is_none() => {
+                status = Some(exit?);
+                // Background children may hold the pipe open: give the
+                // output a moment to drain, then stop reading.
+                if !eof {
+                    let grace = tokio::time::sleep(Duration::from_millis(200));
+                    tokio::pin!(grace);
+                    loop {
+                        tokio::select! {
+                            read = pipe.read(&mut buf) => match read {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => output.push(&buf[..n]),
+                            },
+                            () = &mut grace => break,
+                        }
+                    }
+                    eof = true;
+                }
+            },
+            () = tokio::time::sleep_until(deadline), if status.is_none() => {
+                timed_out = true;
+                kill_group(pgid);
+            },
+            changed = cancel.changed(), if status.is_none() && !cancelled => {
+                if changed.is_err() || *cancel.borrow() {
+                    cancelled = true;
+                    kill_group(pgid);
+                }
+            },
+        }
+    }
+    let exit_code = status.and_then(|s| s.code());
+    Ok(Outcome {
+        exit_code,
+        output: output.finish(),
+        timed_out,
+        cancelled,
+    })
+}
+
+fn kill_group(pgid: Option<i32>) {
+    if let Some(pgid) = pgid {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pgid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_cancel() -> watch::Receiver<bool> {
+        let (tx, rx) = watch::channel(false);
+        std::mem::forget(tx);
+        rx
+    }
+
+    #[tokio::test]
+    async fn captures_exit_code_and_interleaved_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(
+            "echo out; echo err >&2; exit 3",
+            dir.path(),
+            Duration::from_secs(5),
+            no_cancel(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.exit_code, Some(3));
+        assert_eq!(out.output, "out\nerr\n");
+        let out = run("pwd", dir.path(), Duration::from_secs(5), no_cancel())
+            .await
+            .unwrap();
+        assert_eq!(
+            out.output.trim(),
+            std::fs::canonicalize(dir.path()).unwrap().to_str().unwrap()
+        );
+    }
+
+    #[tokio::test]
+    async fn long_output_keeps_head_and_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(
+            "seq 1 100000",
+            dir.path(),
+            Duration::from_secs(10),
+            no_cancel(),
+        )
+        .await
+        .unwrap();
+        assert!(out.output.starts_with("1\n2\n3\n"));
+        assert!(out.output.ends_with("99999\n100000\n"));
+        assert!(out.output.contains("bytes omitted"));
+        assert!(out.output.len() < KEEP_HEAD + KEEP_TAIL + 100);
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_process_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = std::time::Instant::now();
+        let out = run(
+            "sleep 30 & sleep 30",
+            dir.path(),
+            Duration::from_millis(300),
+            no_cancel(),
+        )
+        .await
+        .unwrap();
+        assert!(out.timed_out);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(out.for_model().starts_with("timed out"));
+    }
+
+    #[tokio::test]
+    async fn cancel_kills_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, rx) = watch::channel(false);
+        let task = tokio::spawn({
+            let dir = dir.path().to_path_buf();
+            async move { run("sleep 30", &dir, Duration::from_secs(60), rx).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.send(true).unwrap();
+        let out = task.await.unwrap().unwrap();
+        assert!(out.cancelled);
+    }
+}

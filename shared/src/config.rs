@@ -1,0 +1,172 @@
+//! User configuration: `<profile>/config.toml` overlaid by the environment
+//! (`AGENTX_PROVIDER`, `AGENTX_BASE_URL`, `AGENTX_MODEL`, `OPENAI_API_KEY`/`AGENTX_API_KEY`).
+
+use std::path::Path;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+pub const DEFAULT_MODEL: &str = "gpt-5.1";
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid: {message}")]
+    Parse { path: String, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    Responses,
+    Chat,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Responses => "responses",
+            Self::Chat => "chat",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "responses" => Some(Self::Responses),
+            "chat" => Some(Self::Chat),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalMode {
+    Ask,
+    Auto,
+    Never,
+}
+
+/// The file's shape; every field optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    provider: Option<ProviderKind>,
+    base_url: Option<String>,
+    model: Option<String>,
+    approval: Option<ApprovalMode>,
+    instructions: Option<String>,
+    shell_timeout_secs: Option<u64>,
+}
+
+/// The effective configuration of one `agentx` invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub provider: ProviderKind,
+    pub base_url: String,
+    pub model: String,
+    /// From the environment only: keys are never read from or written to files.
+    pub api_key: Option<String>,
+    pub approval: Option<ApprovalMode>,
+    pub instructions: Option<String>,
+    pub shell_timeout_secs: Option<u64>,
+}
+
+impl Config {
+    /// Reads `path` (a missing file is fine) and applies the environment.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let file = match std::fs::read_to_string(path) {
+            Ok(text) => toml::from_str::<File>(&text).map_err(|e| ConfigError::Parse {
+                path: path.display().to_string(),
+                message: e.message().to_owned(),
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => File::default(),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                });
+            }
+        };
+        Self::from_parts(file, |k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    }
+
+    fn from_parts(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let provider = match env("AGENTX_PROVIDER") {
+            Some(p) => ProviderKind::parse(&p).ok_or_else(|| {
+                ConfigError::Invalid(format!("AGENTX_PROVIDER={p} is not `responses` or `chat`"))
+            })?,
+            None => file.provider.unwrap_or(ProviderKind::Responses),
+        };
+        let base_url = env("AGENTX_BASE_URL")
+            .or(file.base_url)
+            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        let base_url = base_url.trim_end_matches('/').to_owned();
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Err(ConfigError::Invalid(format!(
+                "base URL {base_url:?} must start with http:// or https:// (AGENTX_BASE_URL or base_url in config.toml)"
+            )));
+        }
+        Ok(Self {
+            provider,
+            base_url,
+            model: env("AGENTX_MODEL")
+                .or(file.model)
+                .unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
+            api_key: env("AGENTX_API_KEY").or_else(|| env("OPENAI_API_KEY")),
+            approval: file.approval,
+            instructions: file.instructions,
+            shell_timeout_secs: file.shell_timeout_secs,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn load(toml_text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let file: File = toml::from_str(toml_text).unwrap();
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        Config::from_parts(file, |k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let c = load(
+            "model = \"file-model\"\nbase_url = \"http://file/v1/\"\napproval = \"never\"",
+            &[("AGENTX_MODEL", "env-model"), ("OPENAI_API_KEY", "sk-1")],
+        )
+        .unwrap();
+        assert_eq!(c.model, "env-model");
+        assert_eq!(c.base_url, "http://file/v1");
+        assert_eq!(c.api_key.as_deref(), Some("sk-1"));
+        assert_eq!(c.approval, Some(ApprovalMode::Never));
+        assert_eq!(c.provider, ProviderKind::Responses);
+    }
+
+    #[test]
+    fn agentx_api_key_wins_and_bad_values_are_named() {
+        let c = load("", &[("OPENAI_API_KEY", "a"), ("AGENTX_API_KEY", "b")]).unwrap();
+        assert_eq!(c.api_key.as_deref(), Some("b"));
+        let err = load("", &[("AGENTX_PROVIDER", "soap")]).unwrap_err();
+        assert!(err.to_string().contains("AGENTX_PROVIDER"));
+        let err = load("", &[("AGENTX_BASE_URL", "ftp://x")]).unwrap_err();
+        assert!(err.to_string().contains("AGENTX_BASE_URL"));
+    }
+
+    #[test]
+    fn unknown_keys_in_the_file_are_refused() {
+        assert!(toml::from_str::<File>("api_key = \"sk\"").is_err());
+    }
+}

@@ -1,0 +1,159 @@
+//! Conversation domain types both binaries use: transcript items, token
+//! usage, pending tool calls — plus their conversions to and from the wire.
+
+use serde::{Deserialize, Serialize};
+
+use crate::proto;
+
+/// Token usage totals (or one response's usage).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub cached_tokens: u64,
+    pub output_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.cached_tokens += other.cached_tokens;
+        self.output_tokens += other.output_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+impl From<Usage> for proto::Usage {
+    fn from(u: Usage) -> Self {
+        Self {
+            input_tokens: u.input_tokens,
+            cached_tokens: u.cached_tokens,
+            output_tokens: u.output_tokens,
+            reasoning_tokens: u.reasoning_tokens,
+            total_tokens: u.total_tokens,
+        }
+    }
+}
+
+impl From<&proto::Usage> for Usage {
+    fn from(u: &proto::Usage) -> Self {
+        Self {
+            input_tokens: u.input_tokens,
+            cached_tokens: u.cached_tokens,
+            output_tokens: u.output_tokens,
+            reasoning_tokens: u.reasoning_tokens,
+            total_tokens: u.total_tokens,
+        }
+    }
+}
+
+/// One entry of the local transcript — the conversation's source of truth.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Item {
+    User {
+        text: String,
+    },
+    Assistant {
+        text: String,
+    },
+    FunctionCall {
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
+    FunctionOutput {
+        call_id: String,
+        output: String,
+    },
+}
+
+/// How far an interrupted tool call got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallState {
+    NotStarted,
+    Running,
+    Finished,
+}
+
+/// A tool call the model asked for that has not been answered yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingCall {
+    pub call_id: String,
+    pub name: String,
+    pub arguments: String,
+    pub state: CallState,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub output: String,
+}
+
+impl From<&PendingCall> for proto::PendingToolCall {
+    fn from(c: &PendingCall) -> Self {
+        let state = match c.state {
+            CallState::NotStarted => proto::ToolCallState::NotStarted,
+            CallState::Running => proto::ToolCallState::Running,
+            CallState::Finished => proto::ToolCallState::Finished,
+        };
+        Self {
+            call_id: c.call_id.clone(),
+            name: c.name.clone(),
+            arguments: c.arguments.clone(),
+            state: state as i32,
+            exit_code: c.exit_code,
+            output: c.output.clone(),
+        }
+    }
+}
+
+impl PendingCall {
+    /// The state name used in JSON output.
+    pub fn state_name(state: i32) -> &'static str {
+        match proto::ToolCallState::try_from(state) {
+            Ok(proto::ToolCallState::NotStarted) => "not_started",
+            Ok(proto::ToolCallState::Running) => "running",
+            Ok(proto::ToolCallState::Finished) => "finished",
+            _ => "unknown",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_serialize_with_a_type_tag() {
+        let item = Item::FunctionCall {
+            call_id: "call_1".into(),
+            name: "shell".into(),
+            arguments: "{}".into(),
+        };
+        let json = serde_json::to_string(&item).unwrap();
+        assert_eq!(
+            json,
+            r#"{"type":"function_call","call_id":"call_1","name":"shell","arguments":"{}"}"#
+        );
+        assert_eq!(serde_json::from_str::<Item>(&json).unwrap(), item);
+    }
+
+    #[test]
+    fn usage_adds_up() {
+        let mut total = Usage::default();
+        let one = Usage {
+            input_tokens: 10,
+            cached_tokens: 2,
+            output_tokens: 5,
+            reasoning_tokens: 1,
+            total_tokens: 15,
+        };
+        total.add(&one);
+        total.add(&one);
+        assert_eq!(total.total_tokens, 30);
+        assert_eq!(Usage::from(&proto::Usage::from(total)), total);
+    }
+}
