@@ -63,7 +63,7 @@ pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<
                 ui.info(&format!("» {}: {shown}", call.name));
             }
             Some(Event::ApprovalRequest(request)) => {
-                let decision = ask_approval(ui, &request.command);
+                let decision = ask_approval(ui);
                 if decision == approval_decision::Decision::Unspecified {
                     cancelled = true;
                     let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
@@ -115,11 +115,10 @@ fn command_of(arguments: &str) -> Option<String> {
 }
 
 /// Asks y / n / always; `Unspecified` means the user interrupted.
-fn ask_approval(ui: &mut Ui, command: &str) -> approval_decision::Decision {
+fn ask_approval(ui: &mut Ui) -> approval_decision::Decision {
     use approval_decision::Decision;
     ui.stop_waiting();
     ui.end_text();
-    eprintln!("agentx wants to run: {command}");
     loop {
         match ui.read_line("run it? [y]es / [n]o / [a]lways for this conversation: ") {
             Line::Text(answer) => match answer.trim().to_lowercase().as_str() {

@@ -77,6 +77,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let store = Store::new(config.profile.sessions_dir());
     let http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
+        .tcp_nodelay(true)
         .build()
         .context("cannot set up the HTTP client")?;
     let engine = Arc::new(Engine { http });

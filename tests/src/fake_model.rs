@@ -151,6 +151,8 @@ struct FakeState {
     next_response: u64,
     next_item: u64,
     event_delay: Duration,
+    /// Benchmark mode: constant work per request (see [`FakeModel::set_lean`]).
+    lean: bool,
     open_streams: usize,
     completed: usize,
 }
@@ -183,8 +185,14 @@ impl FakeModel {
                     .build()
                     .expect("tokio runtime");
                 rt.block_on(async move {
-                    let listener =
-                        tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+                    use axum::serve::ListenerExt as _;
+                    // Real providers disable Nagle; without it every small SSE
+                    // write waits on the client's delayed ACK (~40 ms).
+                    let listener = tokio::net::TcpListener::from_std(listener)
+                        .expect("tokio listener")
+                        .tap_io(|tcp| {
+                            let _ = tcp.set_nodelay(true);
+                        });
                     tokio::select! {
                         result = axum::serve(listener, app) => {
                             if let Err(e) = result {
@@ -263,6 +271,13 @@ impl FakeModel {
     }
 
     /// Sleep between SSE events (default 0).
+    /// Benchmark mode: no schema check, no request log, no chain walk —
+    /// every request costs the same however long the conversation is, and
+    /// the reply is always `ok`. Unknown previous ids still get the 400.
+    pub fn set_lean(&self, lean: bool) {
+        self.shared.lock().lean = lean;
+    }
+
     pub fn set_event_delay(&self, d: Duration) {
         self.shared.lock().event_delay = d;
     }
@@ -337,7 +352,9 @@ async fn handle(
     } else {
         serde_json::from_slice(&body).map_err(|e| e.to_string())
     };
+    let lean = shared.lock().lean;
     let (body_value, schema_errors) = match &parsed {
+        Ok(_) if lean => (Value::Null, Vec::new()),
         Ok(v) if is_responses => (
             v.clone(),
             validate_create_response(v).err().unwrap_or_default(),
@@ -349,13 +366,15 @@ async fn handle(
         ),
     };
     let mut state = shared.lock();
-    state.requests.push(RecordedRequest {
-        method: method.to_string(),
-        path: path.clone(),
-        headers,
-        body: body_value,
-        schema_errors: schema_errors.clone(),
-    });
+    if !lean {
+        state.requests.push(RecordedRequest {
+            method: method.to_string(),
+            path: path.clone(),
+            headers,
+            body: body_value,
+            schema_errors: schema_errors.clone(),
+        });
+    }
     if !is_responses {
         return json_response(
             StatusCode::NOT_FOUND,
@@ -530,81 +549,94 @@ fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan, Box<Respon
         .and_then(Value::as_str)
         .map(str::to_owned);
 
-    // The chain, newest first.
-    let mut chain: Vec<&Stored> = Vec::new();
-    if let Some(prev) = &previous {
-        let Some(mut stored) = state.responses.get(prev) else {
+    let default_text = if state.lean {
+        if let Some(prev) = &previous
+            && !state.responses.contains_key(prev)
+        {
             return Err(reject(
                 Some("previous_response_id"),
                 Some("previous_response_not_found"),
                 &format!("Previous response with id '{prev}' not found."),
             ));
-        };
-        loop {
-            chain.push(stored);
-            match stored
-                .previous
-                .as_ref()
-                .and_then(|p| state.responses.get(p))
-            {
-                Some(older) => stored = older,
-                None => break,
+        }
+        "ok".to_owned()
+    } else {
+        // The chain, newest first.
+        let mut chain: Vec<&Stored> = Vec::new();
+        if let Some(prev) = &previous {
+            let Some(mut stored) = state.responses.get(prev) else {
+                return Err(reject(
+                    Some("previous_response_id"),
+                    Some("previous_response_not_found"),
+                    &format!("Previous response with id '{prev}' not found."),
+                ));
+            };
+            loop {
+                chain.push(stored);
+                match stored
+                    .previous
+                    .as_ref()
+                    .and_then(|p| state.responses.get(p))
+                {
+                    Some(older) => stored = older,
+                    None => break,
+                }
             }
         }
-    }
 
-    // Every call the model made last time, or that this input replays,
-    // needs its output in this input.
-    let outputs: Vec<String> = call_ids(&input, "function_call_output");
-    let output_set: HashSet<&str> = outputs.iter().map(String::as_str).collect();
-    let last_output = chain
-        .first()
-        .map(|s| s.output.as_slice())
-        .unwrap_or_default();
-    for call in call_ids(last_output.iter().chain(&input), "function_call") {
-        if !output_set.contains(call.as_str()) {
-            return Err(reject(
-                Some("input"),
-                None,
-                &format!("No tool output found for function call {call}."),
-            ));
+        // Every call the model made last time, or that this input replays,
+        // needs its output in this input.
+        let outputs: Vec<String> = call_ids(&input, "function_call_output");
+        let output_set: HashSet<&str> = outputs.iter().map(String::as_str).collect();
+        let last_output = chain
+            .first()
+            .map(|s| s.output.as_slice())
+            .unwrap_or_default();
+        for call in call_ids(last_output.iter().chain(&input), "function_call") {
+            if !output_set.contains(call.as_str()) {
+                return Err(reject(
+                    Some("input"),
+                    None,
+                    &format!("No tool output found for function call {call}."),
+                ));
+            }
         }
-    }
-    // Every output needs its call somewhere in the conversation.
-    let known_calls: HashSet<String> = call_ids(
-        chain
-            .iter()
-            .flat_map(|s| s.input.iter().chain(&s.output))
-            .chain(&input),
-        "function_call",
-    )
-    .into_iter()
-    .collect();
-    for output in &outputs {
-        if !known_calls.contains(output) {
-            return Err(reject(
-                Some("input"),
-                None,
-                &format!("No tool call found for function call output with call_id {output}."),
-            ));
+        // Every output needs its call somewhere in the conversation.
+        let known_calls: HashSet<String> = call_ids(
+            chain
+                .iter()
+                .flat_map(|s| s.input.iter().chain(&s.output))
+                .chain(&input),
+            "function_call",
+        )
+        .into_iter()
+        .collect();
+        for output in &outputs {
+            if !known_calls.contains(output) {
+                return Err(reject(
+                    Some("input"),
+                    None,
+                    &format!("No tool call found for function call output with call_id {output}."),
+                ));
+            }
         }
-    }
 
-    // The default reply: echo the last user text, count the user turns.
-    let user_texts = |items: &[Value]| items.iter().filter_map(user_text).collect::<Vec<_>>();
-    let mut turns = user_texts(&input).len();
-    let mut last_user = user_texts(&input).pop();
-    for stored in &chain {
-        let texts = user_texts(&stored.input);
-        turns += texts.len();
-        if last_user.is_none() {
-            last_user = texts.last().cloned();
+        // The default reply: echo the last user text, count the user turns.
+        let user_texts = |items: &[Value]| items.iter().filter_map(user_text).collect::<Vec<_>>();
+        let mut turns = user_texts(&input).len();
+        let mut last_user = user_texts(&input).pop();
+        for stored in &chain {
+            let texts = user_texts(&stored.input);
+            turns += texts.len();
+            if last_user.is_none() {
+                last_user = texts.last().cloned();
+            }
         }
-    }
-    let default_text = format!(
-        "echo: {} [turns seen: {turns}]",
-        last_user.unwrap_or_default()
-    );
+        format!(
+            "echo: {} [turns seen: {turns}]",
+            last_user.unwrap_or_default()
+        )
+    };
 
     state.next_response += 1;
     let id = format!("resp_{}", state.next_response);
