@@ -46,6 +46,18 @@ pub struct Global {
     /// Approve every tool call (same as --approval auto).
     #[arg(long, global = true)]
     pub auto: bool,
+
+    /// When the last turn was interrupted and no terminal can ask: continue
+    /// it, retry its message, or start a new conversation.
+    #[arg(long, global = true, value_enum, value_name = "ACTION")]
+    pub on_pending: Option<OnPending>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnPending {
+    Continue,
+    Retry,
+    New,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -88,6 +100,12 @@ pub enum Command {
         index: Option<u32>,
         #[arg(long, conflicts_with = "index")]
         undo: bool,
+    },
+    /// Settle the last failed or interrupted turn: send it again.
+    Retry {
+        /// Forget the server-side chain and resend the whole saved conversation.
+        #[arg(long)]
+        new_chain: bool,
     },
     /// Delete the current conversation's stored state and start fresh.
     Clear {

@@ -101,15 +101,11 @@ async fn run(cli: Cli) -> CliResult<()> {
         Command::Exec { .. } => {
             commands::pending::run(&ctx.daemon, ctx.scope.clone(), Call::Oneshot, "one-shots").await
         }
-        Command::Checkpoints { .. } | Command::Rollback { .. } => {
-            commands::pending::run(
-                &ctx.daemon,
-                ctx.scope.clone(),
-                Call::Checkpoints,
-                "checkpoints",
-            )
-            .await
+        Command::Checkpoints { json } => commands::checkpoints::checkpoints(&ctx, json).await,
+        Command::Rollback { index, undo } => {
+            commands::checkpoints::rollback_command(&ctx, index, undo).await
         }
+        Command::Retry { new_chain } => repl::retry(&ctx, new_chain).await,
         Command::Snapshots { .. }
         | Command::Snapshot { .. }
         | Command::Undo { .. }

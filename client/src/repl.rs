@@ -1,44 +1,71 @@
-//! The chat loop: opens (or resumes) a conversation, then reads messages,
-//! slash commands and `!commands` until /exit or end of input.
+//! The chat loop: opens (or resumes) a conversation — settling an
+//! interrupted turn first — then reads messages, slash commands and
+//! `!commands` until /exit or end of input.
 
 use std::io::{Read as _, Write as _};
 use std::process::Stdio;
 
+use agentx_shared::config::Config;
 use agentx_shared::proto::{
-    AppendShellTranscriptRequest, ApprovalPolicy, OpenSessionRequest, SessionSummary, TurnStart,
-    open_session_request::Target,
+    AppendShellTranscriptRequest, ApprovalPolicy, FailedResponse, OpenSessionRequest, Resolve,
+    SessionSummary, TurnStart, TurnStatus, open_session_request::Target,
 };
 
+use crate::cli::OnPending;
+use crate::commands::checkpoints::{self, Pick};
 use crate::commands::sessions;
 use crate::context::{Ctx, provider_settings};
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, Exit};
 use crate::turn;
 use crate::ui::{Line, Ui};
 
 const HELP: &str = "\
 messages are sent to the model; lines starting with / are commands:
-  /new            start a new conversation (the old one stays listed)
-  /resume [N]     list conversations, or continue the Nth (1 = newest)
-  /status         this conversation's state
-  /clear          delete this conversation's stored state and start fresh
-  /help           this list
-  /exit           leave (also Ctrl-D)
-  !COMMAND        run COMMAND here in your terminal; its output goes with your next message";
+  /new              start a new conversation (the old one stays listed)
+  /resume [N]       list conversations, or continue the Nth (1 = newest)
+  /status           this conversation's state
+  /checkpoints      this conversation's checkpoints (1 = newest)
+  /rollback [N]     restore a checkpoint (a picker without N); files are untouched
+  /rollback undo    revert the last rollback
+  /retry            send the last failed or interrupted turn again
+  /retry new-chain  ... starting a new server-side chain from the saved conversation
+  /clear            delete this conversation's stored state and start fresh
+  /help             this list
+  /exit             leave (also Ctrl-D)
+  !COMMAND          run COMMAND here in your terminal; its output goes with your next message";
 
 /// Largest `!command` output kept for the model.
 const MAX_LOCAL_OUTPUT: usize = 16 * 1024;
 
+/// The chat session's state on the client side.
+struct Chat<'a> {
+    ctx: &'a Ctx,
+    config: Config,
+    policy: ApprovalPolicy,
+    session: SessionSummary,
+    ui: Ui,
+    failures: u32,
+}
+
 pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
     let config = ctx.config()?;
-    let mut ui = Ui::new();
-    let mut session = open(ctx, target, &mut ui).await?;
     let policy = ctx.approval(&config, ApprovalPolicy::Ask);
-    let mut failures = 0u32;
-    if ui.interactive {
+    let mut ui = Ui::new();
+    let opened = open(ctx, target, &mut ui).await?;
+    let mut chat = Chat {
+        ctx,
+        config,
+        policy,
+        session: opened.session.clone(),
+        ui,
+        failures: 0,
+    };
+    chat.settle(opened).await?;
+    if chat.ui.interactive {
         eprintln!("/help for commands, Ctrl-D to leave");
     }
     loop {
-        let line = match ui.read_line("› ") {
+        let line = match chat.ui.read_line("› ") {
             Line::Text(line) => line,
             Line::Interrupted => continue,
             Line::Eof => break,
@@ -47,30 +74,88 @@ pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
         if line.is_empty() {
             continue;
         }
-        if let Some(command) = line.strip_prefix('/') {
-            match slash(ctx, command, &mut session, &mut ui).await {
-                Ok(Flow::Continue) => {}
+        let result = if let Some(command) = line.strip_prefix('/') {
+            match chat.slash(command).await {
                 Ok(Flow::Exit) => break,
-                Err(err) => {
-                    failures += 1;
-                    ui.info(&format!("agentx: {err}"));
-                }
+                other => other.map(drop),
             }
-            continue;
-        }
-        if let Some(command) = line.strip_prefix('!') {
-            if let Err(err) = local_shell(ctx, &session, command.trim(), ui.interactive).await {
-                failures += 1;
-                ui.info(&format!("agentx: {err}"));
+        } else if let Some(command) = line.strip_prefix('!') {
+            chat.local_shell(command.trim()).await
+        } else {
+            chat.turn(Some(line), Resolve::None).await
+        };
+        match result {
+            Ok(()) => {}
+            Err(err) if err.exit == Exit::Unreachable => return Err(err),
+            Err(err) => {
+                chat.failures += 1;
+                chat.ui.info(&format!("agentx: {err}"));
             }
-            continue;
         }
+    }
+    if chat.failures > 0 && !chat.ui.interactive {
+        return Err(CliError::failed(String::new()));
+    }
+    Ok(())
+}
+
+/// `agentx retry [--new-chain]`: settles the last turn outside the REPL.
+pub async fn retry(ctx: &Ctx, new_chain: bool) -> CliResult<()> {
+    let config = ctx.config()?;
+    let policy = ctx.approval(&config, ApprovalPolicy::Never);
+    let status = sessions::fetch_status(ctx, "").await?;
+    if status.session_id.is_empty() {
+        return Err(CliError::failed("this folder has no conversation to retry"));
+    }
+    let resolve = if new_chain {
+        Resolve::NewChain
+    } else if status.failed.is_some() {
+        Resolve::RetryRequest
+    } else if status.interrupted.is_some() || !status.pending_tool_calls.is_empty() {
+        Resolve::RetryMessage
+    } else {
+        return Err(CliError::failed(
+            "the last turn succeeded: there is nothing to retry",
+        ));
+    };
+    let session = SessionSummary {
+        id: status.session_id.clone(),
+        ..SessionSummary::default()
+    };
+    let mut chat = Chat {
+        ctx,
+        config,
+        policy,
+        session,
+        ui: Ui::new(),
+        failures: 0,
+    };
+    chat.turn(None, resolve).await
+}
+
+enum Flow {
+    Continue,
+    Exit,
+}
+
+/// What opening a conversation told us.
+struct Opened {
+    session: SessionSummary,
+    interrupted: Option<FailedResponse>,
+    failed: Option<FailedResponse>,
+    pending: usize,
+}
+
+impl Chat<'_> {
+    /// Runs one turn: a message, or a retry/continue of the last one.
+    async fn turn(&mut self, message: Option<&str>, resolve: Resolve) -> CliResult<()> {
+        let config = &self.config;
         let start = TurnStart {
-            scope: ctx.scope(),
-            session_id: session.id.clone(),
-            message: line.to_owned(),
-            approval: policy as i32,
-            provider: Some(provider_settings(&config)),
+            scope: self.ctx.scope(),
+            session_id: self.session.id.clone(),
+            message: message.unwrap_or_default().to_owned(),
+            approval: self.policy as i32,
+            provider: Some(provider_settings(config)),
             oneshot: false,
             client_pid: std::process::id(),
             local_shell_transcript: String::new(),
@@ -79,87 +164,257 @@ pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
                 .shell_timeout_secs
                 .and_then(|s| u32::try_from(s).ok())
                 .unwrap_or(0),
+            resolve: resolve as i32,
         };
-        match turn::run(&ctx.channel(), start, &mut ui).await {
-            Ok(finished) => {
-                if let Err(err) = turn::check(&finished) {
-                    failures += 1;
-                    ui.info(&format!("agentx: {err}"));
+        let finished = turn::run(&self.ctx.channel(), start, &mut self.ui).await?;
+        if finished.status == TurnStatus::Failed as i32 && self.ui.interactive {
+            self.ui
+                .info(&format!("agentx: the turn failed: {}", finished.error));
+            return self.offer_recovery().await;
+        }
+        if finished.status == TurnStatus::Failed as i32 {
+            return Err(CliError::failed(format!(
+                "the turn failed: {} (agentx retry, agentx retry --new-chain, agentx rollback or \
+                 agentx clear settle it)",
+                finished.error
+            )));
+        }
+        turn::check(&finished)
+    }
+
+    /// After a failed turn at a terminal: retry, new chain, rollback, clear, or go on.
+    async fn offer_recovery(&mut self) -> CliResult<()> {
+        self.failures += 1;
+        loop {
+            let answer = match self
+                .ui
+                .read_line("[r]etry, [n]ew chain, roll[b]ack, [c]lear, or Enter to go on: ")
+            {
+                Line::Text(t) => t.trim().to_lowercase(),
+                Line::Interrupted | Line::Eof => return Ok(()),
+            };
+            return match answer.as_str() {
+                "" => Ok(()),
+                "r" | "retry" => Box::pin(self.turn(None, Resolve::RetryRequest)).await,
+                "n" | "new chain" => Box::pin(self.turn(None, Resolve::NewChain)).await,
+                "b" | "rollback" => self.rollback(Pick::Choose).await,
+                "c" | "clear" => self.clear().await,
+                _ => {
+                    eprintln!("please answer r, n, b, c or Enter");
+                    continue;
+                }
+            };
+        }
+    }
+
+    /// An interrupted turn must be settled before the chat goes on.
+    async fn settle(&mut self, opened: Opened) -> CliResult<()> {
+        if let Some(failed) = &opened.failed {
+            self.ui.info(&format!(
+                "agentx: the last turn failed: {} — /retry sends it again, /retry new-chain \
+                 starts a new chain, /rollback or /clear drop it",
+                failed.message
+            ));
+        }
+        let Some(interrupted) = opened.interrupted else {
+            return Ok(());
+        };
+        self.ui.info(&format!(
+            "agentx: the last turn was interrupted: {}; {} tool call(s) unanswered",
+            interrupted.message, opened.pending
+        ));
+        let choice = if self.ui.interactive {
+            loop {
+                match self.ui.read_line(
+                    "[c]ontinue it, [r]etry its message, or start a [n]ew conversation: ",
+                ) {
+                    Line::Text(t) => match t.trim().to_lowercase().as_str() {
+                        "c" | "continue" => break OnPending::Continue,
+                        "r" | "retry" => break OnPending::Retry,
+                        "n" | "new" => break OnPending::New,
+                        _ => eprintln!("please answer c, r or n"),
+                    },
+                    Line::Interrupted | Line::Eof => {
+                        return Err(CliError::failed("the interrupted turn was left as it is"));
+                    }
                 }
             }
-            // A lost daemon ends the REPL with exit 3; other errors are shown.
-            Err(err) if err.exit == crate::error::Exit::Unreachable => return Err(err),
-            Err(err) => {
-                failures += 1;
-                ui.info(&format!("agentx: {err}"));
+        } else {
+            self.ctx.global.on_pending.ok_or_else(|| {
+                CliError::failed(
+                    "the last turn in this conversation was interrupted: choose with \
+                     --on-pending continue|retry|new (or run agentx in a terminal to be asked)",
+                )
+            })?
+        };
+        match choice {
+            OnPending::Continue => self.turn(None, Resolve::Continue).await,
+            OnPending::Retry => self.turn(None, Resolve::RetryMessage).await,
+            OnPending::New => {
+                let opened = open(self.ctx, Target::New(true), &mut self.ui).await?;
+                self.session = opened.session;
+                Ok(())
             }
         }
     }
-    if failures > 0 && !ui.interactive {
-        return Err(CliError::failed(String::new()));
-    }
-    Ok(())
-}
 
-enum Flow {
-    Continue,
-    Exit,
-}
-
-async fn slash(
-    ctx: &Ctx,
-    command: &str,
-    session: &mut SessionSummary,
-    ui: &mut Ui,
-) -> CliResult<Flow> {
-    let mut words = command.split_whitespace();
-    let name = words.next().unwrap_or("");
-    let arg = words.next();
-    match (name, arg) {
-        ("exit" | "quit" | "q", _) => return Ok(Flow::Exit),
-        ("help" | "?", _) => println!("{HELP}"),
-        ("new", _) => *session = open(ctx, Target::New(true), ui).await?,
-        ("resume", None) => {
-            let list = sessions::list(ctx).await?;
-            sessions::print_list(&list);
-            if !list.is_empty() {
-                println!("/resume N continues conversation N");
-            }
+    async fn rollback(&mut self, pick: Pick) -> CliResult<()> {
+        match checkpoints::rollback(self.ctx, &self.session.id, pick).await? {
+            None => println!("nothing changed"),
+            Some(status) => println!("{}", checkpoints::describe(&status)),
         }
-        ("resume", Some(n)) => {
-            let index = n
-                .parse::<u32>()
-                .map_err(|_| CliError::usage(format!("/resume takes a number, not {n:?}")))?;
-            *session = open(ctx, Target::Index(index), ui).await?;
-        }
-        ("status", _) => {
-            let status = sessions::fetch_status(ctx, &session.id).await?;
-            sessions::print_status(ctx, &status);
-        }
-        ("clear", _) => {
-            if ui.interactive && !crate::confirm("delete this conversation's stored state?")? {
-                return Ok(Flow::Continue);
-            }
-            let old = session.id.clone();
-            *session = sessions::clear(ctx, &old).await?;
-            println!("cleared {old}; new conversation {}", session.id);
-        }
-        ("rollback" | "undo" | "rewind", _) => {
-            return Err(CliError::failed(format!(
-                "/{name} is not available in this version yet"
-            )));
-        }
-        _ => {
-            return Err(CliError::usage(format!(
-                "unknown command /{name}; /help lists the commands"
-            )));
-        }
+        Ok(())
     }
-    Ok(Flow::Continue)
+
+    async fn clear(&mut self) -> CliResult<()> {
+        let old = self.session.id.clone();
+        self.session = sessions::clear(self.ctx, &old).await?;
+        println!("cleared {old}; new conversation {}", self.session.id);
+        Ok(())
+    }
+
+    async fn slash(&mut self, command: &str) -> CliResult<Flow> {
+        let mut words = command.split_whitespace();
+        let name = words.next().unwrap_or("");
+        let arg = words.next();
+        match (name, arg) {
+            ("exit" | "quit" | "q", _) => return Ok(Flow::Exit),
+            ("help" | "?", _) => println!("{HELP}"),
+            ("new", _) => {
+                let opened = open(self.ctx, Target::New(true), &mut self.ui).await?;
+                self.session = opened.session;
+            }
+            ("resume", None) => {
+                let list = sessions::list(self.ctx).await?;
+                sessions::print_list(&list);
+                if !list.is_empty() {
+                    println!("/resume N continues conversation N");
+                }
+            }
+            ("resume", Some(n)) => {
+                let index = n
+                    .parse::<u32>()
+                    .map_err(|_| CliError::usage(format!("/resume takes a number, not {n:?}")))?;
+                let opened = open(self.ctx, Target::Index(index), &mut self.ui).await?;
+                self.session = opened.session.clone();
+                self.settle(opened).await?;
+            }
+            ("status", _) => {
+                let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
+                sessions::print_status(self.ctx, &status);
+            }
+            ("checkpoints", _) => {
+                let cps = checkpoints::list(self.ctx, &self.session.id).await?;
+                checkpoints::print_list(&cps);
+            }
+            ("rollback", None) => self.rollback(Pick::Choose).await?,
+            ("rollback", Some("undo")) => {
+                let status = checkpoints::rollback(self.ctx, &self.session.id, Pick::Undo).await?;
+                if let Some(status) = status {
+                    println!("rollback undone: back at turn {}", status.turns);
+                }
+            }
+            ("rollback", Some(n)) => {
+                let index = n.parse::<u32>().map_err(|_| {
+                    CliError::usage(format!("/rollback takes a number or `undo`, not {n:?}"))
+                })?;
+                self.rollback(Pick::Index(index)).await?;
+            }
+            ("retry", arg) => {
+                let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
+                let resolve = match arg {
+                    Some("new-chain") => Resolve::NewChain,
+                    Some(other) => {
+                        return Err(CliError::usage(format!(
+                            "/retry takes nothing or `new-chain`, not {other:?}"
+                        )));
+                    }
+                    None if status.failed.is_some() => Resolve::RetryRequest,
+                    None => Resolve::RetryMessage,
+                };
+                self.turn(None, resolve).await?;
+            }
+            ("clear", _) => {
+                if self.ui.interactive
+                    && !crate::confirm("delete this conversation's stored state?")?
+                {
+                    return Ok(Flow::Continue);
+                }
+                self.clear().await?;
+            }
+            ("undo" | "rewind", _) => {
+                return Err(CliError::failed(format!(
+                    "/{name} is not available in this version yet"
+                )));
+            }
+            _ => {
+                return Err(CliError::usage(format!(
+                    "unknown command /{name}; /help lists the commands"
+                )));
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// Runs `!command` in the user's terminal, showing and keeping its output.
+    async fn local_shell(&mut self, command: &str) -> CliResult<()> {
+        if command.is_empty() {
+            return Err(CliError::usage("! needs a command, e.g. !ls"));
+        }
+        let interactive = self.ui.interactive;
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec 2>&1; {command}"))
+            .current_dir(&self.ctx.folder)
+            // Scripted input is the chat's, not the command's.
+            .stdin(if interactive {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| CliError::failed(format!("cannot run {command:?}: {e}")))?;
+        let mut captured = Vec::new();
+        if let Some(mut out) = child.stdout.take() {
+            let mut buf = [0u8; 8192];
+            let mut terminal = std::io::stdout();
+            loop {
+                match out.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let _ = terminal.write_all(&buf[..n]);
+                        let _ = terminal.flush();
+                        let room = MAX_LOCAL_OUTPUT.saturating_sub(captured.len());
+                        captured.extend_from_slice(&buf[..n.min(room)]);
+                    }
+                }
+            }
+        }
+        let status = child.wait().map_err(|e| CliError::failed(e.to_string()))?;
+        let mut transcript = format!("$ {command}\n{}", String::from_utf8_lossy(&captured));
+        if !transcript.ends_with('\n') {
+            transcript.push('\n');
+        }
+        match status.code() {
+            Some(code) => transcript.push_str(&format!("[exit {code}]\n")),
+            None => transcript.push_str("[killed by a signal]\n"),
+        }
+        self.ctx
+            .sessions()
+            .append_shell_transcript(AppendShellTranscriptRequest {
+                scope: self.ctx.scope(),
+                session_id: self.session.id.clone(),
+                transcript,
+            })
+            .await
+            .map_err(|s| CliError::from_status("saving the !command output", &s))?;
+        Ok(())
+    }
 }
 
 /// Opens a conversation and shows where it stands.
-async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<SessionSummary> {
+async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
     let reply = ctx
         .sessions()
         .open_session(OpenSessionRequest {
@@ -198,73 +453,10 @@ async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<SessionSummar
         eprintln!("{header}");
         eprint!("{shown}");
     }
-    if !reply.pending_tool_calls.is_empty() {
-        ui.info(&format!(
-            "agentx: the last turn was interrupted with {} tool call(s) unanswered; \
-             they are reported to the model as interrupted with your next message",
-            reply.pending_tool_calls.len()
-        ));
-    }
-    Ok(session)
-}
-
-/// Runs `!command` in the user's terminal, showing and keeping its output.
-async fn local_shell(
-    ctx: &Ctx,
-    session: &SessionSummary,
-    command: &str,
-    interactive: bool,
-) -> CliResult<()> {
-    if command.is_empty() {
-        return Err(CliError::usage("! needs a command, e.g. !ls"));
-    }
-    let mut child = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("exec 2>&1; {command}"))
-        .current_dir(&ctx.folder)
-        // Scripted input is the chat's, not the command's.
-        .stdin(if interactive {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| CliError::failed(format!("cannot run {command:?}: {e}")))?;
-    let mut captured = Vec::new();
-    if let Some(mut out) = child.stdout.take() {
-        let mut buf = [0u8; 8192];
-        let mut terminal = std::io::stdout();
-        loop {
-            match out.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    let _ = terminal.write_all(&buf[..n]);
-                    let _ = terminal.flush();
-                    if captured.len() < MAX_LOCAL_OUTPUT {
-                        captured
-                            .extend_from_slice(&buf[..n.min(MAX_LOCAL_OUTPUT - captured.len())]);
-                    }
-                }
-            }
-        }
-    }
-    let status = child.wait().map_err(|e| CliError::failed(e.to_string()))?;
-    let mut transcript = format!("$ {command}\n{}", String::from_utf8_lossy(&captured));
-    if !transcript.ends_with('\n') {
-        transcript.push('\n');
-    }
-    match status.code() {
-        Some(code) => transcript.push_str(&format!("[exit {code}]\n")),
-        None => transcript.push_str("[killed by a signal]\n"),
-    }
-    ctx.sessions()
-        .append_shell_transcript(AppendShellTranscriptRequest {
-            scope: ctx.scope(),
-            session_id: session.id.clone(),
-            transcript,
-        })
-        .await
-        .map_err(|s| CliError::from_status("saving the !command output", &s))?;
-    Ok(())
+    Ok(Opened {
+        session,
+        interrupted: reply.interrupted,
+        failed: reply.failed,
+        pending: reply.pending_tool_calls.len(),
+    })
 }

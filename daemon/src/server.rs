@@ -92,6 +92,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .add_service(TurnsServer::new(TurnsService::new(
             Arc::clone(&store),
             engine,
+            crate::services::turns::Tuning::from_env(),
         )))
         .add_service(OneshotsServer::new(NotYet))
         .add_service(SnapshotsServer::new(NotYet))

@@ -437,7 +437,17 @@ fn sigint_cancels_the_turn_not_the_repl() {
     // Interrupted, reported, and the REPL went on to the end of its input.
     assert!(stderr(&out).contains("interrupted"), "{}", stderr(&out));
     assert_eq!(out.status.code(), Some(1));
+    // The next start must settle the interrupted turn first.
     let out = env.chat(&model, Vec::<&str>::new(), "next\n");
+    assert_code(&out, 1);
+    assert!(stderr(&out).contains("--on-pending"), "{}", stderr(&out));
+    let out = env.chat(&model, ["--on-pending", "retry"], "next\n");
     assert_code(&out, 0);
-    assert!(stdout(&out).contains("echo: next"));
+    assert_eq!(
+        stdout(&out).lines().collect::<Vec<_>>(),
+        vec![
+            "echo: slow one [turns seen: 1]",
+            "echo: next [turns seen: 2]"
+        ]
+    );
 }

@@ -1,5 +1,6 @@
 //! One module per group of `agentx` commands.
 
+pub mod checkpoints;
 pub mod daemon;
 pub mod pending;
 pub mod sessions;

@@ -3,11 +3,8 @@
 //! UNIMPLEMENTED until the daemon serves it.
 
 use agentx_shared::proto::oneshots_client::OneshotsClient;
-use agentx_shared::proto::sessions_client::SessionsClient;
 use agentx_shared::proto::snapshots_client::SnapshotsClient;
-use agentx_shared::proto::{
-    ListCheckpointsRequest, ListOneshotsRequest, ListSnapshotsRequest, Scope,
-};
+use agentx_shared::proto::{ListOneshotsRequest, ListSnapshotsRequest, Scope};
 
 use crate::connect::Daemon;
 use crate::error::{CliError, CliResult};
@@ -15,7 +12,6 @@ use crate::error::{CliError, CliResult};
 /// Which RPC stands for a command until its behaviour lands.
 pub enum Call {
     Oneshot,
-    Checkpoints,
     Snapshots,
     Oneshots,
 }
@@ -26,13 +22,6 @@ pub async fn run(daemon: &Daemon, scope: Scope, call: Call, what: &str) -> CliRe
     let result = match call {
         Call::Oneshot => OneshotsClient::new(channel)
             .list_oneshots(ListOneshotsRequest { scope })
-            .await
-            .map(drop),
-        Call::Checkpoints => SessionsClient::new(channel)
-            .list_checkpoints(ListCheckpointsRequest {
-                scope,
-                session_id: String::new(),
-            })
             .await
             .map(drop),
         Call::Snapshots => SnapshotsClient::new(channel)

@@ -95,9 +95,14 @@ pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
             })
         })
         .collect();
-    let failed = s.failed.as_ref().map(|f| {
-        json!({"message": f.message, "at": rfc3339_wire(f.at.as_ref()), "retryable": f.retryable})
-    });
+    let marker = |f: &agentx_shared::proto::FailedResponse| json!({"message": f.message, "at": rfc3339_wire(f.at.as_ref()), "retryable": f.retryable});
+    let failed = s.failed.as_ref().map(marker);
+    let interrupted = s.interrupted.as_ref().map(marker);
+    let backup = s
+        .rollback_backup_at
+        .as_ref()
+        .filter(|_| s.has_rollback_backup)
+        .map(|at| json!({"at": rfc3339_wire(Some(at))}));
     json!({
         "session_id": s.session_id,
         "response_id": if s.response_id.is_empty() { Value::Null } else { json!(s.response_id) },
@@ -116,7 +121,8 @@ pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
         "pending_tool_calls": pending,
         "pending_shell_transcript": s.has_pending_shell_transcript,
         "failed": failed,
-        "rollback_backup": s.has_rollback_backup,
+        "interrupted": interrupted,
+        "rollback_backup": backup,
         "snapshots": s.snapshots,
         "snapshot_store_bytes": s.snapshot_store_bytes,
         "transcript_items": s.transcript_items,
@@ -171,7 +177,24 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
         println!("local shell   output of !commands waits to be sent with the next message");
     }
     if let Some(f) = &s.failed {
-        println!("failed        {}", f.message);
+        println!(
+            "failed        {} ({}) — agentx retry [--new-chain], rollback or clear",
+            f.message,
+            rfc3339_wire(f.at.as_ref())
+        );
+    }
+    if let Some(i) = &s.interrupted {
+        println!(
+            "interrupted   {} ({})",
+            i.message,
+            rfc3339_wire(i.at.as_ref())
+        );
+    }
+    if s.has_rollback_backup {
+        println!(
+            "rollback      backup from {} (agentx rollback --undo restores it)",
+            rfc3339_wire(s.rollback_backup_at.as_ref())
+        );
     }
     println!(
         "snapshots     {} ({} bytes stored)",

@@ -7,14 +7,15 @@ use tonic::{Request, Response, Status};
 
 use agentx_shared::proto::sessions_server::Sessions;
 use agentx_shared::proto::{
-    AppendShellTranscriptRequest, ClearSessionReply, ClearSessionRequest, Exchange,
-    GetStatusRequest, ListSessionsReply, ListSessionsRequest, OpenSessionReply, OpenSessionRequest,
-    SessionStatus, open_session_request::Target,
+    AppendShellTranscriptRequest, Checkpoint, ClearSessionReply, ClearSessionRequest, Exchange,
+    FailedResponse, GetStatusRequest, ListCheckpointsReply, ListCheckpointsRequest,
+    ListSessionsReply, ListSessionsRequest, OpenSessionReply, OpenSessionRequest, RollbackReply,
+    RollbackRequest, SessionStatus, Timestamp, open_session_request::Target, rollback_request,
 };
 
 use super::{group_for, session_arg, status_of, summary};
-use crate::store::session::SessionDoc;
-use crate::store::{Change, OpenTarget, Store};
+use crate::store::session::{Marker, SessionDoc};
+use crate::store::{Change, OpenTarget, RollbackTarget, Store};
 
 pub struct SessionsService {
     store: Arc<Store>,
@@ -29,11 +30,38 @@ impl SessionsService {
 /// Largest `!command` transcript kept between two messages.
 const MAX_SHELL_TRANSCRIPT: usize = 64 * 1024;
 
+fn marker(m: &Marker) -> FailedResponse {
+    FailedResponse {
+        message: m.message.clone(),
+        at: Some(Timestamp { unix_ms: m.at }),
+        retryable: m.retryable,
+    }
+}
+
+fn checkpoint(index: usize, cp: &crate::store::session::Checkpoint) -> Checkpoint {
+    Checkpoint {
+        index: u32::try_from(index).unwrap_or(u32::MAX),
+        response_id: cp.response_id.clone().unwrap_or_default(),
+        created_at: Some(Timestamp {
+            unix_ms: cp.created_at,
+        }),
+        last_user_message: cp.last_user.clone(),
+        last_assistant_message: cp.last_assistant.clone(),
+        usage: Some(cp.usage.into()),
+        transcript_len: cp.journal_items,
+    }
+}
+
 pub fn session_status(doc: Option<&SessionDoc>) -> SessionStatus {
     let Some(doc) = doc else {
         return SessionStatus::default();
     };
     SessionStatus {
+        checkpoints: u32::try_from(doc.checkpoints.len()).unwrap_or(u32::MAX),
+        failed: doc.failed.as_ref().map(marker),
+        interrupted: doc.interrupted.as_ref().map(marker),
+        has_rollback_backup: doc.rollback.is_some(),
+        rollback_backup_at: doc.rollback.as_ref().map(|b| Timestamp { unix_ms: b.at }),
         session_id: doc.id.clone(),
         response_id: doc.response_id.clone().unwrap_or_default(),
         usage: Some(doc.usage.into()),
@@ -92,6 +120,8 @@ impl Sessions for SessionsService {
                 .collect(),
             notices: opened.notices,
             pending_tool_calls: opened.doc.pending_calls.iter().map(Into::into).collect(),
+            failed: opened.doc.failed.as_ref().map(marker),
+            interrupted: opened.doc.interrupted.as_ref().map(marker),
         }))
     }
 
@@ -120,6 +150,46 @@ impl Sessions for SessionsService {
             .map_err(status_of)?;
         Ok(Response::new(ClearSessionReply {
             session: Some(summary(&fresh)),
+        }))
+    }
+
+    async fn list_checkpoints(
+        &self,
+        request: Request<ListCheckpointsRequest>,
+    ) -> Result<Response<ListCheckpointsReply>, Status> {
+        let req = request.into_inner();
+        let (group, _) = group_for(&self.store, req.scope.as_ref())?;
+        let cps = group
+            .checkpoints(session_arg(&req.session_id)?)
+            .await
+            .map_err(status_of)?;
+        // Newest first, numbered from 1.
+        let checkpoints = cps
+            .iter()
+            .rev()
+            .enumerate()
+            .map(|(i, cp)| checkpoint(i + 1, cp))
+            .collect();
+        Ok(Response::new(ListCheckpointsReply { checkpoints }))
+    }
+
+    async fn rollback(
+        &self,
+        request: Request<RollbackRequest>,
+    ) -> Result<Response<RollbackReply>, Status> {
+        let req = request.into_inner();
+        let (group, _) = group_for(&self.store, req.scope.as_ref())?;
+        let target = match req.target {
+            None => RollbackTarget::Index(1),
+            Some(rollback_request::Target::Index(n)) => RollbackTarget::Index(n),
+            Some(rollback_request::Target::Undo(_)) => RollbackTarget::Undo,
+        };
+        let doc = group
+            .rollback(session_arg(&req.session_id)?, target)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(RollbackReply {
+            status: Some(session_status(Some(&doc))),
         }))
     }
 

@@ -19,23 +19,52 @@ use agentx_shared::proto::{
 use super::{group_for, session_arg, status_of};
 use crate::store::Store;
 use crate::turn::provider::Settings;
-use crate::turn::{Decision, Engine, Event, Input, Io, Policy, Status as TurnStatus, TurnSpec};
+use crate::turn::{
+    Decision, Engine, Event, Input, Io, Mode, Policy, Status as TurnStatus, TurnSpec,
+};
 
 /// Default limit for one shell command.
 const SHELL_TIMEOUT: Duration = Duration::from_secs(120);
-/// A model stream silent this long is broken.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Longest user message accepted.
 const MAX_MESSAGE: usize = 1024 * 1024;
 
 pub struct TurnsService {
     store: Arc<Store>,
     engine: Arc<Engine>,
+    tuning: Tuning,
+}
+
+/// Timing knobs, from the daemon's environment: `AGENTX_RETRY_BASE_MS`
+/// (first backoff step, default 500) and `AGENTX_STREAM_IDLE_MS` (a model
+/// stream silent this long is broken and retried, default 120000).
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    pub retry_base: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl Tuning {
+    pub fn from_env() -> Self {
+        let ms = |name: &str, default: u64| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .map_or(Duration::from_millis(default), Duration::from_millis)
+        };
+        Self {
+            retry_base: ms("AGENTX_RETRY_BASE_MS", 500),
+            idle_timeout: ms("AGENTX_STREAM_IDLE_MS", 120_000),
+        }
+    }
 }
 
 impl TurnsService {
-    pub fn new(store: Arc<Store>, engine: Arc<Engine>) -> Self {
-        Self { store, engine }
+    pub fn new(store: Arc<Store>, engine: Arc<Engine>, tuning: Tuning) -> Self {
+        Self {
+            store,
+            engine,
+            tuning,
+        }
     }
 }
 
@@ -62,9 +91,18 @@ impl Turns for TurnsService {
                 "one-shots are not available in this agentd yet",
             ));
         }
-        if start.message.trim().is_empty() {
-            return Err(Status::invalid_argument("the message is empty"));
-        }
+        let mode = match proto::Resolve::try_from(start.resolve) {
+            Ok(proto::Resolve::None) | Err(_) => {
+                if start.message.trim().is_empty() {
+                    return Err(Status::invalid_argument("the message is empty"));
+                }
+                Mode::Message(start.message.clone())
+            }
+            Ok(proto::Resolve::RetryRequest) => Mode::RetryRequest,
+            Ok(proto::Resolve::RetryMessage) => Mode::RetryMessage,
+            Ok(proto::Resolve::Continue) => Mode::Continue,
+            Ok(proto::Resolve::NewChain) => Mode::NewChain,
+        };
         if start.message.len() > MAX_MESSAGE {
             return Err(Status::invalid_argument(format!(
                 "the message is over {} KiB",
@@ -87,7 +125,7 @@ impl Turns for TurnsService {
         let session = session_arg(&start.session_id)?;
         let spec = TurnSpec {
             folder: PathBuf::from(folder),
-            message: start.message,
+            mode,
             local_shell: start.local_shell_transcript,
             settings: Settings {
                 base_url: provider.base_url.trim_end_matches('/').to_owned(),
@@ -104,7 +142,8 @@ impl Turns for TurnsService {
                 0 => SHELL_TIMEOUT,
                 s => Duration::from_secs(u64::from(s)),
             },
-            idle_timeout: IDLE_TIMEOUT,
+            idle_timeout: self.tuning.idle_timeout,
+            retry_base: self.tuning.retry_base,
         };
 
         let (event_tx, event_rx) = mpsc::channel::<Event>(512);

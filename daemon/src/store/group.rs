@@ -13,7 +13,9 @@ use agentx_shared::conversation::{Item, PendingCall, Usage};
 
 use super::StoreError;
 use super::durable;
-use super::session::{LoadError, Session, SessionDoc};
+use super::session::{
+    Checkpoint, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc,
+};
 
 fn now_ms() -> i64 {
     agentx_shared::time::unix_ms(SystemTime::now())
@@ -59,6 +61,32 @@ pub struct Change {
     pub add_pending_shell: Option<String>,
     pub turn_completed: bool,
     pub approve_all: Option<bool>,
+    pub unsent: Option<Vec<Item>>,
+    pub turn_open: Option<bool>,
+    pub interrupted: Option<Option<Marker>>,
+    pub failed: Option<Option<Marker>>,
+    /// Record a checkpoint of the resulting state (a successful turn) and
+    /// make it the folder+agent's shared checkpoint.
+    pub checkpoint: bool,
+}
+
+pub enum RollbackTarget {
+    /// 1 is the newest checkpoint.
+    Index(u32),
+    /// Back to before the first message (used to retry a first turn).
+    Origin,
+    Undo,
+}
+
+/// The branch point one-shots start from: a successful interactive turn or
+/// a rollback of this folder+agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedCheckpoint {
+    pub session_id: String,
+    pub response_id: Option<String>,
+    pub journal_items: u64,
+    pub journal_bytes: u64,
+    pub at: i64,
 }
 
 enum Msg {
@@ -83,6 +111,18 @@ enum Msg {
         oneshot::Sender<Result<SessionDoc, StoreError>>,
     ),
     Transcript(String, oneshot::Sender<Result<Vec<Item>, StoreError>>),
+    Checkpoints(
+        Option<String>,
+        oneshot::Sender<Result<Vec<Checkpoint>, StoreError>>,
+    ),
+    /// The bool: asked by the turn that holds the conversation.
+    Rollback(
+        Option<String>,
+        RollbackTarget,
+        bool,
+        oneshot::Sender<Result<SessionDoc, StoreError>>,
+    ),
+    Shared(oneshot::Sender<Option<SharedCheckpoint>>),
 }
 
 /// Cheap, cloneable address of a group actor.
@@ -150,6 +190,40 @@ impl GroupHandle {
         self.ask(|tx| Msg::Transcript(session.to_owned(), tx))
             .await?
     }
+
+    /// Checkpoints, oldest first.
+    pub async fn checkpoints(
+        &self,
+        session: Option<String>,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        self.ask(|tx| Msg::Checkpoints(session, tx)).await?
+    }
+
+    /// Restores a checkpoint (or undoes the last rollback); returns the new state.
+    pub async fn rollback(
+        &self,
+        session: Option<String>,
+        target: RollbackTarget,
+    ) -> Result<SessionDoc, StoreError> {
+        self.ask(|tx| Msg::Rollback(session, target, false, tx))
+            .await?
+    }
+
+    /// A rollback by the turn that holds the conversation (a retry).
+    pub async fn rollback_in_turn(
+        &self,
+        lease: &TurnLease,
+        target: RollbackTarget,
+    ) -> Result<SessionDoc, StoreError> {
+        let id = Some(lease.doc.id.clone());
+        self.ask(|tx| Msg::Rollback(id, target, true, tx)).await?
+    }
+
+    /// The shared checkpoint one-shots branch from, if any.
+    #[allow(dead_code)] // used by one-shots
+    pub async fn shared(&self) -> Result<Option<SharedCheckpoint>, StoreError> {
+        self.ask(Msg::Shared).await
+    }
 }
 
 pub fn spawn(dir: PathBuf, folder: String, agent: String) -> GroupHandle {
@@ -174,6 +248,12 @@ pub fn spawn(dir: PathBuf, folder: String, agent: String) -> GroupHandle {
 #[derive(Default, Serialize, Deserialize)]
 struct CurrentFile {
     current: HashMap<String, String>,
+}
+
+/// `shared.json`: the shared checkpoint per real folder.
+#[derive(Default, Serialize, Deserialize)]
+struct SharedFile {
+    shared: HashMap<String, SharedCheckpoint>,
 }
 
 struct Group {
@@ -232,7 +312,162 @@ impl Group {
                     .and_then(|s| s.transcript().map_err(|e| StoreError::Io(e.to_string())));
                 let _ = reply.send(result);
             }
+            Msg::Checkpoints(session, reply) => {
+                let result = self
+                    .resolve(session)
+                    .and_then(|id| Ok(self.session(&id)?.doc.checkpoints.clone()));
+                let _ = reply.send(result);
+            }
+            Msg::Rollback(session, target, in_turn, reply) => {
+                let result = self
+                    .resolve(session)
+                    .and_then(|id| self.rollback(&id, target, in_turn));
+                let _ = reply.send(result);
+            }
+            Msg::Shared(reply) => {
+                let _ = reply.send(self.read_shared());
+            }
         }
+    }
+
+    /// The named conversation or the current one.
+    fn resolve(&self, session: Option<String>) -> Result<String, StoreError> {
+        session
+            .or_else(|| self.current_id())
+            .ok_or_else(|| StoreError::NotFound("this folder has no conversation yet".into()))
+    }
+
+    fn rollback(
+        &mut self,
+        id: &str,
+        target: RollbackTarget,
+        in_turn: bool,
+    ) -> Result<SessionDoc, StoreError> {
+        if !in_turn && self.running.contains(id) {
+            return Err(StoreError::Invalid(
+                "a turn is running on this conversation; wait for it or cancel it first".into(),
+            ));
+        }
+        let now = now_ms();
+        let session = self.session(id)?;
+        match target {
+            RollbackTarget::Index(_) | RollbackTarget::Origin => {
+                let count = session.doc.checkpoints.len();
+                let (keep, cp) = match target {
+                    RollbackTarget::Index(n) if n == 0 || n as usize > count => {
+                        return Err(StoreError::NotFound(format!(
+                            "no checkpoint {n}: this conversation has {count} (1 is the newest)"
+                        )));
+                    }
+                    RollbackTarget::Index(n) => {
+                        let keep = count - n as usize + 1;
+                        (keep, session.doc.checkpoints[keep - 1].clone())
+                    }
+                    _ => (
+                        0,
+                        SessionDoc::new(String::new(), String::new(), String::new(), now)
+                            .checkpoint(now),
+                    ),
+                };
+                session.save_tail_from(cp.journal_bytes)?;
+                let doc = &mut session.doc;
+                let backup = RollbackBackup {
+                    response_id: doc.response_id.clone(),
+                    usage: doc.usage,
+                    last_user: doc.last_user.clone(),
+                    last_assistant: doc.last_assistant.clone(),
+                    pending_calls: std::mem::take(&mut doc.pending_calls),
+                    turns: doc.turns,
+                    journal_items: doc.journal_items,
+                    journal_bytes: doc.journal_bytes,
+                    unsent: std::mem::take(&mut doc.unsent),
+                    interrupted: doc.interrupted.take(),
+                    failed: doc.failed.take(),
+                    checkpoints: doc.checkpoints.clone(),
+                    rolled_back_to: cp.journal_bytes,
+                    at: now,
+                };
+                doc.response_id = cp.response_id.clone();
+                doc.usage = cp.usage;
+                doc.last_user = cp.last_user.clone();
+                doc.last_assistant = cp.last_assistant.clone();
+                doc.turns = cp.turns;
+                doc.journal_items = cp.journal_items;
+                doc.journal_bytes = cp.journal_bytes;
+                doc.checkpoints.truncate(keep);
+                doc.rollback = Some(Box::new(backup));
+                doc.updated_at = now.max(doc.updated_at);
+                session.save()?;
+                session.truncate_journal()?;
+            }
+            RollbackTarget::Undo => {
+                let Some(backup) = session.doc.rollback.clone() else {
+                    return Err(StoreError::NotFound("there is no rollback to undo".into()));
+                };
+                if session.doc.journal_bytes != backup.rolled_back_to {
+                    return Err(StoreError::Invalid(
+                        "the conversation went on after the rollback, so undoing it would lose \
+                         those turns; roll back to a checkpoint instead"
+                            .into(),
+                    ));
+                }
+                let tail = std::fs::read(&session.paths.rollback_tail)?;
+                if tail.len() as u64 != backup.journal_bytes - backup.rolled_back_to {
+                    return Err(StoreError::Io(format!(
+                        "{} does not match the rollback it belongs to; it cannot be undone",
+                        session.paths.rollback_tail.display()
+                    )));
+                }
+                session.append_raw(&tail, backup.journal_items - session.doc.journal_items)?;
+                let doc = &mut session.doc;
+                doc.response_id = backup.response_id;
+                doc.usage = backup.usage;
+                doc.last_user = backup.last_user;
+                doc.last_assistant = backup.last_assistant;
+                doc.pending_calls = backup.pending_calls;
+                doc.turns = backup.turns;
+                doc.unsent = backup.unsent;
+                doc.interrupted = backup.interrupted;
+                doc.failed = backup.failed;
+                doc.checkpoints = backup.checkpoints;
+                doc.rollback = None;
+                doc.updated_at = now.max(doc.updated_at);
+                session.save()?;
+                let _ = std::fs::remove_file(&session.paths.rollback_tail);
+            }
+        }
+        let doc = session.doc.clone();
+        self.write_shared(&doc)?;
+        Ok(doc)
+    }
+
+    fn read_shared_file(&self) -> SharedFile {
+        std::fs::read(self.dir.join("shared.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    fn read_shared(&self) -> Option<SharedCheckpoint> {
+        self.read_shared_file().shared.get(&self.folder).cloned()
+    }
+
+    /// Makes `doc`'s current state the folder+agent's shared checkpoint.
+    fn write_shared(&self, doc: &SessionDoc) -> Result<(), StoreError> {
+        let mut file = self.read_shared_file();
+        file.shared.insert(
+            self.folder.clone(),
+            SharedCheckpoint {
+                session_id: doc.id.clone(),
+                response_id: doc.response_id.clone(),
+                journal_items: doc.journal_items,
+                journal_bytes: doc.journal_bytes,
+                at: now_ms(),
+            },
+        );
+        let bytes = serde_json::to_vec(&file).map_err(|e| StoreError::Io(e.to_string()))?;
+        durable::write_atomic(&self.dir.join("shared.json"), &bytes)?;
+        Ok(())
     }
 
     /// Reads every conversation of this folder; quarantines unreadable ones.
@@ -250,11 +485,28 @@ impl Group {
         for entry in entries.flatten() {
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !name.ends_with(".json") || name == "current.json" || name.starts_with('.') {
+            if !name.ends_with(".json")
+                || name == "current.json"
+                || name == "shared.json"
+                || name.starts_with('.')
+            {
                 continue;
             }
             match Session::load(&path) {
-                Ok(session) if session.doc.folder == self.folder => {
+                Ok(mut session) if session.doc.folder == self.folder => {
+                    if session.doc.turn_open {
+                        // agentd died during this turn: what it recorded stands.
+                        session.doc.turn_open = false;
+                        session.doc.interrupted = Some(Marker {
+                            message: "agentd stopped during the turn".into(),
+                            at: now_ms(),
+                            retryable: true,
+                        });
+                        if let Err(e) = session.save() {
+                            self.notices
+                                .push(format!("cannot update {}: {e}", path.display()));
+                        }
+                    }
                     self.sessions.insert(session.doc.id.clone(), session);
                 }
                 Ok(_) => {} // another folder with the same key
@@ -494,9 +746,31 @@ impl Group {
         if let Some(all) = change.approve_all {
             doc.approve_all = all;
         }
+        if let Some(unsent) = change.unsent {
+            doc.unsent = unsent;
+        }
+        if let Some(open) = change.turn_open {
+            doc.turn_open = open;
+        }
+        if let Some(marker) = change.interrupted {
+            doc.interrupted = marker;
+        }
+        if let Some(marker) = change.failed {
+            doc.failed = marker;
+        }
+        if change.checkpoint {
+            let cp = doc.checkpoint(now);
+            doc.checkpoints.push(cp);
+            let excess = doc.checkpoints.len().saturating_sub(MAX_CHECKPOINTS);
+            doc.checkpoints.drain(..excess);
+        }
         doc.updated_at = now.max(doc.updated_at);
         session.save()?;
-        Ok(session.doc.clone())
+        let doc = session.doc.clone();
+        if change.checkpoint {
+            self.write_shared(&doc)?;
+        }
+        Ok(doc)
     }
 }
 

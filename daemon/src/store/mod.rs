@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-pub use group::{Change, GroupHandle, OpenTarget, TurnLease};
+pub use group::{Change, GroupHandle, OpenTarget, RollbackTarget, TurnLease};
 
 use agentx_shared::folder::{check_component, folder_key};
 

@@ -40,6 +40,70 @@ pub struct SessionDoc {
     pub approve_all: bool,
     pub journal_items: u64,
     pub journal_bytes: u64,
+    /// Items in the transcript no successful response has acknowledged yet:
+    /// what a retry sends again.
+    #[serde(default)]
+    pub unsent: Vec<Item>,
+    /// A turn is running; still set at load means agentd died during it.
+    #[serde(default)]
+    pub turn_open: bool,
+    /// The last turn was cut short (Ctrl-C, a dead client or daemon).
+    #[serde(default)]
+    pub interrupted: Option<Marker>,
+    /// The last turn failed after its retries.
+    #[serde(default)]
+    pub failed: Option<Marker>,
+    /// Successful-response checkpoints, oldest first, at most [`MAX_CHECKPOINTS`].
+    #[serde(default)]
+    pub checkpoints: Vec<Checkpoint>,
+    /// State before the last rollback, so it can be undone.
+    #[serde(default)]
+    pub rollback: Option<Box<RollbackBackup>>,
+}
+
+pub const MAX_CHECKPOINTS: usize = 20;
+
+/// Why a turn did not complete, and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marker {
+    pub message: String,
+    pub at: i64,
+    #[serde(default)]
+    pub retryable: bool,
+}
+
+/// The conversation as a successful turn left it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub response_id: Option<String>,
+    pub usage: Usage,
+    pub last_user: String,
+    pub last_assistant: String,
+    pub turns: u32,
+    pub journal_items: u64,
+    pub journal_bytes: u64,
+    pub created_at: i64,
+}
+
+/// What a rollback replaced. The journal tail it cut is kept in
+/// `<id>.rollback.jsonl` until the backup is undone or replaced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RollbackBackup {
+    pub response_id: Option<String>,
+    pub usage: Usage,
+    pub last_user: String,
+    pub last_assistant: String,
+    pub pending_calls: Vec<PendingCall>,
+    pub turns: u32,
+    pub journal_items: u64,
+    pub journal_bytes: u64,
+    pub unsent: Vec<Item>,
+    pub interrupted: Option<Marker>,
+    pub failed: Option<Marker>,
+    pub checkpoints: Vec<Checkpoint>,
+    /// The journal position the rollback went back to.
+    pub rolled_back_to: u64,
+    pub at: i64,
 }
 
 impl SessionDoc {
@@ -62,8 +126,40 @@ impl SessionDoc {
             approve_all: false,
             journal_items: 0,
             journal_bytes: 0,
+            unsent: Vec::new(),
+            turn_open: false,
+            interrupted: None,
+            failed: None,
+            checkpoints: Vec::new(),
+            rollback: None,
         }
     }
+
+    /// A checkpoint of the current state.
+    pub fn checkpoint(&self, now_ms: i64) -> Checkpoint {
+        Checkpoint {
+            response_id: self.response_id.clone(),
+            usage: self.usage,
+            last_user: preview(&self.last_user),
+            last_assistant: preview(&self.last_assistant),
+            turns: self.turns,
+            journal_items: self.journal_items,
+            journal_bytes: self.journal_bytes,
+            created_at: now_ms,
+        }
+    }
+}
+
+/// Messages kept in checkpoints are cut to this many characters.
+const PREVIEW_CHARS: usize = 2000;
+
+fn preview(text: &str) -> String {
+    if text.chars().count() <= PREVIEW_CHARS {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(PREVIEW_CHARS).collect();
+    cut.push('…');
+    cut
 }
 
 /// A journal line.
@@ -79,6 +175,8 @@ struct Entry {
 pub struct SessionPaths {
     pub doc: PathBuf,
     pub journal: PathBuf,
+    /// The journal tail cut by the last rollback.
+    pub rollback_tail: PathBuf,
 }
 
 impl SessionPaths {
@@ -86,6 +184,7 @@ impl SessionPaths {
         Self {
             doc: dir.join(format!("{id}.json")),
             journal: dir.join(format!("{id}.jsonl")),
+            rollback_tail: dir.join(format!("{id}.rollback.jsonl")),
         }
     }
 }
@@ -203,6 +302,44 @@ impl Session {
         self.journal
             .as_mut()
             .ok_or_else(|| io::Error::other("journal not open"))
+    }
+
+    /// Moves the committed journal end back to `bytes`/`items`, saving the
+    /// cut tail to the rollback file first. The document must be saved by
+    /// the caller before [`Session::truncate_journal`] runs.
+    pub fn save_tail_from(&mut self, bytes: u64) -> io::Result<()> {
+        let tail = if self.doc.journal_bytes > bytes {
+            let mut file = File::open(&self.paths.journal)?;
+            io::Seek::seek(&mut file, io::SeekFrom::Start(bytes))?;
+            let mut tail = Vec::new();
+            io::Read::read_to_end(
+                &mut io::Read::take(file, self.doc.journal_bytes - bytes),
+                &mut tail,
+            )?;
+            tail
+        } else {
+            Vec::new()
+        };
+        durable::write_atomic(&self.paths.rollback_tail, &tail)
+    }
+
+    /// Cuts the journal file to the committed length (after a rollback
+    /// lowered it; the document must already be saved).
+    pub fn truncate_journal(&mut self) -> io::Result<()> {
+        self.journal = None;
+        self.journal_file().map(drop)
+    }
+
+    /// Appends raw journal bytes durably (a restored rollback tail).
+    pub fn append_raw(&mut self, bytes: &[u8], items: u64) -> io::Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let journal = self.journal_file()?;
+        durable::append_durable(journal, bytes)?;
+        self.doc.journal_items += items;
+        self.doc.journal_bytes += bytes.len() as u64;
+        Ok(())
     }
 
     /// Reads the committed transcript.

@@ -14,7 +14,8 @@ use tokio::sync::{mpsc, watch};
 
 use agentx_shared::conversation::{CallState, Item, PendingCall, Usage};
 
-use crate::store::{Change, GroupHandle, StoreError, TurnLease};
+use crate::store::session::{Marker, SessionDoc};
+use crate::store::{Change, GroupHandle, RollbackTarget, StoreError, TurnLease};
 use provider::{ModelReply, ProviderError, Settings};
 
 pub const DEFAULT_INSTRUCTIONS: &str = "You are agentx, a coding agent working in the user's folder \
@@ -88,16 +89,33 @@ pub enum Event {
     },
 }
 
+/// What a turn does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// A new user message.
+    Message(String),
+    /// Send again what the last (failed) request sent.
+    RetryRequest,
+    /// Resend the interrupted turn's message from the last checkpoint.
+    RetryMessage,
+    /// Finish an interrupted turn's pending tool calls and go on.
+    Continue,
+    /// Forget the server-side chain and send the failed request again with
+    /// the whole saved conversation.
+    NewChain,
+}
+
 /// Everything one turn needs besides the conversation itself.
 pub struct TurnSpec {
     pub folder: PathBuf,
-    pub message: String,
+    pub mode: Mode,
     pub local_shell: String,
     pub settings: Settings,
     pub policy: Policy,
     pub instructions: String,
     pub shell_timeout: Duration,
     pub idle_timeout: Duration,
+    pub retry_base: Duration,
 }
 
 pub struct Engine {
@@ -114,13 +132,20 @@ pub struct Io {
 
 enum Stop {
     Cancelled,
-    Failed(String),
+    Failed { message: String, retryable: bool },
 }
 
 impl From<StoreError> for Stop {
     fn from(e: StoreError) -> Self {
-        Stop::Failed(format!("could not save the conversation: {e}"))
+        Stop::Failed {
+            message: format!("could not save the conversation: {e}"),
+            retryable: false,
+        }
     }
+}
+
+fn now_ms() -> i64 {
+    agentx_shared::time::unix_ms(std::time::SystemTime::now())
 }
 
 struct Turn<'a> {
@@ -133,6 +158,8 @@ struct Turn<'a> {
     response_id: Option<String>,
     approve_all: bool,
     rechained: bool,
+    /// Mirror of the document's `unsent`: what the next request carries.
+    unsent: Vec<Item>,
 }
 
 impl Engine {
@@ -150,18 +177,43 @@ impl Engine {
             response_id: doc.response_id.clone(),
             approve_all: doc.approve_all,
             rechained: false,
+            unsent: doc.unsent.clone(),
         };
         turn.emit(Event::Started {
             session_id: doc.id.clone(),
         })
         .await;
-        let result = turn
-            .drive(doc.pending_calls.clone(), doc.pending_shell.clone())
-            .await;
+        let result = turn.drive(doc, &lease).await;
         let (status, text, error) = match result {
             Ok(text) => (Status::Completed, text, String::new()),
-            Err(Stop::Cancelled) => (Status::Interrupted, String::new(), "interrupted".to_owned()),
-            Err(Stop::Failed(error)) => (Status::Failed, String::new(), error),
+            Err(Stop::Cancelled) => {
+                let marker = Marker {
+                    message: "cancelled before it finished".into(),
+                    at: now_ms(),
+                    retryable: true,
+                };
+                let change = Change {
+                    turn_open: Some(false),
+                    interrupted: Some(Some(marker)),
+                    ..Change::default()
+                };
+                let _ = turn.group.commit(&turn.session, change).await;
+                (Status::Interrupted, String::new(), "interrupted".to_owned())
+            }
+            Err(Stop::Failed { message, retryable }) => {
+                let marker = Marker {
+                    message: message.clone(),
+                    at: now_ms(),
+                    retryable,
+                };
+                let change = Change {
+                    turn_open: Some(false),
+                    failed: Some(Some(marker)),
+                    ..Change::default()
+                };
+                let _ = turn.group.commit(&turn.session, change).await;
+                (Status::Failed, String::new(), message)
+            }
         };
         let finished = Event::Finished {
             status,
@@ -184,75 +236,154 @@ impl Turn<'_> {
         *self.io.cancel.borrow()
     }
 
-    async fn commit(&self, change: Change) -> Result<(), Stop> {
-        self.group.commit(&self.session, change).await?;
-        Ok(())
+    async fn commit(&self, change: Change) -> Result<SessionDoc, Stop> {
+        Ok(self.group.commit(&self.session, change).await?)
     }
 
-    async fn drive(
-        &mut self,
-        leftover: Vec<PendingCall>,
-        pending_shell: String,
-    ) -> Result<String, Stop> {
+    fn failed(message: impl Into<String>) -> Stop {
+        Stop::Failed {
+            message: message.into(),
+            retryable: false,
+        }
+    }
+
+    /// Outputs for calls an earlier turn left open, without running anything.
+    fn settle_without_running(pending: &[PendingCall]) -> Vec<Item> {
+        pending
+            .iter()
+            .map(|c| Item::FunctionOutput {
+                call_id: c.call_id.clone(),
+                output: if c.state == CallState::Finished {
+                    c.output.clone()
+                } else {
+                    context::ABORTED.to_owned()
+                },
+            })
+            .collect()
+    }
+
+    async fn drive(&mut self, mut doc: SessionDoc, lease: &TurnLease) -> Result<String, Stop> {
         if self.cancelled() {
             return Err(Stop::Cancelled);
         }
-        let mut send: Vec<Item> = Vec::new();
-        // Calls an earlier, interrupted turn left open must be answered first.
-        if !leftover.is_empty() {
-            let outputs: Vec<Item> = leftover
-                .iter()
-                .map(|c| Item::FunctionOutput {
-                    call_id: c.call_id.clone(),
-                    output: if c.state == CallState::Finished {
-                        c.output.clone()
-                    } else {
-                        context::ABORTED.to_owned()
-                    },
+        let mode = self.spec.mode.clone();
+        match mode {
+            Mode::RetryMessage => {
+                if doc.last_user.is_empty() {
+                    return Err(Self::failed("there is no message to retry"));
+                }
+                let message = doc.last_user.clone();
+                let target = if doc.checkpoints.is_empty() {
+                    RollbackTarget::Origin
+                } else {
+                    RollbackTarget::Index(1)
+                };
+                doc = self.group.rollback_in_turn(lease, target).await?;
+                self.response_id = doc.response_id.clone();
+                self.unsent = doc.unsent.clone();
+                self.emit(Event::Notice(format!(
+                    "back at the last checkpoint; resending: {}",
+                    first_line(&message)
+                )))
+                .await;
+                self.start_message(&doc, &message).await?;
+            }
+            Mode::Message(message) => self.start_message(&doc, &message).await?,
+            Mode::RetryRequest | Mode::NewChain => {
+                if mode == Mode::NewChain {
+                    self.response_id = None;
+                    self.commit(Change {
+                        response_id: Some(None),
+                        ..Change::default()
+                    })
+                    .await?;
+                }
+                let outputs = Self::settle_without_running(&doc.pending_calls);
+                if outputs.is_empty() && self.unsent.is_empty() {
+                    return Err(Self::failed(
+                        "there is nothing to retry: the last request succeeded",
+                    ));
+                }
+                self.unsent.extend(outputs.iter().cloned());
+                self.commit(Change {
+                    append: outputs,
+                    unsent: Some(self.unsent.clone()),
+                    pending_calls: Some(Vec::new()),
+                    turn_open: Some(true),
+                    failed: Some(None),
+                    interrupted: Some(None),
+                    ..Change::default()
                 })
-                .collect();
-            self.commit(Change {
-                append: outputs.clone(),
-                pending_calls: Some(Vec::new()),
-                ..Change::default()
-            })
-            .await?;
-            send.extend(outputs);
+                .await?;
+            }
+            Mode::Continue => {
+                if doc.pending_calls.is_empty() && self.unsent.is_empty() {
+                    return Err(Self::failed("there is no interrupted turn to continue"));
+                }
+                self.commit(Change {
+                    turn_open: Some(true),
+                    interrupted: Some(None),
+                    failed: Some(None),
+                    ..Change::default()
+                })
+                .await?;
+                if !doc.pending_calls.is_empty() {
+                    let outputs = self.run_tools(doc.pending_calls.clone(), true).await?;
+                    self.unsent.extend(outputs);
+                    self.commit(Change {
+                        unsent: Some(self.unsent.clone()),
+                        ..Change::default()
+                    })
+                    .await?;
+                }
+            }
         }
+        self.model_loop().await
+    }
 
-        let mut shell = pending_shell;
+    /// Records the user message (and answers calls an interrupted turn left).
+    async fn start_message(&mut self, doc: &SessionDoc, message: &str) -> Result<(), Stop> {
+        let mut append = Self::settle_without_running(&doc.pending_calls);
+        let mut shell = doc.pending_shell.clone();
         shell.push_str(&self.spec.local_shell);
         let text = if shell.trim().is_empty() {
-            self.spec.message.clone()
+            message.to_owned()
         } else {
             format!(
-                "Commands I ran in my terminal since my last message:\n```\n{}\n```\n\n{}",
-                shell.trim_end(),
-                self.spec.message
+                "Commands I ran in my terminal since my last message:\n```\n{}\n```\n\n{message}",
+                shell.trim_end()
             )
         };
-        let user = Item::User { text };
+        append.push(Item::User { text });
+        self.unsent.extend(append.iter().cloned());
         self.commit(Change {
-            append: vec![user.clone()],
-            last_user: Some(self.spec.message.clone()),
+            append,
+            unsent: Some(self.unsent.clone()),
+            pending_calls: Some(Vec::new()),
+            last_user: Some(message.to_owned()),
             clear_pending_shell: true,
+            turn_open: Some(true),
+            interrupted: Some(None),
+            failed: Some(None),
             ..Change::default()
         })
         .await?;
-        send.push(user);
+        Ok(())
+    }
 
-        let mut final_text = String::new();
+    /// Requests until the model answers without calling a tool.
+    async fn model_loop(&mut self) -> Result<String, Stop> {
         loop {
             if self.cancelled() {
                 return Err(Stop::Cancelled);
             }
+            let send = self.unsent.clone();
             let reply = self.call_model(&send).await?;
             let mut items = Vec::new();
             if !reply.text.is_empty() {
                 items.push(Item::Assistant {
                     text: reply.text.clone(),
                 });
-                final_text = reply.text.clone();
             }
             let pending: Vec<PendingCall> = reply
                 .calls
@@ -273,21 +404,32 @@ impl Turn<'_> {
             }));
             self.usage.add(&reply.usage);
             self.response_id = Some(reply.id.clone());
+            self.unsent.clear();
+            let done = reply.calls.is_empty();
             self.commit(Change {
                 append: items,
                 response_id: Some(Some(reply.id.clone())),
                 add_usage: Some(reply.usage),
                 last_assistant: (!reply.text.is_empty()).then(|| reply.text.clone()),
                 pending_calls: Some(pending.clone()),
-                turn_completed: reply.calls.is_empty(),
+                unsent: Some(Vec::new()),
+                turn_completed: done,
+                turn_open: done.then_some(false),
+                checkpoint: done,
                 ..Change::default()
             })
             .await?;
             self.emit(Event::Usage(self.usage)).await;
-            if reply.calls.is_empty() {
-                return Ok(final_text);
+            if done {
+                return Ok(reply.text);
             }
-            send = self.run_tools(pending).await?;
+            let outputs = self.run_tools(pending, false).await?;
+            self.unsent = outputs;
+            self.commit(Change {
+                unsent: Some(self.unsent.clone()),
+                ..Change::default()
+            })
+            .await?;
         }
     }
 
@@ -304,13 +446,8 @@ impl Turn<'_> {
                 ),
                 None => {
                     let transcript = self.group.transcript(&self.session).await?;
-                    (
-                        None,
-                        context::normalize(&transcript)
-                            .iter()
-                            .map(context::to_input)
-                            .collect(),
-                    )
+                    let items = context::normalize(&transcript);
+                    (None, items.iter().map(context::to_input).collect())
                 }
             };
             let body = responses::request_body(
@@ -339,16 +476,21 @@ impl Turn<'_> {
                 Err(e) if e.lost_response_id() && previous.is_some() && !self.rechained => {
                     self.rechained = true;
                     self.response_id = None;
+                    self.commit(Change {
+                        response_id: Some(None),
+                        ..Change::default()
+                    })
+                    .await?;
                     self.emit(Event::Notice(
                         "the server no longer knows this conversation's last response; \
-                         resending the saved conversation as a new chain"
+                         starting a new chain from the saved conversation"
                             .to_owned(),
                     ))
                     .await;
                 }
                 Err(e) if e.retryable() && failures + 1 < MAX_ATTEMPTS => {
                     failures += 1;
-                    let delay = backoff(failures, e.retry_after());
+                    let delay = backoff(self.spec.retry_base, failures, e.retry_after());
                     self.emit(Event::Retry {
                         attempt: failures + 1,
                         max_attempts: MAX_ATTEMPTS,
@@ -361,26 +503,52 @@ impl Turn<'_> {
                         _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
                     }
                 }
-                Err(e) => return Err(Stop::Failed(describe(&e, failures))),
+                Err(e) => {
+                    return Err(Stop::Failed {
+                        message: describe(&e, failures),
+                        retryable: e.retryable(),
+                    });
+                }
             }
         }
     }
 
     /// Runs (or declines) each call in order; returns their outputs, committed.
-    async fn run_tools(&mut self, mut pending: Vec<PendingCall>) -> Result<Vec<Item>, Stop> {
+    /// With `resuming`, calls already finished keep their output and calls
+    /// that were running when interrupted run again only on an explicit yes.
+    async fn run_tools(
+        &mut self,
+        mut pending: Vec<PendingCall>,
+        resuming: bool,
+    ) -> Result<Vec<Item>, Stop> {
         for i in 0..pending.len() {
             let call = pending[i].clone();
+            if call.state == CallState::Finished {
+                continue;
+            }
             self.emit(Event::ToolCall {
                 call_id: call.call_id.clone(),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
             })
             .await;
-            let command = parse_command(&call);
-            let (output, exit_code, denied, timed_out) = match command {
+            let was_running = resuming && call.state == CallState::Running;
+            let (output, exit_code, denied, timed_out) = match parse_command(&call) {
                 Err(message) => (message, None, false, false),
                 Ok(command) => {
-                    if self.approve(&call.call_id, &command).await? {
+                    let approved = if was_running {
+                        self.approve_rerun(&call.call_id, &command).await?
+                    } else {
+                        self.approve(&call.call_id, &command).await?
+                    };
+                    if !approved {
+                        let output = if was_running {
+                            "interrupted while running and not run again (it may have partly run)"
+                        } else {
+                            "the user declined to run this command"
+                        };
+                        (output.to_owned(), None, true, false)
+                    } else {
                         pending[i].state = CallState::Running;
                         self.commit(Change {
                             pending_calls: Some(pending.clone()),
@@ -414,13 +582,6 @@ impl Turn<'_> {
                                 false,
                             ),
                         }
-                    } else {
-                        (
-                            "the user declined to run this command".to_owned(),
-                            None,
-                            true,
-                            false,
-                        )
                     }
                 }
             };
@@ -455,6 +616,21 @@ impl Turn<'_> {
         })
         .await?;
         Ok(outputs)
+    }
+
+    /// A call that was running when the turn died may have had effects:
+    /// only an explicit answer from the user runs it again.
+    async fn approve_rerun(&mut self, call_id: &str, command: &str) -> Result<bool, Stop> {
+        if self.spec.policy != Policy::Ask {
+            return Ok(false);
+        }
+        let saved = self.approve_all;
+        self.approve_all = false;
+        let command =
+            format!("{command}   (it was running when the turn was interrupted: run it again?)");
+        let answer = self.approve(call_id, &command).await;
+        self.approve_all = saved;
+        answer
     }
 
     /// Whether to run a command under the policy, asking the client if needed.
@@ -502,6 +678,11 @@ impl Turn<'_> {
     }
 }
 
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("");
+    line.chars().take(80).collect()
+}
+
 /// The command of a `shell` call, or the output explaining why it cannot run.
 fn parse_command(call: &PendingCall) -> Result<String, String> {
     if call.name != "shell" {
@@ -522,13 +703,14 @@ fn parse_command(call: &PendingCall) -> Result<String, String> {
 /// Attempts per model call, the first included.
 const MAX_ATTEMPTS: u32 = 4;
 
-/// `min(0.5 s · 2^(n-1), 8 s)` with ±25 % jitter, or the server's Retry-After
-/// (capped at 60 s) when it gave one.
-fn backoff(failures: u32, retry_after: Option<Duration>) -> Duration {
+/// `min(base · 2^(n-1), 16 · base)` with ±25 % jitter (base 0.5 s: at most
+/// 8 s), or the server's Retry-After (capped at 60 s) when it gave one.
+fn backoff(base: Duration, failures: u32, retry_after: Option<Duration>) -> Duration {
     if let Some(after) = retry_after {
         return after.min(Duration::from_secs(60));
     }
-    let base = (0.5 * 2f64.powi(i32::try_from(failures).unwrap_or(8) - 1)).min(8.0);
+    let base = base.as_secs_f64();
+    let base = (base * 2f64.powi(i32::try_from(failures).unwrap_or(8) - 1)).min(16.0 * base);
     use std::hash::{BuildHasher as _, RandomState};
     let jitter = (RandomState::new().hash_one(failures) % 1000) as f64 / 1000.0; // 0..1
     Duration::from_secs_f64(base * (0.75 + 0.5 * jitter))

@@ -1,0 +1,173 @@
+//! `agentx checkpoints` and `agentx rollback`: list the conversation's
+//! checkpoints, restore one (picker, number, or newest), undo a rollback.
+
+use std::io::IsTerminal as _;
+
+use serde_json::{Value, json};
+
+use agentx_shared::proto::{
+    Checkpoint, ListCheckpointsRequest, RollbackRequest, SessionStatus, rollback_request,
+};
+use agentx_shared::time::rfc3339_wire;
+
+use crate::context::Ctx;
+use crate::error::{CliError, CliResult};
+
+pub async fn list(ctx: &Ctx, session_id: &str) -> CliResult<Vec<Checkpoint>> {
+    Ok(ctx
+        .sessions()
+        .list_checkpoints(ListCheckpointsRequest {
+            scope: ctx.scope(),
+            session_id: session_id.to_owned(),
+        })
+        .await
+        .map_err(|s| CliError::from_status("listing checkpoints", &s))?
+        .into_inner()
+        .checkpoints)
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let mut out: String = line.chars().take(max).collect();
+    if line.chars().count() > max {
+        out.push('…');
+    }
+    out
+}
+
+fn label(cp: &Checkpoint) -> String {
+    format!(
+        "{:>2}  {}  {}",
+        cp.index,
+        rfc3339_wire(cp.created_at.as_ref()),
+        one_line(&cp.last_user_message, 60)
+    )
+}
+
+pub fn print_list(cps: &[Checkpoint]) {
+    if cps.is_empty() {
+        println!("no checkpoints yet: each successful turn adds one");
+        return;
+    }
+    for cp in cps {
+        println!("{}", label(cp));
+    }
+}
+
+pub async fn checkpoints(ctx: &Ctx, as_json: bool) -> CliResult<()> {
+    let cps = list(ctx, "").await?;
+    if as_json {
+        let docs: Vec<Value> = cps
+            .iter()
+            .map(|cp| {
+                let usage = cp.usage.unwrap_or_default();
+                json!({
+                    "index": cp.index,
+                    "response_id": if cp.response_id.is_empty() { Value::Null } else { json!(cp.response_id) },
+                    "created_at": rfc3339_wire(cp.created_at.as_ref()),
+                    "last_user_message": cp.last_user_message,
+                    "last_assistant_message": cp.last_assistant_message,
+                    "transcript_len": cp.transcript_len,
+                    "usage": {
+                        "input_tokens": usage.input_tokens,
+                        "cached_tokens": usage.cached_tokens,
+                        "output_tokens": usage.output_tokens,
+                        "reasoning_tokens": usage.reasoning_tokens,
+                        "total_tokens": usage.total_tokens,
+                    },
+                })
+            })
+            .collect();
+        println!("{}", Value::Array(docs));
+    } else {
+        print_list(&cps);
+    }
+    Ok(())
+}
+
+/// Which checkpoint to restore.
+pub enum Pick {
+    Index(u32),
+    /// Ask (a picker on a terminal; the newest otherwise).
+    Choose,
+    Undo,
+}
+
+/// Rolls back `session_id` ("" = current); returns the new state, or
+/// `None` when the user backed out of the picker.
+pub async fn rollback(ctx: &Ctx, session_id: &str, pick: Pick) -> CliResult<Option<SessionStatus>> {
+    let target = match pick {
+        Pick::Index(n) => rollback_request::Target::Index(n),
+        Pick::Undo => rollback_request::Target::Undo(true),
+        Pick::Choose => {
+            let cps = list(ctx, session_id).await?;
+            if cps.is_empty() {
+                return Err(CliError::failed("no checkpoints to roll back to yet"));
+            }
+            match choose(&cps)? {
+                Some(n) => rollback_request::Target::Index(n),
+                None => return Ok(None),
+            }
+        }
+    };
+    let reply = ctx
+        .sessions()
+        .rollback(RollbackRequest {
+            scope: ctx.scope(),
+            session_id: session_id.to_owned(),
+            target: Some(target),
+        })
+        .await
+        .map_err(|s| CliError::from_status("rollback", &s))?
+        .into_inner();
+    reply
+        .status
+        .map(Some)
+        .ok_or_else(|| CliError::failed("agentd returned no state"))
+}
+
+/// Arrow keys and Enter on a terminal (Enter alone picks the newest);
+/// without a terminal, the newest.
+fn choose(cps: &[Checkpoint]) -> CliResult<Option<u32>> {
+    if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+        return Ok(Some(1));
+    }
+    let items: Vec<String> = cps.iter().map(label).collect();
+    let picked = dialoguer::Select::new()
+        .with_prompt("roll back to (Enter = newest, Esc = cancel)")
+        .items(&items)
+        .default(0)
+        .interact_opt()
+        .map_err(|e| CliError::failed(format!("picker: {e}")))?;
+    Ok(picked.and_then(|i| cps.get(i)).map(|cp| cp.index))
+}
+
+pub fn describe(status: &SessionStatus) -> String {
+    let last = one_line(&status.last_user_message, 60);
+    if last.is_empty() {
+        format!("rolled back to the start ({} turns)", status.turns)
+    } else {
+        format!("rolled back to after turn {}: {last}", status.turns)
+    }
+}
+
+pub async fn rollback_command(ctx: &Ctx, index: Option<u32>, undo: bool) -> CliResult<()> {
+    let pick = match (index, undo) {
+        (_, true) => Pick::Undo,
+        (Some(n), false) => Pick::Index(n),
+        (None, false) => Pick::Choose,
+    };
+    match rollback(ctx, "", pick).await? {
+        None => println!("nothing changed"),
+        Some(status) if undo => println!("rollback undone: back at turn {}", status.turns),
+        Some(status) => {
+            println!("{}", describe(&status));
+            println!("(files are untouched; `agentx rollback --undo` reverts this)");
+        }
+    }
+    Ok(())
+}
