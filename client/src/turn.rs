@@ -92,16 +92,26 @@ pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<
                 ui.start_waiting("thinking…");
             }
             Some(Event::Notice(text)) => ui.info(&format!("agentx: {text}")),
-            Some(Event::Retry(r)) => ui.info(&format!(
-                "agentx: retrying {}/{} in {:.1}s: {}",
-                r.attempt,
-                r.max_attempts,
-                r.delay_ms as f64 / 1000.0,
-                r.reason
-            )),
+            Some(Event::Retry(r)) => {
+                if ui.streamed {
+                    ui.info("agentx: (the answer above was cut off)");
+                    ui.streamed = false;
+                }
+                ui.info(&format!(
+                    "agentx: retrying {}/{} in {:.1}s: {}",
+                    r.attempt,
+                    r.max_attempts,
+                    r.delay_ms as f64 / 1000.0,
+                    r.reason
+                ));
+            }
             Some(Event::Finished(finished)) => {
                 ui.stop_waiting();
                 ui.end_text();
+                ui.streamed = false;
+                if finished.status == TurnStatus::Completed as i32 {
+                    ui.answer(&finished.text);
+                }
                 return Ok(finished);
             }
         }

@@ -30,6 +30,11 @@ pub struct Ui {
     spinner: Option<ProgressBar>,
     /// The current line of streamed text has unfinished output.
     mid_line: bool,
+    /// stdout is a terminal: answers stream; otherwise only final answers
+    /// are printed, so a retried partial answer never reaches a script.
+    pub stream: bool,
+    /// Some answer text was streamed in this model attempt.
+    pub streamed: bool,
 }
 
 impl Ui {
@@ -48,6 +53,8 @@ impl Ui {
             input,
             spinner: None,
             mid_line: false,
+            stream: std::io::stdout().is_terminal(),
+            streamed: false,
         }
     }
 
@@ -94,8 +101,12 @@ impl Ui {
         }
     }
 
-    /// Streams answer text to stdout.
+    /// Streams answer text to stdout (terminal only).
     pub fn text(&mut self, delta: &str) {
+        if !self.stream {
+            return;
+        }
+        self.streamed = true;
         self.stop_waiting();
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(delta.as_bytes());
@@ -103,6 +114,19 @@ impl Ui {
         if !delta.is_empty() {
             self.mid_line = !delta.ends_with('\n');
         }
+    }
+
+    /// Prints a whole answer (when it was not streamed).
+    pub fn answer(&mut self, text: &str) {
+        if self.stream || text.is_empty() {
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes());
+        if !text.ends_with('\n') {
+            let _ = out.write_all(b"\n");
+        }
+        let _ = out.flush();
     }
 
     /// Ends the streamed answer with a newline if it lacks one.

@@ -119,6 +119,10 @@ impl TestEnv {
             cmd.env_remove(var);
         }
         cmd.env("AGENTX_HOME", &self.home);
+        // Fast retries and stall detection, so failure tests take
+        // milliseconds; the behaviour is the same as with the defaults.
+        cmd.env("AGENTX_RETRY_BASE_MS", "10");
+        cmd.env("AGENTX_STREAM_IDLE_MS", "2000");
     }
 
     /// `agentx ARGS` talking to `model` with a test key, fed `stdin`,
@@ -252,6 +256,25 @@ impl TestEnv {
 impl Drop for TestEnv {
     fn drop(&mut self) {
         self.kill_daemons();
+    }
+}
+
+/// Polls `agentx status --json` until `check` accepts it (10 s at most).
+pub fn wait_status(env: &TestEnv, check: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = env.run(["status", "--json"]);
+        if let Ok(status) = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            && (check(&status) || Instant::now() > deadline)
+        {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "status never became ready: {}",
+            stderr(&out)
+        );
+        std::thread::sleep(Duration::from_millis(25));
     }
 }
 

@@ -107,7 +107,7 @@ enum Msg {
     EndTurn(String),
     Commit(
         String,
-        Change,
+        Box<Change>,
         oneshot::Sender<Result<SessionDoc, StoreError>>,
     ),
     Transcript(String, oneshot::Sender<Result<Vec<Item>, StoreError>>),
@@ -181,7 +181,7 @@ impl GroupHandle {
 
     /// Applies a change; returns once it is on disk.
     pub async fn commit(&self, session: &str, change: Change) -> Result<SessionDoc, StoreError> {
-        self.ask(|tx| Msg::Commit(session.to_owned(), change, tx))
+        self.ask(|tx| Msg::Commit(session.to_owned(), Box::new(change), tx))
             .await?
     }
 
@@ -304,7 +304,7 @@ impl Group {
             Msg::BeginTurn(session, reply) => self.begin_turn(session, reply),
             Msg::EndTurn(id) => self.end_turn(&id),
             Msg::Commit(id, change, reply) => {
-                let _ = reply.send(self.commit(&id, change));
+                let _ = reply.send(self.commit(&id, *change));
             }
             Msg::Transcript(id, reply) => {
                 let result = self

@@ -1,0 +1,503 @@
+//! Conversation resilience end to end: checkpoints and rollback (with undo
+//! and the 20-checkpoint cap), the shared checkpoint, retries and failure
+//! markers, lost response ids, and turns cut short by a dead client or daemon.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use agentx_tests::fake_model::{FakeModel, Reply};
+use agentx_tests::{TestEnv, assert_code, stderr, stdout, wait_pid_gone, wait_status};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+fn json_out(out: &std::process::Output) -> Value {
+    assert_code(out, 0);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))
+}
+
+fn status(env: &TestEnv) -> Value {
+    json_out(&env.run(["status", "--json"]))
+}
+
+fn say(env: &TestEnv, model: &FakeModel, lines: &str) -> std::process::Output {
+    env.chat(model, ["--approval", "auto"], lines)
+}
+
+fn assert_schema_clean(model: &FakeModel) {
+    for r in model.requests() {
+        assert!(
+            r.schema_errors.is_empty(),
+            "invalid body {}: {:?}",
+            r.body,
+            r.schema_errors
+        );
+    }
+}
+
+/// The shared checkpoint recorded for this env's work folder.
+fn shared_response_id(env: &TestEnv) -> Value {
+    let file = env
+        .profile_files()
+        .into_iter()
+        .find(|p| p.ends_with("shared.json"))
+        .expect("no shared.json");
+    let doc: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    let folder = std::fs::canonicalize(&env.work)
+        .unwrap()
+        .display()
+        .to_string();
+    doc["shared"][folder]["response_id"].clone()
+}
+
+#[test]
+fn rollback_restores_a_checkpoint_and_can_be_undone() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&say(&env, &model, "one\ntwo\nthree\n"), 0);
+    let ids = model.stored_response_ids();
+    let cps = json_out(&env.run(["checkpoints", "--json"]));
+    let cps = cps.as_array().unwrap();
+    assert_eq!(cps.len(), 3);
+    assert_eq!(cps[0]["index"], 1);
+    assert_eq!(cps[0]["last_user_message"], "three");
+    assert_eq!(cps[0]["response_id"], json!(ids[2]));
+    assert_eq!(cps[2]["last_user_message"], "one");
+    for field in ["index", "response_id", "created_at", "last_user_message"] {
+        assert!(cps[0].get(field).is_some(), "{field}");
+    }
+    assert_eq!(shared_response_id(&env), json!(ids[2]));
+
+    let before = status(&env);
+    assert_code(&env.run(["rollback", "2"]), 0);
+    let after = status(&env);
+    assert_eq!(after["response_id"], json!(ids[1]));
+    assert_eq!(after["turns"], 2);
+    assert_eq!(after["usage"]["total_tokens"], 30);
+    assert!(after["rollback_backup"].is_object());
+    assert_eq!(after["checkpoints"], 2);
+    assert_eq!(
+        shared_response_id(&env),
+        json!(ids[1]),
+        "a rollback moves the shared checkpoint"
+    );
+
+    // Undo puts everything back as it was.
+    assert_code(&env.run(["rollback", "--undo"]), 0);
+    let undone = status(&env);
+    for field in [
+        "response_id",
+        "turns",
+        "usage",
+        "checkpoints",
+        "transcript_items",
+    ] {
+        assert_eq!(undone[field], before[field], "{field}");
+    }
+    assert_eq!(undone["rollback_backup"], Value::Null);
+
+    // Roll back again and go on: the model continues from turn two.
+    assert_code(&env.run(["rollback", "2"]), 0);
+    let out = say(&env, &model, "four\n");
+    assert_eq!(stdout(&out).trim(), "echo: four [turns seen: 3]");
+    let last = model.requests().last().unwrap().body.clone();
+    assert_eq!(last["previous_response_id"], json!(ids[1]));
+    // After new turns the old backup cannot be undone without losing them.
+    let out = env.run(["rollback", "--undo"]);
+    assert_code(&out, 1);
+    assert!(
+        stderr(&out).contains("went on after the rollback"),
+        "{}",
+        stderr(&out)
+    );
+    assert_schema_clean(&model);
+}
+
+#[test]
+fn only_the_last_20_checkpoints_are_kept() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let lines: String = (1..=22).map(|i| format!("m{i}\n")).collect();
+    assert_code(&say(&env, &model, &lines), 0);
+    let cps = json_out(&env.run(["checkpoints", "--json"]));
+    let cps = cps.as_array().unwrap();
+    assert_eq!(cps.len(), 20);
+    assert_eq!(cps[0]["last_user_message"], "m22");
+    assert_eq!(cps[19]["last_user_message"], "m3");
+    let out = env.run(["rollback", "21"]);
+    assert_code(&out, 1);
+    assert!(
+        stderr(&out).contains("no checkpoint 21"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn retryable_failures_are_retried_a_bounded_number_of_times() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    // Two 5xx, a 429 with retry-after-ms, a broken stream: then success.
+    model.push(Reply::http_error(500, Some("server_error"), "boom"));
+    model.push(Reply::http_error(503, None, "overloaded"));
+    model.push(Reply::Truncated);
+    let out = say(&env, &model, "hello\n");
+    assert_code(&out, 0);
+    assert_eq!(stdout(&out).trim(), "echo: hello [turns seen: 1]");
+    assert!(stderr(&out).contains("retrying 2/4"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("retrying 4/4"), "{}", stderr(&out));
+    assert_eq!(model.requests().len(), 4);
+
+    model.push(Reply::HttpError {
+        status: 429,
+        body: json!({"error": {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": "slow down"}}),
+        headers: vec![("retry-after-ms".into(), "30".into())],
+    });
+    assert_code(&say(&env, &model, "again\n"), 0);
+    assert_eq!(model.requests().len(), 6);
+
+    // Exhausted: four attempts, then a failed turn with the marker set.
+    let checkpoints_before = status(&env)["checkpoints"].clone();
+    for _ in 0..4 {
+        model.push(Reply::http_error(502, None, "bad gateway"));
+    }
+    let out = say(&env, &model, "doomed\n");
+    assert_code(&out, 1);
+    assert!(
+        stderr(&out).contains("after 4 attempts"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(model.requests().len(), 10);
+    let st = status(&env);
+    assert!(
+        st["failed"]["message"].as_str().unwrap().contains("502"),
+        "{st}"
+    );
+    assert_eq!(
+        st["checkpoints"], checkpoints_before,
+        "a failed response became a checkpoint"
+    );
+    assert_schema_clean(&model);
+}
+
+#[test]
+fn final_errors_are_not_retried() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let cases = [
+        Reply::http_error(400, None, "bad request"),
+        Reply::http_error(400, Some("context_length_exceeded"), "too long"),
+        Reply::http_error(429, Some("insufficient_quota"), "no money"),
+        Reply::http_error(401, None, "bad key"),
+        Reply::http_error(403, None, "forbidden"),
+    ];
+    let mut expected = 0;
+    for reply in cases {
+        model.push(reply);
+        let out = say(&env, &model, "try\n");
+        expected += 1;
+        assert_code(&out, 1);
+        assert_eq!(
+            model.requests().len(),
+            expected,
+            "retried: {}",
+            stderr(&out)
+        );
+        assert!(!stderr(&out).contains("retrying"), "{}", stderr(&out));
+        // Settle the failure before the next case.
+        assert_code(
+            &env.run(["rollback", "1"]),
+            if status(&env)["checkpoints"] == 0 {
+                1
+            } else {
+                0
+            },
+        );
+        let _ = env.run(["clear", "--yes"]);
+    }
+    let out = {
+        model.push(Reply::http_error(401, None, "bad key"));
+        say(&env, &model, "x\n")
+    };
+    assert!(stderr(&out).contains("OPENAI_API_KEY"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_stalled_stream_hits_the_idle_timeout_and_is_retried() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    model.push(Reply::Stall(Duration::from_secs(6)));
+    let out = say(&env, &model, "are you there\n");
+    assert_code(&out, 0);
+    assert!(
+        stderr(&out).contains("no data from the model"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stdout(&out).trim(), "echo: are you there [turns seen: 1]");
+}
+
+#[test]
+fn retry_and_new_chain_settle_a_failed_turn() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&say(&env, &model, "first\n"), 0);
+    model.push(Reply::http_error(400, None, "rejected once"));
+    assert_code(&say(&env, &model, "second\n"), 1);
+    assert!(status(&env)["failed"].is_object());
+
+    let out = env.chat(&model, ["retry"], "");
+    assert_code(&out, 0);
+    assert_eq!(stdout(&out).trim(), "echo: second [turns seen: 2]");
+    let st = status(&env);
+    assert_eq!(st["failed"], Value::Null);
+    assert_eq!(st["checkpoints"], 2);
+    let bodies: Vec<Value> = model.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(
+        bodies[2]["input"], bodies[1]["input"],
+        "retry must resend the same request"
+    );
+
+    // New chain: no previous_response_id, the whole conversation resent.
+    model.push(Reply::http_error(500, None, "x"));
+    model.push(Reply::http_error(500, None, "x"));
+    model.push(Reply::http_error(500, None, "x"));
+    model.push(Reply::http_error(500, None, "x"));
+    assert_code(&say(&env, &model, "third\n"), 1);
+    let out = env.chat(&model, ["retry", "--new-chain"], "");
+    assert_code(&out, 0);
+    assert_eq!(stdout(&out).trim(), "echo: third [turns seen: 3]");
+    let last = model.requests().last().unwrap().body.clone();
+    assert!(last.get("previous_response_id").is_none());
+    let roles: Vec<&str> = last["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        vec!["user", "assistant", "user", "assistant", "user"]
+    );
+    assert_schema_clean(&model);
+}
+
+#[test]
+fn a_lost_response_id_starts_a_new_chain_from_the_saved_conversation() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    model.push(Reply::ToolCall {
+        name: "shell".into(),
+        arguments: json!({"command": "echo tool-ran"}),
+    });
+    assert_code(&say(&env, &model, "one\ntwo\n"), 0);
+    model.forget_response_ids();
+    let out = say(&env, &model, "three\n");
+    assert_code(&out, 0);
+    assert!(stderr(&out).contains("new chain"), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "echo: three [turns seen: 3]");
+
+    let requests = model.requests();
+    let n = requests.len();
+    // The rejected chained request, then exactly one resend: no loop.
+    assert!(requests[n - 2].body["previous_response_id"].is_string());
+    let resent = &requests[n - 1].body;
+    assert!(resent.get("previous_response_id").is_none());
+    assert!(resent["instructions"].is_string());
+    assert_eq!(resent["tools"][0]["name"], "shell");
+    let input = resent["input"].as_array().unwrap();
+    // Every call paired with its output, no server ids or reasoning items.
+    let calls: Vec<&Value> = input
+        .iter()
+        .filter(|i| i["type"] == "function_call")
+        .collect();
+    let outputs: Vec<&Value> = input
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(outputs.len(), 1);
+    assert_eq!(calls[0]["call_id"], outputs[0]["call_id"]);
+    assert!(outputs[0]["output"].as_str().unwrap().contains("tool-ran"));
+    for item in input {
+        assert!(item.get("id").is_none(), "server item id resent: {item}");
+        assert_ne!(item["type"], "reasoning");
+    }
+    assert_schema_clean(&model);
+
+    // A server that rejects the resend too: one resend per turn, then the
+    // turn fails — no loop.
+    for _ in 0..2 {
+        model.push(Reply::HttpError {
+            status: 400,
+            body: json!({"error": {"type": "invalid_request_error", "param": "previous_response_id",
+                "code": "previous_response_not_found", "message": "Previous response with id 'x' not found."}}),
+            headers: vec![],
+        });
+    }
+    let before = model.requests().len();
+    let out = say(&env, &model, "four\n");
+    assert_code(&out, 1);
+    assert_eq!(model.requests().len(), before + 2);
+}
+
+fn pid_of(child: &std::process::Child) -> Pid {
+    Pid::from_raw(child.id() as i32)
+}
+
+#[test]
+fn killing_the_client_mid_turn_leaves_an_interrupted_turn_to_settle() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&say(&env, &model, "warm up\n"), 0);
+    model.push(Reply::Stall(Duration::from_secs(1)));
+    let child = env.chat_command(&model, ["--approval", "auto"], "cut me off\n");
+    assert!(model.wait_for_requests(2, Duration::from_secs(10)));
+    kill(pid_of(&child), Signal::SIGKILL).unwrap();
+    let _ = child.wait_with_output();
+    let st = wait_status(&env, |s| s["interrupted"].is_object());
+    assert_eq!(st["turns"], 1);
+
+    // A new chat must settle it first; `new` leaves it as it is.
+    let out = say(&env, &model, "hello\n");
+    assert_code(&out, 1);
+    let out = env.chat(&model, ["--on-pending", "new"], "fresh start\n");
+    assert_code(&out, 0);
+    assert_eq!(stdout(&out).trim(), "echo: fresh start [turns seen: 1]");
+    let sessions = json_out(&env.run(["sessions", "--json"]));
+    assert_eq!(sessions.as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn killing_agentd_during_a_tool_then_continue_never_reruns_it() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&say(&env, &model, "warm up\n"), 0);
+    model.push(Reply::ToolCall {
+        name: "shell".into(),
+        arguments: json!({"command": "echo started >> log.txt; sleep 30; echo finished >> log.txt"}),
+    });
+    let child = env.chat_command(&model, ["--approval", "auto"], "run the slow thing\n");
+    let st = wait_status(&env, |s| s["pending_tool_calls"][0]["state"] == "running");
+    assert_eq!(st["pending_tool_calls"][0]["name"], "shell");
+    let daemon = env.daemon_pids()[0];
+    kill(Pid::from_raw(daemon), Signal::SIGKILL).unwrap();
+    assert!(wait_pid_gone(daemon, Duration::from_secs(5)));
+    let _ = child.wait_with_output();
+
+    // A fresh agentd finds the call exactly as it was: running, interrupted.
+    let st = status(&env);
+    assert_eq!(
+        st["pending_tool_calls"].as_array().unwrap().len(),
+        1,
+        "{st}"
+    );
+    assert_eq!(st["pending_tool_calls"][0]["state"], "running");
+    assert!(
+        st["interrupted"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("agentd stopped")
+    );
+    // The command died with its daemon.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        std::fs::read_to_string(env.work.join("log.txt")).unwrap(),
+        "started\n"
+    );
+
+    let out = env.chat(
+        &model,
+        ["--approval", "auto", "--on-pending", "continue"],
+        "",
+    );
+    assert_code(&out, 0);
+    assert_eq!(
+        std::fs::read_to_string(env.work.join("log.txt")).unwrap(),
+        "started\n",
+        "re-ran"
+    );
+    let last = model.requests().last().unwrap().body.clone();
+    assert_eq!(last["input"][0]["type"], "function_call_output");
+    assert!(
+        last["input"][0]["output"]
+            .as_str()
+            .unwrap()
+            .contains("not run again")
+    );
+    let st = status(&env);
+    assert_eq!(st["pending_tool_calls"], json!([]));
+    assert_eq!(st["interrupted"], Value::Null);
+    assert_eq!(st["turns"], 2);
+    assert_schema_clean(&model);
+}
+
+#[test]
+fn killing_agentd_while_streaming_then_retry_resends_the_message() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&say(&env, &model, "warm up\n"), 0);
+    model.push(Reply::Stall(Duration::from_secs(1)));
+    let child = env.chat_command(&model, ["--approval", "auto"], "lost in flight\n");
+    assert!(model.wait_for_requests(2, Duration::from_secs(10)));
+    let daemon = env.daemon_pids()[0];
+    kill(Pid::from_raw(daemon), Signal::SIGKILL).unwrap();
+    let _ = child.wait_with_output();
+    assert!(wait_pid_gone(daemon, Duration::from_secs(5)));
+
+    let st = status(&env);
+    assert!(st["interrupted"].is_object(), "{st}");
+    assert_eq!(st["pending_tool_calls"], json!([]));
+    let out = env.chat(&model, ["--on-pending", "retry"], "");
+    assert_code(&out, 0);
+    assert_eq!(stdout(&out).trim(), "echo: lost in flight [turns seen: 2]");
+    let st = status(&env);
+    assert_eq!(st["turns"], 2);
+    assert_eq!(st["checkpoints"], 2);
+    // Rolled back to the checkpoint, then resent once: no duplicate message.
+    let last = model.requests().last().unwrap().body.clone();
+    assert_eq!(
+        last["input"],
+        json!([{"role": "user", "content": "lost in flight"}])
+    );
+}
+
+#[test]
+fn killing_agentd_between_a_tool_and_the_next_request_then_continue() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    model.push(Reply::ToolCall {
+        name: "shell".into(),
+        arguments: json!({"command": "echo once >> ran.txt"}),
+    });
+    model.push(Reply::Stall(Duration::from_secs(1)));
+    let child = env.chat_command(&model, ["--approval", "auto"], "do it\n");
+    assert!(model.wait_for_requests(2, Duration::from_secs(10)));
+    let daemon = env.daemon_pids()[0];
+    kill(Pid::from_raw(daemon), Signal::SIGKILL).unwrap();
+    let _ = child.wait_with_output();
+    assert!(wait_pid_gone(daemon, Duration::from_secs(5)));
+
+    let out = env.chat(
+        &model,
+        ["--approval", "auto", "--on-pending", "continue"],
+        "",
+    );
+    assert_code(&out, 0);
+    assert_eq!(
+        std::fs::read_to_string(env.work.join("ran.txt")).unwrap(),
+        "once\n"
+    );
+    // The outputs were resent, paired with the call of the stored response.
+    let last = model.requests().last().unwrap().body.clone();
+    assert_eq!(last["input"][0]["type"], "function_call_output");
+    assert!(
+        last["input"][0]["output"]
+            .as_str()
+            .unwrap()
+            .contains("exit code 0")
+    );
+    assert_eq!(status(&env)["turns"], 1);
+    assert_schema_clean(&model);
+}
