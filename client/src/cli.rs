@@ -141,12 +141,22 @@ pub enum Command {
     Oneshots {
         #[arg(long)]
         json: bool,
+        #[command(subcommand)]
+        action: Option<OneshotsAction>,
     },
     /// Manage the agentd daemon.
     Daemon {
         #[command(subcommand)]
         action: DaemonAction,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OneshotsAction {
+    /// Print one retained one-shot: its state and transcript.
+    Show { id: String },
+    /// Remove every retained one-shot of this folder.
+    Prune,
 }
 
 #[derive(Debug, Subcommand)]

@@ -20,7 +20,6 @@ use agentx_shared::profile::Profile;
 use agentx_shared::proto::open_session_request::Target;
 
 use crate::cli::{Cli, Command};
-use crate::commands::pending::Call;
 use crate::context::Ctx;
 use crate::error::{CliError, CliResult, Exit};
 
@@ -98,9 +97,7 @@ async fn run(cli: Cli) -> CliResult<()> {
             };
             repl::run(&ctx, target).await
         }
-        Command::Exec { .. } => {
-            commands::pending::run(&ctx.daemon, ctx.scope.clone(), Call::Oneshot, "one-shots").await
-        }
+        Command::Exec { json, prompt } => commands::exec::exec(&ctx, prompt, json).await,
         Command::Checkpoints { json } => commands::checkpoints::checkpoints(&ctx, json).await,
         Command::Rollback { index, undo } => {
             commands::checkpoints::rollback_command(&ctx, index, undo).await
@@ -109,14 +106,8 @@ async fn run(cli: Cli) -> CliResult<()> {
         Command::Snapshots { .. }
         | Command::Snapshot { .. }
         | Command::Undo { .. }
-        | Command::Rewind { .. } => {
-            commands::pending::run(&ctx.daemon, ctx.scope.clone(), Call::Snapshots, "snapshots")
-                .await
-        }
-        Command::Oneshots { .. } => {
-            commands::pending::run(&ctx.daemon, ctx.scope.clone(), Call::Oneshots, "one-shots")
-                .await
-        }
+        | Command::Rewind { .. } => commands::pending::snapshots(&ctx).await,
+        Command::Oneshots { json, action } => commands::oneshots::run(&ctx, json, action).await,
         Command::Daemon { .. } => Ok(()),
     }
 }

@@ -119,7 +119,7 @@ pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<
 }
 
 /// The `command` argument of a shell call, for display.
-fn command_of(arguments: &str) -> Option<String> {
+pub fn command_of(arguments: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(arguments).ok()?;
     v["command"].as_str().map(str::to_owned)
 }

@@ -14,7 +14,7 @@ use tonic::transport::Server;
 
 use agentx_shared::profile::Profile;
 use agentx_shared::proto::daemon_server::DaemonServer;
-use agentx_shared::proto::oneshots_server::{Oneshots, OneshotsServer};
+use agentx_shared::proto::oneshots_server::OneshotsServer;
 use agentx_shared::proto::sessions_server::SessionsServer;
 use agentx_shared::proto::snapshots_server::{Snapshots, SnapshotsServer};
 use agentx_shared::proto::turns_server::TurnsServer;
@@ -22,6 +22,7 @@ use agentx_shared::proto::turns_server::TurnsServer;
 use crate::listener::{Listener, remove_owned_socket};
 use crate::peer::PeerCheck;
 use crate::services::daemon::{DaemonInfo, DaemonService};
+use crate::services::oneshots::OneshotsService;
 use crate::services::sessions::SessionsService;
 use crate::services::turns::TurnsService;
 use crate::store::Store;
@@ -40,7 +41,6 @@ pub struct Config {
 /// Services whose behaviour later work fills in: every RPC answers UNIMPLEMENTED.
 #[derive(Clone, Copy)]
 struct NotYet;
-impl Oneshots for NotYet {}
 impl Snapshots for NotYet {}
 
 /// Serves until SIGTERM, SIGINT or a Shutdown RPC, then drains and cleans up.
@@ -94,7 +94,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             engine,
             crate::services::turns::Tuning::from_env(),
         )))
-        .add_service(OneshotsServer::new(NotYet))
+        .add_service(OneshotsServer::new(OneshotsService::new(Arc::clone(
+            &store,
+        ))))
         .add_service(SnapshotsServer::new(NotYet))
         .add_service(health_service)
         .add_service(reflection);

@@ -153,6 +153,8 @@ struct FakeState {
     event_delay: Duration,
     /// Benchmark mode: constant work per request (see [`FakeModel::set_lean`]).
     lean: bool,
+    /// Requests whose last user text contains this stall this long.
+    stall_marker: Option<(String, Duration)>,
     open_streams: usize,
     completed: usize,
 }
@@ -276,6 +278,12 @@ impl FakeModel {
     /// the reply is always `ok`. Unknown previous ids still get the 400.
     pub fn set_lean(&self, lean: bool) {
         self.shared.lock().lean = lean;
+    }
+
+    /// Unscripted requests whose last user message contains `marker` stall
+    /// for `d` before answering (so a test can kill chosen clients mid-turn).
+    pub fn stall_when_prompt_contains(&self, marker: &str, d: Duration) {
+        self.shared.lock().stall_marker = Some((marker.to_owned(), d));
     }
 
     pub fn set_event_delay(&self, d: Duration) {
@@ -640,7 +648,13 @@ fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan, Box<Respon
 
     state.next_response += 1;
     let id = format!("resp_{}", state.next_response);
-    let reply = state.script.pop_front();
+    let mut reply = state.script.pop_front();
+    if reply.is_none()
+        && let Some((marker, d)) = &state.stall_marker
+        && default_text.contains(marker.as_str())
+    {
+        reply = Some(Reply::Stall(*d));
+    }
     let mut next_item = || {
         state.next_item += 1;
         state.next_item

@@ -2,5 +2,7 @@
 
 pub mod checkpoints;
 pub mod daemon;
+pub mod exec;
+pub mod oneshots;
 pub mod pending;
 pub mod sessions;

@@ -2,6 +2,7 @@
 //! or the turn engine and back. Nothing below this edge sees protobuf types.
 
 pub mod daemon;
+pub mod oneshots;
 pub mod sessions;
 pub mod turns;
 

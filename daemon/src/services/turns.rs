@@ -86,11 +86,6 @@ impl Turns for TurnsService {
                 "the first turn message must be `start`",
             ));
         };
-        if start.oneshot {
-            return Err(Status::unimplemented(
-                "one-shots are not available in this agentd yet",
-            ));
-        }
         let mode = match proto::Resolve::try_from(start.resolve) {
             Ok(proto::Resolve::None) | Err(_) => {
                 if start.message.trim().is_empty() {
@@ -122,7 +117,35 @@ impl Turns for TurnsService {
             )));
         }
         let (group, folder) = group_for(&self.store, start.scope.as_ref())?;
-        let session = session_arg(&start.session_id)?;
+        let mut session = session_arg(&start.session_id)?;
+        let mut policy = policy(start.approval);
+        let oneshot = if start.oneshot {
+            if !matches!(mode, Mode::Message(_)) {
+                return Err(Status::invalid_argument(
+                    "a one-shot takes a prompt, not a retry",
+                ));
+            }
+            // Nobody can be asked: tools run only when allowed outright.
+            if policy == Policy::Ask {
+                policy = Policy::Never;
+            }
+            let agent = start
+                .scope
+                .as_ref()
+                .map(|s| s.agent.as_str())
+                .unwrap_or_default();
+            let agent = if agent.is_empty() { "default" } else { agent };
+            let oneshot = self
+                .store
+                .start_oneshot(&folder, agent, start.client_pid, &start.message)
+                .await
+                .map_err(status_of)?;
+            session = Some(oneshot.id.clone());
+            Some(oneshot)
+        } else {
+            None
+        };
+        let group = oneshot.as_ref().map_or(group, |o| o.group.clone());
         let spec = TurnSpec {
             folder: PathBuf::from(folder),
             mode,
@@ -132,7 +155,7 @@ impl Turns for TurnsService {
                 model: provider.model,
                 api_key: Some(provider.api_key).filter(|k| !k.is_empty()),
             },
-            policy: policy(start.approval),
+            policy,
             instructions: if start.instructions.is_empty() {
                 crate::turn::DEFAULT_INSTRUCTIONS.to_owned()
             } else {
@@ -189,10 +212,15 @@ impl Turns for TurnsService {
 
         let (wire_tx, wire_rx) = mpsc::channel::<Result<TurnEvent, Status>>(512);
         let engine = Arc::clone(&self.engine);
+        let store = Arc::clone(&self.store);
+        let oneshot_id = oneshot.as_ref().map(|o| o.id.clone()).unwrap_or_default();
         tokio::spawn(async move {
             let lease = match group.begin_turn(session).await {
                 Ok(lease) => lease,
                 Err(e) => {
+                    if let Some(o) = &oneshot {
+                        store.finish_oneshot(o, false);
+                    }
                     let _ = wire_tx.send(Err(status_of(e))).await;
                     return;
                 }
@@ -202,8 +230,24 @@ impl Turns for TurnsService {
                 inputs: input_rx,
                 cancel: cancel_rx,
             };
-            let forward = forward_events(event_rx, wire_tx, Arc::clone(&cancel_tx));
-            tokio::join!(engine.run(group, lease, spec, io), forward);
+            let forward = forward_events(
+                event_rx,
+                wire_tx.clone(),
+                Arc::clone(&cancel_tx),
+                oneshot_id.clone(),
+            );
+            let (finished, ()) = tokio::join!(engine.run(group, lease, spec, io), forward);
+            if let Some(o) = &oneshot {
+                let success = matches!(
+                    finished,
+                    Event::Finished {
+                        status: TurnStatus::Completed,
+                        ..
+                    }
+                );
+                store.finish_oneshot(o, success);
+            }
+            let _ = wire_tx.send(Ok(to_wire(finished, &oneshot_id))).await;
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(wire_rx))))
     }
@@ -214,9 +258,10 @@ async fn forward_events(
     mut events: mpsc::Receiver<Event>,
     wire: mpsc::Sender<Result<TurnEvent, Status>>,
     cancel: Arc<watch::Sender<bool>>,
+    oneshot_id: String,
 ) {
     while let Some(event) = events.recv().await {
-        if wire.send(Ok(to_wire(event))).await.is_err() {
+        if wire.send(Ok(to_wire(event, &oneshot_id))).await.is_err() {
             let _ = cancel.send(true);
         }
     }
@@ -230,11 +275,12 @@ fn policy(p: i32) -> Policy {
     }
 }
 
-fn to_wire(event: Event) -> TurnEvent {
+fn to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
     use turn_event::Event as W;
     let event = match event {
         Event::Started { session_id } => W::Started(proto::TurnStarted {
             session_id,
+            oneshot_id: oneshot_id.to_owned(),
             ..Default::default()
         }),
         Event::TextDelta(text) => W::TextDelta(text),
@@ -294,7 +340,7 @@ fn to_wire(event: Event) -> TurnEvent {
                 error,
                 response_id,
                 usage: Some(usage.into()),
-                oneshot_id: String::new(),
+                oneshot_id: oneshot_id.to_owned(),
             })
         }
     };

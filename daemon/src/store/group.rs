@@ -123,6 +123,7 @@ enum Msg {
         oneshot::Sender<Result<SessionDoc, StoreError>>,
     ),
     Shared(oneshot::Sender<Option<SharedCheckpoint>>),
+    Adopt(Box<SessionDoc>, oneshot::Sender<Result<(), StoreError>>),
 }
 
 /// Cheap, cloneable address of a group actor.
@@ -219,19 +220,27 @@ impl GroupHandle {
         self.ask(|tx| Msg::Rollback(id, target, true, tx)).await?
     }
 
+    /// Makes a prepared conversation document durable in this group.
+    pub async fn adopt(&self, doc: SessionDoc) -> Result<(), StoreError> {
+        self.ask(|tx| Msg::Adopt(Box::new(doc), tx)).await?
+    }
+
     /// The shared checkpoint one-shots branch from, if any.
-    #[allow(dead_code)] // used by one-shots
     pub async fn shared(&self) -> Result<Option<SharedCheckpoint>, StoreError> {
         self.ask(Msg::Shared).await
     }
 }
 
-pub fn spawn(dir: PathBuf, folder: String, agent: String) -> GroupHandle {
+/// Starts the actor for `dir`. `shares_checkpoint`: successful turns and
+/// rollbacks here move the folder+agent's shared checkpoint (interactive
+/// conversations do; one-shots never do).
+pub fn spawn(dir: PathBuf, folder: String, agent: String, shares_checkpoint: bool) -> GroupHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let actor = Group {
         dir,
         folder,
         agent,
+        shares_checkpoint,
         loaded: false,
         sessions: HashMap::new(),
         current: None,
@@ -260,6 +269,7 @@ struct Group {
     dir: PathBuf,
     folder: String,
     agent: String,
+    shares_checkpoint: bool,
     loaded: bool,
     sessions: HashMap<String, Session>,
     current: Option<String>,
@@ -326,6 +336,15 @@ impl Group {
             }
             Msg::Shared(reply) => {
                 let _ = reply.send(self.read_shared());
+            }
+            Msg::Adopt(doc, reply) => {
+                let result = agentx_shared::profile::create_private_dir(&self.dir)
+                    .and_then(|()| Session::create(&self.dir, *doc))
+                    .map(|session| {
+                        self.sessions.insert(session.doc.id.clone(), session);
+                    })
+                    .map_err(StoreError::from);
+                let _ = reply.send(result);
             }
         }
     }
@@ -454,6 +473,9 @@ impl Group {
 
     /// Makes `doc`'s current state the folder+agent's shared checkpoint.
     fn write_shared(&self, doc: &SessionDoc) -> Result<(), StoreError> {
+        if !self.shares_checkpoint {
+            return Ok(());
+        }
         let mut file = self.read_shared_file();
         file.shared.insert(
             self.folder.clone(),

@@ -4,9 +4,10 @@
 
 mod durable;
 mod group;
+pub mod oneshot;
 pub mod session;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -37,6 +38,8 @@ impl From<std::io::Error> for StoreError {
 pub struct Store {
     sessions_dir: PathBuf,
     groups: Mutex<HashMap<(String, String), GroupHandle>>,
+    /// One-shots running now (their state must not be pruned).
+    active_oneshots: Mutex<HashSet<String>>,
 }
 
 impl Store {
@@ -44,7 +47,15 @@ impl Store {
         Arc::new(Self {
             sessions_dir,
             groups: Mutex::new(HashMap::new()),
+            active_oneshots: Mutex::new(HashSet::new()),
         })
+    }
+
+    /// `<sessions>/<folder-key>/<agent>`.
+    fn group_dir(&self, folder: &str, agent: &str) -> PathBuf {
+        self.sessions_dir
+            .join(folder_key(std::path::Path::new(folder)))
+            .join(agent)
     }
 
     /// The actor for `folder` (absolute path) and `agent`.
@@ -63,11 +74,8 @@ impl Store {
         if let Some(handle) = groups.get(&key) {
             return Ok(handle.clone());
         }
-        let dir = self
-            .sessions_dir
-            .join(folder_key(std::path::Path::new(folder)))
-            .join(agent);
-        let handle = group::spawn(dir, folder.to_owned(), agent.to_owned());
+        let dir = self.group_dir(folder, agent);
+        let handle = group::spawn(dir, folder.to_owned(), agent.to_owned(), true);
         groups.insert(key, handle.clone());
         Ok(handle)
     }

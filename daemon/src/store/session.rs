@@ -59,6 +59,18 @@ pub struct SessionDoc {
     /// State before the last rollback, so it can be undone.
     #[serde(default)]
     pub rollback: Option<Box<RollbackBackup>>,
+    /// A one-shot's branch point: the interactive transcript it continues.
+    #[serde(default)]
+    pub base: Option<BaseRef>,
+}
+
+/// The committed prefix of another conversation's journal that this one
+/// continues (read only when the whole context must be resent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaseRef {
+    pub journal: PathBuf,
+    pub bytes: u64,
+    pub items: u64,
 }
 
 pub const MAX_CHECKPOINTS: usize = 20;
@@ -132,6 +144,7 @@ impl SessionDoc {
             failed: None,
             checkpoints: Vec::new(),
             rollback: None,
+            base: None,
         }
     }
 
@@ -342,9 +355,23 @@ impl Session {
         Ok(())
     }
 
-    /// Reads the committed transcript.
+    /// Reads the committed transcript, after the base it branched from.
     pub fn transcript(&self) -> Result<Vec<Item>, LoadError> {
-        read_journal(&self.paths.journal, self.doc.journal_bytes)
+        let mut items = match &self.doc.base {
+            Some(base) => {
+                let prefix = read_journal(&base.journal, base.bytes)?;
+                if prefix.len() as u64 != base.items {
+                    return Err(LoadError::Corrupt {
+                        path: base.journal.clone(),
+                        reason: "the conversation this one-shot branched from changed".into(),
+                    });
+                }
+                prefix
+            }
+            None => Vec::new(),
+        };
+        items.extend(read_journal(&self.paths.journal, self.doc.journal_bytes)?);
+        Ok(items)
     }
 }
 

@@ -163,9 +163,10 @@ struct Turn<'a> {
 }
 
 impl Engine {
-    /// Runs one turn to its end; the lease keeps other turns on this
-    /// conversation waiting until it is dropped.
-    pub async fn run(&self, group: GroupHandle, lease: TurnLease, spec: TurnSpec, io: Io) {
+    /// Runs one turn to its end and returns its `Finished` event (for the
+    /// caller to send once it has cleaned up); the lease keeps other turns
+    /// on this conversation waiting until it is dropped.
+    pub async fn run(&self, group: GroupHandle, lease: TurnLease, spec: TurnSpec, io: Io) -> Event {
         let doc = lease.doc.clone();
         let mut turn = Turn {
             engine: self,
@@ -215,15 +216,14 @@ impl Engine {
                 (Status::Failed, String::new(), message)
             }
         };
-        let finished = Event::Finished {
+        drop(lease);
+        Event::Finished {
             status,
             text,
             error,
             response_id: turn.response_id.clone().unwrap_or_default(),
             usage: turn.usage,
-        };
-        turn.emit(finished).await;
-        drop(lease);
+        }
     }
 }
 

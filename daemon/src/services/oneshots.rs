@@ -1,0 +1,91 @@
+//! The `Oneshots` gRPC service: retained one-shot states — list, show, prune.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use agentx_shared::proto::oneshots_server::Oneshots;
+use agentx_shared::proto::{
+    ListOneshotsReply, ListOneshotsRequest, OneshotSummary, PruneOneshotsReply,
+    PruneOneshotsRequest, Scope, ShowOneshotReply, ShowOneshotRequest, Timestamp,
+};
+
+use super::{group_for, status_of};
+use crate::store::Store;
+use crate::store::oneshot::OneshotInfo;
+
+pub struct OneshotsService {
+    store: Arc<Store>,
+}
+
+impl OneshotsService {
+    pub fn new(store: Arc<Store>) -> Self {
+        Self { store }
+    }
+}
+
+fn summary(info: &OneshotInfo) -> OneshotSummary {
+    OneshotSummary {
+        id: info.id.clone(),
+        status: info.status.to_owned(),
+        reason: info.reason.clone(),
+        created_at: Some(Timestamp {
+            unix_ms: info.created_at,
+        }),
+        prompt: info.prompt.clone(),
+    }
+}
+
+/// Folder and agent of a request, validated.
+fn scope_of(store: &Store, scope: Option<&Scope>) -> Result<(String, String), Status> {
+    let (_, folder) = group_for(store, scope)?;
+    let agent = scope.map(|s| s.agent.as_str()).unwrap_or_default();
+    let agent = if agent.is_empty() { "default" } else { agent };
+    Ok((folder, agent.to_owned()))
+}
+
+#[tonic::async_trait]
+impl Oneshots for OneshotsService {
+    async fn list_oneshots(
+        &self,
+        request: Request<ListOneshotsRequest>,
+    ) -> Result<Response<ListOneshotsReply>, Status> {
+        let (folder, agent) = scope_of(&self.store, request.get_ref().scope.as_ref())?;
+        let list = self
+            .store
+            .list_oneshots(&folder, &agent)
+            .map_err(status_of)?;
+        Ok(Response::new(ListOneshotsReply {
+            oneshots: list.iter().map(summary).collect(),
+        }))
+    }
+
+    async fn show_oneshot(
+        &self,
+        request: Request<ShowOneshotRequest>,
+    ) -> Result<Response<ShowOneshotReply>, Status> {
+        let req = request.into_inner();
+        let (folder, agent) = scope_of(&self.store, req.scope.as_ref())?;
+        let (info, transcript) = self
+            .store
+            .show_oneshot(&folder, &agent, &req.id)
+            .map_err(status_of)?;
+        let state = serde_json::json!({ "state": info.doc, "transcript": transcript });
+        Ok(Response::new(ShowOneshotReply {
+            oneshot: Some(summary(&info)),
+            state_json: serde_json::to_string_pretty(&state).unwrap_or_default(),
+        }))
+    }
+
+    async fn prune_oneshots(
+        &self,
+        request: Request<PruneOneshotsRequest>,
+    ) -> Result<Response<PruneOneshotsReply>, Status> {
+        let (folder, agent) = scope_of(&self.store, request.get_ref().scope.as_ref())?;
+        let removed = self
+            .store
+            .prune_oneshots(&folder, &agent)
+            .map_err(status_of)?;
+        Ok(Response::new(PruneOneshotsReply { removed }))
+    }
+}
