@@ -107,11 +107,10 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
         use turn_event::Event;
         match event.event {
             None => {}
-            Some(Event::Started(s)) => {
-                if as_json {
-                    emit(&json!({"type": "started", "oneshot_id": s.oneshot_id}));
-                }
+            Some(Event::Started(s)) if as_json => {
+                emit(&json!({"type": "started", "oneshot_id": s.oneshot_id}));
             }
+            Some(Event::Started(_)) => {}
             Some(Event::TextDelta(delta)) => {
                 if as_json {
                     emit(&json!({"type": "text_delta", "delta": delta}));
