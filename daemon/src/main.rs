@@ -34,6 +34,7 @@ fn run(args: cli::Args) -> anyhow::Result<ExitCode> {
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let profile = Profile::resolve(args.profile.as_deref())?;
     profile.ensure_dir()?;
+    raise_fd_limit();
 
     let lock = match pidlock::PidLock::acquire(&profile.pid_file())? {
         pidlock::Acquired::Lock(lock) => lock,
@@ -68,4 +69,15 @@ fn run(args: cli::Args) -> anyhow::Result<ExitCode> {
     }
     drop(lock);
     result.map(|()| ExitCode::SUCCESS)
+}
+
+/// Every client connection and open conversation holds descriptors: lift
+/// the soft limit to the hard one so a thousand concurrent one-shots fit.
+fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
 }

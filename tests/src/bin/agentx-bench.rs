@@ -2,6 +2,7 @@
 //! baseline in the same run. `scripts/bench [NAME...]` builds and runs them.
 
 use std::process::{Command, Stdio};
+
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -19,7 +20,7 @@ use agentx_tests::fake_model::{FakeModel, post_and_hold};
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let names: Vec<&str> = if args.is_empty() {
-        vec!["daemon", "turns"]
+        vec!["daemon", "turns", "oneshots"]
     } else {
         args.iter().map(String::as_str).collect()
     };
@@ -27,7 +28,8 @@ fn main() -> anyhow::Result<()> {
         match name {
             "daemon" => bench_daemon()?,
             "turns" => bench_turns(turn_count())?,
-            other => bail!("unknown benchmark {other:?}; known: daemon, turns"),
+            "oneshots" => bench_oneshots()?,
+            other => bail!("unknown benchmark {other:?}; known: daemon, turns, oneshots"),
         }
     }
     Ok(())
@@ -356,4 +358,119 @@ fn session_file_sizes(dir: &std::path::Path) -> (u64, u64) {
         }
     }
     (doc, journal)
+}
+
+/// Peak resident set (VmHWM) of a live process, in KiB.
+fn peak_rss_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// Largest peak RSS of any child waited for so far, in KiB.
+fn children_peak_rss_kib() -> u64 {
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .map(|u| u.max_rss() as u64)
+        .unwrap_or(0)
+}
+
+/// Concurrent one-shots against a fake provider that answers at once.
+fn bench_oneshots() -> anyhow::Result<()> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    model.set_lean(true);
+    let chat = |args: &[&str]| {
+        let mut cmd = env.agentx(args);
+        cmd.env("AGENTX_BASE_URL", model.base_url())
+            .env("AGENTX_MODEL", "fake-model")
+            .env("OPENAI_API_KEY", "bench")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd
+    };
+    // A branch point: two interactive turns.
+    let mut base = chat(&[]);
+    base.stdin(Stdio::piped());
+    let mut child = base.spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write as _;
+        stdin.write_all(b"one\ntwo\n")?;
+    }
+    if !child.wait()?.success() {
+        bail!("the base conversation failed");
+    }
+
+    // A single one-shot, process start to exit, against the provider alone.
+    let body = serde_json::json!({"model": "m", "input": "hi", "stream": true, "store": false});
+    let mut direct = Vec::new();
+    for _ in 0..50 {
+        let start = Instant::now();
+        let (status, mut reader) = post_and_hold(&model.responses_url(), &body);
+        if status != 200 {
+            bail!("fake server answered {status}");
+        }
+        let mut sink = String::new();
+        std::io::Read::read_to_string(&mut reader, &mut sink)?;
+        direct.push(start.elapsed());
+    }
+    let single = time_command(|| chat(&["exec", "hello"]), 50)?;
+    let floor = median_ms(direct);
+    let one = median_ms(single);
+
+    println!(
+        "== oneshots: concurrent `agentx exec` in one folder, fake provider answering at once"
+    );
+    println!(
+        "{:<58} {:>8.2} ms",
+        "provider alone: request to end of stream (median of 50)", floor
+    );
+    println!(
+        "{:<58} {:>8.2} ms",
+        "one `agentx exec`, process start to exit (median of 50)", one
+    );
+    println!(
+        "{:<58} {:>8.2} ms",
+        "added by agentx (difference of medians)",
+        one - floor
+    );
+    println!(
+        "{:>6} {:>10} {:>9} {:>16} {:>16}",
+        "n", "wall", "failures", "agentd peak RSS", "client peak RSS"
+    );
+    for n in [1usize, 50, 200, 1000] {
+        // A fresh daemon per row, so its peak RSS belongs to this row.
+        let _ = env.run(["daemon", "restart"]);
+        let daemon = env.daemon_pids().first().copied().context("no agentd")?;
+        let start = Instant::now();
+        let mut children = Vec::with_capacity(n);
+        for i in 0..n {
+            children.push(chat(&["exec", &format!("prompt {i}")]).spawn()?);
+        }
+        let mut failures = 0;
+        for mut c in children {
+            if !c.wait()?.success() {
+                failures += 1;
+            }
+        }
+        let wall = start.elapsed();
+        println!(
+            "{:>6} {:>8.2} s {:>9} {:>12} MiB {:>12} MiB",
+            n,
+            wall.as_secs_f64(),
+            failures,
+            peak_rss_kib(daemon) / 1024,
+            children_peak_rss_kib() / 1024
+        );
+    }
+    Ok(())
 }
