@@ -8,6 +8,7 @@ mod peer;
 mod pidlock;
 mod server;
 mod services;
+mod snapshot;
 mod store;
 mod turn;
 

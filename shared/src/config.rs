@@ -63,6 +63,7 @@ struct File {
     approval: Option<ApprovalMode>,
     instructions: Option<String>,
     shell_timeout_secs: Option<u64>,
+    snapshot_exclude: Option<Vec<String>>,
 }
 
 /// The effective configuration of one `agentx` invocation.
@@ -76,6 +77,8 @@ pub struct Config {
     pub approval: Option<ApprovalMode>,
     pub instructions: Option<String>,
     pub shell_timeout_secs: Option<u64>,
+    /// Extra directory names left out of folder snapshots.
+    pub snapshot_exclude: Vec<String>,
 }
 
 impl Config {
@@ -123,6 +126,7 @@ impl Config {
             approval: file.approval,
             instructions: file.instructions,
             shell_timeout_secs: file.shell_timeout_secs,
+            snapshot_exclude: file.snapshot_exclude.unwrap_or_default(),
         })
     }
 }

@@ -2,7 +2,7 @@
 //! that group's files and serializes every write; handlers talk to it
 //! through a [`GroupHandle`].
 
-mod durable;
+pub(crate) mod durable;
 mod group;
 pub mod oneshot;
 pub mod session;

@@ -1,0 +1,352 @@
+//! The content store: zstd-compressed blobs keyed by BLAKE3 hash, appended
+//! to pack files (one per snapshot run) with a sidecar index, reference
+//! counted by the manifests that use them and compacted when they die.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use super::manifest::Hash;
+use crate::store::durable;
+
+/// Where a blob lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loc {
+    pub pack: u64,
+    pub offset: u64,
+    pub len: u32,
+    pub raw: u64,
+}
+
+const IDX_RECORD: usize = 32 + 8 + 4 + 8;
+
+#[derive(Debug, Default, Clone, Copy)]
+struct PackStat {
+    bytes: u64,
+    dead: u64,
+}
+
+pub struct Blobs {
+    dir: PathBuf,
+    index: HashMap<Hash, Loc>,
+    refs: HashMap<Hash, u32>,
+    packs: HashMap<u64, PackStat>,
+    next_pack: u64,
+}
+
+/// New blobs being written by one snapshot run.
+pub struct PackWriter {
+    id: u64,
+    file: File,
+    path: PathBuf,
+    offset: u64,
+    written: Vec<(Hash, Loc)>,
+    pending: HashSet<Hash>,
+}
+
+impl PackWriter {
+    pub fn contains(&self, hash: &Hash) -> bool {
+        self.pending.contains(hash)
+    }
+
+    /// Appends one compressed blob.
+    pub fn append(&mut self, hash: Hash, compressed: &[u8], raw: u64) -> io::Result<()> {
+        if !self.pending.insert(hash) {
+            return Ok(());
+        }
+        self.file.write_all(compressed)?;
+        let len =
+            u32::try_from(compressed.len()).map_err(|_| io::Error::other("blob too large"))?;
+        self.written.push((
+            hash,
+            Loc {
+                pack: self.id,
+                offset: self.offset,
+                len,
+                raw,
+            },
+        ));
+        self.offset += u64::from(len);
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.written.is_empty()
+    }
+}
+
+fn pack_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:016x}.pack"))
+}
+
+fn idx_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:016x}.idx"))
+}
+
+impl Blobs {
+    /// Loads every pack index under `dir`; packs without an index (a run
+    /// cut short) are deleted.
+    pub fn open(dir: &Path) -> io::Result<Self> {
+        agentx_shared::profile::create_private_dir(dir)?;
+        let mut blobs = Self {
+            dir: dir.to_path_buf(),
+            index: HashMap::new(),
+            refs: HashMap::new(),
+            packs: HashMap::new(),
+            next_pack: 1,
+        };
+        let mut packs = Vec::new();
+        for entry in std::fs::read_dir(dir)?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some((stem, ext)) = name.rsplit_once('.') else {
+                continue;
+            };
+            let Ok(id) = u64::from_str_radix(stem, 16) else {
+                continue;
+            };
+            blobs.next_pack = blobs.next_pack.max(id + 1);
+            if ext == "pack" {
+                packs.push(id);
+            }
+        }
+        for id in packs {
+            let idx = idx_path(dir, id);
+            let Ok(bytes) = std::fs::read(&idx) else {
+                let _ = std::fs::remove_file(pack_path(dir, id));
+                continue;
+            };
+            let size = std::fs::metadata(pack_path(dir, id))
+                .map(|m| m.len())
+                .unwrap_or(0);
+            blobs.packs.insert(
+                id,
+                PackStat {
+                    bytes: size,
+                    dead: 0,
+                },
+            );
+            for rec in bytes.chunks_exact(IDX_RECORD) {
+                let mut hash = [0u8; 32];
+                hash.copy_from_slice(&rec[..32]);
+                let offset = u64::from_le_bytes(rec[32..40].try_into().unwrap_or_default());
+                let len = u32::from_le_bytes(rec[40..44].try_into().unwrap_or_default());
+                let raw = u64::from_le_bytes(rec[44..52].try_into().unwrap_or_default());
+                if offset + u64::from(len) <= size {
+                    blobs.index.insert(
+                        hash,
+                        Loc {
+                            pack: id,
+                            offset,
+                            len,
+                            raw,
+                        },
+                    );
+                }
+            }
+        }
+        Ok(blobs)
+    }
+
+    pub fn contains(&self, hash: &Hash) -> bool {
+        self.index.contains_key(hash)
+    }
+
+    pub fn begin(&mut self) -> io::Result<PackWriter> {
+        let id = self.next_pack;
+        self.next_pack += 1;
+        let path = pack_path(&self.dir, id);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        Ok(PackWriter {
+            id,
+            file,
+            path,
+            offset: 0,
+            written: Vec::new(),
+            pending: HashSet::new(),
+        })
+    }
+
+    /// Makes a pack durable (data, then its index) and adds it to the index.
+    pub fn finish(&mut self, mut pack: PackWriter) -> io::Result<()> {
+        if pack.written.is_empty() {
+            drop(pack.file);
+            return std::fs::remove_file(&pack.path);
+        }
+        pack.file.flush()?;
+        pack.file.sync_all()?;
+        let mut idx = Vec::with_capacity(pack.written.len() * IDX_RECORD);
+        for (hash, loc) in &pack.written {
+            idx.extend_from_slice(hash);
+            idx.extend_from_slice(&loc.offset.to_le_bytes());
+            idx.extend_from_slice(&loc.len.to_le_bytes());
+            idx.extend_from_slice(&loc.raw.to_le_bytes());
+        }
+        durable::write_atomic(&idx_path(&self.dir, pack.id), &idx)?;
+        self.packs.insert(
+            pack.id,
+            PackStat {
+                bytes: pack.offset,
+                dead: 0,
+            },
+        );
+        for (hash, loc) in pack.written {
+            self.index.entry(hash).or_insert(loc);
+        }
+        Ok(())
+    }
+
+    /// Drops a pack that was begun but will not be used (an aborted run).
+    pub fn abandon(&mut self, pack: PackWriter) {
+        drop(pack.file);
+        let _ = std::fs::remove_file(&pack.path);
+    }
+
+    /// The uncompressed bytes of a blob.
+    pub fn read(&self, hash: &Hash) -> io::Result<Vec<u8>> {
+        let loc = self.index.get(hash).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "blob missing from the store")
+        })?;
+        let compressed = self.read_compressed(loc)?;
+        let data =
+            zstd::bulk::decompress(&compressed, usize::try_from(loc.raw).unwrap_or(0).max(1))?;
+        if blake3::hash(&data).as_bytes() != hash {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "blob content does not match its hash",
+            ));
+        }
+        Ok(data)
+    }
+
+    fn read_compressed(&self, loc: &Loc) -> io::Result<Vec<u8>> {
+        let mut file = File::open(pack_path(&self.dir, loc.pack))?;
+        file.seek(SeekFrom::Start(loc.offset))?;
+        let mut buf = vec![0u8; loc.len as usize];
+        file.read_exact(&mut buf)?;
+        Ok(buf)
+    }
+
+    /// Counts one more manifest using each of `hashes` (unique per manifest).
+    pub fn add_refs<'a>(&mut self, hashes: impl Iterator<Item = &'a Hash>) {
+        for h in hashes {
+            *self.refs.entry(*h).or_insert(0) += 1;
+        }
+    }
+
+    /// One manifest fewer uses each of `hashes`; blobs nobody uses die.
+    pub fn drop_refs<'a>(&mut self, hashes: impl Iterator<Item = &'a Hash>) {
+        for h in hashes {
+            if let Some(n) = self.refs.get_mut(h) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.refs.remove(h);
+                }
+            }
+        }
+    }
+
+    /// Removes blobs no manifest references: dead blobs leave the index at
+    /// once; a pack with nothing live is deleted; a pack mostly dead (or
+    /// small with any dead blob) is rewritten with its live blobs only.
+    pub fn collect_garbage(&mut self) -> io::Result<GcReport> {
+        let dead: Vec<(Hash, Loc)> = self
+            .index
+            .iter()
+            .filter(|(h, _)| !self.refs.contains_key(*h))
+            .map(|(h, l)| (*h, *l))
+            .collect();
+        let mut report = GcReport::default();
+        for (h, loc) in &dead {
+            self.index.remove(h);
+            if let Some(p) = self.packs.get_mut(&loc.pack) {
+                p.dead += u64::from(loc.len);
+            }
+            report.blobs += 1;
+        }
+        let packs: Vec<(u64, PackStat)> = self.packs.iter().map(|(id, s)| (*id, *s)).collect();
+        for (id, stat) in packs {
+            if stat.dead == 0 {
+                continue;
+            }
+            let live: Vec<(Hash, Loc)> = self
+                .index
+                .iter()
+                .filter(|(_, l)| l.pack == id)
+                .map(|(h, l)| (*h, *l))
+                .collect();
+            let live_bytes: u64 = live.iter().map(|(_, l)| u64::from(l.len)).sum();
+            let small = live_bytes < 8 * 1024 * 1024;
+            if !live.is_empty() && !small && stat.dead * 2 < stat.bytes {
+                continue;
+            }
+            if !live.is_empty() {
+                let mut writer = self.begin()?;
+                for (h, l) in &live {
+                    let data = self.read_compressed(l)?;
+                    writer.append(*h, &data, l.raw)?;
+                }
+                for (h, _) in &live {
+                    self.index.remove(h);
+                }
+                self.finish(writer)?;
+            }
+            // The live blobs are durable elsewhere now: drop the old pack.
+            std::fs::remove_file(idx_path(&self.dir, id))?;
+            std::fs::remove_file(pack_path(&self.dir, id))?;
+            self.packs.remove(&id);
+            report.packs_removed += 1;
+            report.bytes_freed += stat.bytes.saturating_sub(live_bytes);
+        }
+        if report.packs_removed > 0 {
+            durable::fsync_dir(&self.dir)?;
+        }
+        Ok(report)
+    }
+
+    /// Bytes the packs take on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.packs.values().map(|p| p.bytes).sum()
+    }
+
+    /// Hashes currently stored (for consistency checks).
+    #[cfg(test)]
+    pub fn stored(&self) -> HashSet<Hash> {
+        self.index.keys().copied().collect()
+    }
+
+    #[cfg(test)]
+    pub fn referenced(&self) -> HashSet<Hash> {
+        self.refs.keys().copied().collect()
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct GcReport {
+    pub blobs: u64,
+    pub packs_removed: u64,
+    pub bytes_freed: u64,
+}
+
+/// Compresses with one zstd context per thread (reused across files).
+pub fn compress(data: &[u8]) -> io::Result<Vec<u8>> {
+    thread_local! {
+        static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    COMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Compressor::new(3)?);
+        }
+        match slot.as_mut() {
+            Some(c) => c.compress(data),
+            None => Err(io::Error::other("no compressor")),
+        }
+    })
+}

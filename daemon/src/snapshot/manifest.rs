@@ -1,0 +1,269 @@
+//! A snapshot's manifest: every path of the folder with its kind, mode,
+//! stat fields (the stat cache) and content hash or link target, in a
+//! compact binary form compressed with zstd.
+
+use std::collections::HashMap;
+use std::io;
+
+pub type Hash = [u8; 32];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Symlink,
+    Dir,
+}
+
+/// One path of a snapshot. Paths are relative, `/`-separated, raw bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub path: Vec<u8>,
+    pub kind: Kind,
+    /// Permission bits (`mode & 0o7777`).
+    pub mode: u32,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub ino: u64,
+    /// Modified too close to the scan to trust the stat cache next time.
+    pub racy: bool,
+    /// Content hash (files).
+    pub hash: Hash,
+    /// Link target (symlinks).
+    pub target: Vec<u8>,
+}
+
+impl Entry {
+    /// Same content as far as a restore is concerned: kind, permission
+    /// bits, and content hash or link target.
+    pub fn same_content(&self, other: &Entry) -> bool {
+        self.kind == other.kind
+            && match self.kind {
+                Kind::File => self.hash == other.hash && self.mode & 0o777 == other.mode & 0o777,
+                Kind::Symlink => self.target == other.target,
+                Kind::Dir => true,
+            }
+    }
+
+    pub fn path_str(&self) -> String {
+        String::from_utf8_lossy(&self.path).into_owned()
+    }
+}
+
+/// Entries sorted by path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Manifest {
+    pub entries: Vec<Entry>,
+}
+
+const MAGIC: &[u8; 4] = b"AXM1";
+
+impl Manifest {
+    pub fn sort(&mut self) {
+        self.entries.sort_by(|a, b| a.path.cmp(&b.path));
+    }
+
+    pub fn by_path(&self) -> HashMap<&[u8], &Entry> {
+        self.entries
+            .iter()
+            .map(|e| (e.path.as_slice(), e))
+            .collect()
+    }
+
+    pub fn files(&self) -> u64 {
+        self.entries.iter().filter(|e| e.kind == Kind::File).count() as u64
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.entries
+            .iter()
+            .filter(|e| e.kind == Kind::File)
+            .map(|e| e.size)
+            .sum()
+    }
+
+    /// Whether two manifests describe the same tree with the same stat data
+    /// (then the old one can stand for the new snapshot).
+    pub fn same_as(&self, other: &Manifest) -> bool {
+        self.entries.len() == other.entries.len()
+            && self.entries.iter().zip(&other.entries).all(|(a, b)| {
+                a.path == b.path
+                    && a.same_content(b)
+                    && a.size == b.size
+                    && a.mtime_ns == b.mtime_ns
+                    && a.ctime_ns == b.ctime_ns
+                    && a.ino == b.ino
+                    && a.racy == b.racy
+            })
+    }
+
+    pub fn encode(&self) -> io::Result<Vec<u8>> {
+        let mut raw = Vec::with_capacity(self.entries.len() * 96 + 8);
+        raw.extend_from_slice(MAGIC);
+        raw.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
+        for e in &self.entries {
+            let len = u32::try_from(e.path.len()).map_err(|_| io::Error::other("path too long"))?;
+            raw.extend_from_slice(&len.to_le_bytes());
+            raw.extend_from_slice(&e.path);
+            raw.push(match e.kind {
+                Kind::File => 0,
+                Kind::Symlink => 1,
+                Kind::Dir => 2,
+            });
+            raw.extend_from_slice(&e.mode.to_le_bytes());
+            raw.extend_from_slice(&e.size.to_le_bytes());
+            raw.extend_from_slice(&e.mtime_ns.to_le_bytes());
+            raw.extend_from_slice(&e.ctime_ns.to_le_bytes());
+            raw.extend_from_slice(&e.ino.to_le_bytes());
+            raw.push(u8::from(e.racy));
+            match e.kind {
+                Kind::File => raw.extend_from_slice(&e.hash),
+                Kind::Symlink => {
+                    let len = u32::try_from(e.target.len())
+                        .map_err(|_| io::Error::other("target too long"))?;
+                    raw.extend_from_slice(&len.to_le_bytes());
+                    raw.extend_from_slice(&e.target);
+                }
+                Kind::Dir => {}
+            }
+        }
+        zstd::bulk::compress(&raw, 3)
+    }
+
+    pub fn decode(bytes: &[u8]) -> io::Result<Self> {
+        let raw = zstd::stream::decode_all(bytes)?;
+        let mut r = Reader { buf: &raw, pos: 0 };
+        if r.take(4)? != MAGIC {
+            return Err(bad("not a manifest"));
+        }
+        let count = r.u64()?;
+        let mut entries = Vec::with_capacity(usize::try_from(count.min(10_000_000)).unwrap_or(0));
+        for _ in 0..count {
+            let len = r.u32()? as usize;
+            let path = r.take(len)?.to_vec();
+            let kind = match r.u8()? {
+                0 => Kind::File,
+                1 => Kind::Symlink,
+                2 => Kind::Dir,
+                _ => return Err(bad("unknown entry kind")),
+            };
+            let mode = r.u32()?;
+            let size = r.u64()?;
+            let mtime_ns = r.u64()? as i64;
+            let ctime_ns = r.u64()? as i64;
+            let ino = r.u64()?;
+            let racy = r.u8()? != 0;
+            let mut hash = [0u8; 32];
+            let mut target = Vec::new();
+            match kind {
+                Kind::File => hash.copy_from_slice(r.take(32)?),
+                Kind::Symlink => {
+                    let len = r.u32()? as usize;
+                    target = r.take(len)?.to_vec();
+                }
+                Kind::Dir => {}
+            }
+            entries.push(Entry {
+                path,
+                kind,
+                mode,
+                size,
+                mtime_ns,
+                ctime_ns,
+                ino,
+                racy,
+                hash,
+                target,
+            });
+        }
+        Ok(Self { entries })
+    }
+}
+
+fn bad(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> io::Result<&'a [u8]> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|e| *e <= self.buf.len())
+            .ok_or_else(|| bad("truncated manifest"))?;
+        let out = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(out)
+    }
+    fn u8(&mut self) -> io::Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> io::Result<u32> {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(b))
+    }
+    fn u64(&mut self) -> io::Result<u64> {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_decode_round_trip() {
+        let mut m = Manifest {
+            entries: vec![
+                Entry {
+                    path: b"b/file".to_vec(),
+                    kind: Kind::File,
+                    mode: 0o755,
+                    size: 3,
+                    mtime_ns: -5,
+                    ctime_ns: 7,
+                    ino: 9,
+                    racy: true,
+                    hash: [7; 32],
+                    target: vec![],
+                },
+                Entry {
+                    path: b"a".to_vec(),
+                    kind: Kind::Symlink,
+                    mode: 0o777,
+                    size: 0,
+                    mtime_ns: 1,
+                    ctime_ns: 2,
+                    ino: 3,
+                    racy: false,
+                    hash: [0; 32],
+                    target: b"../x".to_vec(),
+                },
+                Entry {
+                    path: b"b".to_vec(),
+                    kind: Kind::Dir,
+                    mode: 0o700,
+                    size: 0,
+                    mtime_ns: 1,
+                    ctime_ns: 2,
+                    ino: 4,
+                    racy: false,
+                    hash: [0; 32],
+                    target: vec![],
+                },
+            ],
+        };
+        m.sort();
+        let back = Manifest::decode(&m.encode().unwrap()).unwrap();
+        assert_eq!(back, m);
+        assert!(Manifest::decode(b"garbage").is_err());
+    }
+}

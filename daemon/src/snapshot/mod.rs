@@ -1,0 +1,643 @@
+//! Folder snapshots on agentd's own content-addressed store: per-folder
+//! timelines of manifests over a shared, deduplicated blob store; undo and
+//! rewind with conflict detection; retention and garbage collection.
+//!
+//! Layout under `<profile>/checkpoints/`: `packs/` (blobs), and per folder
+//! `folders/<key>-<hash>/` with `timeline.json`, `manifests/` and, while a
+//! restore runs, `restore.json` (finished by the next operation if agentd dies).
+
+mod blobs;
+pub mod manifest;
+pub mod restore;
+mod scan;
+pub mod service;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::durable;
+use blobs::Blobs;
+use manifest::{Hash, Kind, Manifest};
+use restore::{Action, Op, Planned};
+
+/// Snapshots kept per folder.
+pub const KEEP: usize = 50;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapError {
+    #[error(
+        "snapshots and undo are off in {0}: it is your home folder or above it (run agentx in a project folder)"
+    )]
+    Home(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("snapshot store: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("agentd is shutting down")]
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Before a message.
+    Before,
+    /// After the turn of that message.
+    After,
+    /// Taken on request (`agentx snapshot`).
+    Manual,
+    /// Taken before an undo or rewind, so it can be undone.
+    PreRestore,
+}
+
+/// Who a snapshot was taken for (concurrent requests share one snapshot).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    /// Conversation id or one-shot id ("" for manual snapshots).
+    pub session: String,
+    pub phase: Phase,
+    /// Pairs a `Before` with its `After`.
+    pub pair: String,
+    pub label: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snap {
+    pub id: String,
+    pub manifest: String,
+    pub created_at: i64,
+    pub files: u64,
+    pub bytes: u64,
+    /// Paths that differ from the snapshot before it.
+    pub changed: u64,
+    pub owners: Vec<Owner>,
+    #[serde(default)]
+    pub undone: bool,
+}
+
+impl Snap {
+    pub fn label(&self) -> String {
+        let labels: Vec<&str> = self.owners.iter().map(|o| o.label.as_str()).collect();
+        match labels.len() {
+            0 => String::new(),
+            1 => labels[0].to_owned(),
+            n => format!("{} (+{} more)", labels[0], n - 1),
+        }
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Timeline {
+    folder: String,
+    /// Oldest first.
+    snaps: Vec<Snap>,
+}
+
+/// A restore in progress: the manifest whose state the paths are being
+/// given. Replayed (idempotently) if agentd died half-way.
+#[derive(Debug, Serialize, Deserialize)]
+struct RestoreJournal {
+    want_manifest: String,
+    paths: Vec<Vec<u8>>,
+}
+
+struct FolderState {
+    dir: PathBuf,
+    timeline: Timeline,
+    /// Newest manifest, kept in memory as the stat cache.
+    latest: Option<(String, Arc<Manifest>)>,
+}
+
+/// What an undo or rewind did.
+#[derive(Debug, Default)]
+pub struct RestoreReport {
+    pub applied: Vec<Planned>,
+    pub skipped: Vec<Planned>,
+    pub errors: Vec<String>,
+    pub pre_restore: String,
+}
+
+pub struct SnapshotStore {
+    root: PathBuf,
+    blobs: Blobs,
+    folders: HashMap<String, FolderState>,
+    refs_loaded: bool,
+    home: Option<PathBuf>,
+    config: PathBuf,
+}
+
+fn now_ms() -> i64 {
+    agentx_shared::time::unix_ms(SystemTime::now())
+}
+
+fn unique_hashes(m: &Manifest) -> HashSet<Hash> {
+    m.entries
+        .iter()
+        .filter(|e| e.kind == Kind::File)
+        .map(|e| e.hash)
+        .collect()
+}
+
+fn folder_dir_name(folder: &str) -> String {
+    let hash = blake3::hash(folder.as_bytes()).to_hex();
+    format!(
+        "{}-{}",
+        agentx_shared::folder::folder_key(Path::new(folder)),
+        &hash.as_str()[..12]
+    )
+}
+
+impl SnapshotStore {
+    pub fn open(root: &Path, home: Option<PathBuf>, config: PathBuf) -> Result<Self, SnapError> {
+        agentx_shared::profile::create_private_dir(&root.join("folders"))?;
+        Ok(Self {
+            root: root.to_path_buf(),
+            blobs: Blobs::open(&root.join("packs"))?,
+            folders: HashMap::new(),
+            refs_loaded: false,
+            home,
+            config,
+        })
+    }
+
+    /// Counts blob references from every retained manifest (once), deletes
+    /// manifests no timeline uses, and collects unreferenced blobs — what a
+    /// run killed half-way left behind.
+    fn ensure_loaded(&mut self) -> Result<(), SnapError> {
+        if self.refs_loaded {
+            return Ok(());
+        }
+        let folders_dir = self.root.join("folders");
+        for entry in std::fs::read_dir(&folders_dir)?.flatten() {
+            let dir = entry.path();
+            let Some(timeline) = read_timeline(&dir) else {
+                continue;
+            };
+            let used: HashSet<&str> = timeline.snaps.iter().map(|s| s.manifest.as_str()).collect();
+            for file in std::fs::read_dir(dir.join("manifests"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let name = file.file_name().to_string_lossy().into_owned();
+                let Some(id) = name.strip_suffix(".zst") else {
+                    continue;
+                };
+                if !used.contains(id) {
+                    let _ = std::fs::remove_file(file.path());
+                    continue;
+                }
+                match std::fs::read(file.path()).and_then(|b| Manifest::decode(&b)) {
+                    Ok(m) => self.blobs.add_refs(unique_hashes(&m).iter()),
+                    Err(e) => tracing::warn!("unreadable manifest {}: {e}", file.path().display()),
+                }
+            }
+        }
+        self.refs_loaded = true;
+        self.blobs.collect_garbage()?;
+        Ok(())
+    }
+
+    fn guard(&self, folder: &Path) -> Result<(), SnapError> {
+        let at_or_above_home = self.home.as_ref().is_some_and(|h| h.starts_with(folder));
+        if at_or_above_home || folder == Path::new("/") {
+            return Err(SnapError::Home(folder.display().to_string()));
+        }
+        Ok(())
+    }
+
+    /// The folder's state, loaded on first use; a restore that was cut
+    /// short is finished first.
+    fn folder(&mut self, folder: &Path) -> Result<&mut FolderState, SnapError> {
+        self.guard(folder)?;
+        self.ensure_loaded()?;
+        let key = folder.display().to_string();
+        if !self.folders.contains_key(&key) {
+            let dir = self.root.join("folders").join(folder_dir_name(&key));
+            agentx_shared::profile::create_private_dir(&dir.join("manifests"))?;
+            let timeline = read_timeline(&dir).unwrap_or_else(|| Timeline {
+                folder: key.clone(),
+                snaps: Vec::new(),
+            });
+            self.folders.insert(
+                key.clone(),
+                FolderState {
+                    dir,
+                    timeline,
+                    latest: None,
+                },
+            );
+            self.finish_interrupted_restore(folder)?;
+        }
+        self.folders
+            .get_mut(&key)
+            .ok_or_else(|| SnapError::NotFound("folder state vanished".into()))
+    }
+
+    fn finish_interrupted_restore(&mut self, folder: &Path) -> Result<(), SnapError> {
+        let key = folder.display().to_string();
+        let Some(fs) = self.folders.get(&key) else {
+            return Ok(());
+        };
+        let journal_path = fs.dir.join("restore.json");
+        let Ok(bytes) = std::fs::read(&journal_path) else {
+            return Ok(());
+        };
+        let dir = fs.dir.clone();
+        if let Ok(journal) = serde_json::from_slice::<RestoreJournal>(&bytes) {
+            tracing::warn!(folder = %key, "finishing a restore that was interrupted");
+            let want = load_manifest(&dir, &journal.want_manifest)?;
+            let by_path = want.by_path();
+            let ops: Vec<Op> = journal
+                .paths
+                .iter()
+                .map(|p| {
+                    let want = by_path.get(p.as_slice()).map(|e| (*e).clone());
+                    let action = if want.is_some() {
+                        Action::RestoreModified
+                    } else {
+                        Action::Remove
+                    };
+                    Op {
+                        path: p.clone(),
+                        want,
+                        action,
+                        conflict: false,
+                    }
+                })
+                .collect();
+            let errors = restore::apply(folder, &ops, &self.blobs);
+            for e in errors {
+                tracing::warn!("finishing restore: {e}");
+            }
+        }
+        std::fs::remove_file(&journal_path)?;
+        durable::fsync_dir(&dir)?;
+        Ok(())
+    }
+
+    fn latest_manifest(&mut self, folder: &Path) -> Result<Option<Arc<Manifest>>, SnapError> {
+        let fs = self.folder(folder)?;
+        let Some(newest) = fs.timeline.snaps.last() else {
+            return Ok(None);
+        };
+        if let Some((id, m)) = &fs.latest
+            && *id == newest.manifest
+        {
+            return Ok(Some(Arc::clone(m)));
+        }
+        let id = newest.manifest.clone();
+        let m = Arc::new(load_manifest(&fs.dir, &id)?);
+        fs.latest = Some((id, Arc::clone(&m)));
+        Ok(Some(m))
+    }
+
+    /// Scans the folder into a new snapshot for `owners`; returns it once
+    /// durable. An unchanged tree reuses the previous manifest.
+    pub fn take(&mut self, folder: &Path, owners: Vec<Owner>) -> Result<Snap, SnapError> {
+        let previous = self.latest_manifest(folder)?;
+        let mut pack = self.blobs.begin()?;
+        let scanned = scan::scan(
+            folder,
+            &self.extra_excludes(),
+            previous.as_deref(),
+            &self.blobs,
+            &mut pack,
+        );
+        let (manifest, _stats) = match scanned {
+            Ok(ok) => ok,
+            Err(e) => {
+                self.blobs.abandon(pack);
+                return Err(e.into());
+            }
+        };
+        self.blobs.finish(pack)?;
+        let changed = previous
+            .as_deref()
+            .map_or(manifest.entries.len() as u64, |p| {
+                count_changes(p, &manifest)
+            });
+        let now = now_ms();
+        let fs = self.folder(folder)?;
+        let id = next_id(&fs.timeline, now);
+        let reuse = previous
+            .as_deref()
+            .filter(|p| p.same_as(&manifest))
+            .and_then(|_| fs.timeline.snaps.last().map(|s| s.manifest.clone()));
+        let manifest_id = match reuse {
+            Some(m) => m,
+            None => {
+                durable::write_atomic(
+                    &fs.dir.join("manifests").join(format!("{id}.zst")),
+                    &manifest.encode()?,
+                )?;
+                let hashes = unique_hashes(&manifest);
+                fs.latest = Some((id.clone(), Arc::new(manifest.clone())));
+                self.blobs.add_refs(hashes.iter());
+                id.clone()
+            }
+        };
+        let snap = Snap {
+            id,
+            manifest: manifest_id,
+            created_at: now,
+            files: manifest.files(),
+            bytes: manifest.bytes(),
+            changed,
+            owners,
+            undone: false,
+        };
+        let fs = self.folder(folder)?;
+        fs.timeline.snaps.push(snap.clone());
+        let excess = fs.timeline.snaps.len().saturating_sub(KEEP);
+        let dropped: Vec<Snap> = fs.timeline.snaps.drain(..excess).collect();
+        save_timeline(&fs.dir, &fs.timeline)?;
+        if !dropped.is_empty() {
+            self.release(folder, &dropped)?;
+        }
+        Ok(snap)
+    }
+
+    /// Deletes manifests no retained snapshot uses and collects their blobs.
+    fn release(&mut self, folder: &Path, dropped: &[Snap]) -> Result<(), SnapError> {
+        let fs = self.folder(folder)?;
+        let used: HashSet<String> = fs
+            .timeline
+            .snaps
+            .iter()
+            .map(|s| s.manifest.clone())
+            .collect();
+        let dir = fs.dir.clone();
+        let mut gone = HashSet::new();
+        for snap in dropped {
+            if used.contains(&snap.manifest) || !gone.insert(snap.manifest.clone()) {
+                continue;
+            }
+            let path = dir.join("manifests").join(format!("{}.zst", snap.manifest));
+            if let Ok(m) = std::fs::read(&path).and_then(|b| Manifest::decode(&b)) {
+                self.blobs.drop_refs(unique_hashes(&m).iter());
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+        durable::fsync_dir(&dir.join("manifests"))?;
+        self.blobs.collect_garbage()?;
+        Ok(())
+    }
+
+    /// Snapshots newest first.
+    pub fn list(&mut self, folder: &Path) -> Result<Vec<Snap>, SnapError> {
+        let fs = self.folder(folder)?;
+        Ok(fs.timeline.snaps.iter().rev().cloned().collect())
+    }
+
+    pub fn count(&mut self, folder: &Path) -> Result<usize, SnapError> {
+        Ok(self.folder(folder)?.timeline.snaps.len())
+    }
+
+    /// Bytes the whole store takes on disk (blobs and manifests).
+    pub fn disk_bytes(&self) -> u64 {
+        let manifests: u64 = std::fs::read_dir(self.root.join("folders"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|d| {
+                std::fs::read_dir(d.path().join("manifests"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+            })
+            .filter_map(|f| f.metadata().ok().map(|m| m.len()))
+            .sum();
+        self.blobs.disk_bytes() + manifests
+    }
+
+    /// The snapshots bracketing `session`'s last message not yet undone.
+    fn last_message(
+        &mut self,
+        folder: &Path,
+        session: &str,
+    ) -> Result<(Snap, Option<Snap>), SnapError> {
+        let fs = self.folder(folder)?;
+        let owned = |s: &Snap, phase: Phase| {
+            s.owners
+                .iter()
+                .find(|o| o.session == session && o.phase == phase)
+                .map(|o| o.pair.clone())
+        };
+        let before = fs
+            .timeline
+            .snaps
+            .iter()
+            .rev()
+            .find(|s| !s.undone && owned(s, Phase::Before).is_some())
+            .cloned()
+            .ok_or_else(|| {
+                SnapError::NotFound(
+                    "no message of this conversation to undo (the last 50 snapshots have none)"
+                        .into(),
+                )
+            })?;
+        let pair = owned(&before, Phase::Before).unwrap_or_default();
+        let after = fs
+            .timeline
+            .snaps
+            .iter()
+            .find(|s| {
+                s.owners
+                    .iter()
+                    .any(|o| o.session == session && o.phase == Phase::After && o.pair == pair)
+            })
+            .cloned();
+        Ok((before, after))
+    }
+
+    /// A scan of the folder as it is now, stored nowhere.
+    fn current(&mut self, folder: &Path) -> Result<Manifest, SnapError> {
+        let previous = self.latest_manifest(folder)?;
+        let mut pack = self.blobs.begin()?;
+        let result = scan::scan(
+            folder,
+            &self.extra_excludes(),
+            previous.as_deref(),
+            &self.blobs,
+            &mut pack,
+        );
+        self.blobs.abandon(pack);
+        Ok(result?.0)
+    }
+
+    fn manifest_of(&mut self, folder: &Path, snap: &Snap) -> Result<Manifest, SnapError> {
+        let fs = self.folder(folder)?;
+        load_manifest(&fs.dir, &snap.manifest)
+    }
+
+    /// What undoing `session`'s last message would change.
+    pub fn plan_undo(&mut self, folder: &Path, session: &str) -> Result<Vec<Planned>, SnapError> {
+        let (before, after) = self.last_message(folder, session)?;
+        let current = self.current(folder)?;
+        let b = self.manifest_of(folder, &before)?;
+        let a = match &after {
+            Some(s) => self.manifest_of(folder, s)?,
+            None => current.clone(),
+        };
+        Ok(restore::describe(&restore::plan_undo(&b, &a, &current)))
+    }
+
+    /// Puts back what `session`'s last message changed (conflicts skipped
+    /// unless `force`), after a pre-restore snapshot.
+    pub fn undo(
+        &mut self,
+        folder: &Path,
+        session: &str,
+        force: bool,
+    ) -> Result<RestoreReport, SnapError> {
+        let (before, after) = self.last_message(folder, session)?;
+        let pre = self.take(
+            folder,
+            vec![Owner {
+                session: session.to_owned(),
+                phase: Phase::PreRestore,
+                pair: String::new(),
+                label: "before undo".into(),
+            }],
+        )?;
+        let current = self.manifest_of(folder, &pre)?;
+        let b = self.manifest_of(folder, &before)?;
+        let a = match &after {
+            Some(s) => self.manifest_of(folder, s)?,
+            None => current.clone(),
+        };
+        let ops = restore::plan_undo(&b, &a, &current);
+        let report = self.run_restore(folder, &before.manifest, ops, force, pre.id)?;
+        let fs = self.folder(folder)?;
+        for s in fs.timeline.snaps.iter_mut() {
+            if s.id == before.id || after.as_ref().is_some_and(|a| a.id == s.id) {
+                s.undone = true;
+            }
+        }
+        save_timeline(&fs.dir, &fs.timeline)?;
+        Ok(report)
+    }
+
+    /// What rewinding to the `n`th newest snapshot would change.
+    pub fn plan_rewind(&mut self, folder: &Path, n: usize) -> Result<Vec<Planned>, SnapError> {
+        let target = self.nth(folder, n)?;
+        let t = self.manifest_of(folder, &target)?;
+        let current = self.current(folder)?;
+        Ok(restore::describe(&restore::plan_rewind(&t, &current)))
+    }
+
+    /// Puts the whole folder back as the `n`th newest snapshot had it.
+    pub fn rewind(&mut self, folder: &Path, n: usize) -> Result<RestoreReport, SnapError> {
+        let target = self.nth(folder, n)?;
+        let pre = self.take(
+            folder,
+            vec![Owner {
+                session: String::new(),
+                phase: Phase::PreRestore,
+                pair: String::new(),
+                label: format!("before rewind to {}", target.id),
+            }],
+        )?;
+        let t = self.manifest_of(folder, &target)?;
+        let current = self.manifest_of(folder, &pre)?;
+        let ops = restore::plan_rewind(&t, &current);
+        self.run_restore(folder, &target.manifest, ops, true, pre.id)
+    }
+
+    fn nth(&mut self, folder: &Path, n: usize) -> Result<Snap, SnapError> {
+        let snaps = &self.folder(folder)?.timeline.snaps;
+        if n == 0 || n > snaps.len() {
+            return Err(SnapError::NotFound(format!(
+                "no snapshot {n}: this folder has {} (1 is the newest)",
+                snaps.len()
+            )));
+        }
+        Ok(snaps[snaps.len() - n].clone())
+    }
+
+    fn run_restore(
+        &mut self,
+        folder: &Path,
+        want_manifest: &str,
+        ops: Vec<Op>,
+        force: bool,
+        pre_restore: String,
+    ) -> Result<RestoreReport, SnapError> {
+        let (apply, skipped): (Vec<Op>, Vec<Op>) =
+            ops.into_iter().partition(|o| force || !o.conflict);
+        let fs = self.folder(folder)?;
+        let journal = RestoreJournal {
+            want_manifest: want_manifest.to_owned(),
+            paths: apply.iter().map(|o| o.path.clone()).collect(),
+        };
+        let journal_path = fs.dir.join("restore.json");
+        let dir = fs.dir.clone();
+        durable::write_atomic(
+            &journal_path,
+            &serde_json::to_vec(&journal).map_err(std::io::Error::other)?,
+        )?;
+        let errors = restore::apply(folder, &apply, &self.blobs);
+        std::fs::remove_file(&journal_path)?;
+        durable::fsync_dir(&dir)?;
+        Ok(RestoreReport {
+            applied: restore::describe(&apply),
+            skipped: restore::describe(&skipped),
+            errors,
+            pre_restore,
+        })
+    }
+}
+
+impl SnapshotStore {
+    /// Extra excluded directory names: `snapshot_exclude` in config.toml
+    /// (read at each scan, so an edit applies at once).
+    fn extra_excludes(&self) -> Vec<String> {
+        agentx_shared::config::Config::load(&self.config)
+            .map(|c| c.snapshot_exclude)
+            .unwrap_or_default()
+    }
+}
+
+fn count_changes(a: &Manifest, b: &Manifest) -> u64 {
+    let (x, y) = (a.by_path(), b.by_path());
+    let removed = x.keys().filter(|p| !y.contains_key(*p)).count();
+    let other = y
+        .iter()
+        .filter(|(p, e)| x.get(*p).is_none_or(|old| !old.same_content(e)))
+        .count();
+    (removed + other) as u64
+}
+
+fn next_id(timeline: &Timeline, now: i64) -> String {
+    let mut id = format!("{now:013x}");
+    let mut n = 0;
+    while timeline.snaps.iter().any(|s| s.id == id) {
+        n += 1;
+        id = format!("{now:013x}-{n}");
+    }
+    id
+}
+
+fn read_timeline(dir: &Path) -> Option<Timeline> {
+    std::fs::read(dir.join("timeline.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+fn save_timeline(dir: &Path, timeline: &Timeline) -> Result<(), SnapError> {
+    let bytes = serde_json::to_vec(timeline).map_err(std::io::Error::other)?;
+    durable::write_atomic(&dir.join("timeline.json"), &bytes)?;
+    Ok(())
+}
+
+fn load_manifest(dir: &Path, id: &str) -> Result<Manifest, SnapError> {
+    let bytes = std::fs::read(dir.join("manifests").join(format!("{id}.zst")))?;
+    Ok(Manifest::decode(&bytes)?)
+}

@@ -1,0 +1,113 @@
+//! The snapshot actor: one thread owns the [`SnapshotStore`] (every
+//! timeline's only writer). Snapshot requests for a folder that queue up
+//! while a scan runs are served together by the next scan.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use tokio::sync::oneshot;
+
+use super::{Owner, Snap, SnapError, SnapshotStore};
+
+type Work = Box<dyn FnOnce(&mut Result<SnapshotStore, String>) + Send>;
+
+enum Job {
+    Take {
+        folder: PathBuf,
+        owner: Owner,
+        reply: oneshot::Sender<Result<Snap, String>>,
+    },
+    Other(Work),
+}
+
+/// Cheap, cloneable address of the snapshot actor.
+#[derive(Clone)]
+pub struct Snapshots {
+    tx: mpsc::Sender<Job>,
+}
+
+impl Snapshots {
+    /// Starts the actor; the store opens on its thread.
+    pub fn start(root: PathBuf, home: Option<PathBuf>, config: PathBuf) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("snapshots".into())
+            .spawn(move || {
+                let mut store = SnapshotStore::open(&root, home, config).map_err(|e| e.to_string());
+                let mut backlog: VecDeque<Job> = VecDeque::new();
+                loop {
+                    let job = match backlog.pop_front() {
+                        Some(job) => job,
+                        None => match rx.recv() {
+                            Ok(job) => job,
+                            Err(_) => return,
+                        },
+                    };
+                    match job {
+                        Job::Other(work) => work(&mut store),
+                        Job::Take {
+                            folder,
+                            owner,
+                            reply,
+                        } => {
+                            // Everyone else waiting to snapshot this folder
+                            // shares this scan.
+                            let mut waiting = vec![(owner, reply)];
+                            while let Ok(next) = rx.try_recv() {
+                                match next {
+                                    Job::Take {
+                                        folder: f,
+                                        owner,
+                                        reply,
+                                    } if f == folder => waiting.push((owner, reply)),
+                                    other => backlog.push_back(other),
+                                }
+                            }
+                            let owners = waiting.iter().map(|(o, _)| o.clone()).collect();
+                            let result = match &mut store {
+                                Ok(s) => s.take(&folder, owners).map_err(|e| e.to_string()),
+                                Err(e) => Err(e.clone()),
+                            };
+                            for (_, reply) in waiting {
+                                let _ = reply.send(result.clone());
+                            }
+                        }
+                    }
+                }
+            })?;
+        Ok(Self { tx })
+    }
+
+    /// Takes (or joins) a snapshot of `folder`; returns once it is durable.
+    pub async fn take(&self, folder: &Path, owner: Owner) -> Result<Snap, String> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Job::Take {
+                folder: folder.to_path_buf(),
+                owner,
+                reply,
+            })
+            .map_err(|_| SnapError::Closed.to_string())?;
+        rx.await.map_err(|_| SnapError::Closed.to_string())?
+    }
+
+    /// Runs `f` on the store's thread.
+    pub async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut SnapshotStore) -> Result<T, SnapError> + Send + 'static,
+    ) -> Result<T, String> {
+        let (reply, rx) = oneshot::channel();
+        let work: Work = Box::new(move |store| {
+            let result = match store {
+                Ok(s) => f(s).map_err(|e| e.to_string()),
+                Err(e) => Err(e.clone()),
+            };
+            let _ = reply.send(result);
+        });
+        self.tx
+            .send(Job::Other(work))
+            .map_err(|_| SnapError::Closed.to_string())?;
+        rx.await.map_err(|_| SnapError::Closed.to_string())?
+    }
+}

@@ -1,0 +1,429 @@
+//! Property and scenario tests of the snapshot engine on real temp trees:
+//! random trees and random edits, then undo and rewind checked against a
+//! model of what they must produce.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{PermissionsExt as _, symlink};
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+/// What a path holds, as a restore must reproduce it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    File(Vec<u8>, u32),
+    Link(PathBuf),
+    Dir,
+}
+
+/// The visible tree (excluded dirs skipped, like snapshots do).
+fn tree(root: &Path) -> BTreeMap<String, State> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            if meta.file_type().is_symlink() {
+                out.insert(rel, State::Link(std::fs::read_link(&p).unwrap()));
+            } else if meta.is_dir() {
+                if scan::excluded(e.file_name().as_encoded_bytes(), &[]) {
+                    continue;
+                }
+                out.insert(rel, State::Dir);
+                stack.push(p);
+            } else if meta.len() <= scan::MAX_FILE {
+                out.insert(
+                    rel,
+                    State::File(
+                        std::fs::read(&p).unwrap(),
+                        meta.permissions().mode() & 0o777,
+                    ),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// A small deterministic PRNG (xorshift64*).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+const NAMES: &[&str] = &["a", "b", "c", "d", "e"];
+
+fn random_path(rng: &mut Rng) -> String {
+    let depth = 1 + rng.below(3);
+    (0..depth)
+        .map(|_| NAMES[rng.below(NAMES.len() as u64) as usize])
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// One random edit somewhere in the tree: create, modify, delete, chmod,
+/// symlink, or swap a file and a directory.
+fn random_edit(root: &Path, rng: &mut Rng) {
+    let rel = random_path(rng);
+    let p = root.join(&rel);
+    let _ = std::fs::create_dir_all(p.parent().unwrap());
+    let meta = std::fs::symlink_metadata(&p).ok();
+    match rng.below(6) {
+        0 | 1 => {
+            if meta.as_ref().is_some_and(|m| m.is_dir()) {
+                return;
+            }
+            let _ = std::fs::remove_file(&p);
+            let content = format!("{rel} {}", rng.next()).repeat(1 + rng.below(50) as usize);
+            let _ = std::fs::write(&p, content);
+        }
+        2 => match meta {
+            Some(m) if m.is_dir() => {
+                let _ = std::fs::remove_dir_all(&p);
+            }
+            Some(_) => {
+                let _ = std::fs::remove_file(&p);
+            }
+            None => {}
+        },
+        3 => {
+            if meta.is_some_and(|m| m.is_file()) {
+                let mode = if rng.below(2) == 0 { 0o755 } else { 0o600 };
+                let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
+            }
+        }
+        4 => {
+            if meta.is_none() {
+                let _ = symlink(format!("target-{}", rng.below(9)), &p);
+            }
+        }
+        _ => match meta {
+            // file -> directory with a file inside, or directory -> file
+            Some(m) if m.is_file() || m.file_type().is_symlink() => {
+                let _ = std::fs::remove_file(&p);
+                let _ = std::fs::create_dir(&p);
+                let _ = std::fs::write(p.join("inside"), "inside");
+            }
+            Some(m) if m.is_dir() => {
+                let _ = std::fs::remove_dir_all(&p);
+                let _ = std::fs::write(&p, "was a dir");
+            }
+            _ => {}
+        },
+    }
+}
+
+fn store(dir: &Path) -> SnapshotStore {
+    SnapshotStore::open(&dir.join("checkpoints"), None, dir.join("config.toml")).unwrap()
+}
+
+fn owner(session: &str, phase: Phase, pair: &str) -> Owner {
+    Owner {
+        session: session.into(),
+        phase,
+        pair: pair.into(),
+        label: format!("{phase:?}"),
+    }
+}
+
+fn folder(tmp: &Path) -> PathBuf {
+    let f = tmp.join("work");
+    std::fs::create_dir_all(&f).unwrap();
+    std::fs::canonicalize(f).unwrap()
+}
+
+#[test]
+fn rewind_restores_the_whole_tree_exactly_for_random_edit_sequences() {
+    for seed in 1..=25u64 {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = folder(tmp.path());
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        for _ in 0..30 {
+            random_edit(&root, &mut rng);
+        }
+        let mut s = store(tmp.path());
+        let want = tree(&root);
+        s.take(&root, vec![owner("s", Phase::Manual, "")]).unwrap();
+        for _ in 0..25 {
+            random_edit(&root, &mut rng);
+        }
+        let report = s.rewind(&root, 1).unwrap();
+        assert!(report.errors.is_empty(), "seed {seed}: {:?}", report.errors);
+        assert_eq!(tree(&root), want, "seed {seed}");
+        // The rewind itself can be rewound (its pre-restore snapshot is newest).
+        let snaps = s.list(&root).unwrap();
+        assert_eq!(snaps[0].owners[0].phase, Phase::PreRestore);
+    }
+}
+
+#[test]
+fn undo_restores_exactly_what_the_message_changed_and_skips_conflicts() {
+    for seed in 1..=25u64 {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = folder(tmp.path());
+        let mut rng = Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03));
+        for _ in 0..30 {
+            random_edit(&root, &mut rng);
+        }
+        let mut s = store(tmp.path());
+        let before = tree(&root);
+        s.take(&root, vec![owner("conv", Phase::Before, "t1")])
+            .unwrap();
+        for _ in 0..15 {
+            random_edit(&root, &mut rng);
+        }
+        let after = tree(&root);
+        s.take(&root, vec![owner("conv", Phase::After, "t1")])
+            .unwrap();
+        // The user then edits some top-level files (possible conflicts).
+        let mut user = BTreeMap::new();
+        for name in NAMES {
+            if rng.below(3) == 0 {
+                let p = root.join(name);
+                if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+                    std::fs::write(&p, format!("user {seed}")).unwrap();
+                    user.insert((*name).to_owned(), ());
+                }
+            }
+        }
+        let current = tree(&root);
+        let report = s.undo(&root, "conv", false).unwrap();
+        let result = tree(&root);
+
+        // Model: a non-directory path the message changed goes back to its
+        // before state unless the user changed it since (a conflict); every
+        // other path stays as it was just before the undo.
+        let mut model: BTreeMap<String, State> = BTreeMap::new();
+        let all: std::collections::BTreeSet<&String> = before
+            .keys()
+            .chain(after.keys())
+            .chain(current.keys())
+            .collect();
+        for p in all {
+            let (b, a, c) = (before.get(p), after.get(p), current.get(p));
+            let changed_by_message = b != a;
+            let conflict = c != a;
+            let target = if changed_by_message && !conflict {
+                b
+            } else {
+                c
+            };
+            if let Some(t) = target {
+                model.insert(p.clone(), t.clone());
+            }
+        }
+        // Nothing can be put under a path that stays a file or a link (a
+        // skipped conflict); such children stay as they are: absent.
+        let blocked = |p: &str, m: &BTreeMap<String, State>| {
+            let mut prefix = String::new();
+            for part in p
+                .split('/')
+                .collect::<Vec<_>>()
+                .split_last()
+                .map(|x| x.1)
+                .unwrap_or_default()
+            {
+                if !prefix.is_empty() {
+                    prefix.push('/');
+                }
+                prefix.push_str(part);
+                if matches!(m.get(&prefix), Some(State::File(..) | State::Link(_))) {
+                    return true;
+                }
+            }
+            false
+        };
+        let expected: BTreeMap<String, State> = model
+            .iter()
+            .filter(|(p, v)| **v != State::Dir && !blocked(p, &model))
+            .map(|(p, v)| (p.clone(), v.clone()))
+            .collect();
+        let files = |t: &BTreeMap<String, State>| -> BTreeMap<String, State> {
+            t.iter()
+                .filter(|(_, v)| **v != State::Dir)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        assert_eq!(files(&result), expected, "seed {seed}: {report:?}");
+        for skipped in &report.skipped {
+            assert!(skipped.conflict, "seed {seed}");
+            assert!(
+                user.contains_key(&skipped.path)
+                    || current.get(&skipped.path) != after.get(&skipped.path)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_directory_swapped_for_a_symlink_never_redirects_a_restore() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::create_dir(root.join("d")).unwrap();
+    std::fs::write(root.join("d/file"), "mine").unwrap();
+    let mut s = store(tmp.path());
+    s.take(&root, vec![owner("", Phase::Manual, "")]).unwrap();
+    std::fs::remove_dir_all(root.join("d")).unwrap();
+    symlink(&outside, root.join("d")).unwrap();
+    let report = s.rewind(&root, 1).unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(
+        std::fs::read_dir(&outside).unwrap().next().is_none(),
+        "wrote outside the folder"
+    );
+    assert!(std::fs::symlink_metadata(root.join("d")).unwrap().is_dir());
+    assert_eq!(std::fs::read(root.join("d/file")).unwrap(), b"mine");
+}
+
+#[test]
+fn excluded_and_oversized_paths_are_never_stored_or_touched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    std::fs::create_dir_all(root.join(".git")).unwrap();
+    std::fs::create_dir_all(root.join("sub/node_modules/x")).unwrap();
+    std::fs::write(root.join(".git/HEAD"), "ref").unwrap();
+    std::fs::write(root.join("sub/node_modules/x/i.js"), "js").unwrap();
+    let big = vec![7u8; (scan::MAX_FILE + 1) as usize];
+    std::fs::write(root.join("big.bin"), &big).unwrap();
+    std::fs::write(root.join("small"), "s").unwrap();
+    let mut s = store(tmp.path());
+    let snap = s.take(&root, vec![owner("", Phase::Manual, "")]).unwrap();
+    assert_eq!(snap.files, 1);
+    // Change everything, then rewind: only `small` comes back.
+    std::fs::write(root.join(".git/HEAD"), "changed").unwrap();
+    std::fs::write(root.join("sub/node_modules/x/i.js"), "changed").unwrap();
+    let big_changed = vec![9u8; (scan::MAX_FILE + 5) as usize];
+    std::fs::write(root.join("big.bin"), &big_changed).unwrap();
+    std::fs::write(root.join("small"), "changed").unwrap();
+    let report = s.rewind(&root, 1).unwrap();
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!(std::fs::read(root.join("small")).unwrap(), b"s");
+    assert_eq!(std::fs::read(root.join(".git/HEAD")).unwrap(), b"changed");
+    assert_eq!(
+        std::fs::read(root.join("sub/node_modules/x/i.js")).unwrap(),
+        b"changed"
+    );
+    assert_eq!(std::fs::read(root.join("big.bin")).unwrap(), big_changed);
+    // A created oversized file is not removed by a rewind either.
+    std::fs::write(root.join("big2.bin"), &big).unwrap();
+    s.rewind(&root, 2).unwrap();
+    assert!(root.join("big2.bin").exists());
+}
+
+#[test]
+fn home_folder_and_above_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = folder(tmp.path()).join("home");
+    std::fs::create_dir(&home).unwrap();
+    let mut s = SnapshotStore::open(
+        &tmp.path().join("cp"),
+        Some(home.clone()),
+        tmp.path().join("c.toml"),
+    )
+    .unwrap();
+    assert!(matches!(s.take(&home, vec![]), Err(SnapError::Home(_))));
+    assert!(matches!(
+        s.take(home.parent().unwrap(), vec![]),
+        Err(SnapError::Home(_))
+    ));
+    std::fs::create_dir(home.join("project")).unwrap();
+    assert!(s.take(&home.join("project"), vec![]).is_ok());
+}
+
+#[test]
+fn retention_keeps_50_and_gc_leaves_no_orphan_and_no_dangling_blob() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    for i in 0..20 {
+        std::fs::write(root.join(format!("f{i}")), format!("base {i}")).unwrap();
+    }
+    let mut s = store(tmp.path());
+    for round in 0..70 {
+        for i in 0..3 {
+            std::fs::write(
+                root.join(format!("f{}", (round + i) % 20)),
+                format!("round {round} {i}"),
+            )
+            .unwrap();
+        }
+        s.take(&root, vec![owner("", Phase::Manual, "")]).unwrap();
+    }
+    assert_eq!(s.list(&root).unwrap().len(), KEEP);
+    // Every blob stored is referenced by a retained manifest and vice versa.
+    let mut referenced = HashSet::new();
+    for snap in s.list(&root).unwrap() {
+        let m = s.manifest_of(&root, &snap).unwrap();
+        referenced.extend(unique_hashes(&m));
+    }
+    assert_eq!(s.blobs.referenced(), referenced);
+    assert_eq!(s.blobs.stored(), referenced, "orphan or dangling blobs");
+    for h in &referenced {
+        s.blobs.read(h).unwrap();
+    }
+    // A fresh store (as after a restart) agrees.
+    let s2 = {
+        let mut s2 = store(tmp.path());
+        s2.ensure_loaded().unwrap();
+        s2
+    };
+    assert_eq!(s2.blobs.stored(), referenced);
+}
+
+#[test]
+fn an_unchanged_tree_reuses_its_manifest_and_stores_nothing_new() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    std::fs::write(root.join("x"), "x").unwrap();
+    let mut s = store(tmp.path());
+    let a = s.take(&root, vec![]).unwrap();
+    // Wait out the racy window so the stat cache is trusted.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let b = s.take(&root, vec![]).unwrap();
+    let c = s.take(&root, vec![]).unwrap();
+    assert_eq!(b.changed, 0);
+    assert_eq!(
+        c.manifest, b.manifest,
+        "an unchanged tree wrote a new manifest"
+    );
+    assert_ne!(a.id, c.id);
+}
+
+#[test]
+fn a_restore_cut_short_is_finished_by_the_next_operation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    std::fs::write(root.join("keep"), "v1").unwrap();
+    let mut s = store(tmp.path());
+    let snap = s.take(&root, vec![]).unwrap();
+    std::fs::write(root.join("keep"), "v2").unwrap();
+    std::fs::write(root.join("extra"), "new").unwrap();
+    // As if agentd died right after writing the journal.
+    let dir = s.folder(&root).unwrap().dir.clone();
+    let journal = RestoreJournal {
+        want_manifest: snap.manifest.clone(),
+        paths: vec![b"extra".to_vec(), b"keep".to_vec()],
+    };
+    std::fs::write(
+        dir.join("restore.json"),
+        serde_json::to_vec(&journal).unwrap(),
+    )
+    .unwrap();
+    drop(s);
+    let mut s = store(tmp.path());
+    s.list(&root).unwrap();
+    assert_eq!(std::fs::read(root.join("keep")).unwrap(), b"v1");
+    assert!(!root.join("extra").exists());
+    assert!(!dir.join("restore.json").exists());
+}
