@@ -103,10 +103,12 @@ async fn run(cli: Cli) -> CliResult<()> {
             commands::checkpoints::rollback_command(&ctx, index, undo).await
         }
         Command::Retry { new_chain } => repl::retry(&ctx, new_chain).await,
-        Command::Snapshots { .. }
-        | Command::Snapshot { .. }
-        | Command::Undo { .. }
-        | Command::Rewind { .. } => commands::pending::snapshots(&ctx).await,
+        Command::Snapshots { json } => commands::snapshots::list(&ctx, json).await,
+        Command::Snapshot { label } => commands::snapshots::take(&ctx, label).await,
+        Command::Undo { yes, force } => commands::snapshots::undo(&ctx, yes, force).await,
+        Command::Rewind { index, yes, force } => {
+            commands::snapshots::rewind(&ctx, index, yes, force).await
+        }
         Command::Oneshots { json, action } => commands::oneshots::run(&ctx, json, action).await,
         Command::Daemon { .. } => Ok(()),
     }

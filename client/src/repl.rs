@@ -13,7 +13,7 @@ use agentx_shared::proto::{
 
 use crate::cli::OnPending;
 use crate::commands::checkpoints::{self, Pick};
-use crate::commands::sessions;
+use crate::commands::{sessions, snapshots};
 use crate::context::{Ctx, provider_settings};
 use crate::error::{CliError, CliResult, Exit};
 use crate::turn;
@@ -29,6 +29,8 @@ messages are sent to the model; lines starting with / are commands:
   /rollback undo    revert the last rollback
   /retry            send the last failed or interrupted turn again
   /retry new-chain  ... starting a new server-side chain from the saved conversation
+  /undo [force]     put back what the last message changed (shows the list first)
+  /rewind [N]       list snapshots, or put the folder back as snapshot N had it
   /clear            delete this conversation's stored state and start fresh
   /help             this list
   /exit             leave (also Ctrl-D)
@@ -342,10 +344,19 @@ impl Chat<'_> {
                 }
                 self.clear().await?;
             }
-            ("undo" | "rewind", _) => {
-                return Err(CliError::failed(format!(
-                    "/{name} is not available in this version yet"
-                )));
+            ("undo", arg) => {
+                let force = arg == Some("force");
+                let yes = !self.ui.interactive;
+                let what = snapshots::Restore::Undo(self.session.id.clone());
+                snapshots::restore(self.ctx, what, yes, force).await?;
+            }
+            ("rewind", None) => snapshots::rewind(self.ctx, None, false, false).await?,
+            ("rewind", Some(n)) => {
+                let index = n
+                    .parse::<u32>()
+                    .map_err(|_| CliError::usage(format!("/rewind takes a number, not {n:?}")))?;
+                let yes = !self.ui.interactive;
+                snapshots::restore(self.ctx, snapshots::Restore::Rewind(index), yes, false).await?;
             }
             _ => {
                 return Err(CliError::usage(format!(

@@ -16,7 +16,7 @@ use agentx_shared::profile::Profile;
 use agentx_shared::proto::daemon_server::DaemonServer;
 use agentx_shared::proto::oneshots_server::OneshotsServer;
 use agentx_shared::proto::sessions_server::SessionsServer;
-use agentx_shared::proto::snapshots_server::{Snapshots, SnapshotsServer};
+use agentx_shared::proto::snapshots_server::SnapshotsServer;
 use agentx_shared::proto::turns_server::TurnsServer;
 
 use crate::listener::{Listener, remove_owned_socket};
@@ -24,6 +24,7 @@ use crate::peer::PeerCheck;
 use crate::services::daemon::{DaemonInfo, DaemonService};
 use crate::services::oneshots::OneshotsService;
 use crate::services::sessions::SessionsService;
+use crate::services::snapshots::SnapshotsService;
 use crate::services::turns::TurnsService;
 use crate::store::Store;
 use crate::turn::Engine;
@@ -37,11 +38,6 @@ pub struct Config {
     pub log_path: Option<PathBuf>,
     pub reported_version: Option<String>,
 }
-
-/// Services whose behaviour later work fills in: every RPC answers UNIMPLEMENTED.
-#[derive(Clone, Copy)]
-struct NotYet;
-impl Snapshots for NotYet {}
 
 /// Serves until SIGTERM, SIGINT or a Shutdown RPC, then drains and cleans up.
 pub async fn run(config: Config) -> anyhow::Result<()> {
@@ -75,6 +71,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .context("cannot build the reflection service")?;
 
     let store = Store::new(config.profile.sessions_dir());
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let snapshots = crate::snapshot::service::Snapshots::start(
+        config.profile.checkpoints_dir(),
+        home,
+        config.profile.config_file(),
+    )
+    .context("cannot start the snapshot store")?;
     let http = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
@@ -86,18 +89,23 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let router = Server::builder()
         .layer(InterceptorLayer::new(PeerCheck::new(uid, served)))
         .add_service(DaemonServer::new(DaemonService::new(Arc::clone(&info))))
-        .add_service(SessionsServer::new(SessionsService::new(Arc::clone(
-            &store,
-        ))))
+        .add_service(SessionsServer::new(SessionsService::new(
+            Arc::clone(&store),
+            snapshots.clone(),
+        )))
         .add_service(TurnsServer::new(TurnsService::new(
             Arc::clone(&store),
             engine,
             crate::services::turns::Tuning::from_env(),
+            snapshots.clone(),
         )))
         .add_service(OneshotsServer::new(OneshotsService::new(Arc::clone(
             &store,
         ))))
-        .add_service(SnapshotsServer::new(NotYet))
+        .add_service(SnapshotsServer::new(SnapshotsService::new(
+            Arc::clone(&store),
+            snapshots.clone(),
+        )))
         .add_service(health_service)
         .add_service(reflection);
 

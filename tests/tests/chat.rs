@@ -309,7 +309,12 @@ fn a_corrupt_conversation_is_quarantined_and_a_fresh_one_continues() {
     let doc = env
         .profile_files()
         .into_iter()
-        .find(|p| p.extension().is_some_and(|e| e == "json") && !p.ends_with("current.json"))
+        .find(|p| {
+            p.starts_with(env.home.join("sessions"))
+                && p.extension().is_some_and(|e| e == "json")
+                && !p.ends_with("current.json")
+                && !p.ends_with("shared.json")
+        })
         .unwrap();
     std::fs::write(&doc, b"{\"format\": 1, \"id\": \"trunc").unwrap();
 

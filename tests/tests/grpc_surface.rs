@@ -77,12 +77,11 @@ async fn reflection_lists_every_service_and_health_is_serving() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
-    // Capabilities not built yet answer UNIMPLEMENTED.
     let err = SnapshotsClient::new(channel)
-        .list_snapshots(ListSnapshotsRequest { scope: None })
+        .list_snapshots(ListSnapshotsRequest { scope: Some(Scope { folder: "relative/path".into(), agent: String::new() }) })
         .await
         .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::Unimplemented);
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
     assert_code(&env.run(["daemon", "status"]), 0);
 }
 

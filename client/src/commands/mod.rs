@@ -4,5 +4,5 @@ pub mod checkpoints;
 pub mod daemon;
 pub mod exec;
 pub mod oneshots;
-pub mod pending;
 pub mod sessions;
+pub mod snapshots;

@@ -4,6 +4,7 @@
 pub mod daemon;
 pub mod oneshots;
 pub mod sessions;
+pub mod snapshots;
 pub mod turns;
 
 use std::path::Path;

@@ -14,16 +14,18 @@ use agentx_shared::proto::{
 };
 
 use super::{group_for, session_arg, status_of, summary};
+use crate::snapshot::service::Snapshots;
 use crate::store::session::{Marker, SessionDoc};
 use crate::store::{Change, OpenTarget, RollbackTarget, Store};
 
 pub struct SessionsService {
     store: Arc<Store>,
+    snapshots: Snapshots,
 }
 
 impl SessionsService {
-    pub fn new(store: Arc<Store>) -> Self {
-        Self { store }
+    pub fn new(store: Arc<Store>, snapshots: Snapshots) -> Self {
+        Self { store, snapshots }
     }
 }
 
@@ -130,12 +132,23 @@ impl Sessions for SessionsService {
         request: Request<GetStatusRequest>,
     ) -> Result<Response<SessionStatus>, Status> {
         let req = request.into_inner();
-        let (group, _) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
         let doc = group
             .get(session_arg(&req.session_id)?)
             .await
             .map_err(status_of)?;
-        Ok(Response::new(session_status(doc.as_ref())))
+        let mut status = session_status(doc.as_ref());
+        let folder = std::path::PathBuf::from(folder);
+        // Snapshots are off in the home folder: report none, not an error.
+        if let Ok((count, bytes)) = self
+            .snapshots
+            .call(move |s| Ok((s.count(&folder)?, s.disk_bytes())))
+            .await
+        {
+            status.snapshots = u32::try_from(count).unwrap_or(u32::MAX);
+            status.snapshot_store_bytes = bytes;
+        }
+        Ok(Response::new(status))
     }
 
     async fn clear_session(

@@ -17,6 +17,8 @@ use agentx_shared::proto::{
 };
 
 use super::{group_for, session_arg, status_of};
+use crate::snapshot::service::Snapshots;
+use crate::snapshot::{Owner, Phase};
 use crate::store::Store;
 use crate::turn::provider::Settings;
 use crate::turn::{
@@ -32,6 +34,7 @@ pub struct TurnsService {
     store: Arc<Store>,
     engine: Arc<Engine>,
     tuning: Tuning,
+    snapshots: Snapshots,
 }
 
 /// Timing knobs, from the daemon's environment: `AGENTX_RETRY_BASE_MS`
@@ -59,11 +62,17 @@ impl Tuning {
 }
 
 impl TurnsService {
-    pub fn new(store: Arc<Store>, engine: Arc<Engine>, tuning: Tuning) -> Self {
+    pub fn new(
+        store: Arc<Store>,
+        engine: Arc<Engine>,
+        tuning: Tuning,
+        snapshots: Snapshots,
+    ) -> Self {
         Self {
             store,
             engine,
             tuning,
+            snapshots,
         }
     }
 }
@@ -214,6 +223,14 @@ impl Turns for TurnsService {
         let engine = Arc::clone(&self.engine);
         let store = Arc::clone(&self.store);
         let oneshot_id = oneshot.as_ref().map(|o| o.id.clone()).unwrap_or_default();
+        let snapshots = self.snapshots.clone();
+        let snap_folder = spec.folder.clone();
+        let label = match &spec.mode {
+            Mode::Message(m) => m.lines().next().unwrap_or("").chars().take(60).collect(),
+            Mode::RetryRequest | Mode::NewChain => "retry".to_owned(),
+            Mode::RetryMessage => "retry of the last message".to_owned(),
+            Mode::Continue => "continue the interrupted turn".to_owned(),
+        };
         tokio::spawn(async move {
             let lease = match group.begin_turn(session).await {
                 Ok(lease) => lease,
@@ -223,6 +240,31 @@ impl Turns for TurnsService {
                     }
                     let _ = wire_tx.send(Err(status_of(e))).await;
                     return;
+                }
+            };
+            // Before the message: the folder as it was, so /undo can put it back.
+            let session_id = lease.doc.id.clone();
+            let pair = format!(
+                "{session_id}-{}",
+                agentx_shared::time::unix_ms(std::time::SystemTime::now())
+            );
+            let owner = |phase| Owner {
+                session: session_id.clone(),
+                phase,
+                pair: pair.clone(),
+                label: label.clone(),
+            };
+            let snapped = match snapshots.take(&snap_folder, owner(Phase::Before)).await {
+                Ok(_) => true,
+                Err(e) => {
+                    if !e.contains("are off in") {
+                        let _ = event_tx
+                            .send(Event::Notice(format!(
+                                "no snapshot before this message (undo will not cover it): {e}"
+                            )))
+                            .await;
+                    }
+                    false
                 }
             };
             let io = Io {
@@ -237,6 +279,10 @@ impl Turns for TurnsService {
                 oneshot_id.clone(),
             );
             let (finished, ()) = tokio::join!(engine.run(group, lease, spec, io), forward);
+            // After the turn, whatever its outcome: what the message changed.
+            if snapped && let Err(e) = snapshots.take(&snap_folder, owner(Phase::After)).await {
+                tracing::warn!("snapshot after the turn failed: {e}");
+            }
             if let Some(o) = &oneshot {
                 let success = matches!(
                     finished,

@@ -71,10 +71,6 @@ impl PackWriter {
         self.offset += u64::from(len);
         Ok(())
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.written.is_empty()
-    }
 }
 
 fn pack_path(dir: &Path, id: u64) -> PathBuf {

@@ -44,10 +44,6 @@ impl Entry {
                 Kind::Dir => true,
             }
     }
-
-    pub fn path_str(&self) -> String {
-        String::from_utf8_lossy(&self.path).into_owned()
-    }
 }
 
 /// Entries sorted by path.

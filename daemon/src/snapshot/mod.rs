@@ -310,7 +310,7 @@ impl SnapshotStore {
             &self.blobs,
             &mut pack,
         );
-        let (manifest, _stats) = match scanned {
+        let (manifest, stats) = match scanned {
             Ok(ok) => ok,
             Err(e) => {
                 self.blobs.abandon(pack);
@@ -318,6 +318,7 @@ impl SnapshotStore {
             }
         };
         self.blobs.finish(pack)?;
+        tracing::debug!(folder = %folder.display(), hashed = stats.hashed, new_blobs = stats.new_blobs, "snapshot scanned");
         let changed = previous
             .as_deref()
             .map_or(manifest.entries.len() as u64, |p| {

@@ -40,7 +40,9 @@ struct Found {
 }
 
 pub struct ScanStats {
+    /// Files read and hashed (not served by the stat cache).
     pub hashed: u64,
+    /// Blobs the store did not have.
     pub new_blobs: u64,
 }
 

@@ -1,0 +1,189 @@
+//! The `Snapshots` gRPC service: list, take, and plan or apply an undo or
+//! a rewind, answered by the snapshot actor.
+
+use std::path::PathBuf;
+
+use tonic::{Request, Response, Status};
+
+use agentx_shared::proto::snapshots_server::Snapshots as SnapshotsApi;
+use agentx_shared::proto::{
+    ChangeKind, ListSnapshotsReply, ListSnapshotsRequest, PlannedChange, RestorePlan, RestoreReply,
+    RestoreRequest, SnapshotInfo, TakeSnapshotRequest, Timestamp, restore_request::Target,
+};
+
+use super::group_for;
+use crate::snapshot::restore::{Action, Planned};
+use crate::snapshot::service::Snapshots;
+use crate::snapshot::{Owner, Phase, Snap};
+use crate::store::Store;
+
+pub struct SnapshotsService {
+    store: std::sync::Arc<Store>,
+    snapshots: Snapshots,
+}
+
+impl SnapshotsService {
+    pub fn new(store: std::sync::Arc<Store>, snapshots: Snapshots) -> Self {
+        Self { store, snapshots }
+    }
+}
+
+/// Snapshot errors as statuses: "off here" and "no such" are the caller's.
+pub fn snap_status(message: String) -> Status {
+    if message.contains("are off in") {
+        Status::failed_precondition(message)
+    } else if message.starts_with("no ") {
+        Status::not_found(message)
+    } else {
+        Status::internal(message)
+    }
+}
+
+pub fn info(index: usize, s: &Snap) -> SnapshotInfo {
+    SnapshotInfo {
+        index: u32::try_from(index).unwrap_or(u32::MAX),
+        id: s.id.clone(),
+        created_at: Some(Timestamp {
+            unix_ms: s.created_at,
+        }),
+        label: s.label(),
+        files: s.files,
+        bytes: s.bytes,
+        changed_files: s.changed,
+    }
+}
+
+fn planned(p: &[Planned]) -> Vec<PlannedChange> {
+    p.iter()
+        .map(|c| PlannedChange {
+            path: c.path.clone(),
+            kind: match c.action {
+                Action::Remove => ChangeKind::Remove,
+                Action::RestoreModified => ChangeKind::RestoreModified,
+                Action::RestoreDeleted => ChangeKind::RestoreDeleted,
+            } as i32,
+            conflict: c.conflict,
+        })
+        .collect()
+}
+
+enum What {
+    Undo(String),
+    Rewind(usize),
+}
+
+fn what(req: &RestoreRequest) -> Result<What, Status> {
+    match &req.target {
+        Some(Target::UndoSessionId(id)) => {
+            agentx_shared::folder::check_component("session id", id)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            Ok(What::Undo(id.clone()))
+        }
+        Some(Target::RewindIndex(n)) => Ok(What::Rewind(*n as usize)),
+        None => Err(Status::invalid_argument(
+            "say what to restore: undo or rewind",
+        )),
+    }
+}
+
+#[tonic::async_trait]
+impl SnapshotsApi for SnapshotsService {
+    async fn list_snapshots(
+        &self,
+        request: Request<ListSnapshotsRequest>,
+    ) -> Result<Response<ListSnapshotsReply>, Status> {
+        let (_, folder) = group_for(&self.store, request.get_ref().scope.as_ref())?;
+        let folder = PathBuf::from(folder);
+        let (snaps, bytes) = self
+            .snapshots
+            .call(move |s| Ok((s.list(&folder)?, s.disk_bytes())))
+            .await
+            .map_err(snap_status)?;
+        Ok(Response::new(ListSnapshotsReply {
+            snapshots: snaps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| info(i + 1, s))
+                .collect(),
+            store_bytes: bytes,
+        }))
+    }
+
+    async fn take_snapshot(
+        &self,
+        request: Request<TakeSnapshotRequest>,
+    ) -> Result<Response<SnapshotInfo>, Status> {
+        let req = request.into_inner();
+        let (_, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let label = if req.label.is_empty() {
+            "manual".to_owned()
+        } else {
+            req.label
+        };
+        let owner = Owner {
+            session: String::new(),
+            phase: Phase::Manual,
+            pair: String::new(),
+            label,
+        };
+        let snap = self
+            .snapshots
+            .take(&PathBuf::from(folder), owner)
+            .await
+            .map_err(snap_status)?;
+        Ok(Response::new(info(1, &snap)))
+    }
+
+    async fn plan_restore(
+        &self,
+        request: Request<RestoreRequest>,
+    ) -> Result<Response<RestorePlan>, Status> {
+        let req = request.into_inner();
+        let (_, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let folder = PathBuf::from(folder);
+        let plan = match what(&req)? {
+            What::Undo(session) => {
+                self.snapshots
+                    .call(move |s| s.plan_undo(&folder, &session))
+                    .await
+            }
+            What::Rewind(n) => {
+                self.snapshots
+                    .call(move |s| s.plan_rewind(&folder, n))
+                    .await
+            }
+        }
+        .map_err(snap_status)?;
+        Ok(Response::new(RestorePlan {
+            changes: planned(&plan),
+        }))
+    }
+
+    async fn restore(
+        &self,
+        request: Request<RestoreRequest>,
+    ) -> Result<Response<RestoreReply>, Status> {
+        let req = request.into_inner();
+        let (_, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let folder = PathBuf::from(folder);
+        let force = req.force;
+        let report = match what(&req)? {
+            What::Undo(session) => {
+                self.snapshots
+                    .call(move |s| s.undo(&folder, &session, force))
+                    .await
+            }
+            What::Rewind(n) => self.snapshots.call(move |s| s.rewind(&folder, n)).await,
+        }
+        .map_err(snap_status)?;
+        if !report.errors.is_empty() {
+            tracing::warn!(errors = ?report.errors, "restore finished with errors");
+        }
+        Ok(Response::new(RestoreReply {
+            applied: planned(&report.applied),
+            skipped: planned(&report.skipped),
+            pre_restore_snapshot_id: report.pre_restore,
+            errors: report.errors,
+        }))
+    }
+}
