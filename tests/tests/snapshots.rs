@@ -1,0 +1,192 @@
+//! Folder snapshots end to end: a turn whose shell tool edits, creates and
+//! deletes files, then undo and rewind; listings; conflicts; the home-folder
+//! guard; and kill -9 of agentd while it snapshots.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use agentx_tests::fake_model::{FakeModel, Reply};
+use agentx_tests::{TestEnv, assert_code, stderr, stdout, wait_pid_gone};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+fn json_out(out: &std::process::Output) -> Value {
+    assert_code(out, 0);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))
+}
+
+/// Every file under `root` with its content (`.git` included, to prove it
+/// is left alone).
+fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(p.strip_prefix(root).unwrap().display().to_string(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn seed(work: &Path) {
+    std::fs::create_dir_all(work.join("src")).unwrap();
+    std::fs::create_dir_all(work.join(".git")).unwrap();
+    std::fs::write(work.join("src/main.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(work.join("README"), "hello\n").unwrap();
+    std::fs::write(work.join("doomed.txt"), "delete me\n").unwrap();
+    std::fs::write(work.join(".git/HEAD"), "ref: main\n").unwrap();
+}
+
+/// One turn in which the model's shell call edits, creates and deletes.
+fn editing_turn(env: &TestEnv, model: &FakeModel) {
+    model.push(Reply::ToolCall {
+        name: "shell".into(),
+        arguments: json!({"command": "echo '// edited' >> src/main.rs && echo new > created.txt && mkdir -p gen && echo x > gen/out && rm doomed.txt && echo agent > .git/HEAD"}),
+    });
+    let out = env.chat(model, ["--auto"], "refactor please\n");
+    assert_code(&out, 0);
+}
+
+#[test]
+fn undo_puts_back_what_a_shell_turn_changed_and_rewind_redoes_it() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    seed(&env.work);
+    let before = files(&env.work);
+    editing_turn(&env, &model);
+    let after = files(&env.work);
+    assert!(after.contains_key("created.txt") && !after.contains_key("doomed.txt"));
+
+    // Without a terminal, undo needs --yes (and changes nothing).
+    let out = env.run(["undo"]);
+    assert_code(&out, 2);
+    assert_eq!(files(&env.work), after);
+
+    let out = env.run(["undo", "--yes"]);
+    assert_code(&out, 0);
+    let listing = stderr(&out);
+    assert!(listing.contains("created  → remove") && listing.contains("created.txt"), "{listing}");
+    assert!(listing.contains("modified → restore") && listing.contains("src/main.rs"), "{listing}");
+    assert!(listing.contains("deleted  → restore") && listing.contains("doomed.txt"), "{listing}");
+    let mut expected = before.clone();
+    // .git is never snapshotted: the turn's change there stays.
+    expected.insert(".git/HEAD".into(), b"agent\n".to_vec());
+    assert_eq!(files(&env.work), expected);
+    assert!(!env.work.join("gen").exists(), "a directory the turn created was left behind");
+
+    // The undo took a snapshot first: rewinding to it redoes the turn.
+    let out = env.run(["rewind", "1", "--yes"]);
+    assert_code(&out, 0);
+    assert_eq!(files(&env.work), after);
+}
+
+#[test]
+fn snapshots_are_listed_labelled_and_counted() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    seed(&env.work);
+    editing_turn(&env, &model);
+    assert_code(&env.run(["snapshot", "--label", "by hand"]), 0);
+    let list = json_out(&env.run(["snapshots", "--json"]));
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 3, "{list:?}"); // before, after, manual
+    assert_eq!(list[0]["index"], 1);
+    assert_eq!(list[0]["label"], "by hand");
+    assert_eq!(list[2]["label"], "refactor please");
+    for field in ["index", "id", "created_at", "label", "files", "bytes"] {
+        assert!(list[0].get(field).is_some(), "{field}");
+    }
+    assert_eq!(list[2]["files"], 3); // src/main.rs, README, doomed.txt
+    let status = json_out(&env.run(["status", "--json"]));
+    assert_eq!(status["snapshots"], 3);
+    assert!(status["snapshot_store_bytes"].as_u64().unwrap() > 0);
+    // Nothing of the store lives in the folder.
+    assert!(!files(&env.work).keys().any(|k| k.contains("agentx")));
+}
+
+#[test]
+fn a_path_changed_again_is_a_conflict_skipped_unless_forced() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    seed(&env.work);
+    editing_turn(&env, &model);
+    std::fs::write(env.work.join("created.txt"), "the user's own edit\n").unwrap();
+    let out = env.run(["undo", "--yes"]);
+    assert_code(&out, 0);
+    assert!(stderr(&out).contains("conflict"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(env.work.join("created.txt")).unwrap(), "the user's own edit\n");
+    assert_eq!(std::fs::read_to_string(env.work.join("src/main.rs")).unwrap(), "fn main() {}\n");
+
+    // With --force the conflicting path is restored too.
+    let env = TestEnv::new();
+    seed(&env.work);
+    editing_turn(&env, &model);
+    std::fs::write(env.work.join("created.txt"), "the user's own edit\n").unwrap();
+    let out = env.run(["undo", "--yes", "--force"]);
+    assert_code(&out, 0);
+    assert!(!env.work.join("created.txt").exists());
+}
+
+#[test]
+fn undo_is_off_in_the_home_folder() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    // agentd learns HOME when it starts: make the chat folder the home.
+    let out = env.agentx(["daemon", "start"]).env("HOME", &env.work).output().unwrap();
+    assert_code(&out, 0);
+    let out = env.run(["snapshot"]);
+    assert_code(&out, 1);
+    assert!(stderr(&out).contains("home folder"), "{}", stderr(&out));
+    // Chatting still works; it just takes no snapshots.
+    let out = env.chat(&model, Vec::<&str>::new(), "hi\n");
+    assert_code(&out, 0);
+    assert_eq!(json_out(&env.run(["status", "--json"]))["snapshots"], 0);
+}
+
+#[test]
+fn kill_9_during_a_snapshot_leaves_a_consistent_store() {
+    let env = TestEnv::new();
+    for d in 0..30 {
+        let dir = env.work.join(format!("d{d}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..100 {
+            std::fs::write(dir.join(format!("f{f}")), format!("{d}/{f} ").repeat(50)).unwrap();
+        }
+    }
+    assert_code(&env.run(["snapshot", "--label", "base"]), 0);
+    let base = files(&env.work);
+    for (round, delay) in [5u64, 15, 30, 60].iter().enumerate() {
+        // Change many files so the snapshot has real work to do.
+        for d in 0..30 {
+            std::fs::write(env.work.join(format!("d{d}/f{round}")), format!("round {round}")).unwrap();
+        }
+        let child = env.agentx(["snapshot"]).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(*delay));
+        if let Some(pid) = env.daemon_pids().first().copied() {
+            kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+            assert!(wait_pid_gone(pid, Duration::from_secs(5)));
+        }
+        let _ = child.wait_with_output();
+    }
+    // A fresh agentd: the store still lists, snapshots and restores exactly.
+    let list = json_out(&env.run(["snapshots", "--json"]));
+    let base_index = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["label"] == "base")
+        .map(|s| s["index"].as_u64().unwrap())
+        .unwrap();
+    assert_code(&env.run(["snapshot"]), 0);
+    let out = env.run(["rewind", &(base_index + 1).to_string(), "--yes"]);
+    assert_code(&out, 0);
+    assert_eq!(files(&env.work), base);
+}
