@@ -78,7 +78,12 @@ async fn reflection_lists_every_service_and_health_is_serving() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
     let err = SnapshotsClient::new(channel)
-        .list_snapshots(ListSnapshotsRequest { scope: Some(Scope { folder: "relative/path".into(), agent: String::new() }) })
+        .list_snapshots(ListSnapshotsRequest {
+            scope: Some(Scope {
+                folder: "relative/path".into(),
+                agent: String::new(),
+            }),
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");

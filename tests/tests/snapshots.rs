@@ -29,7 +29,10 @@ fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
             if p.is_dir() {
                 stack.push(p);
             } else {
-                out.insert(p.strip_prefix(root).unwrap().display().to_string(), std::fs::read(&p).unwrap());
+                out.insert(
+                    p.strip_prefix(root).unwrap().display().to_string(),
+                    std::fs::read(&p).unwrap(),
+                );
             }
         }
     }
@@ -73,14 +76,26 @@ fn undo_puts_back_what_a_shell_turn_changed_and_rewind_redoes_it() {
     let out = env.run(["undo", "--yes"]);
     assert_code(&out, 0);
     let listing = stderr(&out);
-    assert!(listing.contains("created  → remove") && listing.contains("created.txt"), "{listing}");
-    assert!(listing.contains("modified → restore") && listing.contains("src/main.rs"), "{listing}");
-    assert!(listing.contains("deleted  → restore") && listing.contains("doomed.txt"), "{listing}");
+    assert!(
+        listing.contains("created  → remove") && listing.contains("created.txt"),
+        "{listing}"
+    );
+    assert!(
+        listing.contains("modified → restore") && listing.contains("src/main.rs"),
+        "{listing}"
+    );
+    assert!(
+        listing.contains("deleted  → restore") && listing.contains("doomed.txt"),
+        "{listing}"
+    );
     let mut expected = before.clone();
     // .git is never snapshotted: the turn's change there stays.
     expected.insert(".git/HEAD".into(), b"agent\n".to_vec());
     assert_eq!(files(&env.work), expected);
-    assert!(!env.work.join("gen").exists(), "a directory the turn created was left behind");
+    assert!(
+        !env.work.join("gen").exists(),
+        "a directory the turn created was left behind"
+    );
 
     // The undo took a snapshot first: rewinding to it redoes the turn.
     let out = env.run(["rewind", "1", "--yes"]);
@@ -122,8 +137,14 @@ fn a_path_changed_again_is_a_conflict_skipped_unless_forced() {
     let out = env.run(["undo", "--yes"]);
     assert_code(&out, 0);
     assert!(stderr(&out).contains("conflict"), "{}", stderr(&out));
-    assert_eq!(std::fs::read_to_string(env.work.join("created.txt")).unwrap(), "the user's own edit\n");
-    assert_eq!(std::fs::read_to_string(env.work.join("src/main.rs")).unwrap(), "fn main() {}\n");
+    assert_eq!(
+        std::fs::read_to_string(env.work.join("created.txt")).unwrap(),
+        "the user's own edit\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.work.join("src/main.rs")).unwrap(),
+        "fn main() {}\n"
+    );
 
     // With --force the conflicting path is restored too.
     let env = TestEnv::new();
@@ -140,7 +161,11 @@ fn undo_is_off_in_the_home_folder() {
     let env = TestEnv::new();
     let model = FakeModel::start();
     // agentd learns HOME when it starts: make the chat folder the home.
-    let out = env.agentx(["daemon", "start"]).env("HOME", &env.work).output().unwrap();
+    let out = env
+        .agentx(["daemon", "start"])
+        .env("HOME", &env.work)
+        .output()
+        .unwrap();
     assert_code(&out, 0);
     let out = env.run(["snapshot"]);
     assert_code(&out, 1);
@@ -166,7 +191,11 @@ fn kill_9_during_a_snapshot_leaves_a_consistent_store() {
     for (round, delay) in [5u64, 15, 30, 60].iter().enumerate() {
         // Change many files so the snapshot has real work to do.
         for d in 0..30 {
-            std::fs::write(env.work.join(format!("d{d}/f{round}")), format!("round {round}")).unwrap();
+            std::fs::write(
+                env.work.join(format!("d{d}/f{round}")),
+                format!("round {round}"),
+            )
+            .unwrap();
         }
         let child = env.agentx(["snapshot"]).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(*delay));

@@ -53,6 +53,109 @@ pub struct Manifest {
 }
 
 const MAGIC: &[u8; 4] = b"AXM1";
+/// File header of a full manifest.
+const FULL: &[u8; 4] = b"AXF1";
+/// File header of a delta manifest (followed by its base id).
+const DELTA: &[u8; 4] = b"AXD1";
+
+/// A manifest file: the whole tree, or the changes against a base manifest
+/// (so 50 snapshots of a large tree do not store 50 full path lists).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    Full(Manifest),
+    Delta {
+        base: String,
+        /// New or changed entries (any field).
+        upserts: Vec<Entry>,
+        removed: Vec<Vec<u8>>,
+    },
+}
+
+impl Stored {
+    /// The hashes this file itself lists (what keeps blobs alive).
+    pub fn own_hashes(&self) -> std::collections::HashSet<Hash> {
+        let entries = match self {
+            Stored::Full(m) => &m.entries,
+            Stored::Delta { upserts, .. } => upserts,
+        };
+        entries
+            .iter()
+            .filter(|e| e.kind == Kind::File)
+            .map(|e| e.hash)
+            .collect()
+    }
+
+    pub fn encode(&self) -> io::Result<Vec<u8>> {
+        match self {
+            Stored::Full(m) => {
+                let mut out = FULL.to_vec();
+                out.extend_from_slice(&m.encode()?);
+                Ok(out)
+            }
+            Stored::Delta {
+                base,
+                upserts,
+                removed,
+            } => {
+                let mut out = DELTA.to_vec();
+                out.extend_from_slice(&(base.len() as u32).to_le_bytes());
+                out.extend_from_slice(base.as_bytes());
+                let mut raw = Manifest {
+                    entries: upserts.clone(),
+                }
+                .encode_raw()?;
+                raw.extend_from_slice(&(removed.len() as u64).to_le_bytes());
+                for p in removed {
+                    raw.extend_from_slice(&(p.len() as u32).to_le_bytes());
+                    raw.extend_from_slice(p);
+                }
+                out.extend_from_slice(&zstd::bulk::compress(&raw, 3)?);
+                Ok(out)
+            }
+        }
+    }
+
+    pub fn decode(bytes: &[u8]) -> io::Result<Self> {
+        if bytes.len() < 4 {
+            return Err(bad("truncated manifest"));
+        }
+        match &bytes[..4] {
+            h if h == FULL => Ok(Stored::Full(Manifest::decode(&bytes[4..])?)),
+            h if h == DELTA => {
+                let mut r = Reader { buf: bytes, pos: 4 };
+                let len = r.u32()? as usize;
+                let base =
+                    String::from_utf8(r.take(len)?.to_vec()).map_err(|_| bad("bad base id"))?;
+                let raw = zstd::stream::decode_all(&bytes[r.pos..])?;
+                let mut r = Reader { buf: &raw, pos: 0 };
+                let upserts = Manifest::decode_entries(&mut r)?;
+                let n = r.u64()?;
+                let mut removed = Vec::new();
+                for _ in 0..n {
+                    let len = r.u32()? as usize;
+                    removed.push(r.take(len)?.to_vec());
+                }
+                Ok(Stored::Delta {
+                    base,
+                    upserts,
+                    removed,
+                })
+            }
+            _ => Err(bad("not a manifest")),
+        }
+    }
+
+    /// The base id recorded in a file's header, read without decompressing.
+    pub fn peek_base(bytes: &[u8]) -> io::Result<Option<String>> {
+        if bytes.len() >= 4 && &bytes[..4] == FULL {
+            return Ok(None);
+        }
+        match Self::decode(bytes)? {
+            Stored::Delta { base, .. } => Ok(Some(base)),
+            Stored::Full(_) => Ok(None),
+        }
+    }
+}
 
 impl Manifest {
     pub fn sort(&mut self) {
@@ -93,7 +196,49 @@ impl Manifest {
             })
     }
 
+    /// The changes that turn `base` into `self`.
+    pub fn delta_from(&self, base: &Manifest) -> (Vec<Entry>, Vec<Vec<u8>>) {
+        let old = base.by_path();
+        let new = self.by_path();
+        let upserts = self
+            .entries
+            .iter()
+            .filter(|e| old.get(e.path.as_slice()).is_none_or(|o| *o != *e))
+            .cloned()
+            .collect();
+        let removed = base
+            .entries
+            .iter()
+            .filter(|e| !new.contains_key(e.path.as_slice()))
+            .map(|e| e.path.clone())
+            .collect();
+        (upserts, removed)
+    }
+
+    /// `self` with a delta applied.
+    pub fn apply(&self, upserts: &[Entry], removed: &[Vec<u8>]) -> Manifest {
+        let gone: std::collections::HashSet<&[u8]> = removed.iter().map(Vec::as_slice).collect();
+        let changed: HashMap<&[u8], &Entry> =
+            upserts.iter().map(|e| (e.path.as_slice(), e)).collect();
+        let mut entries: Vec<Entry> = self
+            .entries
+            .iter()
+            .filter(|e| {
+                !gone.contains(e.path.as_slice()) && !changed.contains_key(e.path.as_slice())
+            })
+            .cloned()
+            .collect();
+        entries.extend(upserts.iter().cloned());
+        let mut m = Manifest { entries };
+        m.sort();
+        m
+    }
+
     pub fn encode(&self) -> io::Result<Vec<u8>> {
+        zstd::bulk::compress(&self.encode_raw()?, 3)
+    }
+
+    fn encode_raw(&self) -> io::Result<Vec<u8>> {
         let mut raw = Vec::with_capacity(self.entries.len() * 96 + 8);
         raw.extend_from_slice(MAGIC);
         raw.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
@@ -123,12 +268,18 @@ impl Manifest {
                 Kind::Dir => {}
             }
         }
-        zstd::bulk::compress(&raw, 3)
+        Ok(raw)
     }
 
     pub fn decode(bytes: &[u8]) -> io::Result<Self> {
         let raw = zstd::stream::decode_all(bytes)?;
         let mut r = Reader { buf: &raw, pos: 0 };
+        Ok(Self {
+            entries: Self::decode_entries(&mut r)?,
+        })
+    }
+
+    fn decode_entries(r: &mut Reader<'_>) -> io::Result<Vec<Entry>> {
         if r.take(4)? != MAGIC {
             return Err(bad("not a manifest"));
         }
@@ -172,7 +323,7 @@ impl Manifest {
                 target,
             });
         }
-        Ok(Self { entries })
+        Ok(entries)
     }
 }
 
@@ -261,5 +412,38 @@ mod tests {
         let back = Manifest::decode(&m.encode().unwrap()).unwrap();
         assert_eq!(back, m);
         assert!(Manifest::decode(b"garbage").is_err());
+
+        // A delta from an older tree rebuilds exactly this one.
+        let mut older = m.clone();
+        older.entries.remove(0);
+        older.entries[0].mtime_ns = 99;
+        older.entries.push(Entry {
+            path: b"zz".to_vec(),
+            ..m.entries[0].clone()
+        });
+        older.sort();
+        let (upserts, removed) = m.delta_from(&older);
+        let stored = Stored::Delta {
+            base: "b1".into(),
+            upserts,
+            removed,
+        };
+        let back = Stored::decode(&stored.encode().unwrap()).unwrap();
+        assert_eq!(back, stored);
+        let Stored::Delta {
+            upserts, removed, ..
+        } = back
+        else {
+            panic!()
+        };
+        assert_eq!(older.apply(&upserts, &removed), m);
+        assert_eq!(
+            Stored::peek_base(&stored.encode().unwrap())
+                .unwrap()
+                .as_deref(),
+            Some("b1")
+        );
+        let full = Stored::Full(m.clone());
+        assert_eq!(Stored::decode(&full.encode().unwrap()).unwrap(), full);
     }
 }

@@ -23,11 +23,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::durable;
 use blobs::Blobs;
-use manifest::{Hash, Kind, Manifest};
+#[cfg(test)]
+use manifest::{Hash, Kind};
+use manifest::{Manifest, Stored};
 use restore::{Action, Op, Planned};
 
 /// Snapshots kept per folder.
 pub const KEEP: usize = 50;
+
+/// Longest chain of delta manifests before a full one is written.
+const MAX_DELTA_DEPTH: u32 = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapError {
@@ -110,8 +115,8 @@ struct RestoreJournal {
 struct FolderState {
     dir: PathBuf,
     timeline: Timeline,
-    /// Newest manifest, kept in memory as the stat cache.
-    latest: Option<(String, Arc<Manifest>)>,
+    /// Newest manifest (id, tree, delta depth), kept in memory as the stat cache.
+    latest: Option<(String, Arc<Manifest>, u32)>,
 }
 
 /// What an undo or rewind did.
@@ -136,6 +141,7 @@ fn now_ms() -> i64 {
     agentx_shared::time::unix_ms(SystemTime::now())
 }
 
+#[cfg(test)]
 fn unique_hashes(m: &Manifest) -> HashSet<Hash> {
     m.entries
         .iter()
@@ -193,8 +199,8 @@ impl SnapshotStore {
                     let _ = std::fs::remove_file(file.path());
                     continue;
                 }
-                match std::fs::read(file.path()).and_then(|b| Manifest::decode(&b)) {
-                    Ok(m) => self.blobs.add_refs(unique_hashes(&m).iter()),
+                match std::fs::read(file.path()).and_then(|b| Stored::decode(&b)) {
+                    Ok(m) => self.blobs.add_refs(m.own_hashes().iter()),
                     Err(e) => tracing::warn!("unreadable manifest {}: {e}", file.path().display()),
                 }
             }
@@ -252,7 +258,7 @@ impl SnapshotStore {
         let dir = fs.dir.clone();
         if let Ok(journal) = serde_json::from_slice::<RestoreJournal>(&bytes) {
             tracing::warn!(folder = %key, "finishing a restore that was interrupted");
-            let want = load_manifest(&dir, &journal.want_manifest)?;
+            let (want, _) = load_manifest(&dir, &journal.want_manifest)?;
             let by_path = want.by_path();
             let ops: Vec<Op> = journal
                 .paths
@@ -282,26 +288,33 @@ impl SnapshotStore {
         Ok(())
     }
 
-    fn latest_manifest(&mut self, folder: &Path) -> Result<Option<Arc<Manifest>>, SnapError> {
+    /// The newest manifest with its id and delta depth.
+    fn latest(&mut self, folder: &Path) -> Result<Option<(String, Arc<Manifest>, u32)>, SnapError> {
         let fs = self.folder(folder)?;
         let Some(newest) = fs.timeline.snaps.last() else {
             return Ok(None);
         };
-        if let Some((id, m)) = &fs.latest
-            && *id == newest.manifest
+        if let Some(latest) = &fs.latest
+            && latest.0 == newest.manifest
         {
-            return Ok(Some(Arc::clone(m)));
+            return Ok(Some(latest.clone()));
         }
         let id = newest.manifest.clone();
-        let m = Arc::new(load_manifest(&fs.dir, &id)?);
-        fs.latest = Some((id, Arc::clone(&m)));
-        Ok(Some(m))
+        let (m, depth) = load_manifest(&fs.dir, &id)?;
+        fs.latest = Some((id, Arc::new(m), depth));
+        Ok(fs.latest.clone())
+    }
+
+    fn latest_manifest(&mut self, folder: &Path) -> Result<Option<Arc<Manifest>>, SnapError> {
+        Ok(self.latest(folder)?.map(|(_, m, _)| m))
     }
 
     /// Scans the folder into a new snapshot for `owners`; returns it once
     /// durable. An unchanged tree reuses the previous manifest.
     pub fn take(&mut self, folder: &Path, owners: Vec<Owner>) -> Result<Snap, SnapError> {
-        let previous = self.latest_manifest(folder)?;
+        let started = std::time::Instant::now();
+        let latest = self.latest(folder)?;
+        let previous = latest.as_ref().map(|(_, m, _)| Arc::clone(m));
         let mut pack = self.blobs.begin()?;
         let scanned = scan::scan(
             folder,
@@ -318,29 +331,50 @@ impl SnapshotStore {
             }
         };
         self.blobs.finish(pack)?;
-        tracing::debug!(folder = %folder.display(), hashed = stats.hashed, new_blobs = stats.new_blobs, "snapshot scanned");
-        let changed = previous
-            .as_deref()
-            .map_or(manifest.entries.len() as u64, |p| {
-                count_changes(p, &manifest)
-            });
+        tracing::debug!(
+            folder = %folder.display(),
+            hashed = stats.hashed,
+            new_blobs = stats.new_blobs,
+            scan_ms = started.elapsed().as_millis(),
+            "snapshot scanned"
+        );
+        let same = previous.as_deref().is_some_and(|p| p.same_as(&manifest));
+        let changed = match previous.as_deref() {
+            None => manifest.entries.len() as u64,
+            Some(_) if same => 0,
+            Some(p) => count_changes(p, &manifest),
+        };
         let now = now_ms();
         let fs = self.folder(folder)?;
         let id = next_id(&fs.timeline, now);
-        let reuse = previous
-            .as_deref()
-            .filter(|p| p.same_as(&manifest))
-            .and_then(|_| fs.timeline.snaps.last().map(|s| s.manifest.clone()));
+        let reuse = same
+            .then(|| fs.timeline.snaps.last().map(|s| s.manifest.clone()))
+            .flatten();
         let manifest_id = match reuse {
             Some(m) => m,
             None => {
+                // A delta against the previous manifest while the chain is
+                // short, else the whole tree.
+                let (stored, depth) = match &latest {
+                    Some((base, prev, depth)) if *depth < MAX_DELTA_DEPTH => {
+                        let (upserts, removed) = manifest.delta_from(prev);
+                        (
+                            Stored::Delta {
+                                base: base.clone(),
+                                upserts,
+                                removed,
+                            },
+                            depth + 1,
+                        )
+                    }
+                    _ => (Stored::Full(manifest.clone()), 0),
+                };
                 durable::write_atomic(
                     &fs.dir.join("manifests").join(format!("{id}.zst")),
-                    &manifest.encode()?,
+                    &stored.encode()?,
                 )?;
-                let hashes = unique_hashes(&manifest);
-                fs.latest = Some((id.clone(), Arc::new(manifest.clone())));
-                self.blobs.add_refs(hashes.iter());
+                fs.latest = Some((id.clone(), Arc::new(manifest.clone()), depth));
+                self.blobs.add_refs(stored.own_hashes().iter());
                 id.clone()
             }
         };
@@ -362,6 +396,7 @@ impl SnapshotStore {
         if !dropped.is_empty() {
             self.release(folder, &dropped)?;
         }
+        tracing::debug!(total_ms = started.elapsed().as_millis(), "snapshot taken");
         Ok(snap)
     }
 
@@ -375,18 +410,49 @@ impl SnapshotStore {
             .map(|s| s.manifest.clone())
             .collect();
         let dir = fs.dir.clone();
-        let mut gone = HashSet::new();
-        for snap in dropped {
-            if used.contains(&snap.manifest) || !gone.insert(snap.manifest.clone()) {
+        let manifests = dir.join("manifests");
+        let file = |id: &str| manifests.join(format!("{id}.zst"));
+        let gone: HashSet<String> = dropped
+            .iter()
+            .map(|s| s.manifest.clone())
+            .filter(|m| !used.contains(m))
+            .collect();
+        if gone.is_empty() {
+            return Ok(());
+        }
+        // A retained delta whose base goes is rewritten in full first.
+        for id in &used {
+            let Ok(bytes) = std::fs::read(file(id)) else {
+                continue;
+            };
+            let Some(base) = Stored::peek_base(&bytes)? else {
+                continue;
+            };
+            if !gone.contains(&base) {
                 continue;
             }
-            let path = dir.join("manifests").join(format!("{}.zst", snap.manifest));
-            if let Ok(m) = std::fs::read(&path).and_then(|b| Manifest::decode(&b)) {
-                self.blobs.drop_refs(unique_hashes(&m).iter());
+            let old = Stored::decode(&bytes)?;
+            let (full, _) = load_manifest(&dir, id)?;
+            let rewritten = Stored::Full(full);
+            durable::write_atomic(&file(id), &rewritten.encode()?)?;
+            self.blobs.add_refs(rewritten.own_hashes().iter());
+            self.blobs.drop_refs(old.own_hashes().iter());
+            if let Some(latest) = self
+                .folders
+                .get_mut(&folder.display().to_string())
+                .and_then(|f| f.latest.as_mut())
+                && latest.0 == *id
+            {
+                latest.2 = 0;
             }
-            let _ = std::fs::remove_file(&path);
         }
-        durable::fsync_dir(&dir.join("manifests"))?;
+        for id in &gone {
+            if let Ok(m) = std::fs::read(file(id)).and_then(|b| Stored::decode(&b)) {
+                self.blobs.drop_refs(m.own_hashes().iter());
+            }
+            let _ = std::fs::remove_file(file(id));
+        }
+        durable::fsync_dir(&manifests)?;
         self.blobs.collect_garbage()?;
         Ok(())
     }
@@ -475,7 +541,12 @@ impl SnapshotStore {
 
     fn manifest_of(&mut self, folder: &Path, snap: &Snap) -> Result<Manifest, SnapError> {
         let fs = self.folder(folder)?;
-        load_manifest(&fs.dir, &snap.manifest)
+        if let Some((id, m, _)) = &fs.latest
+            && *id == snap.manifest
+        {
+            return Ok((**m).clone());
+        }
+        Ok(load_manifest(&fs.dir, &snap.manifest)?.0)
     }
 
     /// What undoing `session`'s last message would change.
@@ -606,14 +677,32 @@ impl SnapshotStore {
     }
 }
 
+/// Paths added, removed or changed in content between two sorted manifests.
 fn count_changes(a: &Manifest, b: &Manifest) -> u64 {
-    let (x, y) = (a.by_path(), b.by_path());
-    let removed = x.keys().filter(|p| !y.contains_key(*p)).count();
-    let other = y
-        .iter()
-        .filter(|(p, e)| x.get(*p).is_none_or(|old| !old.same_content(e)))
-        .count();
-    (removed + other) as u64
+    let (mut i, mut j, mut n) = (0, 0, 0u64);
+    let (x, y) = (&a.entries, &b.entries);
+    while i < x.len() || j < y.len() {
+        match (x.get(i), y.get(j)) {
+            (Some(p), Some(q)) if p.path == q.path => {
+                n += u64::from(!p.same_content(q));
+                i += 1;
+                j += 1;
+            }
+            (Some(p), Some(q)) if p.path < q.path => {
+                n += 1;
+                i += 1;
+            }
+            (Some(_), None) => {
+                n += 1;
+                i += 1;
+            }
+            _ => {
+                n += 1;
+                j += 1;
+            }
+        }
+    }
+    n
 }
 
 fn next_id(timeline: &Timeline, now: i64) -> String {
@@ -638,7 +727,33 @@ fn save_timeline(dir: &Path, timeline: &Timeline) -> Result<(), SnapError> {
     Ok(())
 }
 
-fn load_manifest(dir: &Path, id: &str) -> Result<Manifest, SnapError> {
-    let bytes = std::fs::read(dir.join("manifests").join(format!("{id}.zst")))?;
-    Ok(Manifest::decode(&bytes)?)
+/// A manifest with its delta chain applied, and the chain's length.
+fn load_manifest(dir: &Path, id: &str) -> Result<(Manifest, u32), SnapError> {
+    let mut deltas = Vec::new();
+    let mut current = id.to_owned();
+    let base = loop {
+        let bytes = std::fs::read(dir.join("manifests").join(format!("{current}.zst")))?;
+        match Stored::decode(&bytes)? {
+            Stored::Full(m) => break m,
+            Stored::Delta {
+                base,
+                upserts,
+                removed,
+            } => {
+                deltas.push((upserts, removed));
+                if deltas.len() > 4 * MAX_DELTA_DEPTH as usize {
+                    return Err(SnapError::NotFound(format!(
+                        "manifest {id} has a broken delta chain"
+                    )));
+                }
+                current = base;
+            }
+        }
+    };
+    let depth = u32::try_from(deltas.len()).unwrap_or(u32::MAX);
+    let manifest = deltas
+        .into_iter()
+        .rev()
+        .fold(base, |m, (upserts, removed)| m.apply(&upserts, &removed));
+    Ok((manifest, depth))
 }

@@ -3,11 +3,9 @@
 //! inode and mode match and the entry was not racy), and parallel hashing
 //! and compression of what changed.
 
-use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
-use std::sync::Mutex;
 
 use rayon::prelude::*;
 
@@ -55,6 +53,78 @@ pub fn excluded(name: &[u8], extra: &[String]) -> bool {
     EXCLUDED_DIRS.iter().any(|d| d.as_bytes() == name) || extra.iter().any(|d| d.as_bytes() == name)
 }
 
+/// Lists one directory (lstat through its fd) and, in parallel, the
+/// directories below it; excluded names are pruned, oversized files and
+/// special files left out.
+fn walk_dir(root: &Path, rel: &[u8], extra: &[String], started_ns: i64) -> Vec<Entry> {
+    let dir = if rel.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(std::ffi::OsStr::from_bytes(rel))
+    };
+    let Ok(read) = std::fs::read_dir(&dir) else {
+        return Vec::new(); // vanished or unreadable: left out
+    };
+    let mut out = Vec::new();
+    let mut subdirs = Vec::new();
+    for entry in read.flatten() {
+        let name = entry.file_name();
+        let name = name.as_bytes();
+        // DirEntry::metadata does not follow symlinks.
+        let Ok(meta) = entry.metadata() else { continue };
+        let ft = meta.file_type();
+        let kind = if ft.is_dir() {
+            if excluded(name, extra) {
+                continue;
+            }
+            Kind::Dir
+        } else if ft.is_symlink() {
+            Kind::Symlink
+        } else if ft.is_file() {
+            if meta.len() > MAX_FILE {
+                continue;
+            }
+            Kind::File
+        } else {
+            continue; // sockets, fifos, devices
+        };
+        let mut path = Vec::with_capacity(rel.len() + 1 + name.len());
+        if !rel.is_empty() {
+            path.extend_from_slice(rel);
+            path.push(b'/');
+        }
+        path.extend_from_slice(name);
+        let mtime_ns = ns(meta.mtime(), meta.mtime_nsec());
+        let mut e = Entry {
+            path,
+            kind,
+            mode: meta.mode() & 0o7777,
+            size: if kind == Kind::File { meta.len() } else { 0 },
+            mtime_ns,
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+            ino: meta.ino(),
+            racy: mtime_ns > started_ns - RACY_NS,
+            hash: [0; 32],
+            target: Vec::new(),
+        };
+        match kind {
+            Kind::Symlink => match std::fs::read_link(entry.path()) {
+                Ok(t) => e.target = t.as_os_str().as_bytes().to_vec(),
+                Err(_) => continue,
+            },
+            Kind::Dir => subdirs.push(e.path.clone()),
+            Kind::File => {}
+        }
+        out.push(e);
+    }
+    let nested: Vec<Vec<Entry>> = subdirs
+        .par_iter()
+        .map(|sub| walk_dir(root, sub, extra, started_ns))
+        .collect();
+    out.extend(nested.into_iter().flatten());
+    out
+}
+
 /// Walks `root` and builds its manifest, storing new content in `pack`.
 pub fn scan(
     root: &Path,
@@ -69,111 +139,40 @@ pub fn scan(
             .unwrap_or_default();
         i64::try_from(now.as_nanos()).unwrap_or(i64::MAX)
     };
-    let prev: HashMap<&[u8], &Entry> = previous.map(Manifest::by_path).unwrap_or_default();
-    let found: Mutex<Vec<Found>> = Mutex::new(Vec::new());
-    let errors: Mutex<Vec<std::io::Error>> = Mutex::new(Vec::new());
-    let extra: Vec<String> = extra_excludes.to_vec();
+    let mut found: Vec<Found> = walk_dir(root, &[], extra_excludes, started_ns)
+        .into_iter()
+        .map(|entry| Found {
+            needs_hash: entry.kind == Kind::File,
+            entry,
+        })
+        .collect();
+    found.sort_unstable_by(|a, b| a.entry.path.cmp(&b.entry.path));
 
-    let walker = ignore::WalkBuilder::new(root)
-        .standard_filters(false)
-        .follow_links(false)
-        .same_file_system(false)
-        .filter_entry(move |e| {
-            !(e.file_type().is_some_and(|t| t.is_dir())
-                && e.depth() > 0
-                && excluded(e.file_name().as_bytes(), &extra))
-        })
-        .build_parallel();
-    walker.run(|| {
-        let found = &found;
-        let errors = &errors;
-        let prev = &prev;
-        Box::new(move |result| {
-            let entry = match result {
-                Ok(e) => e,
-                Err(e) => {
-                    if let Ok(mut errs) = errors.lock() {
-                        errs.push(std::io::Error::other(e.to_string()));
-                    }
-                    return ignore::WalkState::Continue;
-                }
-            };
-            if entry.depth() == 0 {
-                return ignore::WalkState::Continue;
+    // The stat cache: walk the previous manifest (sorted too) alongside and
+    // reuse a file's hash when nothing about it changed.
+    if let Some(prev) = previous {
+        let mut old = prev.entries.iter().peekable();
+        for f in found.iter_mut().filter(|f| f.entry.kind == Kind::File) {
+            while old.peek().is_some_and(|o| o.path < f.entry.path) {
+                old.next();
             }
-            let path = entry.path();
-            let Ok(rel) = path.strip_prefix(root) else {
-                return ignore::WalkState::Continue;
-            };
-            let meta = match std::fs::symlink_metadata(path) {
-                Ok(m) => m,
-                Err(_) => return ignore::WalkState::Continue, // vanished
-            };
-            let ft = meta.file_type();
-            let kind = if ft.is_dir() {
-                Kind::Dir
-            } else if ft.is_symlink() {
-                Kind::Symlink
-            } else if ft.is_file() {
-                if meta.len() > MAX_FILE {
-                    return ignore::WalkState::Continue;
-                }
-                Kind::File
-            } else {
-                return ignore::WalkState::Continue; // sockets, fifos, devices
-            };
-            let rel_bytes = rel.as_os_str().as_bytes().to_vec();
-            let mtime_ns = ns(meta.mtime(), meta.mtime_nsec());
-            let mut e = Entry {
-                path: rel_bytes,
-                kind,
-                mode: meta.mode() & 0o7777,
-                size: if kind == Kind::File { meta.len() } else { 0 },
-                mtime_ns,
-                ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
-                ino: meta.ino(),
-                racy: mtime_ns > started_ns - RACY_NS,
-                hash: [0; 32],
-                target: Vec::new(),
-            };
-            let mut needs_hash = false;
-            match kind {
-                Kind::Symlink => match std::fs::read_link(path) {
-                    Ok(t) => e.target = t.as_os_str().as_bytes().to_vec(),
-                    Err(_) => return ignore::WalkState::Continue,
-                },
-                Kind::File => match prev.get(e.path.as_slice()) {
-                    Some(p)
-                        if p.kind == Kind::File
-                            && !p.racy
-                            && p.size == e.size
-                            && p.mtime_ns == e.mtime_ns
-                            && p.ctime_ns == e.ctime_ns
-                            && p.ino == e.ino
-                            && p.mode == e.mode
-                            && blobs.contains(&p.hash) =>
-                    {
-                        e.hash = p.hash;
-                    }
-                    _ => needs_hash = true,
-                },
-                Kind::Dir => {}
+            let Some(p) = old.peek() else { break };
+            let e = &mut f.entry;
+            if p.path == e.path
+                && p.kind == Kind::File
+                && !p.racy
+                && p.size == e.size
+                && p.mtime_ns == e.mtime_ns
+                && p.ctime_ns == e.ctime_ns
+                && p.ino == e.ino
+                && p.mode == e.mode
+                && blobs.contains(&p.hash)
+            {
+                e.hash = p.hash;
+                f.needs_hash = false;
             }
-            if let Ok(mut f) = found.lock() {
-                f.push(Found {
-                    entry: e,
-                    needs_hash,
-                });
-            }
-            ignore::WalkState::Continue
-        })
-    });
-    if let Some(e) = errors.into_inner().ok().and_then(|mut v| v.pop()) {
-        tracing::debug!("snapshot walk skipped an unreadable path: {e}");
+        }
     }
-    let mut found = found
-        .into_inner()
-        .map_err(|_| std::io::Error::other("walk poisoned"))?;
 
     // Hash (and compress what is new) in parallel, in bounded batches, and
     // append sequentially to the pack.
@@ -222,13 +221,13 @@ pub fn scan(
             }
         }
     }
-    let mut manifest = Manifest {
+    // Still sorted: entries are only left out, never reordered.
+    let manifest = Manifest {
         entries: found
             .into_iter()
             .map(|f| f.entry)
             .filter(|e| !e.path.is_empty())
             .collect(),
     };
-    manifest.sort();
     Ok((manifest, stats))
 }

@@ -20,7 +20,7 @@ use agentx_tests::fake_model::{FakeModel, post_and_hold};
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let names: Vec<&str> = if args.is_empty() {
-        vec!["daemon", "turns", "oneshots"]
+        vec!["daemon", "turns", "oneshots", "snapshots"]
     } else {
         args.iter().map(String::as_str).collect()
     };
@@ -29,7 +29,10 @@ fn main() -> anyhow::Result<()> {
             "daemon" => bench_daemon()?,
             "turns" => bench_turns(turn_count())?,
             "oneshots" => bench_oneshots()?,
-            other => bail!("unknown benchmark {other:?}; known: daemon, turns, oneshots"),
+            "snapshots" => bench_snapshots()?,
+            other => {
+                bail!("unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots")
+            }
         }
     }
     Ok(())
@@ -472,5 +475,313 @@ fn bench_oneshots() -> anyhow::Result<()> {
             children_peak_rss_kib() / 1024
         );
     }
+    Ok(())
+}
+
+/// A seeded generated tree: `dirs` × `per_dir` files of 1–8 KiB.
+fn generate_tree(root: &std::path::Path, dirs: usize, per_dir: usize) -> anyhow::Result<()> {
+    let mut state: u64 = 0x5EED_1234_ABCD_0001;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for d in 0..dirs {
+        let dir = root.join(format!("dir{d:04}"));
+        std::fs::create_dir_all(&dir)?;
+        for f in 0..per_dir {
+            let len = 1024 + (next() % (7 * 1024)) as usize;
+            let mut data = Vec::with_capacity(len);
+            while data.len() < len {
+                // Text-like content: compressible like source code.
+                data.extend_from_slice(
+                    format!("line {} of file {d}/{f}: {:x}\n", data.len(), next() % 4096)
+                        .as_bytes(),
+                );
+            }
+            data.truncate(len);
+            std::fs::write(dir.join(format!("file{f:03}.txt")), data)?;
+        }
+    }
+    Ok(())
+}
+
+/// Shadow git: a repository whose GIT_DIR lives outside the folder.
+struct ShadowGit {
+    git_dir: std::path::PathBuf,
+    work: std::path::PathBuf,
+}
+
+impl ShadowGit {
+    fn git(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new("git")
+            .args(args)
+            .env("GIT_DIR", &self.git_dir)
+            .env("GIT_WORK_TREE", &self.work)
+            .env("GIT_INDEX_FILE", self.git_dir.join("index"))
+            .current_dir(&self.work)
+            .output()?;
+        if !out.status.success() {
+            bail!("git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+    /// `git add -A && git write-tree`: what shadow-git agents do per snapshot.
+    fn snapshot(&self) -> anyhow::Result<String> {
+        self.git(&["add", "-A"])?;
+        self.git(&["write-tree"])
+    }
+}
+
+fn dir_bytes(path: &std::path::Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                total += m.len();
+            }
+        }
+    }
+    total
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// Edits `n` files of the tree (different ones each round).
+fn touch_files(files: &[std::path::PathBuf], round: usize, n: usize) -> anyhow::Result<()> {
+    for i in 0..n {
+        let f = &files[(round * n + i * 7919) % files.len()];
+        let mut data = std::fs::read(f)?;
+        data.extend_from_slice(format!("edit {round}.{i}\n").as_bytes());
+        std::fs::write(f, data)?;
+    }
+    Ok(())
+}
+
+fn list_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() && e.file_name() != ".git" => stack.push(p),
+                Ok(t) if t.is_file() && e.metadata().is_ok_and(|m| m.len() < 10 << 20) => {
+                    out.push(p)
+                }
+                _ => {}
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Folder snapshots against a shadow git repository, on the same trees.
+fn bench_snapshots() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let scratch = tempfile::Builder::new()
+        .prefix("agentx-bench-snap-")
+        .tempdir()?;
+    let generated = scratch.path().join("generated");
+    eprintln!("generating 100,000 files…");
+    generate_tree(&generated, 1000, 100)?;
+    let mut trees = vec![(
+        "generated 100k files (1,000 dirs x 100, 1-8 KiB)",
+        generated,
+    )];
+    let registry = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo")))
+        .map(|c| c.join("registry").join("src"));
+    if let Some(src) = registry.filter(|p| p.is_dir()) {
+        let copy = scratch.path().join("real");
+        let ok = Command::new("cp")
+            .arg("-a")
+            .arg(&src)
+            .arg(&copy)
+            .status()?
+            .success();
+        if ok {
+            trees.push(("real: a copy of ~/.cargo/registry/src", copy));
+        }
+    }
+    println!(
+        "== snapshots: agentx vs a shadow git repository (GIT_DIR outside the folder), medians"
+    );
+    for (name, tree) in trees {
+        let files = list_files(&tree);
+        let bytes: u64 = files
+            .iter()
+            .filter_map(|f| f.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        println!(
+            "-- {name}: {} files, {:.0} MiB",
+            files.len(),
+            bytes as f64 / 1048576.0
+        );
+        runtime.block_on(bench_tree(&tree, &files, scratch.path()))?;
+    }
+    Ok(())
+}
+
+async fn bench_tree(
+    tree: &std::path::Path,
+    files: &[std::path::PathBuf],
+    scratch: &std::path::Path,
+) -> anyhow::Result<()> {
+    use agentx_shared::proto::snapshots_client::SnapshotsClient;
+    use agentx_shared::proto::{RestoreRequest, TakeSnapshotRequest, restore_request};
+    const FIRST_RUNS: usize = 3;
+    const RUNS: usize = 5;
+    let folder = std::fs::canonicalize(tree)?;
+    let scope = Scope {
+        folder: folder.display().to_string(),
+        agent: "default".into(),
+    };
+    let start_env = || -> anyhow::Result<TestEnv> {
+        let env = TestEnv::new();
+        if !env.run(["daemon", "start"]).status.success() {
+            bail!("agentd did not start");
+        }
+        Ok(env)
+    };
+    let take = |client: &mut SnapshotsClient<tonic::transport::Channel>| {
+        let mut c = client.clone();
+        let scope = scope.clone();
+        async move {
+            let t = Instant::now();
+            c.take_snapshot(TakeSnapshotRequest {
+                scope: Some(scope),
+                label: String::new(),
+            })
+            .await?;
+            Ok::<Duration, anyhow::Error>(t.elapsed())
+        }
+    };
+
+    // First snapshot: a fresh store / a fresh shadow repository each run.
+    let (mut ax_first, mut git_first) = (Vec::new(), Vec::new());
+    for run in 0..FIRST_RUNS {
+        let env = start_env()?;
+        let mut client =
+            SnapshotsClient::new(agentx_shared::transport::connect(&env.socket()).await?);
+        ax_first.push(take(&mut client).await?);
+        let git = ShadowGit {
+            git_dir: scratch.join(format!("first-{run}.git")),
+            work: folder.clone(),
+        };
+        git.git(&["init", "-q"])?;
+        let t = Instant::now();
+        git.snapshot()?;
+        git_first.push(t.elapsed());
+        let _ = std::fs::remove_dir_all(&git.git_dir);
+    }
+
+    // Steady state on one store and one shadow repository.
+    let env = start_env()?;
+    let mut client = SnapshotsClient::new(agentx_shared::transport::connect(&env.socket()).await?);
+    take(&mut client).await?;
+    let git = ShadowGit {
+        git_dir: scratch.join("steady.git"),
+        work: folder.clone(),
+    };
+    git.git(&["init", "-q"])?;
+    git.snapshot()?;
+    // Let the racy window pass so both stat caches are trusted.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    take(&mut client).await?;
+    git.snapshot()?;
+    let (mut ax_same, mut git_same) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        ax_same.push(take(&mut client).await?);
+        let t = Instant::now();
+        git.snapshot()?;
+        git_same.push(t.elapsed());
+    }
+
+    let (mut ax_ten, mut git_ten, mut ax_undo, mut git_undo) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..RUNS {
+        let tree_before = git.snapshot()?;
+        touch_files(files, round, 10)?;
+        ax_ten.push(take(&mut client).await?);
+        let t = Instant::now();
+        git.snapshot()?;
+        git_ten.push(t.elapsed());
+
+        // Undo those 10 files. agentx: rewind to the snapshot before them
+        // (2 = the one before the newest), pre-restore snapshot included.
+        let t = Instant::now();
+        let reply = client
+            .clone()
+            .restore(RestoreRequest {
+                scope: Some(scope.clone()),
+                target: Some(restore_request::Target::RewindIndex(2)),
+                force: true,
+            })
+            .await?
+            .into_inner();
+        ax_undo.push(t.elapsed());
+        if reply.applied.len() != 10 {
+            bail!(
+                "agentx undo restored {} paths, expected 10",
+                reply.applied.len()
+            );
+        }
+        // Redo with git's undo for the same work: read-tree -u of the tree before.
+        touch_files(files, round, 10)?;
+        git.snapshot()?;
+        let t = Instant::now();
+        git.git(&["read-tree", "-u", "--reset", &tree_before])?;
+        git_undo.push(t.elapsed());
+        // Both now at the pre-edit content; settle the stat caches.
+        take(&mut client).await?;
+        git.snapshot()?;
+    }
+
+    // Store size after 50 snapshots with 10 files changed each.
+    for round in 0..50 {
+        touch_files(files, 100 + round, 10)?;
+        take(&mut client).await?;
+        git.snapshot()?;
+    }
+    let ax_store = dir_bytes(&env.home.join("checkpoints"));
+    let git_store = dir_bytes(&git.git_dir);
+
+    let row = |what: &str, ax: Vec<Duration>, git: Vec<Duration>| {
+        let (a, g) = (median_ms(ax) / 1000.0, median_ms(git) / 1000.0);
+        println!("{what:<46} {a:>9.3} s {g:>9.3} s {:>8.3}x", a / g);
+    };
+    println!(
+        "{:<46} {:>11} {:>11} {:>9}",
+        "", "agentx", "shadow git", "ratio"
+    );
+    row("first snapshot", ax_first, git_first);
+    row("unchanged re-snapshot", ax_same, git_same);
+    row("snapshot after 10 files changed", ax_ten, git_ten);
+    row(
+        "undo of 10 files (incl. pre-restore snapshot)",
+        ax_undo,
+        git_undo,
+    );
+    println!(
+        "{:<46} {:>7.1} MiB {:>7.1} MiB {:>8.3}x",
+        "store after 50 snapshots x 10 files changed",
+        ax_store as f64 / 1048576.0,
+        git_store as f64 / 1048576.0,
+        ax_store as f64 / git_store as f64
+    );
+    let _ = secs(Duration::ZERO);
     Ok(())
 }
