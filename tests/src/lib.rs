@@ -50,6 +50,8 @@ pub struct TestEnv {
     root: tempfile::TempDir,
     pub home: PathBuf,
     pub work: PathBuf,
+    /// Extra environment for every command of this env (e.g. the provider).
+    pub extra_env: Vec<(String, String)>,
 }
 
 impl Default for TestEnv {
@@ -67,7 +69,12 @@ impl TestEnv {
         let home = root.path().join("profile");
         let work = root.path().join("work");
         std::fs::create_dir(&work).unwrap();
-        Self { root, home, work }
+        Self {
+            root,
+            home,
+            work,
+            extra_env: Vec::new(),
+        }
     }
 
     /// The temp directory all of this env's files live under.
@@ -123,6 +130,9 @@ impl TestEnv {
         // milliseconds; the behaviour is the same as with the defaults.
         cmd.env("AGENTX_RETRY_BASE_MS", "10");
         cmd.env("AGENTX_STREAM_IDLE_MS", "2000");
+        for (k, v) in &self.extra_env {
+            cmd.env(k, v);
+        }
     }
 
     /// `agentx ARGS` talking to `model` with a test key, fed `stdin`,

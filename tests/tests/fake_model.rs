@@ -438,7 +438,7 @@ fn invalid_bodies_are_400_and_recorded() {
     assert_eq!(reply.status, 400, "{}", reply.body);
     assert_eq!(reply.json()["error"]["param"], "stream");
 
-    let reply = post_json(&format!("{}/chat/completions", fake.base_url()), &json!({}));
+    let reply = post_json(&format!("{}/embeddings", fake.base_url()), &json!({}));
     assert_eq!(reply.status, 404, "{}", reply.body);
 
     let requests = fake.requests();
@@ -460,7 +460,7 @@ fn invalid_bodies_are_400_and_recorded() {
         requests[3].schema_errors.is_empty(),
         "valid, only not streaming"
     );
-    assert_eq!(requests[4].path, "/v1/chat/completions");
+    assert_eq!(requests[4].path, "/v1/embeddings");
     assert_eq!(fake.completed_responses(), 0);
 }
 

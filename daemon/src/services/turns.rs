@@ -119,12 +119,15 @@ impl Turns for TurnsService {
                 "provider base_url and model are required",
             ));
         }
-        if !provider.provider.is_empty() && provider.provider != "responses" {
-            return Err(Status::unimplemented(format!(
-                "provider {:?} is not available in this agentd yet",
-                provider.provider
-            )));
-        }
+        let kind = match provider.provider.as_str() {
+            "" | "responses" => crate::turn::provider::Kind::Responses,
+            "chat" => crate::turn::provider::Kind::Chat,
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown provider {other:?}: use `responses` or `chat`"
+                )));
+            }
+        };
         let (group, folder) = group_for(&self.store, start.scope.as_ref())?;
         let mut session = session_arg(&start.session_id)?;
         let mut policy = policy(start.approval);
@@ -160,6 +163,7 @@ impl Turns for TurnsService {
             mode,
             local_shell: start.local_shell_transcript,
             settings: Settings {
+                kind,
                 base_url: provider.base_url.trim_end_matches('/').to_owned(),
                 model: provider.model,
                 api_key: Some(provider.api_key).filter(|k| !k.is_empty()),

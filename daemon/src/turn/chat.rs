@@ -44,7 +44,11 @@ pub fn messages(instructions: &str, items: &[Item]) -> Vec<Value> {
                 while let Some(item) = items.get(i) {
                     match item {
                         Item::Assistant { text: t } if calls.is_empty() => text.push_str(t),
-                        Item::FunctionCall { call_id, name, arguments } => calls.push(json!({
+                        Item::FunctionCall {
+                            call_id,
+                            name,
+                            arguments,
+                        } => calls.push(json!({
                             "id": call_id,
                             "type": "function",
                             "function": {"name": name, "arguments": arguments},
@@ -107,16 +111,23 @@ pub async fn call(
     if !status.is_success() {
         let retry_after = super::provider::retry_after(response.headers());
         let text = response.text().await.unwrap_or_default();
-        return Err(ProviderError::from_http(status.as_u16(), &text, retry_after).at(&settings.base_url));
+        return Err(
+            ProviderError::from_http(status.as_u16(), &text, retry_after).at(&settings.base_url),
+        );
     }
     let mut events = response.bytes_stream().eventsource();
     let mut reply = ModelReply::default();
     let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
     let mut finished = false;
     loop {
-        let next = tokio::time::timeout(idle_timeout, events.next()).await.map_err(|_| {
-            ProviderError::Stream(format!("no data from the model for {}s", idle_timeout.as_secs()))
-        })?;
+        let next = tokio::time::timeout(idle_timeout, events.next())
+            .await
+            .map_err(|_| {
+                ProviderError::Stream(format!(
+                    "no data from the model for {}s",
+                    idle_timeout.as_secs()
+                ))
+            })?;
         let Some(event) = next else { break };
         let event = event.map_err(|e| ProviderError::Stream(e.to_string()))?;
         let data = event.data.trim();
@@ -133,7 +144,11 @@ pub async fn call(
             let error = &chunk["error"];
             return Err(ProviderError::Model {
                 code: error["code"].as_str().map(str::to_owned),
-                message: error["message"].as_str().or(error.as_str()).unwrap_or("unknown error").to_owned(),
+                message: error["message"]
+                    .as_str()
+                    .or(error.as_str())
+                    .unwrap_or("unknown error")
+                    .to_owned(),
             });
         }
         if reply.id.is_empty()
@@ -169,17 +184,30 @@ pub async fn call(
         }
     }
     if !finished {
-        return Err(ProviderError::Stream("the stream ended before the answer was finished".into()));
+        return Err(ProviderError::Stream(
+            "the stream ended before the answer was finished".into(),
+        ));
     }
     for (n, call) in calls.into_values().enumerate() {
         reply.calls.push(Call {
-            call_id: if call.id.is_empty() { format!("call_{n}") } else { call.id },
+            call_id: if call.id.is_empty() {
+                format!("call_{n}")
+            } else {
+                call.id
+            },
             name: call.name,
-            arguments: if call.arguments.is_empty() { "{}".into() } else { call.arguments },
+            arguments: if call.arguments.is_empty() {
+                "{}".into()
+            } else {
+                call.arguments
+            },
         });
     }
     if reply.id.is_empty() {
-        reply.id = format!("chat-{}", agentx_shared::time::unix_ms(std::time::SystemTime::now()));
+        reply.id = format!(
+            "chat-{}",
+            agentx_shared::time::unix_ms(std::time::SystemTime::now())
+        );
     }
     Ok(reply)
 }
@@ -206,12 +234,30 @@ mod tests {
     fn messages_merge_assistant_text_with_its_tool_calls() {
         let items = vec![
             Item::User { text: "hi".into() },
-            Item::Assistant { text: "let me look".into() },
-            Item::FunctionCall { call_id: "c1".into(), name: "shell".into(), arguments: "{\"command\":\"ls\"}".into() },
-            Item::FunctionCall { call_id: "c2".into(), name: "shell".into(), arguments: "{}".into() },
-            Item::FunctionOutput { call_id: "c1".into(), output: "a".into() },
-            Item::FunctionOutput { call_id: "c2".into(), output: "b".into() },
-            Item::Assistant { text: "done".into() },
+            Item::Assistant {
+                text: "let me look".into(),
+            },
+            Item::FunctionCall {
+                call_id: "c1".into(),
+                name: "shell".into(),
+                arguments: "{\"command\":\"ls\"}".into(),
+            },
+            Item::FunctionCall {
+                call_id: "c2".into(),
+                name: "shell".into(),
+                arguments: "{}".into(),
+            },
+            Item::FunctionOutput {
+                call_id: "c1".into(),
+                output: "a".into(),
+            },
+            Item::FunctionOutput {
+                call_id: "c2".into(),
+                output: "b".into(),
+            },
+            Item::Assistant {
+                text: "done".into(),
+            },
         ];
         let m = messages("be brief", &items);
         assert_eq!(m[0], json!({"role": "system", "content": "be brief"}));
@@ -220,9 +266,19 @@ mod tests {
         assert_eq!(m[2]["content"], "let me look");
         assert_eq!(m[2]["tool_calls"].as_array().unwrap().len(), 2);
         assert_eq!(m[2]["tool_calls"][0]["function"]["name"], "shell");
-        assert_eq!(m[3], json!({"role": "tool", "tool_call_id": "c1", "content": "a"}));
+        assert_eq!(
+            m[3],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "a"})
+        );
         assert_eq!(m[5], json!({"role": "assistant", "content": "done"}));
-        let only_calls = messages("x", &[Item::FunctionCall { call_id: "c".into(), name: "shell".into(), arguments: "{}".into() }]);
+        let only_calls = messages(
+            "x",
+            &[Item::FunctionCall {
+                call_id: "c".into(),
+                name: "shell".into(),
+                arguments: "{}".into(),
+            }],
+        );
         assert_eq!(only_calls[1]["content"], Value::Null);
     }
 

@@ -1,6 +1,7 @@
 //! The turn engine: one user message through the model and its tool calls,
 //! every step committed to the store before the next, events streamed out.
 
+pub mod chat;
 pub mod context;
 pub mod provider;
 pub mod responses;
@@ -438,35 +439,51 @@ impl Turn<'_> {
     async fn call_model(&mut self, send: &[Item]) -> Result<ModelReply, Stop> {
         let mut failures = 0u32;
         let mut cancel = self.io.cancel.clone();
+        let chat = self.spec.settings.kind == provider::Kind::Chat;
         loop {
-            let (previous, input): (Option<String>, Vec<Value>) = match &self.response_id {
-                Some(id) => (
-                    Some(id.clone()),
-                    send.iter().map(context::to_input).collect(),
-                ),
-                None => {
+            // Responses chains on the server's copy; Chat Completions (and a
+            // Responses chain that must restart) gets the whole conversation.
+            let (previous, full) = match (&self.response_id, chat) {
+                (Some(id), false) => (Some(id.clone()), None),
+                _ => {
                     let transcript = self.group.transcript(&self.session).await?;
-                    let items = context::normalize(&transcript);
-                    (None, items.iter().map(context::to_input).collect())
+                    (None, Some(context::normalize(&transcript)))
                 }
             };
-            let body = responses::request_body(
-                &self.spec.settings,
-                &self.spec.instructions,
-                previous.as_deref(),
-                input,
-            );
+            let body = if chat {
+                let items = full.unwrap_or_default();
+                chat::request_body(
+                    &self.spec.settings,
+                    chat::messages(&self.spec.instructions, &items),
+                )
+            } else {
+                let input: Vec<Value> = match full {
+                    Some(items) => items.iter().map(context::to_input).collect(),
+                    None => send.iter().map(context::to_input).collect(),
+                };
+                responses::request_body(
+                    &self.spec.settings,
+                    &self.spec.instructions,
+                    previous.as_deref(),
+                    input,
+                )
+            };
             let events = self.io.events.clone();
             let mut on_delta = move |delta: &str| {
                 let _ = events.try_send(Event::TextDelta(delta.to_owned()));
             };
-            let call = responses::call(
+            let (http, settings, idle) = (
                 &self.engine.http,
                 &self.spec.settings,
-                &body,
                 self.spec.idle_timeout,
-                &mut on_delta,
             );
+            let call = async {
+                if chat {
+                    chat::call(http, settings, &body, idle, &mut on_delta).await
+                } else {
+                    responses::call(http, settings, &body, idle, &mut on_delta).await
+                }
+            };
             let result = tokio::select! {
                 r = call => r,
                 _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),

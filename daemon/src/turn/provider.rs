@@ -5,9 +5,20 @@ use std::time::Duration;
 
 use agentx_shared::conversation::Usage;
 
+/// Which API the model server speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Kind {
+    /// OpenAI Responses: server-side state chained by response id.
+    #[default]
+    Responses,
+    /// Chat Completions: stateless; the whole conversation every time.
+    Chat,
+}
+
 /// Where and how to reach the model; the key lives in memory only.
 #[derive(Clone, Default)]
 pub struct Settings {
+    pub kind: Kind,
     pub base_url: String,
     pub model: String,
     pub api_key: Option<String>,
@@ -16,6 +27,7 @@ pub struct Settings {
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
+            .field("kind", &self.kind)
             .field("base_url", &self.base_url)
             .field("model", &self.model)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
@@ -106,6 +118,26 @@ impl ProviderError {
             param,
             message,
             retry_after,
+        }
+    }
+
+    /// Names the server in an HTTP error (local servers: which one failed).
+    pub fn at(self, base_url: &str) -> Self {
+        match self {
+            Self::Http {
+                status,
+                code,
+                param,
+                message,
+                retry_after,
+            } => Self::Http {
+                status,
+                code,
+                param,
+                message: format!("{message} (model server {base_url})"),
+                retry_after,
+            },
+            other => other,
         }
     }
 

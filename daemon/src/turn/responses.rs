@@ -78,11 +78,9 @@ pub async fn call(
     if !status.is_success() {
         let retry_after = super::provider::retry_after(response.headers());
         let text = response.text().await.unwrap_or_default();
-        return Err(ProviderError::from_http(
-            status.as_u16(),
-            &text,
-            retry_after,
-        ));
+        return Err(
+            ProviderError::from_http(status.as_u16(), &text, retry_after).at(&settings.base_url),
+        );
     }
 
     let mut events = response.bytes_stream().eventsource();
@@ -233,6 +231,7 @@ mod tests {
     #[test]
     fn body_chains_and_always_carries_instructions_and_tools() {
         let settings = Settings {
+            kind: Default::default(),
             base_url: "http://x/v1".into(),
             model: "m".into(),
             api_key: None,
