@@ -338,7 +338,8 @@ pub fn compress(data: &[u8]) -> io::Result<Vec<u8>> {
     COMPRESSOR.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
-            *slot = Some(zstd::bulk::Compressor::new(3)?);
+            // Level 1: first snapshots are bound by compression speed.
+            *slot = Some(zstd::bulk::Compressor::new(1)?);
         }
         match slot.as_mut() {
             Some(c) => c.compress(data),

@@ -117,6 +117,8 @@ struct FolderState {
     timeline: Timeline,
     /// Newest manifest (id, tree, delta depth), kept in memory as the stat cache.
     latest: Option<(String, Arc<Manifest>, u32)>,
+    /// A few recently used manifests (an undo's "before" was recently newest).
+    recent: Vec<(String, Arc<Manifest>)>,
 }
 
 /// What an undo or rewind did.
@@ -237,6 +239,7 @@ impl SnapshotStore {
                     dir,
                     timeline,
                     latest: None,
+                    recent: Vec::new(),
                 },
             );
             self.finish_interrupted_restore(folder)?;
@@ -373,7 +376,9 @@ impl SnapshotStore {
                     &fs.dir.join("manifests").join(format!("{id}.zst")),
                     &stored.encode()?,
                 )?;
-                fs.latest = Some((id.clone(), Arc::new(manifest.clone()), depth));
+                let tree = Arc::new(manifest.clone());
+                remember(fs, &id, &tree);
+                fs.latest = Some((id.clone(), tree, depth));
                 self.blobs.add_refs(stored.own_hashes().iter());
                 id.clone()
             }
@@ -539,24 +544,29 @@ impl SnapshotStore {
         Ok(result?.0)
     }
 
-    fn manifest_of(&mut self, folder: &Path, snap: &Snap) -> Result<Manifest, SnapError> {
+    fn manifest_of(&mut self, folder: &Path, snap: &Snap) -> Result<Arc<Manifest>, SnapError> {
         let fs = self.folder(folder)?;
         if let Some((id, m, _)) = &fs.latest
             && *id == snap.manifest
         {
-            return Ok((**m).clone());
+            return Ok(Arc::clone(m));
         }
-        Ok(load_manifest(&fs.dir, &snap.manifest)?.0)
+        if let Some((_, m)) = fs.recent.iter().find(|(id, _)| *id == snap.manifest) {
+            return Ok(Arc::clone(m));
+        }
+        let m = Arc::new(load_manifest(&fs.dir, &snap.manifest)?.0);
+        remember(fs, &snap.manifest, &m);
+        Ok(m)
     }
 
     /// What undoing `session`'s last message would change.
     pub fn plan_undo(&mut self, folder: &Path, session: &str) -> Result<Vec<Planned>, SnapError> {
         let (before, after) = self.last_message(folder, session)?;
-        let current = self.current(folder)?;
+        let current = Arc::new(self.current(folder)?);
         let b = self.manifest_of(folder, &before)?;
         let a = match &after {
             Some(s) => self.manifest_of(folder, s)?,
-            None => current.clone(),
+            None => Arc::clone(&current),
         };
         Ok(restore::describe(&restore::plan_undo(&b, &a, &current)))
     }
@@ -583,7 +593,7 @@ impl SnapshotStore {
         let b = self.manifest_of(folder, &before)?;
         let a = match &after {
             Some(s) => self.manifest_of(folder, s)?,
-            None => current.clone(),
+            None => Arc::clone(&current),
         };
         let ops = restore::plan_undo(&b, &a, &current);
         let report = self.run_restore(folder, &before.manifest, ops, force, pre.id)?;
@@ -725,6 +735,14 @@ fn save_timeline(dir: &Path, timeline: &Timeline) -> Result<(), SnapError> {
     let bytes = serde_json::to_vec(timeline).map_err(std::io::Error::other)?;
     durable::write_atomic(&dir.join("timeline.json"), &bytes)?;
     Ok(())
+}
+
+/// Keeps a manifest among the few recently used ones.
+fn remember(fs: &mut FolderState, id: &str, m: &Arc<Manifest>) {
+    fs.recent.retain(|(i, _)| i != id);
+    fs.recent.push((id.to_owned(), Arc::clone(m)));
+    let excess = fs.recent.len().saturating_sub(4);
+    fs.recent.drain(..excess);
 }
 
 /// A manifest with its delta chain applied, and the chain's length.

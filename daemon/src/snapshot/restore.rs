@@ -58,18 +58,40 @@ fn action_for(current: Option<&Entry>, want: Option<&Entry>) -> Option<Action> {
     }
 }
 
+/// Walks sorted manifests side by side: each path once, with its entry
+/// (or none) in each list.
+fn aligned<'a, const N: usize>(lists: [&'a [Entry]; N]) -> Vec<(&'a [u8], [Option<&'a Entry>; N])> {
+    let mut at = [0usize; N];
+    let mut out = Vec::new();
+    loop {
+        let mut min: Option<&'a [u8]> = None;
+        for k in 0..N {
+            if let Some(e) = lists[k].get(at[k])
+                && min.is_none_or(|m| e.path.as_slice() < m)
+            {
+                min = Some(e.path.as_slice());
+            }
+        }
+        let Some(path) = min else { break };
+        let mut row = [None; N];
+        for k in 0..N {
+            if let Some(e) = lists[k].get(at[k])
+                && e.path.as_slice() == path
+            {
+                row[k] = Some(e);
+                at[k] += 1;
+            }
+        }
+        out.push((path, row));
+    }
+    out
+}
+
 /// Undo: the paths `before`→`after` changed, put back as `before` had them;
 /// a path whose current state differs from `after` is a conflict.
 pub fn plan_undo(before: &Manifest, after: &Manifest, current: &Manifest) -> Vec<Op> {
-    let b = before.by_path();
-    let a = after.by_path();
-    let c = current.by_path();
-    let mut paths: Vec<&[u8]> = b.keys().chain(a.keys()).copied().collect();
-    paths.sort_unstable();
-    paths.dedup();
     let mut ops = Vec::new();
-    for p in paths {
-        let (was, became) = (b.get(p).copied(), a.get(p).copied());
+    for (p, [was, became, now]) in aligned([&before.entries, &after.entries, &current.entries]) {
         let changed = match (was, became) {
             (Some(x), Some(y)) => !x.same_content(y),
             (None, None) => false,
@@ -78,7 +100,6 @@ pub fn plan_undo(before: &Manifest, after: &Manifest, current: &Manifest) -> Vec
         if !changed {
             continue;
         }
-        let now = c.get(p).copied();
         let Some(action) = action_for(now, was) else {
             continue;
         };
@@ -99,16 +120,10 @@ pub fn plan_undo(before: &Manifest, after: &Manifest, current: &Manifest) -> Vec
 
 /// Rewind: every path made as `target` has it.
 pub fn plan_rewind(target: &Manifest, current: &Manifest) -> Vec<Op> {
-    let t = target.by_path();
-    let c = current.by_path();
-    let mut paths: Vec<&[u8]> = t.keys().chain(c.keys()).copied().collect();
-    paths.sort_unstable();
-    paths.dedup();
-    paths
+    aligned([&target.entries, &current.entries])
         .into_iter()
-        .filter_map(|p| {
-            let want = t.get(p).copied();
-            action_for(c.get(p).copied(), want).map(|action| Op {
+        .filter_map(|(p, [want, now])| {
+            action_for(now, want).map(|action| Op {
                 path: p.to_vec(),
                 want: want.cloned(),
                 action,
