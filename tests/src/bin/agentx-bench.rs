@@ -355,7 +355,7 @@ fn session_file_sizes(dir: &std::path::Path) -> (u64, u64) {
                 stack.push(path);
             } else if name.ends_with(".jsonl") {
                 journal = entry.metadata().map(|m| m.len()).unwrap_or(0);
-            } else if name.ends_with(".json") && name != "current.json" {
+            } else if name.ends_with(".json") && name != "current.json" && name != "shared.json" {
                 doc = entry.metadata().map(|m| m.len()).unwrap_or(0);
             }
         }
@@ -448,7 +448,7 @@ fn bench_oneshots() -> anyhow::Result<()> {
     );
     println!(
         "{:>6} {:>10} {:>9} {:>16} {:>16}",
-        "n", "wall", "failures", "agentd peak RSS", "client peak RSS"
+        "n", "wall", "failures", "agentd peak RSS", "max client RSS"
     );
     for n in [1usize, 50, 200, 1000] {
         // A fresh daemon per row, so its peak RSS belongs to this row.
