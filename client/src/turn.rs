@@ -7,29 +7,48 @@ use tonic::transport::Channel;
 
 use agentx_shared::proto::turns_client::TurnsClient;
 use agentx_shared::proto::{
-    ApprovalDecision, TurnFinished, TurnInput, TurnStart, TurnStatus, approval_decision,
+    ApprovalDecision, TurnEvent, TurnFinished, TurnInput, TurnStart, TurnStatus, approval_decision,
     turn_event, turn_input,
 };
 
 use crate::error::{CliError, CliResult};
 use crate::ui::{Line, Ui};
 
-/// Runs a turn to its `finished` event.
-pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<TurnFinished> {
+/// Input to a running turn.
+pub fn input(input: turn_input::Input) -> TurnInput {
+    TurnInput { input: Some(input) }
+}
+
+/// Opens a turn's stream with `start`: the sender for approvals and
+/// cancellation, and the events.
+pub async fn open(
+    channel: &Channel,
+    start: TurnStart,
+    what: &str,
+) -> CliResult<(mpsc::Sender<TurnInput>, tonic::Streaming<TurnEvent>)> {
     let (tx, rx) = mpsc::channel::<TurnInput>(8);
-    let send = |input| TurnInput { input: Some(input) };
-    tx.send(send(turn_input::Input::Start(start)))
+    tx.send(input(turn_input::Input::Start(start)))
         .await
-        .map_err(|_| CliError::failed("cannot start the turn"))?;
-    ui.start_waiting("thinking…");
-    let mut events = TurnsClient::new(channel.clone())
+        .map_err(|_| CliError::failed(format!("cannot start {what}")))?;
+    let events = TurnsClient::new(channel.clone())
         .run_turn(ReceiverStream::new(rx))
         .await
-        .map_err(|status| {
-            ui.stop_waiting();
-            CliError::from_status("the turn", &status)
-        })?
+        .map_err(|status| CliError::from_status(what, &status))?
         .into_inner();
+    Ok((tx, events))
+}
+
+/// Runs a turn to its `finished` event.
+pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<TurnFinished> {
+    let send = input;
+    ui.start_waiting("thinking…");
+    let (tx, mut events) = match open(channel, start, "the turn").await {
+        Ok(opened) => opened,
+        Err(e) => {
+            ui.stop_waiting();
+            return Err(e);
+        }
+    };
     let mut cancelled = false;
     loop {
         let message = tokio::select! {

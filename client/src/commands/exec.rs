@@ -5,13 +5,10 @@
 use std::io::{IsTerminal as _, Read as _, Write as _};
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
-use agentx_shared::proto::turns_client::TurnsClient;
 use agentx_shared::proto::{
-    ApprovalDecision, ApprovalPolicy, TurnInput, TurnStart, TurnStatus, Usage, approval_decision,
-    turn_event, turn_input,
+    ApprovalDecision, ApprovalPolicy, TurnStart, TurnStatus, Usage, approval_decision, turn_event,
+    turn_input,
 };
 
 use crate::cli::Approval;
@@ -72,16 +69,8 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
         ..TurnStart::default()
     };
 
-    let (tx, rx) = mpsc::channel::<TurnInput>(8);
-    let input = |i| TurnInput { input: Some(i) };
-    tx.send(input(turn_input::Input::Start(start)))
-        .await
-        .map_err(|_| CliError::failed("cannot start the one-shot"))?;
-    let mut events = TurnsClient::new(ctx.channel())
-        .run_turn(ReceiverStream::new(rx))
-        .await
-        .map_err(|s| CliError::from_status("the one-shot", &s))?
-        .into_inner();
+    let input = crate::turn::input;
+    let (tx, mut events) = crate::turn::open(&ctx.channel(), start, "the one-shot").await?;
     let stream = !as_json && std::io::stdout().is_terminal();
     let mut mid_line = false;
     let mut cancelled = false;

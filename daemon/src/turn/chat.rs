@@ -5,13 +5,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use eventsource_stream::Eventsource as _;
-use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 
 use agentx_shared::conversation::{Item, Usage};
 
-use super::provider::{Call, ModelReply, ProviderError, Settings};
+use super::provider::{Call, EventStream, ModelReply, ProviderError, Settings};
 
 /// The shell tool as a Chat Completions function definition.
 fn tools() -> Value {
@@ -94,46 +92,16 @@ pub async fn call(
     idle_timeout: Duration,
     on_delta: &mut (dyn FnMut(&str) + Send),
 ) -> Result<ModelReply, ProviderError> {
-    let url = format!("{}/chat/completions", settings.base_url);
-    let mut request = http
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("accept", "text/event-stream")
-        .body(body.to_string());
-    if let Some(key) = settings.api_key.as_deref().filter(|k| !k.is_empty()) {
-        request = request.bearer_auth(key);
-    }
-    let response = request
-        .send()
-        .await
-        .map_err(|e| ProviderError::from_reqwest(&settings.base_url, &e))?;
-    let status = response.status();
-    if !status.is_success() {
-        let retry_after = super::provider::retry_after(response.headers());
-        let text = response.text().await.unwrap_or_default();
-        return Err(
-            ProviderError::from_http(status.as_u16(), &text, retry_after).at(&settings.base_url),
-        );
-    }
-    let mut events = response.bytes_stream().eventsource();
+    let mut events =
+        EventStream::open(http, settings, "chat/completions", body, idle_timeout).await?;
     let mut reply = ModelReply::default();
     let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
     let mut finished = false;
     loop {
-        let next = tokio::time::timeout(idle_timeout, events.next())
-            .await
-            .map_err(|_| {
-                ProviderError::Stream(format!(
-                    "no data from the model for {}s",
-                    idle_timeout.as_secs()
-                ))
-            })?;
-        let Some(event) = next else { break };
-        let event = event.map_err(|e| ProviderError::Stream(e.to_string()))?;
+        let Some(event) = events.next().await? else {
+            break;
+        };
         let data = event.data.trim();
-        if data.is_empty() {
-            continue;
-        }
         if data == "[DONE]" {
             finished = true;
             break;

@@ -1,7 +1,11 @@
 //! What every model provider shares: settings, the reply of one model call,
 //! and a classified error (lost response id, retryable, or final).
 
+use std::pin::Pin;
 use std::time::Duration;
+
+use eventsource_stream::{Event, Eventsource as _};
+use futures_util::{Stream, StreamExt as _};
 
 use agentx_shared::conversation::Usage;
 
@@ -205,6 +209,78 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     get("retry-after")
         .and_then(|v| v.parse::<f64>().ok())
         .map(|s| Duration::from_secs_f64(s.max(0.0)))
+}
+
+type Events = Pin<Box<dyn Stream<Item = Result<Event, String>> + Send>>;
+
+/// An open server-sent-event stream from a model server.
+pub struct EventStream {
+    events: Events,
+    idle: Duration,
+}
+
+impl EventStream {
+    /// POSTs `body` to `{base_url}/{path}` (bearer key if any) and opens the
+    /// stream; an HTTP error comes back classified and naming the server.
+    pub async fn open(
+        http: &reqwest::Client,
+        settings: &Settings,
+        path: &str,
+        body: &serde_json::Value,
+        idle: Duration,
+    ) -> Result<Self, ProviderError> {
+        let url = format!("{}/{path}", settings.base_url);
+        let mut request = http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream")
+            .body(body.to_string());
+        if let Some(key) = settings.api_key.as_deref().filter(|k| !k.is_empty()) {
+            request = request.bearer_auth(key);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| ProviderError::from_reqwest(&settings.base_url, &e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = retry_after(response.headers());
+            let text = response.text().await.unwrap_or_default();
+            return Err(
+                ProviderError::from_http(status.as_u16(), &text, retry_after)
+                    .at(&settings.base_url),
+            );
+        }
+        let events = response
+            .bytes_stream()
+            .eventsource()
+            .map(|e| e.map_err(|e| e.to_string()));
+        Ok(Self {
+            events: Box::pin(events),
+            idle,
+        })
+    }
+
+    /// The next event with data (`None` when the stream ends); a stream
+    /// silent for the idle timeout is broken.
+    pub async fn next(&mut self) -> Result<Option<Event>, ProviderError> {
+        loop {
+            let next = tokio::time::timeout(self.idle, self.events.next())
+                .await
+                .map_err(|_| {
+                    ProviderError::Stream(format!(
+                        "no data from the model for {}s",
+                        self.idle.as_secs()
+                    ))
+                })?;
+            match next {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(ProviderError::Stream(e)),
+                Some(Ok(event)) if event.data.trim().is_empty() => {}
+                Some(Ok(event)) => return Ok(Some(event)),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,13 +3,11 @@
 
 use std::time::Duration;
 
-use eventsource_stream::Eventsource as _;
-use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 
 use agentx_shared::conversation::Usage;
 
-use super::provider::{Call, ModelReply, ProviderError, Settings};
+use super::provider::{Call, EventStream, ModelReply, ProviderError, Settings};
 
 /// The function tool the model may call.
 pub fn shell_tool() -> Value {
@@ -61,48 +59,17 @@ pub async fn call(
     idle_timeout: Duration,
     on_delta: &mut (dyn FnMut(&str) + Send),
 ) -> Result<ModelReply, ProviderError> {
-    let url = format!("{}/responses", settings.base_url);
-    let mut request = http
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("accept", "text/event-stream")
-        .body(body.to_string());
-    if let Some(key) = settings.api_key.as_deref().filter(|k| !k.is_empty()) {
-        request = request.bearer_auth(key);
-    }
-    let response = request
-        .send()
-        .await
-        .map_err(|e| ProviderError::from_reqwest(&settings.base_url, &e))?;
-    let status = response.status();
-    if !status.is_success() {
-        let retry_after = super::provider::retry_after(response.headers());
-        let text = response.text().await.unwrap_or_default();
-        return Err(
-            ProviderError::from_http(status.as_u16(), &text, retry_after).at(&settings.base_url),
-        );
-    }
-
-    let mut events = response.bytes_stream().eventsource();
+    let mut events = EventStream::open(http, settings, "responses", body, idle_timeout).await?;
     let mut reply = ModelReply::default();
     let mut streamed_text = String::new();
     let mut message_text: Option<String> = None;
     loop {
-        let next = tokio::time::timeout(idle_timeout, events.next())
-            .await
-            .map_err(|_| {
-                ProviderError::Stream(format!(
-                    "no data from the model for {}s",
-                    idle_timeout.as_secs()
-                ))
-            })?;
-        let Some(event) = next else {
+        let Some(event) = events.next().await? else {
             return Err(ProviderError::Stream(
                 "the stream ended before response.completed".into(),
             ));
         };
-        let event = event.map_err(|e| ProviderError::Stream(e.to_string()))?;
-        if event.data.trim().is_empty() || event.data.trim() == "[DONE]" {
+        if event.data.trim() == "[DONE]" {
             continue;
         }
         let data: Value = match serde_json::from_str(&event.data) {
