@@ -86,6 +86,9 @@ pub struct SharedCheckpoint {
     pub response_id: Option<String>,
     pub journal_items: u64,
     pub journal_bytes: u64,
+    /// The conversation's rollback count when this was recorded.
+    #[serde(default)]
+    pub rollbacks: u64,
     pub at: i64,
 }
 
@@ -415,6 +418,7 @@ impl Group {
                 doc.journal_bytes = cp.journal_bytes;
                 doc.checkpoints.truncate(keep);
                 doc.rollback = Some(Box::new(backup));
+                doc.rollbacks += 1;
                 doc.updated_at = now.max(doc.updated_at);
                 session.save()?;
                 session.truncate_journal()?;
@@ -484,6 +488,7 @@ impl Group {
                 response_id: doc.response_id.clone(),
                 journal_items: doc.journal_items,
                 journal_bytes: doc.journal_bytes,
+                rollbacks: doc.rollbacks,
                 at: now_ms(),
             },
         );

@@ -84,6 +84,7 @@ impl Store {
                     .join(format!("{}.jsonl", shared.session_id)),
                 bytes: shared.journal_bytes,
                 items: shared.journal_items,
+                rollbacks: shared.rollbacks,
             });
         }
         let group = group::spawn(dir.clone(), folder.to_owned(), agent.to_owned(), false);

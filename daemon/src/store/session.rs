@@ -62,6 +62,9 @@ pub struct SessionDoc {
     /// A one-shot's branch point: the interactive transcript it continues.
     #[serde(default)]
     pub base: Option<BaseRef>,
+    /// Rollbacks so far (each may cut and later rewrite the journal tail).
+    #[serde(default)]
+    pub rollbacks: u64,
 }
 
 /// The committed prefix of another conversation's journal that this one
@@ -71,6 +74,10 @@ pub struct BaseRef {
     pub journal: PathBuf,
     pub bytes: u64,
     pub items: u64,
+    /// The base conversation's rollback count then: if it changed, the
+    /// journal past an earlier checkpoint may have been rewritten.
+    #[serde(default)]
+    pub rollbacks: u64,
 }
 
 pub const MAX_CHECKPOINTS: usize = 20;
@@ -145,6 +152,7 @@ impl SessionDoc {
             checkpoints: Vec::new(),
             rollback: None,
             base: None,
+            rollbacks: 0,
         }
     }
 
@@ -359,6 +367,18 @@ impl Session {
     pub fn transcript(&self) -> Result<Vec<Item>, LoadError> {
         let mut items = match &self.doc.base {
             Some(base) => {
+                let base_doc: Option<SessionDoc> =
+                    std::fs::read(base.journal.with_extension("json"))
+                        .ok()
+                        .and_then(|b| serde_json::from_slice(&b).ok());
+                if base_doc.is_none_or(|d| d.rollbacks != base.rollbacks) {
+                    return Err(LoadError::Corrupt {
+                        path: base.journal.clone(),
+                        reason: "the conversation this one-shot branched from was rolled back or \
+                                 cleared since, so its earlier turns cannot be resent"
+                            .into(),
+                    });
+                }
                 let prefix = read_journal(&base.journal, base.bytes)?;
                 if prefix.len() as u64 != base.items {
                     return Err(LoadError::Corrupt {

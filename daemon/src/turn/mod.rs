@@ -139,7 +139,7 @@ enum Stop {
 impl From<StoreError> for Stop {
     fn from(e: StoreError) -> Self {
         Stop::Failed {
-            message: format!("could not save the conversation: {e}"),
+            message: format!("conversation store: {e}"),
             retryable: false,
         }
     }
