@@ -678,12 +678,19 @@ impl SnapshotStore {
 }
 
 impl SnapshotStore {
-    /// Extra excluded directory names: `snapshot_exclude` in config.toml
-    /// (read at each scan, so an edit applies at once).
-    fn extra_excludes(&self) -> Vec<String> {
-        agentx_shared::config::Config::load(&self.config)
+    /// What scans leave out: `snapshot_exclude` names from config.toml
+    /// (read at each scan, so an edit applies at once) and agentd's profile.
+    fn extra_excludes(&self) -> scan::Excludes {
+        let names = agentx_shared::config::Config::load(&self.config)
             .map(|c| c.snapshot_exclude)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let paths = self
+            .root
+            .parent()
+            .and_then(|p| std::fs::canonicalize(p).ok())
+            .into_iter()
+            .collect();
+        scan::Excludes { names, paths }
     }
 }
 

@@ -48,6 +48,16 @@ fn ns(secs: i64, nsec: i64) -> i64 {
     secs.saturating_mul(1_000_000_000).saturating_add(nsec)
 }
 
+/// What a scan leaves out besides [`EXCLUDED_DIRS`].
+#[derive(Debug, Default, Clone)]
+pub struct Excludes {
+    /// Directory names, anywhere in the tree (`snapshot_exclude`).
+    pub names: Vec<String>,
+    /// Absolute directories (agentd's own profile, should it sit inside the
+    /// folder: restoring it would overwrite the daemon's state).
+    pub paths: Vec<std::path::PathBuf>,
+}
+
 /// True when `name` is an excluded directory name.
 pub fn excluded(name: &[u8], extra: &[String]) -> bool {
     EXCLUDED_DIRS.iter().any(|d| d.as_bytes() == name) || extra.iter().any(|d| d.as_bytes() == name)
@@ -56,7 +66,7 @@ pub fn excluded(name: &[u8], extra: &[String]) -> bool {
 /// Lists one directory (lstat through its fd) and, in parallel, the
 /// directories below it; excluded names are pruned, oversized files and
 /// special files left out.
-fn walk_dir(root: &Path, rel: &[u8], extra: &[String], started_ns: i64) -> Vec<Entry> {
+fn walk_dir(root: &Path, rel: &[u8], ex: &Excludes, started_ns: i64) -> Vec<Entry> {
     let dir = if rel.is_empty() {
         root.to_path_buf()
     } else {
@@ -74,7 +84,9 @@ fn walk_dir(root: &Path, rel: &[u8], extra: &[String], started_ns: i64) -> Vec<E
         let Ok(meta) = entry.metadata() else { continue };
         let ft = meta.file_type();
         let kind = if ft.is_dir() {
-            if excluded(name, extra) {
+            if excluded(name, &ex.names)
+                || ex.paths.iter().any(|p| *p == dir.join(entry.file_name()))
+            {
                 continue;
             }
             Kind::Dir
@@ -119,7 +131,7 @@ fn walk_dir(root: &Path, rel: &[u8], extra: &[String], started_ns: i64) -> Vec<E
     }
     let nested: Vec<Vec<Entry>> = subdirs
         .par_iter()
-        .map(|sub| walk_dir(root, sub, extra, started_ns))
+        .map(|sub| walk_dir(root, sub, ex, started_ns))
         .collect();
     out.extend(nested.into_iter().flatten());
     out
@@ -128,7 +140,7 @@ fn walk_dir(root: &Path, rel: &[u8], extra: &[String], started_ns: i64) -> Vec<E
 /// Walks `root` and builds its manifest, storing new content in `pack`.
 pub fn scan(
     root: &Path,
-    extra_excludes: &[String],
+    excludes: &Excludes,
     previous: Option<&Manifest>,
     blobs: &Blobs,
     pack: &mut PackWriter,
@@ -139,7 +151,7 @@ pub fn scan(
             .unwrap_or_default();
         i64::try_from(now.as_nanos()).unwrap_or(i64::MAX)
     };
-    let mut found: Vec<Found> = walk_dir(root, &[], extra_excludes, started_ns)
+    let mut found: Vec<Found> = walk_dir(root, &[], excludes, started_ns)
         .into_iter()
         .map(|entry| Found {
             needs_hash: entry.kind == Kind::File,

@@ -427,3 +427,26 @@ fn a_restore_cut_short_is_finished_by_the_next_operation() {
     assert!(!root.join("extra").exists());
     assert!(!dir.join("restore.json").exists());
 }
+
+#[test]
+fn the_profile_inside_the_folder_is_never_snapshotted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    let profile = root.join("my-profile");
+    std::fs::create_dir(&profile).unwrap();
+    std::fs::write(root.join("a"), "a").unwrap();
+    let mut s = SnapshotStore::open(
+        &profile.join("checkpoints"),
+        None,
+        profile.join("config.toml"),
+    )
+    .unwrap();
+    let snap = s.take(&root, vec![]).unwrap();
+    assert_eq!(snap.files, 1, "the store's own files were snapshotted");
+    std::fs::write(profile.join("state"), "daemon state").unwrap();
+    s.rewind(&root, 1).unwrap();
+    assert_eq!(
+        std::fs::read(profile.join("state")).unwrap(),
+        b"daemon state"
+    );
+}
