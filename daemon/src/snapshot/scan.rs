@@ -30,13 +30,6 @@ pub const MAX_FILE: u64 = 10 * 1024 * 1024;
 /// hash is recomputed next time even if its stat data looks unchanged.
 const RACY_NS: i64 = 2_000_000_000;
 
-/// What the walk found for one path, before hashing.
-struct Found {
-    entry: Entry,
-    /// The file must be read and hashed.
-    needs_hash: bool,
-}
-
 pub struct ScanStats {
     /// Files read and hashed (not served by the stat cache).
     pub hashed: u64,
@@ -63,9 +56,28 @@ pub fn excluded(name: &[u8], extra: &[String]) -> bool {
     EXCLUDED_DIRS.iter().any(|d| d.as_bytes() == name) || extra.iter().any(|d| d.as_bytes() == name)
 }
 
+/// One item of a directory listing being put in order.
+enum Part {
+    One(Entry),
+    /// The contents of the subdirectory with this index.
+    Tree(usize),
+}
+
+impl Part {
+    /// The name it sorts by, and whether a '/' follows it.
+    fn key<'a>(&'a self, subdirs: &'a [Vec<u8>], skip: usize) -> (&'a [u8], bool) {
+        match self {
+            Part::One(e) => (&e.path[skip..], false),
+            Part::Tree(i) => (&subdirs[*i][skip..], true),
+        }
+    }
+}
+
 /// Lists one directory (lstat through its fd) and, in parallel, the
 /// directories below it; excluded names are pruned, oversized files and
-/// special files left out.
+/// special files left out. The result is in byte order of the full paths:
+/// entries sort by name, and a subdirectory's contents by its name plus
+/// `/` — so no global sort is needed.
 fn walk_dir(root: &Path, rel: &[u8], ex: &Excludes, started_ns: i64) -> Vec<Entry> {
     let dir = if rel.is_empty() {
         root.to_path_buf()
@@ -133,8 +145,28 @@ fn walk_dir(root: &Path, rel: &[u8], ex: &Excludes, started_ns: i64) -> Vec<Entr
         .par_iter()
         .map(|sub| walk_dir(root, sub, ex, started_ns))
         .collect();
-    out.extend(nested.into_iter().flatten());
-    out
+    // Order this directory: an entry by its name, a subdirectory's
+    // contents by its name followed by '/'.
+    let skip = if rel.is_empty() { 0 } else { rel.len() + 1 };
+    let mut parts: Vec<Part> = out.into_iter().map(Part::One).collect();
+    parts.extend((0..subdirs.len()).map(Part::Tree));
+    parts.sort_unstable_by(|a, b| {
+        let ((x, xd), (y, yd)) = (a.key(&subdirs, skip), b.key(&subdirs, skip));
+        let slash = |d: bool| if d { Some(b'/') } else { None };
+        x.iter()
+            .copied()
+            .chain(slash(xd))
+            .cmp(y.iter().copied().chain(slash(yd)))
+    });
+    let mut nested: Vec<Option<Vec<Entry>>> = nested.into_iter().map(Some).collect();
+    let mut sorted = Vec::with_capacity(parts.len());
+    for part in parts {
+        match part {
+            Part::One(e) => sorted.push(e),
+            Part::Tree(i) => sorted.extend(nested[i].take().unwrap_or_default()),
+        }
+    }
+    sorted
 }
 
 /// Walks `root` and builds its manifest, storing new content in `pack`.
@@ -151,25 +183,22 @@ pub fn scan(
             .unwrap_or_default();
         i64::try_from(now.as_nanos()).unwrap_or(i64::MAX)
     };
-    let mut found: Vec<Found> = walk_dir(root, &[], excludes, started_ns)
-        .into_iter()
-        .map(|entry| Found {
-            needs_hash: entry.kind == Kind::File,
-            entry,
-        })
-        .collect();
-    found.sort_unstable_by(|a, b| a.entry.path.cmp(&b.entry.path));
+    // Already in path order (see walk_dir).
+    let mut entries = walk_dir(root, &[], excludes, started_ns);
+    let mut needs_hash: Vec<bool> = entries.iter().map(|e| e.kind == Kind::File).collect();
 
     // The stat cache: walk the previous manifest (sorted too) alongside and
     // reuse a file's hash when nothing about it changed.
     if let Some(prev) = previous {
         let mut old = prev.entries.iter().peekable();
-        for f in found.iter_mut().filter(|f| f.entry.kind == Kind::File) {
-            while old.peek().is_some_and(|o| o.path < f.entry.path) {
+        for (e, needs) in entries.iter_mut().zip(needs_hash.iter_mut()) {
+            if e.kind != Kind::File {
+                continue;
+            }
+            while old.peek().is_some_and(|o| o.path < e.path) {
                 old.next();
             }
             let Some(p) = old.peek() else { break };
-            let e = &mut f.entry;
             if p.path == e.path
                 && p.kind == Kind::File
                 && !p.racy
@@ -181,14 +210,14 @@ pub fn scan(
                 && blobs.contains(&p.hash)
             {
                 e.hash = p.hash;
-                f.needs_hash = false;
+                *needs = false;
             }
         }
     }
 
     // Hash (and compress what is new) in parallel, in bounded batches, and
     // append sequentially to the pack.
-    let todo: Vec<usize> = (0..found.len()).filter(|i| found[*i].needs_hash).collect();
+    let todo: Vec<usize> = (0..entries.len()).filter(|i| needs_hash[*i]).collect();
     let mut stats = ScanStats {
         hashed: todo.len() as u64,
         new_blobs: 0,
@@ -198,7 +227,7 @@ pub fn scan(
         let results: Vec<(usize, std::io::Result<Hashed>)> = batch
             .par_iter()
             .map(|&i| {
-                let path = root.join(std::ffi::OsStr::from_bytes(&found[i].entry.path));
+                let path = root.join(std::ffi::OsStr::from_bytes(&entries[i].path));
                 let result = std::fs::read(&path).and_then(|data| {
                     let hash = *blake3::hash(&data).as_bytes();
                     let len = data.len() as u64;
@@ -214,7 +243,7 @@ pub fn scan(
         for (i, result) in results {
             match result {
                 Ok((hash, len, blob)) => {
-                    let entry = &mut found[i].entry;
+                    let entry = &mut entries[i];
                     entry.hash = hash;
                     if let Some(compressed) = blob
                         && !pack.contains(&hash)
@@ -229,17 +258,45 @@ pub fn scan(
                         entry.racy = true;
                     }
                 }
-                Err(_) => found[i].entry.path.clear(), // vanished or unreadable: leave out
+                Err(_) => entries[i].path.clear(), // vanished or unreadable: leave out
             }
         }
     }
     // Still sorted: entries are only left out, never reordered.
-    let manifest = Manifest {
-        entries: found
-            .into_iter()
-            .map(|f| f.entry)
-            .filter(|e| !e.path.is_empty())
-            .collect(),
-    };
+    entries.retain(|e| !e.path.is_empty());
+    let manifest = Manifest { entries };
     Ok((manifest, stats))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_walk_yields_paths_in_byte_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        for d in ["a", "a/b", "a-b", "a0", "b", "a/b/c"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for f in [
+            "a.txt",
+            "a/x",
+            "a/b.txt",
+            "a-b/y",
+            "a0/z",
+            "b/.hidden",
+            "a/b/c/d",
+            "Z",
+            "_",
+        ] {
+            std::fs::write(root.join(f), f).unwrap();
+        }
+        let entries = walk_dir(root, &[], &Excludes::default(), 0);
+        let paths: Vec<&[u8]> = entries.iter().map(|e| e.path.as_slice()).collect();
+        let mut sorted = paths.clone();
+        sorted.sort();
+        assert_eq!(paths, sorted);
+        assert_eq!(paths.len(), 15);
+    }
 }
