@@ -501,6 +501,48 @@ mod tests {
     }
 
     #[test]
+    fn a_branch_reads_its_base_until_the_base_is_rolled_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut base = new_session(dir.path());
+        base.append(
+            &[Item::User {
+                text: "base".into(),
+            }],
+            2,
+        )
+        .unwrap();
+        base.save().unwrap();
+        let branch_dir = dir.path().join("oneshot");
+        std::fs::create_dir(&branch_dir).unwrap();
+        let mut doc = SessionDoc::new("branch".into(), "/f".into(), "default".into(), 3);
+        doc.base = Some(BaseRef {
+            journal: base.paths.journal.clone(),
+            bytes: base.doc.journal_bytes,
+            items: base.doc.journal_items,
+            rollbacks: base.doc.rollbacks,
+        });
+        let mut branch = Session::create(&branch_dir, doc).unwrap();
+        branch
+            .append(&[Item::User { text: "own".into() }], 4)
+            .unwrap();
+        branch.save().unwrap();
+        assert_eq!(
+            branch.transcript().unwrap(),
+            vec![
+                Item::User {
+                    text: "base".into()
+                },
+                Item::User { text: "own".into() }
+            ]
+        );
+        // The base is rolled back (and could be rewritten): no silent resend.
+        base.doc.rollbacks += 1;
+        base.save().unwrap();
+        let err = branch.transcript().unwrap_err();
+        assert!(err.to_string().contains("rolled back"), "{err}");
+    }
+
+    #[test]
     fn garbage_and_truncated_files_are_reported_corrupt() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = new_session(dir.path());
