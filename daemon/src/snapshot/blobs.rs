@@ -116,31 +116,31 @@ impl Blobs {
             let size = std::fs::metadata(pack_path(dir, id))
                 .map(|m| m.len())
                 .unwrap_or(0);
-            blobs.packs.insert(
-                id,
-                PackStat {
-                    bytes: size,
-                    dead: 0,
-                },
-            );
+            let mut dead = 0;
             for rec in bytes.chunks_exact(IDX_RECORD) {
                 let mut hash = [0u8; 32];
                 hash.copy_from_slice(&rec[..32]);
                 let offset = u64::from_le_bytes(rec[32..40].try_into().unwrap_or_default());
                 let len = u32::from_le_bytes(rec[40..44].try_into().unwrap_or_default());
                 let raw = u64::from_le_bytes(rec[44..52].try_into().unwrap_or_default());
-                if offset + u64::from(len) <= size {
-                    blobs.index.insert(
-                        hash,
-                        Loc {
+                if offset + u64::from(len) > size {
+                    continue;
+                }
+                // A blob already indexed from another pack (a compaction cut
+                // short) is dead here: collected at the next GC.
+                match blobs.index.entry(hash) {
+                    std::collections::hash_map::Entry::Occupied(_) => dead += u64::from(len),
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(Loc {
                             pack: id,
                             offset,
                             len,
                             raw,
-                        },
-                    );
+                        });
+                    }
                 }
             }
+            blobs.packs.insert(id, PackStat { bytes: size, dead });
         }
         Ok(blobs)
     }
