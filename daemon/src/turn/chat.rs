@@ -182,16 +182,7 @@ pub async fn call(
 
 /// Usage from the final chunk; absent details count as 0.
 fn parse_usage(u: &Value) -> Usage {
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
-    let input = n(&u["prompt_tokens"]);
-    let output = n(&u["completion_tokens"]);
-    Usage {
-        input_tokens: input,
-        cached_tokens: n(&u["prompt_tokens_details"]["cached_tokens"]),
-        output_tokens: output,
-        reasoning_tokens: n(&u["completion_tokens_details"]["reasoning_tokens"]),
-        total_tokens: u["total_tokens"].as_u64().unwrap_or(input + output),
-    }
+    super::provider::usage_from(u, "prompt", "completion")
 }
 
 #[cfg(test)]

@@ -195,6 +195,24 @@ impl ProviderError {
     }
 }
 
+/// Usage from a provider's JSON, named by its `prefix` (`input`/`output` for
+/// Responses, `prompt`/`completion` for Chat Completions). Missing or null
+/// fields count as 0; a missing total is the sum.
+pub fn usage_from(u: &serde_json::Value, input: &str, output: &str) -> Usage {
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let (i, o) = (
+        n(&u[format!("{input}_tokens")]),
+        n(&u[format!("{output}_tokens")]),
+    );
+    Usage {
+        input_tokens: i,
+        cached_tokens: n(&u[format!("{input}_tokens_details")]["cached_tokens"]),
+        output_tokens: o,
+        reasoning_tokens: n(&u[format!("{output}_tokens_details")]["reasoning_tokens"]),
+        total_tokens: u["total_tokens"].as_u64().unwrap_or(i + o),
+    }
+}
+
 /// `retry-after-ms`, else `Retry-After` in seconds.
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let get = |name: &str| {

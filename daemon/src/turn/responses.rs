@@ -159,16 +159,7 @@ pub async fn call(
 
 /// Usage from a response object; missing or null details count as 0.
 pub fn parse_usage(u: &Value) -> Usage {
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
-    let input = n(&u["input_tokens"]);
-    let output = n(&u["output_tokens"]);
-    Usage {
-        input_tokens: input,
-        cached_tokens: n(&u["input_tokens_details"]["cached_tokens"]),
-        output_tokens: output,
-        reasoning_tokens: n(&u["output_tokens_details"]["reasoning_tokens"]),
-        total_tokens: u["total_tokens"].as_u64().unwrap_or(input + output),
-    }
+    super::provider::usage_from(u, "input", "output")
 }
 
 #[cfg(test)]
