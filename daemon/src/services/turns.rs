@@ -258,23 +258,36 @@ impl Turns for TurnsService {
                 pair: pair.clone(),
                 label: label.clone(),
             };
-            let snapped = match snapshots.take(&snap_folder, owner(Phase::Before)).await {
-                Ok(_) => true,
-                Err(e) => {
-                    if !e.contains("are off in") {
-                        let _ = event_tx
+            // The model call does not touch the folder, so it starts at once;
+            // only tools wait until the "before" snapshot is durable.
+            let (gate_tx, gate_rx) = watch::channel(false);
+            let before = {
+                let (snapshots, folder, owner, events) = (
+                    snapshots.clone(),
+                    snap_folder.clone(),
+                    owner(Phase::Before),
+                    event_tx.clone(),
+                );
+                tokio::spawn(async move {
+                    let result = snapshots.take(&folder, owner).await;
+                    if let Err(e) = &result
+                        && !e.contains("are off in")
+                    {
+                        let _ = events
                             .send(Event::Notice(format!(
                                 "no snapshot before this message (undo will not cover it): {e}"
                             )))
                             .await;
                     }
-                    false
-                }
+                    let _ = gate_tx.send(true);
+                    result.is_ok()
+                })
             };
             let io = Io {
                 events: event_tx,
                 inputs: input_rx,
                 cancel: cancel_rx,
+                tools_gate: Some(gate_rx),
             };
             let forward = forward_events(
                 event_rx,
@@ -284,6 +297,7 @@ impl Turns for TurnsService {
             );
             let (finished, ()) = tokio::join!(engine.run(group, lease, spec, io), forward);
             // After the turn, whatever its outcome: what the message changed.
+            let snapped = before.await.unwrap_or(false);
             if snapped && let Err(e) = snapshots.take(&snap_folder, owner(Phase::After)).await {
                 tracing::warn!("snapshot after the turn failed: {e}");
             }

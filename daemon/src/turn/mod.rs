@@ -129,6 +129,9 @@ pub struct Io {
     pub inputs: mpsc::Receiver<Input>,
     /// Becomes `true` when the client cancels or goes away.
     pub cancel: watch::Receiver<bool>,
+    /// Tools wait for this to become `true` (the folder's "before"
+    /// snapshot is durable), so undo sees what they change.
+    pub tools_gate: Option<watch::Receiver<bool>>,
 }
 
 enum Stop {
@@ -538,6 +541,14 @@ impl Turn<'_> {
         mut pending: Vec<PendingCall>,
         resuming: bool,
     ) -> Result<Vec<Item>, Stop> {
+        if let Some(mut gate) = self.io.tools_gate.take() {
+            let mut cancel = self.io.cancel.clone();
+            tokio::select! {
+                // A dropped sender also opens the gate: the snapshot is over.
+                _ = gate.wait_for(|open| *open) => {}
+                _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
+            }
+        }
         for i in 0..pending.len() {
             let call = pending[i].clone();
             if call.state == CallState::Finished {
