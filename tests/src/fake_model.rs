@@ -447,21 +447,26 @@ async fn handle(
         Ok(plan) => plan,
         Err(resp) => return *resp,
     };
+    let (sse, resp) = open_sse(&shared, state);
+    tokio::spawn(async move {
+        // Ok or Err(Closed): either way the stream is over.
+        let _ = run_stream(sse, plan).await;
+    });
+    resp
+}
+
+/// Counts an open stream and makes the SSE writer and the response it feeds.
+fn open_sse(shared: &Arc<Shared>, mut state: MutexGuard<'_, FakeState>) -> (Sse, Response) {
     let delay = state.event_delay;
     state.open_streams += 1;
     drop(state);
-
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let sse = Sse {
         tx,
         seq: 0,
         delay,
-        shared: Arc::clone(&shared),
+        shared: Arc::clone(shared),
     };
-    tokio::spawn(async move {
-        // Ok or Err(Closed): either way the stream is over.
-        let _ = run_stream(sse, plan).await;
-    });
     let mut resp = Response::new(Body::from_stream(
         tokio_stream::wrappers::ReceiverStream::new(rx),
     ));
@@ -471,7 +476,7 @@ async fn handle(
         HeaderValue::from_static("text/event-stream"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    resp
+    (sse, resp)
 }
 
 fn reject(param: Option<&str>, code: Option<&str>, message: &str) -> Box<Response> {
@@ -1261,26 +1266,10 @@ mod chat {
         }
         let call_base = state.next_item;
         state.next_item += 8;
-        let delay = state.event_delay;
-        state.open_streams += 1;
-        drop(state);
-        let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-        let sse = Sse {
-            tx,
-            seq: 0,
-            delay,
-            shared: Arc::clone(shared),
-        };
+        let (sse, resp) = open_sse(shared, state);
         tokio::spawn(async move {
             let _ = stream(sse, id, reply, default_text, usage, one_chunk, call_base).await;
         });
-        let mut resp = Response::new(Body::from_stream(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        ));
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
         resp
     }
 
