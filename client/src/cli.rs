@@ -129,9 +129,10 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Put the folder back as snapshot N had it.
+    /// Put the folder back as snapshot N (or ID) had it.
     Rewind {
-        index: Option<u32>,
+        #[arg(value_name = "N|ID")]
+        index: Option<String>,
         #[arg(long)]
         yes: bool,
         #[arg(long)]

@@ -30,7 +30,7 @@ messages are sent to the model; lines starting with / are commands:
   /retry            send the last failed or interrupted turn again
   /retry new-chain  ... starting a new server-side chain from the saved conversation
   /undo [force]     put back what the last message changed (shows the list first)
-  /rewind [N]       list snapshots, or put the folder back as snapshot N had it
+  /rewind [N|ID]    list snapshots, or put the folder back as snapshot N had it
   /clear            delete this conversation's stored state and start fresh
   /help             this list
   /exit             leave (also Ctrl-D)
@@ -352,11 +352,8 @@ impl Chat<'_> {
             }
             ("rewind", None) => snapshots::rewind(self.ctx, None, false, false).await?,
             ("rewind", Some(n)) => {
-                let index = n
-                    .parse::<u32>()
-                    .map_err(|_| CliError::usage(format!("/rewind takes a number, not {n:?}")))?;
                 let yes = !self.ui.interactive;
-                snapshots::restore(self.ctx, snapshots::Restore::Rewind(index), yes, false).await?;
+                snapshots::restore(self.ctx, snapshots::rewind_target(n), yes, false).await?;
             }
             _ => {
                 return Err(CliError::usage(format!(

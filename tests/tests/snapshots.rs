@@ -174,6 +174,31 @@ fn undo_is_off_in_the_home_folder() {
     let out = env.chat(&model, Vec::<&str>::new(), "hi\n");
     assert_code(&out, 0);
     assert_eq!(json_out(&env.run(["status", "--json"]))["snapshots"], 0);
+    // Undo itself is refused there, with the reason.
+    let out = env.run(["undo", "--yes"]);
+    assert_code(&out, 1);
+    assert!(stderr(&out).contains("home folder"), "{}", stderr(&out));
+}
+
+#[test]
+fn the_home_guard_compares_real_paths() {
+    let env = TestEnv::new();
+    // HOME is a symlink to the chat folder.
+    let link = env.root().join("home-link");
+    std::os::unix::fs::symlink(&env.work, &link).unwrap();
+    let out = env
+        .agentx(["daemon", "start"])
+        .env("HOME", &link)
+        .output()
+        .unwrap();
+    assert_code(&out, 0);
+    let out = env.run([
+        std::ffi::OsStr::new("-C"),
+        link.as_os_str(),
+        "snapshot".as_ref(),
+    ]);
+    assert_code(&out, 1);
+    assert!(stderr(&out).contains("home folder"), "{}", stderr(&out));
 }
 
 #[test]
@@ -218,4 +243,85 @@ fn kill_9_during_a_snapshot_leaves_a_consistent_store() {
     let out = env.run(["rewind", &(base_index + 1).to_string(), "--yes"]);
     assert_code(&out, 0);
     assert_eq!(files(&env.work), base);
+}
+
+/// Waits (generously) until `path` exists.
+fn wait_for(path: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn undo_and_rewind_refuse_while_a_turn_runs_in_the_folder() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    seed(&env.work);
+    assert_code(&env.run(["snapshot"]), 0);
+    let gate = tempfile::tempdir().unwrap();
+    let (started, go) = (gate.path().join("started"), gate.path().join("go"));
+    model.push(Reply::ToolCall {
+        name: "shell".into(),
+        arguments: json!({"command": format!(
+            "echo half > half.txt; touch {s}; while [ ! -e {g} ]; do sleep 0.05; done; echo rest > rest.txt",
+            s = started.display(), g = go.display())}),
+    });
+    let child = env.chat_command(&model, ["--auto"], "write two files\n");
+    wait_for(&started);
+    for args in [vec!["undo", "--yes"], vec!["rewind", "1", "--yes"]] {
+        let out = env.run(&args);
+        assert_code(&out, 1);
+        assert!(
+            stderr(&out).contains("is running in this folder"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert!(
+        env.work.join("half.txt").exists(),
+        "half of the message was reverted"
+    );
+    std::fs::write(&go, "").unwrap();
+    assert_code(&child.wait_with_output().unwrap(), 0);
+    // Once it is over, the whole message is undone.
+    let out = env.run(["undo", "--yes"]);
+    assert_code(&out, 0);
+    assert!(!env.work.join("half.txt").exists() && !env.work.join("rest.txt").exists());
+}
+
+#[test]
+fn repeated_undo_passes_a_message_that_changed_nothing_and_rewind_takes_an_id() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    model.push(Reply::ToolCall {
+        name: "shell".into(),
+        arguments: json!({"command": "echo a > a.txt"}),
+    });
+    assert_code(&env.chat(&model, ["--auto"], "make a\n"), 0);
+    assert_code(&env.chat(&model, ["--auto"], "just talk\n"), 0);
+    let out = env.run(["undo", "--yes"]);
+    assert_code(&out, 0);
+    let err = stderr(&out);
+    assert!(
+        err.contains("passing over \u{201c}just talk\u{201d}"),
+        "{err}"
+    );
+    assert!(err.contains("undoing \u{201c}make a\u{201d} ("), "{err}");
+    assert!(!env.work.join("a.txt").exists());
+    let out = env.run(["undo", "--yes"]);
+    assert_code(&out, 1);
+    // The undo printed the id of the snapshot before it: rewind takes it.
+    let id = json_out(&env.run(["snapshots", "--json"]))[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = env.run(["rewind", &id, "--yes"]);
+    assert_code(&out, 0);
+    assert!(env.work.join("a.txt").exists());
 }

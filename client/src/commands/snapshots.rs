@@ -31,7 +31,8 @@ pub async fn list(ctx: &Ctx, as_json: bool) -> CliResult<()> {
             .iter()
             .map(|s| {
                 json!({"index": s.index, "id": s.id, "created_at": rfc3339_wire(s.created_at.as_ref()),
-                    "label": s.label, "files": s.files, "bytes": s.bytes, "changed_files": s.changed_files})
+                    "label": s.label, "files": s.files, "bytes": s.bytes, "changed_files": s.changed_files,
+                    "skipped": s.skipped, "skipped_why": s.skipped_why})
             })
             .collect();
         println!("{}", Value::Array(docs));
@@ -67,6 +68,12 @@ pub async fn take(ctx: &Ctx, label: Option<String>) -> CliResult<()> {
         "snapshot {} taken: {} files, {} changed since the previous one",
         snap.id, snap.files, snap.changed_files
     );
+    if snap.skipped > 0 {
+        eprintln!(
+            "{} path(s) not captured ({}): restores leave them alone",
+            snap.skipped, snap.skipped_why
+        );
+    }
     Ok(())
 }
 
@@ -78,12 +85,15 @@ fn show(changes: &[PlannedChange]) {
             Ok(ChangeKind::RestoreDeleted) => "deleted  → restore",
             _ => "?",
         };
-        let conflict = if c.conflict {
-            "   (changed since: conflict, skipped unless --force)"
+        let note = if !c.reason.is_empty() {
+            format!("   ({})", c.reason)
+        } else if c.conflict {
+            "   (changed since: conflict, skipped unless --force)".to_owned()
         } else {
-            ""
+            String::new()
         };
-        eprintln!("  {what}  {}{conflict}", c.path);
+        // Paths come escaped from agentd (no raw newline or tab).
+        eprintln!("  {what}  {}{note}", c.path);
     }
 }
 
@@ -93,6 +103,8 @@ pub enum Restore {
     Undo(String),
     /// The Nth newest snapshot.
     Rewind(u32),
+    /// The snapshot with this id.
+    RewindId(String),
 }
 
 /// Shows the plan, asks (unless `yes`), then restores.
@@ -100,8 +112,9 @@ pub async fn restore(ctx: &Ctx, what: Restore, yes: bool, force: bool) -> CliRes
     let target = match &what {
         Restore::Undo(session) => Target::UndoSessionId(session.clone()),
         Restore::Rewind(n) => Target::RewindIndex(*n),
+        Restore::RewindId(id) => Target::RewindId(id.clone()),
     };
-    let request = RestoreRequest {
+    let mut request = RestoreRequest {
         scope: ctx.scope(),
         target: Some(target),
         force,
@@ -111,52 +124,102 @@ pub async fn restore(ctx: &Ctx, what: Restore, yes: bool, force: bool) -> CliRes
         .await
         .map_err(|s| CliError::from_status("planning the restore", &s))?
         .into_inner();
+    let undo = matches!(what, Restore::Undo(_));
+    let verb = if undo { "undo" } else { "rewind" };
+    if !undo && !plan.target_id.is_empty() {
+        // Restore exactly the snapshot shown, even if another one is taken
+        // meanwhile (N would then name a different one).
+        request.target = Some(Target::RewindId(plan.target_id.clone()));
+    }
+    for m in &plan.passed {
+        eprintln!("passing over {m}: it changed nothing");
+    }
+    if undo {
+        eprintln!("undoing {}", plan.message);
+    }
+    if !plan.left_alone.is_empty() {
+        eprintln!(
+            "left alone ({} path(s) agentx could not capture):",
+            plan.left_alone.len()
+        );
+        show(&plan.left_alone);
+    }
     if plan.changes.is_empty() {
         println!("nothing to change: the folder already matches");
-        return Ok(());
-    }
-    let verb = match what {
-        Restore::Undo(_) => "undo",
-        Restore::Rewind(_) => "rewind",
-    };
-    eprintln!("{verb} will change {} path(s):", plan.changes.len());
-    show(&plan.changes);
-    if !yes {
-        if !std::io::stdin().is_terminal() {
-            return Err(CliError::usage(format!(
-                "{verb} needs --yes when not run from a terminal"
-            )));
-        }
-        if !crate::confirm(&format!("{verb} these changes?"))? {
-            println!("nothing changed");
+        if !undo {
             return Ok(());
         }
+        // An undo still moves past this message (and any it passed over).
+    } else {
+        eprintln!("{verb} will change {} path(s):", plan.changes.len());
+        show(&plan.changes);
+        if !yes {
+            if !std::io::stdin().is_terminal() {
+                return Err(CliError::usage(format!(
+                    "{verb} needs --yes when not run from a terminal"
+                )));
+            }
+            if !crate::confirm(&format!("{verb} these changes?"))? {
+                println!("nothing changed");
+                return Ok(());
+            }
+        }
     }
-    let reply = client(ctx)
-        .restore(request)
-        .await
-        .map_err(|s| CliError::from_status(verb, &s))?
-        .into_inner();
+    let reply = client(ctx).restore(request).await.map_err(|s| {
+        if matches!(
+            s.code(),
+            tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown
+        ) {
+            CliError::unreachable(format!(
+                "agentd stopped during the {verb}; it will be finished on the next command ({})",
+                s.message()
+            ))
+        } else {
+            CliError::from_status(verb, &s)
+        }
+    })?;
+    let reply = reply.into_inner();
     println!(
-        "{verb}: {} path(s) restored, {} skipped (snapshot {} holds the state before; `agentx rewind 1` returns to it)",
+        "{verb}: {} restored, {} skipped, {} left alone, {} failed (snapshot {} holds the state before; `agentx rewind {}` returns to it)",
         reply.applied.len(),
         reply.skipped.len(),
+        reply.left_alone.len(),
+        reply.errors.len(),
+        reply.pre_restore_snapshot_id,
         reply.pre_restore_snapshot_id
     );
     if !reply.skipped.is_empty() {
         eprintln!("skipped (changed since; --force restores them too):");
         show(&reply.skipped);
     }
+    if !reply.left_alone.is_empty() {
+        eprintln!("left alone:");
+        show(&reply.left_alone);
+    }
+    for e in &reply.errors {
+        eprintln!("  not restored: {e}");
+    }
+    if undo && !reply.undone {
+        eprintln!(
+            "{} stays the message to undo: run undo again (with --force for the skipped paths)",
+            reply.message
+        );
+    }
     if !reply.errors.is_empty() {
-        for e in &reply.errors {
-            eprintln!("  not restored: {e}");
-        }
         return Err(CliError::failed(format!(
             "{} path(s) could not be restored",
             reply.errors.len()
         )));
     }
     Ok(())
+}
+
+/// Parses `N` (a position, 1 = newest) or a snapshot id.
+pub fn rewind_target(arg: &str) -> Restore {
+    match arg.parse::<u32>() {
+        Ok(n) if arg.len() <= 4 => Restore::Rewind(n),
+        _ => Restore::RewindId(arg.to_owned()),
+    }
 }
 
 /// `agentx undo`: the current conversation's last message.
@@ -169,13 +232,15 @@ pub async fn undo(ctx: &Ctx, yes: bool, force: bool) -> CliResult<()> {
 }
 
 /// `agentx rewind [N]`: without N, the list to choose from.
-pub async fn rewind(ctx: &Ctx, index: Option<u32>, yes: bool, force: bool) -> CliResult<()> {
+pub async fn rewind(ctx: &Ctx, index: Option<String>, yes: bool, force: bool) -> CliResult<()> {
     match index {
         None => {
             list(ctx, false).await?;
-            println!("`agentx rewind N` puts the folder back as snapshot N had it");
+            println!(
+                "`agentx rewind N` (or `agentx rewind ID`) puts the folder back as that snapshot had it"
+            );
             Ok(())
         }
-        Some(n) => restore(ctx, Restore::Rewind(n), yes, force).await,
+        Some(n) => restore(ctx, rewind_target(&n), yes, force).await,
     }
 }

@@ -14,7 +14,7 @@ use agentx_shared::proto::{
 use super::group_for;
 use crate::snapshot::restore::{Action, Planned};
 use crate::snapshot::service::Snapshots;
-use crate::snapshot::{Owner, Phase, Snap};
+use crate::snapshot::{Owner, Phase, RewindTo, Snap};
 use crate::store::Store;
 
 pub struct SnapshotsService {
@@ -30,7 +30,7 @@ impl SnapshotsService {
 
 /// Snapshot errors as statuses: "off here" and "no such" are the caller's.
 pub fn snap_status(message: String) -> Status {
-    if message.contains("are off in") {
+    if message.contains("are off in") || message.contains("is running in this folder") {
         Status::failed_precondition(message)
     } else if message.starts_with("no ") {
         Status::not_found(message)
@@ -50,6 +50,8 @@ pub fn info(index: usize, s: &Snap) -> SnapshotInfo {
         files: s.files,
         bytes: s.bytes,
         changed_files: s.changed,
+        skipped: s.skipped,
+        skipped_why: s.skipped_why.clone(),
     }
 }
 
@@ -63,13 +65,14 @@ fn planned(p: &[Planned]) -> Vec<PlannedChange> {
                 Action::RestoreDeleted => ChangeKind::RestoreDeleted,
             } as i32,
             conflict: c.conflict,
+            reason: c.reason.clone(),
         })
         .collect()
 }
 
 enum What {
     Undo(String),
-    Rewind(usize),
+    Rewind(RewindTo),
 }
 
 fn what(req: &RestoreRequest) -> Result<What, Status> {
@@ -79,7 +82,12 @@ fn what(req: &RestoreRequest) -> Result<What, Status> {
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
             Ok(What::Undo(id.clone()))
         }
-        Some(Target::RewindIndex(n)) => Ok(What::Rewind(*n as usize)),
+        Some(Target::RewindIndex(n)) => Ok(What::Rewind(RewindTo::Index(*n as usize))),
+        Some(Target::RewindId(id)) => {
+            agentx_shared::folder::check_component("snapshot id", id)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            Ok(What::Rewind(RewindTo::Id(id.clone())))
+        }
         None => Err(Status::invalid_argument(
             "say what to restore: undo or rewind",
         )),
@@ -147,15 +155,19 @@ impl SnapshotsApi for SnapshotsService {
                     .call(move |s| s.plan_undo(&folder, &session))
                     .await
             }
-            What::Rewind(n) => {
+            What::Rewind(to) => {
                 self.snapshots
-                    .call(move |s| s.plan_rewind(&folder, n))
+                    .call(move |s| s.plan_rewind(&folder, &to))
                     .await
             }
         }
         .map_err(snap_status)?;
         Ok(Response::new(RestorePlan {
-            changes: planned(&plan),
+            changes: planned(&plan.changes),
+            left_alone: planned(&plan.left_alone),
+            message: plan.message,
+            passed: plan.passed,
+            target_id: plan.target_id,
         }))
     }
 
@@ -167,13 +179,27 @@ impl SnapshotsApi for SnapshotsService {
         let (_, folder) = group_for(&self.store, req.scope.as_ref())?;
         let folder = PathBuf::from(folder);
         let force = req.force;
+        // Checked on the snapshot actor's thread: a turn that registers
+        // after this check queues its "before" snapshot (and so its tools)
+        // behind this restore.
+        let busy = self.snapshots.busy();
         let report = match what(&req)? {
             What::Undo(session) => {
                 self.snapshots
-                    .call(move |s| s.undo(&folder, &session, force))
+                    .call(move |s| {
+                        busy.check(&folder)?;
+                        s.undo(&folder, &session, force)
+                    })
                     .await
             }
-            What::Rewind(n) => self.snapshots.call(move |s| s.rewind(&folder, n)).await,
+            What::Rewind(to) => {
+                self.snapshots
+                    .call(move |s| {
+                        busy.check(&folder)?;
+                        s.rewind(&folder, &to)
+                    })
+                    .await
+            }
         }
         .map_err(snap_status)?;
         if !report.errors.is_empty() {
@@ -184,6 +210,10 @@ impl SnapshotsApi for SnapshotsService {
             skipped: planned(&report.skipped),
             pre_restore_snapshot_id: report.pre_restore,
             errors: report.errors,
+            left_alone: planned(&report.left_alone),
+            message: report.message,
+            passed: report.passed,
+            undone: report.undone,
         }))
     }
 }

@@ -248,6 +248,16 @@ impl Turns for TurnsService {
             };
             // Before the message: the folder as it was, so /undo can put it back.
             let session_id = lease.doc.id.clone();
+            // Restores of this folder refuse until the turn (and its
+            // "after" snapshot) is over.
+            let _busy = snapshots.busy().enter(
+                &snap_folder,
+                if oneshot_id.is_empty() {
+                    format!("a turn of conversation {session_id}")
+                } else {
+                    format!("one-shot {oneshot_id}")
+                },
+            );
             let pair = format!(
                 "{session_id}-{}",
                 agentx_shared::time::unix_ms(std::time::SystemTime::now())

@@ -12,6 +12,25 @@ pub enum Kind {
     File,
     Symlink,
     Dir,
+    /// Present but not captured (excluded, over 10 MB, unreadable, changing
+    /// while read): `target` holds the reason. A restore never touches it
+    /// or anything below it.
+    Skipped,
+}
+
+/// Reasons a path is [`Kind::Skipped`]. The quiet ones are left alone
+/// without a word (that is their documented rule); the others are reported.
+pub mod why {
+    pub const EXCLUDED: &[u8] = b"excluded";
+    pub const SPECIAL: &[u8] = b"not a file, directory or symlink";
+    pub const OVERSIZED: &[u8] = b"over 10 MB";
+    pub const UNREADABLE: &[u8] = b"unreadable";
+    pub const CHANGING: &[u8] = b"changing while it was read";
+
+    /// Left alone without being reported.
+    pub fn quiet(reason: &[u8]) -> bool {
+        reason == EXCLUDED || reason == SPECIAL
+    }
 }
 
 /// One path of a snapshot. Paths are relative, `/`-separated, raw bytes.
@@ -29,8 +48,14 @@ pub struct Entry {
     pub racy: bool,
     /// Content hash (files).
     pub hash: Hash,
-    /// Link target (symlinks).
+    /// Link target (symlinks), or why the path is [`Kind::Skipped`].
     pub target: Vec<u8>,
+    /// Owner and group (`u32::MAX` when unknown: older manifests).
+    pub uid: u32,
+    pub gid: u32,
+    /// Hard-link count at scan time (files sharing `ino` with `nlink > 1`
+    /// are one inode, restored as links of each other).
+    pub nlink: u32,
 }
 
 impl Entry {
@@ -39,10 +64,25 @@ impl Entry {
     pub fn same_content(&self, other: &Entry) -> bool {
         self.kind == other.kind
             && match self.kind {
-                Kind::File => self.hash == other.hash && self.mode & 0o777 == other.mode & 0o777,
-                Kind::Symlink => self.target == other.target,
-                Kind::Dir => true,
+                Kind::File => {
+                    self.hash == other.hash
+                        && self.mode & 0o7777 == other.mode & 0o7777
+                        && self.same_owner(other)
+                }
+                Kind::Symlink | Kind::Skipped => self.target == other.target,
+                Kind::Dir => self.mode == other.mode,
             }
+    }
+
+    /// Owner and group match (or one side does not know them).
+    pub fn same_owner(&self, other: &Entry) -> bool {
+        let unknown = |e: &Entry| e.uid == u32::MAX || other.uid == u32::MAX;
+        unknown(self) || (self.uid == other.uid && self.gid == other.gid)
+    }
+
+    /// Not captured, for a reason that is reported.
+    pub fn loud_skip(&self) -> bool {
+        self.kind == Kind::Skipped && !why::quiet(&self.target)
     }
 }
 
@@ -52,7 +92,9 @@ pub struct Manifest {
     pub entries: Vec<Entry>,
 }
 
-const MAGIC: &[u8; 4] = b"AXM1";
+/// Entry list without owners and link counts (read only).
+const MAGIC_V1: &[u8; 4] = b"AXM1";
+const MAGIC: &[u8; 4] = b"AXM2";
 /// File header of a full manifest.
 const FULL: &[u8; 4] = b"AXF1";
 /// File header of a delta manifest (followed by its base id).
@@ -184,16 +226,26 @@ impl Manifest {
     /// Whether two manifests describe the same tree with the same stat data
     /// (then the old one can stand for the new snapshot).
     pub fn same_as(&self, other: &Manifest) -> bool {
-        self.entries.len() == other.entries.len()
-            && self.entries.iter().zip(&other.entries).all(|(a, b)| {
-                a.path == b.path
-                    && a.same_content(b)
-                    && a.size == b.size
-                    && a.mtime_ns == b.mtime_ns
-                    && a.ctime_ns == b.ctime_ns
-                    && a.ino == b.ino
-                    && a.racy == b.racy
-            })
+        self.entries == other.entries
+    }
+
+    /// Paths present but not captured, for a reported reason, and a
+    /// summary of the reasons ("2 unreadable, 1 over 10 MB").
+    pub fn skipped(&self) -> (u64, String) {
+        let mut counts: Vec<(&[u8], u64)> = Vec::new();
+        for e in self.entries.iter().filter(|e| e.loud_skip()) {
+            match counts.iter_mut().find(|(r, _)| *r == e.target.as_slice()) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((&e.target, 1)),
+            }
+        }
+        let total = counts.iter().map(|(_, n)| n).sum();
+        let why = counts
+            .iter()
+            .map(|(r, n)| format!("{n} {}", String::from_utf8_lossy(r)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        (total, why)
     }
 
     /// The changes that turn `base` into `self`.
@@ -250,6 +302,7 @@ impl Manifest {
                 Kind::File => 0,
                 Kind::Symlink => 1,
                 Kind::Dir => 2,
+                Kind::Skipped => 3,
             });
             raw.extend_from_slice(&e.mode.to_le_bytes());
             raw.extend_from_slice(&e.size.to_le_bytes());
@@ -257,9 +310,12 @@ impl Manifest {
             raw.extend_from_slice(&e.ctime_ns.to_le_bytes());
             raw.extend_from_slice(&e.ino.to_le_bytes());
             raw.push(u8::from(e.racy));
+            raw.extend_from_slice(&e.uid.to_le_bytes());
+            raw.extend_from_slice(&e.gid.to_le_bytes());
+            raw.extend_from_slice(&e.nlink.to_le_bytes());
             match e.kind {
                 Kind::File => raw.extend_from_slice(&e.hash),
-                Kind::Symlink => {
+                Kind::Symlink | Kind::Skipped => {
                     let len = u32::try_from(e.target.len())
                         .map_err(|_| io::Error::other("target too long"))?;
                     raw.extend_from_slice(&len.to_le_bytes());
@@ -280,9 +336,11 @@ impl Manifest {
     }
 
     fn decode_entries(r: &mut Reader<'_>) -> io::Result<Vec<Entry>> {
-        if r.take(4)? != MAGIC {
-            return Err(bad("not a manifest"));
-        }
+        let v2 = match r.take(4)? {
+            m if m == MAGIC => true,
+            m if m == MAGIC_V1 => false,
+            _ => return Err(bad("not a manifest")),
+        };
         let count = r.u64()?;
         let mut entries = Vec::with_capacity(usize::try_from(count.min(10_000_000)).unwrap_or(0));
         for _ in 0..count {
@@ -292,6 +350,7 @@ impl Manifest {
                 0 => Kind::File,
                 1 => Kind::Symlink,
                 2 => Kind::Dir,
+                3 => Kind::Skipped,
                 _ => return Err(bad("unknown entry kind")),
             };
             let mode = r.u32()?;
@@ -300,11 +359,16 @@ impl Manifest {
             let ctime_ns = r.u64()? as i64;
             let ino = r.u64()?;
             let racy = r.u8()? != 0;
+            let (uid, gid, nlink) = if v2 {
+                (r.u32()?, r.u32()?, r.u32()?)
+            } else {
+                (u32::MAX, u32::MAX, 1)
+            };
             let mut hash = [0u8; 32];
             let mut target = Vec::new();
             match kind {
                 Kind::File => hash.copy_from_slice(r.take(32)?),
-                Kind::Symlink => {
+                Kind::Symlink | Kind::Skipped => {
                     let len = r.u32()? as usize;
                     target = r.take(len)?.to_vec();
                 }
@@ -321,6 +385,9 @@ impl Manifest {
                 racy,
                 hash,
                 target,
+                uid,
+                gid,
+                nlink,
             });
         }
         Ok(entries)
@@ -381,6 +448,9 @@ mod tests {
                     racy: true,
                     hash: [7; 32],
                     target: vec![],
+                    uid: 1,
+                    gid: 2,
+                    nlink: 1,
                 },
                 Entry {
                     path: b"a".to_vec(),
@@ -393,6 +463,9 @@ mod tests {
                     racy: false,
                     hash: [0; 32],
                     target: b"../x".to_vec(),
+                    uid: 0,
+                    gid: 0,
+                    nlink: 1,
                 },
                 Entry {
                     path: b"b".to_vec(),
@@ -405,6 +478,24 @@ mod tests {
                     racy: false,
                     hash: [0; 32],
                     target: vec![],
+                    uid: 3,
+                    gid: 4,
+                    nlink: 2,
+                },
+                Entry {
+                    path: b"big".to_vec(),
+                    kind: Kind::Skipped,
+                    mode: 0o644,
+                    size: 0,
+                    mtime_ns: 1,
+                    ctime_ns: 2,
+                    ino: 5,
+                    racy: false,
+                    hash: [0; 32],
+                    target: why::OVERSIZED.to_vec(),
+                    uid: 0,
+                    gid: 0,
+                    nlink: 1,
                 },
             ],
         };

@@ -28,8 +28,10 @@ use manifest::{Hash, Kind};
 use manifest::{Manifest, Stored};
 use restore::{Action, Op, Planned};
 
-/// Snapshots kept per folder.
+/// Message snapshots (before/after a message, before a restore) kept per folder.
 pub const KEEP: usize = 50;
+/// Manual snapshots (`agentx snapshot`) kept per folder, on their own.
+pub const KEEP_MANUAL: usize = 20;
 
 /// Longest chain of delta manifests before a full one is written.
 const MAX_DELTA_DEPTH: u32 = 16;
@@ -46,6 +48,8 @@ pub enum SnapError {
     Io(#[from] std::io::Error),
     #[error("agentd is shutting down")]
     Closed,
+    #[error("{0}")]
+    Busy(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +88,19 @@ pub struct Snap {
     pub owners: Vec<Owner>,
     #[serde(default)]
     pub undone: bool,
+    /// Paths present but not captured (unreadable, over 10 MB, changing
+    /// while read), and the reasons summed up.
+    #[serde(default)]
+    pub skipped: u64,
+    #[serde(default)]
+    pub skipped_why: String,
+}
+
+impl Snap {
+    /// Taken only on request (`agentx snapshot`): retained on its own cap.
+    fn manual(&self) -> bool {
+        !self.owners.is_empty() && self.owners.iter().all(|o| o.phase == Phase::Manual)
+    }
 }
 
 impl Snap {
@@ -125,9 +142,65 @@ struct FolderState {
 #[derive(Debug, Default)]
 pub struct RestoreReport {
     pub applied: Vec<Planned>,
+    /// Conflicts not forced.
     pub skipped: Vec<Planned>,
+    /// Paths a restore never touches (not captured now or then), with why.
+    pub left_alone: Vec<Planned>,
+    /// `path: why` of paths that failed.
     pub errors: Vec<String>,
     pub pre_restore: String,
+    /// The message undone (first line, how long ago); empty for a rewind.
+    pub message: String,
+    /// Messages passed over because they changed nothing.
+    pub passed: Vec<String>,
+    /// Whether the message now counts as undone (every path restored).
+    pub undone: bool,
+}
+
+/// What an undo or rewind would do.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub changes: Vec<Planned>,
+    pub left_alone: Vec<Planned>,
+    pub message: String,
+    pub passed: Vec<String>,
+    /// The snapshot a rewind goes back to (restore by this id to be sure
+    /// of the one listed).
+    pub target_id: String,
+}
+
+/// Which snapshot a rewind goes back to.
+#[derive(Debug, Clone)]
+pub enum RewindTo {
+    /// 1 = newest.
+    Index(usize),
+    Id(String),
+}
+
+/// A message of a conversation: its before snapshot and (once the turn
+/// ended) its after snapshot.
+type Message = (Snap, Option<Snap>);
+
+/// "“first line” (3 min ago)".
+fn describe_message(before: &Snap, session: &str) -> String {
+    let label = before
+        .owners
+        .iter()
+        .find(|o| o.session == session && o.phase == Phase::Before)
+        .map(|o| o.label.clone())
+        .unwrap_or_default();
+    let secs = (now_ms() - before.created_at).max(0) / 1000;
+    let ago = match secs {
+        0..=4 => "just now".to_owned(),
+        5..=59 => format!("{secs} s ago"),
+        60..=3599 => format!("{} min ago", secs / 60),
+        3600..=86399 => format!("{} h ago", secs / 3600),
+        _ => format!("{} days ago", secs / 86400),
+    };
+    format!(
+        "\u{201c}{}\u{201d} ({ago})",
+        restore::escape(label.as_bytes())
+    )
 }
 
 pub struct SnapshotStore {
@@ -213,8 +286,14 @@ impl SnapshotStore {
     }
 
     fn guard(&self, folder: &Path) -> Result<(), SnapError> {
-        let at_or_above_home = self.home.as_ref().is_some_and(|h| h.starts_with(folder));
-        if at_or_above_home || folder == Path::new("/") {
+        // Real paths: HOME or the folder may be reached through a symlink.
+        let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let real_folder = real(folder);
+        let at_or_above_home = self
+            .home
+            .as_ref()
+            .is_some_and(|h| h.starts_with(folder) || real(h).starts_with(&real_folder));
+        if at_or_above_home || real_folder == Path::new("/") {
             return Err(SnapError::Home(folder.display().to_string()));
         }
         Ok(())
@@ -278,13 +357,15 @@ impl SnapshotStore {
                         want,
                         action,
                         conflict: false,
+                        left_alone: None,
                     }
                 })
                 .collect();
             let errors = restore::apply(folder, &ops, &self.blobs);
-            for e in errors {
-                tracing::warn!("finishing restore: {e}");
+            for (path, e) in errors {
+                tracing::warn!("finishing restore: {}: {e}", restore::escape(&path));
             }
+            restore::remove_temps(folder, &journal.paths);
         }
         std::fs::remove_file(&journal_path)?;
         durable::fsync_dir(&dir)?;
@@ -341,6 +422,7 @@ impl SnapshotStore {
             scan_ms = started.elapsed().as_millis(),
             "snapshot scanned"
         );
+        let (skipped, skipped_why) = manifest.skipped();
         let same = previous.as_deref().is_some_and(|p| p.same_as(&manifest));
         let changed = match previous.as_deref() {
             None => manifest.entries.len() as u64,
@@ -392,11 +474,33 @@ impl SnapshotStore {
             changed,
             owners,
             undone: false,
+            skipped,
+            skipped_why,
         };
         let fs = self.folder(folder)?;
         fs.timeline.snaps.push(snap.clone());
-        let excess = fs.timeline.snaps.len().saturating_sub(KEEP);
-        let dropped: Vec<Snap> = fs.timeline.snaps.drain(..excess).collect();
+        // Message and manual snapshots are retained on separate caps, so
+        // `agentx snapshot` never pushes a message out.
+        let (mut messages, mut manual) = (0, 0);
+        let mut keep = vec![true; fs.timeline.snaps.len()];
+        for (i, s) in fs.timeline.snaps.iter().enumerate().rev() {
+            let (count, cap) = if s.manual() {
+                (&mut manual, KEEP_MANUAL)
+            } else {
+                (&mut messages, KEEP)
+            };
+            *count += 1;
+            keep[i] = *count <= cap;
+        }
+        let mut dropped = Vec::new();
+        let mut flags = keep.into_iter();
+        fs.timeline.snaps.retain(|s| {
+            let kept = flags.next().unwrap_or(true);
+            if !kept {
+                dropped.push(s.clone());
+            }
+            kept
+        });
         save_timeline(&fs.dir, &fs.timeline)?;
         if !dropped.is_empty() {
             self.release(folder, &dropped)?;
@@ -489,12 +593,8 @@ impl SnapshotStore {
         self.blobs.disk_bytes() + manifests
     }
 
-    /// The snapshots bracketing `session`'s last message not yet undone.
-    fn last_message(
-        &mut self,
-        folder: &Path,
-        session: &str,
-    ) -> Result<(Snap, Option<Snap>), SnapError> {
+    /// `session`'s messages not yet undone, newest first.
+    fn messages(&mut self, folder: &Path, session: &str) -> Result<Vec<Message>, SnapError> {
         let fs = self.folder(folder)?;
         let owned = |s: &Snap, phase: Phase| {
             s.owners
@@ -502,31 +602,49 @@ impl SnapshotStore {
                 .find(|o| o.session == session && o.phase == phase)
                 .map(|o| o.pair.clone())
         };
-        let before = fs
-            .timeline
-            .snaps
+        let snaps = &fs.timeline.snaps;
+        Ok(snaps
             .iter()
             .rev()
-            .find(|s| !s.undone && owned(s, Phase::Before).is_some())
-            .cloned()
-            .ok_or_else(|| {
-                SnapError::NotFound(
-                    "no message of this conversation to undo (the last 50 snapshots have none)"
-                        .into(),
-                )
-            })?;
-        let pair = owned(&before, Phase::Before).unwrap_or_default();
-        let after = fs
-            .timeline
-            .snaps
-            .iter()
-            .find(|s| {
-                s.owners
+            .filter(|s| !s.undone)
+            .filter_map(|before| {
+                let pair = owned(before, Phase::Before)?;
+                let after = snaps
                     .iter()
-                    .any(|o| o.session == session && o.phase == Phase::After && o.pair == pair)
+                    .find(|s| owned(s, Phase::After).is_some_and(|p| p == pair))
+                    .cloned();
+                Some((before.clone(), after))
             })
-            .cloned();
-        Ok((before, after))
+            .collect())
+    }
+
+    /// The message an undo takes back, and the newer ones it passes over
+    /// because they changed nothing (each undo walks one message back).
+    fn undo_target(
+        &mut self,
+        folder: &Path,
+        session: &str,
+    ) -> Result<(Message, Vec<Message>), SnapError> {
+        let mut passed = Vec::new();
+        for (before, after) in self.messages(folder, session)? {
+            if let Some(a) = &after {
+                let b = self.manifest_of(folder, &before)?;
+                let am = self.manifest_of(folder, a)?;
+                if restore::plan_undo(&b, &am, &am).is_empty() {
+                    passed.push((before, after));
+                    continue;
+                }
+            }
+            return Ok(((before, after), passed));
+        }
+        Err(SnapError::NotFound(if passed.is_empty() {
+            "no message of this conversation to undo (the last 50 snapshots have none)".into()
+        } else {
+            format!(
+                "no message of this conversation to undo: the {} left changed nothing",
+                passed.len()
+            )
+        }))
     }
 
     /// A scan of the folder as it is now, stored nowhere.
@@ -560,26 +678,41 @@ impl SnapshotStore {
     }
 
     /// What undoing `session`'s last message would change.
-    pub fn plan_undo(&mut self, folder: &Path, session: &str) -> Result<Vec<Planned>, SnapError> {
-        let (before, after) = self.last_message(folder, session)?;
+    pub fn plan_undo(&mut self, folder: &Path, session: &str) -> Result<Plan, SnapError> {
+        let ((before, after), passed) = self.undo_target(folder, session)?;
         let current = Arc::new(self.current(folder)?);
         let b = self.manifest_of(folder, &before)?;
         let a = match &after {
             Some(s) => self.manifest_of(folder, s)?,
             None => Arc::clone(&current),
         };
-        Ok(restore::describe(&restore::plan_undo(&b, &a, &current)))
+        let ops = restore::plan_undo(&b, &a, &current);
+        let (left, changes): (Vec<Op>, Vec<Op>) =
+            ops.into_iter().partition(|o| o.left_alone.is_some());
+        Ok(Plan {
+            changes: restore::describe(&changes),
+            left_alone: restore::describe(&left),
+            message: describe_message(&before, session),
+            passed: passed
+                .iter()
+                .map(|(b, _)| describe_message(b, session))
+                .collect(),
+            target_id: before.id.clone(),
+        })
     }
 
     /// Puts back what `session`'s last message changed (conflicts skipped
-    /// unless `force`), after a pre-restore snapshot.
+    /// unless `force`), after a pre-restore snapshot. The message counts as
+    /// undone only when every path it changed was put back (paths that are
+    /// left alone by rule excepted); newer messages that changed nothing
+    /// are passed over and marked undone with it.
     pub fn undo(
         &mut self,
         folder: &Path,
         session: &str,
         force: bool,
     ) -> Result<RestoreReport, SnapError> {
-        let (before, after) = self.last_message(folder, session)?;
+        let ((before, after), passed) = self.undo_target(folder, session)?;
         let pre = self.take(
             folder,
             vec![Owner {
@@ -596,10 +729,28 @@ impl SnapshotStore {
             None => Arc::clone(&current),
         };
         let ops = restore::plan_undo(&b, &a, &current);
-        let report = self.run_restore(folder, &before.manifest, ops, force, pre.id)?;
+        let mut report = self.run_restore(folder, &before.manifest, ops, force, pre.id)?;
+        report.undone = report.skipped.is_empty() && report.errors.is_empty();
+        report.message = describe_message(&before, session);
+        report.passed = passed
+            .iter()
+            .map(|(b, _)| describe_message(b, session))
+            .collect();
+        let mut mark: Vec<&str> = passed
+            .iter()
+            .flat_map(|(b, a)| {
+                std::iter::once(b.id.as_str()).chain(a.iter().map(|a| a.id.as_str()))
+            })
+            .collect();
+        if report.undone {
+            mark.push(&before.id);
+            if let Some(a) = &after {
+                mark.push(&a.id);
+            }
+        }
         let fs = self.folder(folder)?;
         for s in fs.timeline.snaps.iter_mut() {
-            if s.id == before.id || after.as_ref().is_some_and(|a| a.id == s.id) {
+            if mark.contains(&s.id.as_str()) {
                 s.undone = true;
             }
         }
@@ -607,17 +758,25 @@ impl SnapshotStore {
         Ok(report)
     }
 
-    /// What rewinding to the `n`th newest snapshot would change.
-    pub fn plan_rewind(&mut self, folder: &Path, n: usize) -> Result<Vec<Planned>, SnapError> {
-        let target = self.nth(folder, n)?;
+    /// What rewinding to a snapshot would change.
+    pub fn plan_rewind(&mut self, folder: &Path, to: &RewindTo) -> Result<Plan, SnapError> {
+        let target = self.rewind_target(folder, to)?;
         let t = self.manifest_of(folder, &target)?;
         let current = self.current(folder)?;
-        Ok(restore::describe(&restore::plan_rewind(&t, &current)))
+        let (left, changes): (Vec<Op>, Vec<Op>) = restore::plan_rewind(&t, &current)
+            .into_iter()
+            .partition(|o| o.left_alone.is_some());
+        Ok(Plan {
+            changes: restore::describe(&changes),
+            left_alone: restore::describe(&left),
+            target_id: target.id,
+            ..Plan::default()
+        })
     }
 
-    /// Puts the whole folder back as the `n`th newest snapshot had it.
-    pub fn rewind(&mut self, folder: &Path, n: usize) -> Result<RestoreReport, SnapError> {
-        let target = self.nth(folder, n)?;
+    /// Puts the whole folder back as a snapshot had it.
+    pub fn rewind(&mut self, folder: &Path, to: &RewindTo) -> Result<RestoreReport, SnapError> {
+        let target = self.rewind_target(folder, to)?;
         let pre = self.take(
             folder,
             vec![Owner {
@@ -633,15 +792,24 @@ impl SnapshotStore {
         self.run_restore(folder, &target.manifest, ops, true, pre.id)
     }
 
-    fn nth(&mut self, folder: &Path, n: usize) -> Result<Snap, SnapError> {
+    fn rewind_target(&mut self, folder: &Path, to: &RewindTo) -> Result<Snap, SnapError> {
         let snaps = &self.folder(folder)?.timeline.snaps;
-        if n == 0 || n > snaps.len() {
-            return Err(SnapError::NotFound(format!(
-                "no snapshot {n}: this folder has {} (1 is the newest)",
-                snaps.len()
-            )));
+        match to {
+            RewindTo::Index(n) => {
+                if *n == 0 || *n > snaps.len() {
+                    return Err(SnapError::NotFound(format!(
+                        "no snapshot {n}: this folder has {} (1 is the newest)",
+                        snaps.len()
+                    )));
+                }
+                Ok(snaps[snaps.len() - n].clone())
+            }
+            RewindTo::Id(id) => snaps.iter().find(|s| s.id == *id).cloned().ok_or_else(|| {
+                SnapError::NotFound(format!(
+                    "no snapshot {id} in this folder (`agentx snapshots` lists them)"
+                ))
+            }),
         }
-        Ok(snaps[snaps.len() - n].clone())
     }
 
     fn run_restore(
@@ -652,6 +820,7 @@ impl SnapshotStore {
         force: bool,
         pre_restore: String,
     ) -> Result<RestoreReport, SnapError> {
+        let (left, ops): (Vec<Op>, Vec<Op>) = ops.into_iter().partition(|o| o.left_alone.is_some());
         let (apply, skipped): (Vec<Op>, Vec<Op>) =
             ops.into_iter().partition(|o| force || !o.conflict);
         let fs = self.folder(folder)?;
@@ -665,14 +834,25 @@ impl SnapshotStore {
             &journal_path,
             &serde_json::to_vec(&journal).map_err(std::io::Error::other)?,
         )?;
-        let errors = restore::apply(folder, &apply, &self.blobs);
+        let failed = restore::apply(folder, &apply, &self.blobs);
         std::fs::remove_file(&journal_path)?;
         durable::fsync_dir(&dir)?;
+        let failed_paths: HashSet<&[u8]> = failed.iter().map(|(p, _)| p.as_slice()).collect();
+        let done: Vec<Op> = apply
+            .iter()
+            .filter(|o| !failed_paths.contains(o.path.as_slice()))
+            .cloned()
+            .collect();
         Ok(RestoreReport {
-            applied: restore::describe(&apply),
+            applied: restore::describe(&done),
             skipped: restore::describe(&skipped),
-            errors,
+            left_alone: restore::describe(&left),
+            errors: failed
+                .iter()
+                .map(|(p, e)| format!("{}: {e}", restore::escape(p)))
+                .collect(),
             pre_restore,
+            ..RestoreReport::default()
         })
     }
 }

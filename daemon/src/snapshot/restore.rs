@@ -15,8 +15,11 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 use serde::{Deserialize, Serialize};
 
+use std::collections::HashMap;
+
 use super::blobs::Blobs;
-use super::manifest::{Entry, Kind, Manifest};
+use super::manifest::{Entry, Kind, Manifest, why};
+use super::scan::{MAX_FILE, TEMP_PREFIX};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -35,6 +38,9 @@ pub struct Planned {
     pub action: Action,
     /// Changed again since the message being undone.
     pub conflict: bool,
+    /// Why it is left alone (empty: it is restored).
+    #[serde(default)]
+    pub reason: String,
 }
 
 /// One step of a restore: make `path` be `want` (or absent).
@@ -44,6 +50,9 @@ pub struct Op {
     pub want: Option<Entry>,
     pub action: Action,
     pub conflict: bool,
+    /// Left alone, and why: the path (or a directory above it) could not be
+    /// captured now or in the snapshot restored from.
+    pub left_alone: Option<String>,
 }
 
 fn action_for(current: Option<&Entry>, want: Option<&Entry>) -> Option<Action> {
@@ -87,20 +96,139 @@ fn aligned<'a, const N: usize>(lists: [&'a [Entry]; N]) -> Vec<(&'a [u8], [Optio
     out
 }
 
+/// The paths of a manifest that were not captured ([`Kind::Skipped`]),
+/// and the directories holding one.
+struct Uncaptured<'a> {
+    at: HashMap<&'a [u8], &'a [u8]>,
+    /// Directory → whether what it holds is reported (not merely excluded).
+    holds: HashMap<&'a [u8], bool>,
+}
+
+impl<'a> Uncaptured<'a> {
+    fn new(m: &'a Manifest) -> Self {
+        let mut at = HashMap::new();
+        let mut holds: HashMap<&[u8], bool> = HashMap::new();
+        for e in m.entries.iter().filter(|e| e.kind == Kind::Skipped) {
+            at.insert(e.path.as_slice(), e.target.as_slice());
+            let loud = e.loud_skip();
+            for (i, b) in e.path.iter().enumerate() {
+                if *b == b'/' {
+                    let slot = holds.entry(&e.path[..i]).or_insert(false);
+                    *slot |= loud;
+                }
+            }
+        }
+        Self { at, holds }
+    }
+
+    /// The path, or the nearest directory above it, that was not captured,
+    /// with the reason.
+    fn covering(&self, path: &'a [u8]) -> Option<(&'a [u8], &'a [u8])> {
+        if self.at.is_empty() {
+            return None;
+        }
+        let mut ends: Vec<usize> = path
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'/')
+            .map(|(i, _)| i)
+            .collect();
+        ends.push(path.len());
+        ends.into_iter().find_map(|end| {
+            self.at
+                .get(&path[..end])
+                .map(|reason| (&path[..end], *reason))
+        })
+    }
+}
+
+/// Whether an op may run: `None` drops it silently (an excluded path, or a
+/// directory that stays because it holds excluded content), `Some(Some(why))`
+/// lists it as left alone.
+fn guard(
+    path: &[u8],
+    action: Action,
+    now: Option<&Entry>,
+    want: &Uncaptured<'_>,
+    current: &Uncaptured<'_>,
+) -> Option<Option<String>> {
+    let show = |p: &[u8]| escape(p);
+    if let Some((at, reason)) = current.covering(path) {
+        if why::quiet(reason) {
+            return None;
+        }
+        let r = String::from_utf8_lossy(reason);
+        return Some(Some(if at == path {
+            format!("{r} now: not captured, so left alone")
+        } else {
+            format!("{} is {r} now: left alone", show(at))
+        }));
+    }
+    if let Some((at, reason)) = want.covering(path) {
+        if why::quiet(reason) {
+            return None;
+        }
+        let r = String::from_utf8_lossy(reason);
+        return Some(Some(if at == path {
+            format!("{r} then: its state was not captured, so left alone")
+        } else {
+            format!("{} was {r} then: left alone", show(at))
+        }));
+    }
+    if action == Action::Remove
+        && now.is_some_and(|n| n.kind == Kind::Dir)
+        && let Some(loud) = current.holds.get(path)
+    {
+        if !loud {
+            return None; // stays: it holds excluded content
+        }
+        return Some(Some(
+            "holds files agentx could not capture: the folder stays".into(),
+        ));
+    }
+    Some(None)
+}
+
+/// A path for display: control characters (newlines, tabs) escaped.
+pub fn escape(path: &[u8]) -> String {
+    let s = String::from_utf8_lossy(path);
+    if !s.chars().any(char::is_control) {
+        return s.into_owned();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// Undo: the paths `before`→`after` changed, put back as `before` had them;
 /// a path whose current state differs from `after` is a conflict.
 pub fn plan_undo(before: &Manifest, after: &Manifest, current: &Manifest) -> Vec<Op> {
+    let (unc_before, unc_after, unc_now) = (
+        Uncaptured::new(before),
+        Uncaptured::new(after),
+        Uncaptured::new(current),
+    );
+    let links = Links::new(before);
     let mut ops = Vec::new();
     for (p, [was, became, now]) in aligned([&before.entries, &after.entries, &current.entries]) {
         let changed = match (was, became) {
-            (Some(x), Some(y)) => !x.same_content(y),
+            (Some(x), Some(y)) => !x.same_content(y) || links.split(p, x, after),
             (None, None) => false,
             _ => true,
         };
         if !changed {
             continue;
         }
-        let Some(action) = action_for(now, was) else {
+        let Some(action) = action_for(now, was).or_else(|| {
+            was.filter(|w| links.split(p, w, current))
+                .map(|_| Action::RestoreModified)
+        }) else {
             continue;
         };
         let conflict = match (now, became) {
@@ -108,11 +236,19 @@ pub fn plan_undo(before: &Manifest, after: &Manifest, current: &Manifest) -> Vec
             (None, None) => false,
             _ => true,
         };
+        // Not captured after the message either: nothing to compare with.
+        if unc_after.covering(p).is_some_and(|(_, r)| why::quiet(r)) {
+            continue;
+        }
+        let Some(left_alone) = guard(p, action, now, &unc_before, &unc_now) else {
+            continue;
+        };
         ops.push(Op {
             path: p.to_vec(),
             want: was.cloned(),
             action,
             conflict,
+            left_alone,
         });
     }
     ops
@@ -120,25 +256,79 @@ pub fn plan_undo(before: &Manifest, after: &Manifest, current: &Manifest) -> Vec
 
 /// Rewind: every path made as `target` has it.
 pub fn plan_rewind(target: &Manifest, current: &Manifest) -> Vec<Op> {
+    let (unc_want, unc_now) = (Uncaptured::new(target), Uncaptured::new(current));
+    let links = Links::new(target);
     aligned([&target.entries, &current.entries])
         .into_iter()
         .filter_map(|(p, [want, now])| {
-            action_for(now, want).map(|action| Op {
+            let action = action_for(now, want).or_else(|| {
+                want.filter(|w| links.split(p, w, current))
+                    .map(|_| Action::RestoreModified)
+            })?;
+            let left_alone = guard(p, action, now, &unc_want, &unc_now)?;
+            Some(Op {
                 path: p.to_vec(),
                 want: want.cloned(),
                 action,
                 conflict: false,
+                left_alone,
             })
         })
         .collect()
 }
 
+/// Hard-link groups of a manifest: files sharing an inode (`nlink > 1`).
+struct Links<'a> {
+    by_ino: HashMap<u64, Vec<&'a [u8]>>,
+}
+
+impl<'a> Links<'a> {
+    fn new(m: &'a Manifest) -> Self {
+        let mut by_ino: HashMap<u64, Vec<&[u8]>> = HashMap::new();
+        for e in m
+            .entries
+            .iter()
+            .filter(|e| e.kind == Kind::File && e.nlink > 1)
+        {
+            by_ino.entry(e.ino).or_default().push(&e.path);
+        }
+        by_ino.retain(|_, v| v.len() > 1);
+        Self { by_ino }
+    }
+
+    /// Whether `path`, linked to others in this manifest, is no longer one
+    /// inode with all of them in `other`.
+    fn split(&self, path: &[u8], e: &Entry, other: &Manifest) -> bool {
+        let Some(group) = self.by_ino.get(&e.ino) else {
+            return false;
+        };
+        if !group.contains(&path) {
+            return false;
+        }
+        let find = |p: &[u8]| {
+            other
+                .entries
+                .binary_search_by(|x| x.path.as_slice().cmp(p))
+                .ok()
+                .map(|i| &other.entries[i])
+        };
+        let Some(mine) = find(path) else {
+            return false;
+        };
+        group
+            .iter()
+            .filter(|p| **p != path)
+            .any(|p| find(p).is_none_or(|o| o.ino != mine.ino))
+    }
+}
+
 pub fn describe(ops: &[Op]) -> Vec<Planned> {
     ops.iter()
         .map(|o| Planned {
-            path: String::from_utf8_lossy(&o.path).into_owned(),
+            path: escape(&o.path),
             action: o.action,
             conflict: o.conflict,
+            reason: o.left_alone.clone().unwrap_or_default(),
         })
         .collect()
 }
@@ -159,10 +349,6 @@ fn components(path: &[u8]) -> Result<Vec<&[u8]>, String> {
     Ok(parts)
 }
 
-fn err(path: &[u8], e: impl std::fmt::Display) -> String {
-    format!("{}: {e}", String::from_utf8_lossy(path))
-}
-
 fn open_dir(dirfd: impl AsFd, name: &[u8]) -> nix::Result<OwnedFd> {
     openat(
         dirfd,
@@ -172,9 +358,11 @@ fn open_dir(dirfd: impl AsFd, name: &[u8]) -> nix::Result<OwnedFd> {
     )
 }
 
-/// Applies restore steps under `root`. Removals run deepest first, then
-/// creations parents first. Returns per-path errors (the rest still runs).
-pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<String> {
+/// Applies restore steps under `root` (ops left alone are not passed
+/// here). Removals run deepest first, then creations parents first; files
+/// that were hard links of each other become links again. Returns the
+/// paths that failed, with why (the rest still runs).
+pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<(Vec<u8>, String)> {
     let mut errors = Vec::new();
     let root_fd = match openat(
         AT_FDCWD,
@@ -183,7 +371,17 @@ pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<String> {
         Mode::empty(),
     ) {
         Ok(fd) => fd,
-        Err(e) => return vec![format!("cannot open {}: {e}", root.display())],
+        Err(e) => {
+            return ops
+                .iter()
+                .map(|o| {
+                    (
+                        o.path.clone(),
+                        format!("cannot open {}: {e}", root.display()),
+                    )
+                })
+                .collect();
+        }
     };
     // Removals (and kind changes) deepest first.
     let mut removals: Vec<&Op> = ops
@@ -197,21 +395,29 @@ pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<String> {
         if op.action == Action::Remove
             && let Err(e) = remove(&root_fd, &op.path)
         {
-            errors.push(err(&op.path, e));
+            errors.push((op.path.clone(), e));
         }
     }
     let mut creations: Vec<&Op> = ops.iter().filter(|o| o.want.is_some()).collect();
     creations.sort_by(|a, b| a.path.cmp(&b.path));
     let mut dir_times: Vec<&Entry> = Vec::new();
+    // Inode (in the snapshot) → a path already restored with it.
+    let mut linked: HashMap<u64, &[u8]> = HashMap::new();
     for op in creations {
         let Some(want) = &op.want else { continue };
-        match put(&root_fd, want, blobs) {
+        let link_to = (want.kind == Kind::File && want.nlink > 1)
+            .then(|| linked.get(&want.ino).copied())
+            .flatten();
+        match put(&root_fd, want, blobs, link_to) {
             Ok(()) => {
                 if want.kind == Kind::Dir {
                     dir_times.push(want);
                 }
+                if want.kind == Kind::File && want.nlink > 1 {
+                    linked.entry(want.ino).or_insert(&want.path);
+                }
             }
-            Err(e) => errors.push(err(&op.path, e)),
+            Err(e) => errors.push((op.path.clone(), e)),
         }
     }
     // Directory mtimes last: creating their children changed them.
@@ -232,6 +438,28 @@ pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<String> {
         });
     }
     errors
+}
+
+/// Removes what an interrupted restore may have left of its temp files
+/// beside `paths`.
+pub fn remove_temps(root: &Path, paths: &[Vec<u8>]) {
+    let Ok(root_fd) = openat(
+        AT_FDCWD,
+        root,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return;
+    };
+    for path in paths {
+        let _ = with_parent(&root_fd, path, false, |dir, name| {
+            let tmp = temp_name(name);
+            match unlinkat(dir, OsStr::from_bytes(&tmp), UnlinkatFlags::NoRemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        });
+    }
 }
 
 /// Runs `f` with the parent directory of `path` (opened without following
@@ -280,6 +508,9 @@ fn remove(root: &OwnedFd, path: &[u8]) -> Result<(), String> {
             Err(Errno::ENOENT) => return Ok(()),
             Err(e) => return Err(e.to_string()),
         };
+        if too_big_now(&st) {
+            return Err(OVERSIZED_NOW.into());
+        }
         let is_dir = st.st_mode & libc_s_ifmt() == libc_s_ifdir();
         let flag = if is_dir {
             UnlinkatFlags::RemoveDir
@@ -301,6 +532,12 @@ fn remove(root: &OwnedFd, path: &[u8]) -> Result<(), String> {
 }
 
 const MISSING: &str = "a parent directory is missing";
+const OVERSIZED_NOW: &str = "over 10 MB now: left alone";
+
+/// A regular file over the size limit stands there now (never replaced).
+fn too_big_now(st: &nix::sys::stat::FileStat) -> bool {
+    st.st_mode & libc_s_ifmt() == 0o100000 && st.st_size as u64 > MAX_FILE
+}
 
 const fn libc_s_ifmt() -> u32 {
     0o170000
@@ -311,38 +548,76 @@ const fn libc_s_ifdir() -> u32 {
 
 /// A temp name beside `name` in the same directory.
 fn temp_name(name: &[u8]) -> Vec<u8> {
-    let mut t = b".agentx-restore-".to_vec();
-    t.extend_from_slice(std::process::id().to_string().as_bytes());
-    t.push(b'-');
-    t.extend_from_slice(&name[..name.len().min(100)]);
+    let mut t = TEMP_PREFIX.to_vec();
+    t.extend_from_slice(&name[..name.len().min(200)]);
     t
 }
 
-fn put(root: &OwnedFd, want: &Entry, blobs: &Blobs) -> Result<(), String> {
+/// The mode to set after giving `fd` (at `name` in `dir` when it is a
+/// symlink) the snapshot's owner: as root the owner and group are put back;
+/// when they cannot be, setuid/setgid bits are never left on a file whose
+/// owner changed.
+fn restore_owner(dir: &OwnedFd, name: &OsStr, fd: Option<&OwnedFd>, want: &Entry) -> u32 {
+    let euid = nix::unistd::geteuid();
+    if want.uid == u32::MAX {
+        return want.mode & 0o1777; // owner unknown: no setuid/setgid
+    }
+    if want.uid == euid.as_raw() && (!euid.is_root() || want.gid == u32::MAX) {
+        return want.mode;
+    }
+    let (uid, gid) = (
+        Some(nix::unistd::Uid::from_raw(want.uid)),
+        Some(nix::unistd::Gid::from_raw(want.gid)),
+    );
+    let done = if euid.is_root() {
+        match fd {
+            Some(fd) => nix::unistd::fchown(fd, uid, gid).is_ok(),
+            None => nix::unistd::fchownat(
+                dir,
+                name,
+                uid,
+                gid,
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .is_ok(),
+        }
+    } else {
+        false
+    };
+    if done { want.mode } else { want.mode & !0o6000 }
+}
+
+fn put(root: &OwnedFd, want: &Entry, blobs: &Blobs, link_to: Option<&[u8]>) -> Result<(), String> {
     // Read the content first: never leave a half-written path behind.
     let data = match want.kind {
-        Kind::File => Some(blobs.read(&want.hash).map_err(|e| e.to_string())?),
+        Kind::File if link_to.is_none() => Some(blobs.read(&want.hash).map_err(|e| e.to_string())?),
+        Kind::Skipped => return Err("not captured: left alone".into()),
         _ => None,
     };
     with_parent(root, &want.path, true, |dir, name| {
         let os_name = OsStr::from_bytes(name);
         let existing = fstatat(dir, os_name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok();
+        if existing.as_ref().is_some_and(too_big_now) {
+            return Err(OVERSIZED_NOW.into());
+        }
         let existing_is_dir =
             existing.is_some_and(|st| st.st_mode & libc_s_ifmt() == libc_s_ifdir());
         match want.kind {
+            Kind::Skipped => Err("not captured: left alone".into()),
             Kind::Dir => {
                 if existing.is_some() && !existing_is_dir {
                     unlinkat(dir, os_name, UnlinkatFlags::NoRemoveDir)
                         .map_err(|e| e.to_string())?;
                 }
                 if !existing_is_dir || existing.is_none() {
-                    match mkdirat(dir, os_name, Mode::from_bits_truncate(want.mode)) {
+                    match mkdirat(dir, os_name, Mode::from_bits_truncate(0o700)) {
                         Ok(()) | Err(Errno::EEXIST) => {}
                         Err(e) => return Err(e.to_string()),
                     }
                 }
                 let fd = open_dir(dir, name).map_err(|e| e.to_string())?;
-                fchmod(&fd, Mode::from_bits_truncate(want.mode)).map_err(|e| e.to_string())?;
+                let mode = restore_owner(dir, os_name, Some(&fd), want);
+                fchmod(&fd, Mode::from_bits_truncate(mode)).map_err(|e| e.to_string())?;
                 Ok(())
             }
             Kind::File | Kind::Symlink => {
@@ -355,9 +630,22 @@ fn put(root: &OwnedFd, want: &Entry, blobs: &Blobs) -> Result<(), String> {
                 let tmp = temp_name(name);
                 let tmp_os = OsStr::from_bytes(&tmp);
                 let _ = unlinkat(dir, tmp_os, UnlinkatFlags::NoRemoveDir);
-                if want.kind == Kind::Symlink {
+                if let Some(first) = link_to {
+                    // A hard link of a path this restore already put back.
+                    with_parent(root, first, false, |odir, oname| {
+                        nix::unistd::linkat(
+                            odir,
+                            OsStr::from_bytes(oname),
+                            dir,
+                            tmp_os,
+                            nix::fcntl::AtFlags::empty(),
+                        )
+                        .map_err(|e| e.to_string())
+                    })?;
+                } else if want.kind == Kind::Symlink {
                     symlinkat(OsStr::from_bytes(&want.target), dir, tmp_os)
                         .map_err(|e| e.to_string())?;
+                    restore_owner(dir, tmp_os, None, want);
                 } else {
                     let fd = openat(
                         dir,
@@ -373,7 +661,9 @@ fn put(root: &OwnedFd, want: &Entry, blobs: &Blobs) -> Result<(), String> {
                     let mut file = std::fs::File::from(fd);
                     let write = (|| -> std::io::Result<()> {
                         file.write_all(data.as_deref().unwrap_or_default())?;
-                        fchmod(&file, Mode::from_bits_truncate(want.mode))
+                        let owned = OwnedFd::from(file.try_clone()?);
+                        let mode = restore_owner(dir, tmp_os, Some(&owned), want);
+                        fchmod(&file, Mode::from_bits_truncate(mode))
                             .map_err(std::io::Error::from)?;
                         let t = TimeSpec::new(
                             want.mtime_ns.div_euclid(1_000_000_000),

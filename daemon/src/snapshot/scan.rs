@@ -3,14 +3,19 @@
 //! inode and mode match and the entry was not racy), and parallel hashing
 //! and compression of what changed.
 
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::{AT_FDCWD, AtFlags, OFlag, openat, readlinkat};
+use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
 use rayon::prelude::*;
 
 use super::blobs::{Blobs, PackWriter, compress};
-use super::manifest::{Entry, Hash, Kind, Manifest};
+use super::manifest::{Entry, Hash, Kind, Manifest, why};
 
 /// Directory names never snapshotted (anywhere in the tree).
 pub const EXCLUDED_DIRS: &[&str] = &[
@@ -73,78 +78,166 @@ impl Part {
     }
 }
 
-/// Lists one directory (lstat through its fd) and, in parallel, the
-/// directories below it; excluded names are pruned, oversized files and
-/// special files left out. The result is in byte order of the full paths:
-/// entries sort by name, and a subdirectory's contents by its name plus
-/// `/` — so no global sort is needed.
-fn walk_dir(root: &Path, rel: &[u8], ex: &Excludes, started_ns: i64) -> Vec<Entry> {
-    let dir = if rel.is_empty() {
-        root.to_path_buf()
-    } else {
-        root.join(std::ffi::OsStr::from_bytes(rel))
+/// Opens a directory below `dir` without following a symlink.
+pub fn open_dir_at(dir: impl AsFd, name: &[u8]) -> nix::Result<OwnedFd> {
+    openat(
+        dir,
+        OsStr::from_bytes(name),
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// The names in the directory open at `dir` (without `.` and `..`).
+pub fn list_dir(dir: &OwnedFd) -> nix::Result<Vec<Vec<u8>>> {
+    let mut listing = Dir::from_fd(dir.try_clone().map_err(|_| Errno::EMFILE)?)?;
+    let mut names = Vec::new();
+    for entry in listing.iter() {
+        let name = entry?.file_name().to_bytes().to_vec();
+        if name != b"." && name != b".." {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+/// `rel` joined under `parent` (both relative, `/`-separated).
+fn child_path(rel: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut path = Vec::with_capacity(rel.len() + 1 + name.len());
+    if !rel.is_empty() {
+        path.extend_from_slice(rel);
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+    path
+}
+
+/// One path's entry from an lstat through its directory's fd: files over
+/// the size limit, excluded directories and special files are recorded as
+/// [`Kind::Skipped`] with the reason (present, never touched by a restore).
+/// `None`: it vanished. (A file watcher re-stats single paths with this.)
+pub fn stat_entry(
+    dir: &OwnedFd,
+    full_dir: &Path,
+    rel: &[u8],
+    name: &[u8],
+    ex: &Excludes,
+    started_ns: i64,
+) -> Option<Entry> {
+    let st = fstatat(dir, OsStr::from_bytes(name), AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+    let fmt = st.st_mode & 0o170000;
+    let mut skipped: Option<&[u8]> = None;
+    let kind = match fmt {
+        0o040000 => {
+            if excluded(name, &ex.names)
+                || ex
+                    .paths
+                    .iter()
+                    .any(|p| *p == full_dir.join(OsStr::from_bytes(name)))
+            {
+                skipped = Some(why::EXCLUDED);
+            }
+            Kind::Dir
+        }
+        0o120000 => Kind::Symlink,
+        0o100000 => {
+            if st.st_size as u64 > MAX_FILE {
+                skipped = Some(why::OVERSIZED);
+            }
+            Kind::File
+        }
+        _ => {
+            skipped = Some(why::SPECIAL);
+            Kind::File
+        }
     };
-    let Ok(read) = std::fs::read_dir(&dir) else {
-        return Vec::new(); // vanished or unreadable: left out
+    let mtime_ns = ns(st.st_mtime, st.st_mtime_nsec);
+    let mut e = Entry {
+        path: child_path(rel, name),
+        kind,
+        mode: st.st_mode & 0o7777,
+        size: if kind == Kind::File {
+            st.st_size as u64
+        } else {
+            0
+        },
+        mtime_ns,
+        ctime_ns: ns(st.st_ctime, st.st_ctime_nsec),
+        ino: st.st_ino,
+        racy: mtime_ns > started_ns - RACY_NS,
+        hash: [0; 32],
+        target: Vec::new(),
+        uid: st.st_uid,
+        gid: st.st_gid,
+        nlink: u32::try_from(st.st_nlink).unwrap_or(u32::MAX),
+    };
+    if let Some(reason) = skipped {
+        e.kind = Kind::Skipped;
+        e.size = 0;
+        e.target = reason.to_vec();
+    } else if kind == Kind::Symlink {
+        match readlinkat(dir, OsStr::from_bytes(name)) {
+            Ok(t) => e.target = t.as_bytes().to_vec(),
+            Err(Errno::ENOENT) => return None,
+            Err(_) => {
+                e.kind = Kind::Skipped;
+                e.target = why::UNREADABLE.to_vec();
+            }
+        }
+    }
+    Some(e)
+}
+
+/// Lists one directory through its fd (opened with `O_NOFOLLOW`, so paths
+/// of any length are reached and no symlink is followed) and, in parallel,
+/// the directories below it. A directory that cannot be listed is recorded
+/// as [`Kind::Skipped`] (unreadable), never as absent. The result is in
+/// byte order of the full paths: entries sort by name, and a
+/// subdirectory's contents by its name plus `/` — so no global sort.
+fn walk_dir(
+    dir: &OwnedFd,
+    full_dir: &Path,
+    rel: &[u8],
+    ex: &Excludes,
+    started_ns: i64,
+) -> Vec<Entry> {
+    let Ok(names) = list_dir(dir) else {
+        return Vec::new(); // the caller marks it
     };
     let mut out = Vec::new();
     let mut subdirs = Vec::new();
-    for entry in read.flatten() {
-        let name = entry.file_name();
-        let name = name.as_bytes();
-        // DirEntry::metadata does not follow symlinks.
-        let Ok(meta) = entry.metadata() else { continue };
-        let ft = meta.file_type();
-        let kind = if ft.is_dir() {
-            if excluded(name, &ex.names)
-                || ex.paths.iter().any(|p| *p == dir.join(entry.file_name()))
-            {
-                continue;
-            }
-            Kind::Dir
-        } else if ft.is_symlink() {
-            Kind::Symlink
-        } else if ft.is_file() {
-            if meta.len() > MAX_FILE {
-                continue;
-            }
-            Kind::File
-        } else {
-            continue; // sockets, fifos, devices
-        };
-        let mut path = Vec::with_capacity(rel.len() + 1 + name.len());
-        if !rel.is_empty() {
-            path.extend_from_slice(rel);
-            path.push(b'/');
+    for name in names {
+        if name.starts_with(TEMP_PREFIX) {
+            continue; // a restore's own temp file
         }
-        path.extend_from_slice(name);
-        let mtime_ns = ns(meta.mtime(), meta.mtime_nsec());
-        let mut e = Entry {
-            path,
-            kind,
-            mode: meta.mode() & 0o7777,
-            size: if kind == Kind::File { meta.len() } else { 0 },
-            mtime_ns,
-            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
-            ino: meta.ino(),
-            racy: mtime_ns > started_ns - RACY_NS,
-            hash: [0; 32],
-            target: Vec::new(),
+        let Some(e) = stat_entry(dir, full_dir, rel, &name, ex, started_ns) else {
+            continue;
         };
-        match kind {
-            Kind::Symlink => match std::fs::read_link(entry.path()) {
-                Ok(t) => e.target = t.as_os_str().as_bytes().to_vec(),
-                Err(_) => continue,
-            },
-            Kind::Dir => subdirs.push(e.path.clone()),
-            Kind::File => {}
+        if e.kind == Kind::Dir {
+            subdirs.push((e.path.clone(), name));
         }
         out.push(e);
     }
-    let nested: Vec<Vec<Entry>> = subdirs
+    let nested: Vec<(Vec<Entry>, bool)> = subdirs
         .par_iter()
-        .map(|sub| walk_dir(root, sub, ex, started_ns))
+        .map(|(sub, name)| match open_dir_at(dir, name) {
+            Ok(fd) => {
+                let listed = list_dir(&fd).is_ok();
+                let full = full_dir.join(OsStr::from_bytes(name));
+                (walk_dir(&fd, &full, sub, ex, started_ns), listed)
+            }
+            Err(Errno::ENOENT) => (Vec::new(), true),
+            Err(_) => (Vec::new(), false),
+        })
         .collect();
+    // Directories that could not be opened or listed: present, unreadable.
+    for ((sub, _), (_, listed)) in subdirs.iter().zip(&nested) {
+        if !listed && let Some(e) = out.iter_mut().find(|e| e.path == *sub) {
+            e.kind = Kind::Skipped;
+            e.target = why::UNREADABLE.to_vec();
+        }
+    }
+    let subdirs: Vec<Vec<u8>> = subdirs.into_iter().map(|(p, _)| p).collect();
     // Order this directory: an entry by its name, a subdirectory's
     // contents by its name followed by '/'.
     let skip = if rel.is_empty() { 0 } else { rel.len() + 1 };
@@ -158,7 +251,7 @@ fn walk_dir(root: &Path, rel: &[u8], ex: &Excludes, started_ns: i64) -> Vec<Entr
             .chain(slash(xd))
             .cmp(y.iter().copied().chain(slash(yd)))
     });
-    let mut nested: Vec<Option<Vec<Entry>>> = nested.into_iter().map(Some).collect();
+    let mut nested: Vec<Option<Vec<Entry>>> = nested.into_iter().map(|(v, _)| Some(v)).collect();
     let mut sorted = Vec::with_capacity(parts.len());
     for part in parts {
         match part {
@@ -167,6 +260,63 @@ fn walk_dir(root: &Path, rel: &[u8], ex: &Excludes, started_ns: i64) -> Vec<Entr
         }
     }
     sorted
+}
+
+/// Temp files of a restore start with this; scans never capture them and
+/// the recovery of an interrupted restore removes them.
+pub const TEMP_PREFIX: &[u8] = b".agentx-restore-";
+
+/// Opens the file at `rel` under `root` for reading, through directory fds
+/// (no symlink followed, no `PATH_MAX` limit).
+pub fn open_file(root: &OwnedFd, rel: &[u8]) -> nix::Result<std::fs::File> {
+    let parts: Vec<&[u8]> = rel.split(|b| *b == b'/').collect();
+    let Some((name, parents)) = parts.split_last() else {
+        return Err(Errno::ENOENT);
+    };
+    let mut dir: Option<OwnedFd> = None;
+    for part in parents {
+        dir = Some(open_dir_at(dir.as_ref().unwrap_or(root), part)?);
+    }
+    let fd = openat(
+        dir.as_ref().unwrap_or(root),
+        OsStr::from_bytes(name),
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
+        Mode::empty(),
+    )?;
+    Ok(std::fs::File::from(fd))
+}
+
+/// Reads a file whole and checks it did not change while being read
+/// (size, mtime and ctime from fstat before and after; three tries).
+/// `Ok(Err(reason))`: it kept changing (a torn read is never stored as its
+/// state) or grew past the limit.
+type Stable = Result<(Vec<u8>, FileStat), &'static [u8]>;
+fn read_stable(root: &OwnedFd, rel: &[u8]) -> std::io::Result<Stable> {
+    use std::io::Read as _;
+    let key = |st: &FileStat| {
+        (
+            st.st_size,
+            st.st_mtime,
+            st.st_mtime_nsec,
+            st.st_ctime,
+            st.st_ctime_nsec,
+            st.st_ino,
+        )
+    };
+    for _ in 0..3 {
+        let mut file = open_file(root, rel)?;
+        let before = fstat(&file)?;
+        if before.st_size as u64 > MAX_FILE {
+            return Ok(Err(why::OVERSIZED));
+        }
+        let mut data = Vec::with_capacity(usize::try_from(before.st_size).unwrap_or(0));
+        file.read_to_end(&mut data)?;
+        let after = fstat(&file)?;
+        if key(&before) == key(&after) && data.len() as u64 == after.st_size as u64 {
+            return Ok(Ok((data, after)));
+        }
+    }
+    Ok(Err(why::CHANGING))
 }
 
 /// Walks `root` and builds its manifest, storing new content in `pack`.
@@ -183,8 +333,16 @@ pub fn scan(
             .unwrap_or_default();
         i64::try_from(now.as_nanos()).unwrap_or(i64::MAX)
     };
+    let root_fd = openat(
+        AT_FDCWD,
+        root,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(std::io::Error::from)?;
+    list_dir(&root_fd).map_err(std::io::Error::from)?;
     // Already in path order (see walk_dir).
-    let mut entries = walk_dir(root, &[], excludes, started_ns);
+    let mut entries = walk_dir(&root_fd, root, &[], excludes, started_ns);
     let mut needs_hash: Vec<bool> = entries.iter().map(|e| e.kind == Kind::File).collect();
 
     // The stat cache: walk the previous manifest (sorted too) alongside and
@@ -223,42 +381,65 @@ pub fn scan(
         new_blobs: 0,
     };
     for batch in todo.chunks(512) {
-        type Hashed = (Hash, u64, Option<Vec<u8>>);
+        type Hashed = Result<(Hash, FileStat, Option<Vec<u8>>), &'static [u8]>;
         let results: Vec<(usize, std::io::Result<Hashed>)> = batch
             .par_iter()
             .map(|&i| {
-                let path = root.join(std::ffi::OsStr::from_bytes(&entries[i].path));
-                let result = std::fs::read(&path).and_then(|data| {
+                let result = read_stable(&root_fd, &entries[i].path).and_then(|read| {
+                    let (data, st) = match read {
+                        Ok(read) => read,
+                        Err(reason) => return Ok(Err(reason)),
+                    };
                     let hash = *blake3::hash(&data).as_bytes();
-                    let len = data.len() as u64;
                     if blobs.contains(&hash) {
-                        Ok((hash, len, None))
+                        Ok(Ok((hash, st, None)))
                     } else {
-                        Ok((hash, len, Some(compress(&data)?)))
+                        Ok(Ok((hash, st, Some(compress(&data)?))))
                     }
                 });
                 (i, result)
             })
             .collect();
         for (i, result) in results {
+            let entry = &mut entries[i];
             match result {
-                Ok((hash, len, blob)) => {
-                    let entry = &mut entries[i];
+                Ok(Ok((hash, st, blob))) => {
                     entry.hash = hash;
                     if let Some(compressed) = blob
                         && !pack.contains(&hash)
                     {
-                        pack.append(hash, &compressed, len)?;
+                        pack.append(hash, &compressed, st.st_size as u64)?;
                         stats.new_blobs += 1;
                     }
-                    // The file changed between stat and read (still being
-                    // written): keep what was read, never trust the stat.
-                    if len != entry.size {
-                        entry.size = len;
+                    // Changed between the walk's stat and the read: keep the
+                    // stat that matches what was read, and re-hash next time.
+                    let mtime_ns = ns(st.st_mtime, st.st_mtime_nsec);
+                    if st.st_size as u64 != entry.size
+                        || mtime_ns != entry.mtime_ns
+                        || st.st_ino != entry.ino
+                    {
+                        entry.size = st.st_size as u64;
+                        entry.mtime_ns = mtime_ns;
+                        entry.ctime_ns = ns(st.st_ctime, st.st_ctime_nsec);
+                        entry.ino = st.st_ino;
+                        entry.mode = st.st_mode & 0o7777;
                         entry.racy = true;
                     }
                 }
-                Err(_) => entries[i].path.clear(), // vanished or unreadable: leave out
+                Ok(Err(reason)) => {
+                    // Kept changing while read, or grew past the limit.
+                    entry.kind = Kind::Skipped;
+                    entry.size = 0;
+                    entry.racy = true;
+                    entry.target = reason.to_vec();
+                }
+                Err(e) if e.raw_os_error() == Some(Errno::ENOENT as i32) => entry.path.clear(),
+                Err(_) => {
+                    // Present but unreadable: recorded, never as absent.
+                    entry.kind = Kind::Skipped;
+                    entry.size = 0;
+                    entry.target = why::UNREADABLE.to_vec();
+                }
             }
         }
     }
@@ -292,7 +473,8 @@ mod tests {
         ] {
             std::fs::write(root.join(f), f).unwrap();
         }
-        let entries = walk_dir(root, &[], &Excludes::default(), 0);
+        let fd = open_dir_at(AT_FDCWD, root.as_os_str().as_bytes()).unwrap();
+        let entries = walk_dir(&fd, root, &[], &Excludes::default(), 0);
         let paths: Vec<&[u8]> = entries.iter().map(|e| e.path.as_slice()).collect();
         let mut sorted = paths.clone();
         sorted.sort();

@@ -2,9 +2,10 @@
 //! timeline's only writer). Snapshot requests for a folder that queue up
 //! while a scan runs are served together by the next scan.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 
 use tokio::sync::oneshot;
 
@@ -25,6 +26,77 @@ enum Job {
 #[derive(Clone)]
 pub struct Snapshots {
     tx: mpsc::Sender<Job>,
+    busy: Busy,
+}
+
+/// Turns and one-shots in flight, per folder: a restore refuses while one
+/// runs there (it would revert half a message and lose the rest).
+#[derive(Clone, Default)]
+pub struct Busy(Arc<Mutex<Running>>);
+
+/// Per folder: (registration id, what runs).
+type Running = HashMap<PathBuf, Vec<(u64, String)>>;
+
+/// Registration of one turn; dropping it ends it.
+pub struct BusyGuard {
+    busy: Busy,
+    folder: PathBuf,
+    id: u64,
+}
+
+impl Busy {
+    /// Registers a turn (`what` names it: "conversation X", "one-shot Y").
+    pub fn enter(&self, folder: &Path, what: String) -> BusyGuard {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut map) = self.0.lock() {
+            map.entry(folder.to_path_buf())
+                .or_default()
+                .push((id, what));
+        }
+        BusyGuard {
+            busy: self.clone(),
+            folder: folder.to_path_buf(),
+            id,
+        }
+    }
+
+    /// Refuses with one line naming what runs in `folder`, if anything.
+    pub fn check(&self, folder: &Path) -> Result<(), SnapError> {
+        let running: Vec<String> = self
+            .0
+            .lock()
+            .map(|m| {
+                m.get(folder)
+                    .map(|v| v.iter().map(|(_, w)| w.clone()).collect())
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default();
+        match running.first() {
+            None => Ok(()),
+            Some(first) => Err(SnapError::Busy(format!(
+                "{first}{} is running in this folder: wait for it to finish (or cancel it), then try again",
+                if running.len() > 1 {
+                    format!(" (and {} more)", running.len() - 1)
+                } else {
+                    String::new()
+                }
+            ))),
+        }
+    }
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        if let Ok(mut map) = self.busy.0.lock()
+            && let Some(v) = map.get_mut(&self.folder)
+        {
+            v.retain(|(id, _)| *id != self.id);
+            if v.is_empty() {
+                map.remove(&self.folder);
+            }
+        }
+    }
 }
 
 impl Snapshots {
@@ -76,7 +148,15 @@ impl Snapshots {
                     }
                 }
             })?;
-        Ok(Self { tx })
+        Ok(Self {
+            tx,
+            busy: Busy::default(),
+        })
+    }
+
+    /// The registry of turns in flight.
+    pub fn busy(&self) -> Busy {
+        self.busy.clone()
     }
 
     /// Takes (or joins) a snapshot of `folder`; returns once it is durable.
