@@ -355,16 +355,23 @@ impl SearchIndex {
             d.add_text(f.kind, kind);
             d
         };
+        let turns = turns(&path.with_extension("jsonl"), head.journal_bytes);
+        // The default title is the first message's first line, which turn 1
+        // already holds: only a title of its own is worth a hit.
+        let own_title = !turns.first().is_some_and(|(_, first)| {
+            first
+                .trim_start()
+                .starts_with(head.title.trim_end_matches('…'))
+        });
         let mut meta = common("meta");
         meta.add_u64(f.turn, 0);
         meta.add_i64(f.at, head.updated_at);
-        meta.add_text(f.title, &head.title);
+        if own_title {
+            meta.add_text(f.title, &head.title);
+        }
         meta.add_text(f.stamp, head.stamp());
         let mut docs = vec![meta];
-        for (n, (at, text)) in turns(&path.with_extension("jsonl"), head.journal_bytes)
-            .into_iter()
-            .enumerate()
-        {
+        for (n, (at, text)) in turns.into_iter().enumerate() {
             let mut d = common("turn");
             d.add_u64(f.turn, n as u64 + 1);
             d.add_i64(f.at, at);
