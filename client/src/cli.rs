@@ -80,6 +80,9 @@ pub enum Command {
     Sessions {
         #[arg(long)]
         json: bool,
+        /// Draw forks under the conversation they came from.
+        #[arg(long, conflicts_with = "json")]
+        tree: bool,
     },
     /// Open the chat on conversation N (1 = newest) or ID.
     Resume { target: Option<String> },
@@ -145,11 +148,61 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<OneshotsAction>,
     },
+    /// Start a new conversation from checkpoint N (1 = newest, the default)
+    /// of the current one; the original stays as it is.
+    Fork { checkpoint: Option<u32> },
+    /// Give conversation N (1 = newest) or ID, or the current one, a title.
+    Rename {
+        /// [N|ID] TITLE
+        #[arg(required = true, num_args = 1.., value_name = "[N|ID] TITLE")]
+        words: Vec<String>,
+    },
+    /// Full-text search over messages, tool outputs and titles (this folder
+    /// and agent; every folder with --all).
+    Search {
+        #[arg(required = true, num_args = 1.., value_name = "TEXT")]
+        text: Vec<String>,
+        /// Search every folder and agent.
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+        /// At most this many hits.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Write conversation N (1 = newest) or ID (default: the current one) as
+    /// JSON (re-importable) or Markdown.
+    Export {
+        target: Option<String>,
+        #[arg(long, value_enum, default_value = "json")]
+        format: ExportFormat,
+        /// Write to FILE instead of stdout (never overwrites).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Add a conversation from an `agentx export` JSON file ('-' reads stdin).
+    Import {
+        file: PathBuf,
+        /// The folder it belongs to here (default: the current folder or -C).
+        #[arg(long, value_name = "DIR")]
+        folder: Option<PathBuf>,
+    },
+    /// Print a shell completion script: bash, zsh, fish, elvish or powershell.
+    Completions { shell: clap_complete::Shell },
+    /// Print the agentx(1) man page (roff).
+    Man,
     /// Manage the agentd daemon.
     Daemon {
         #[command(subcommand)]
         action: DaemonAction,
     },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    Json,
+    Markdown,
 }
 
 #[derive(Debug, Subcommand)]
@@ -200,6 +253,21 @@ mod tests {
         assert_eq!(cli.global.profile.as_deref(), Some("w"));
         assert_eq!(cli.global.agent, "a");
         assert!(matches!(cli.command, Some(Command::Status { json: true })));
+    }
+
+    #[test]
+    fn rename_takes_an_optional_target_before_the_title() {
+        let cli = Cli::try_parse_from(["agentx", "rename", "2", "my title"]).unwrap();
+        assert!(
+            matches!(cli.command, Some(Command::Rename { words }) if words == ["2", "my title"])
+        );
+        assert!(Cli::try_parse_from(["agentx", "rename"]).is_err());
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
     }
 
     #[test]

@@ -6,6 +6,7 @@ mod commands;
 mod connect;
 mod context;
 mod error;
+mod picker;
 mod repl;
 mod turn;
 mod ui;
@@ -66,6 +67,11 @@ async fn run(cli: Cli) -> CliResult<()> {
         (Some(Command::Daemon { action }), None) => {
             return commands::daemon::run(&profile, action).await;
         }
+        (Some(Command::Completions { shell }), None) => {
+            commands::library::completions(shell);
+            return Ok(());
+        }
+        (Some(Command::Man), None) => return commands::library::man(),
         (Some(_), Some(_)) => {
             return Err(CliError::usage(
                 "-p PROMPT cannot be combined with a command",
@@ -83,7 +89,26 @@ async fn run(cli: Cli) -> CliResult<()> {
     };
     let ctx = Ctx::connect(profile, cli.global).await?;
     match command {
-        Command::Sessions { json } => commands::sessions::sessions(&ctx, json).await,
+        Command::Sessions { json, tree } => commands::sessions::sessions(&ctx, json, tree).await,
+        Command::Fork { checkpoint } => commands::library::fork_command(&ctx, checkpoint).await,
+        Command::Rename { words } => commands::library::rename_command(&ctx, &words).await,
+        Command::Search {
+            text,
+            all,
+            json,
+            limit,
+        } => commands::library::search_command(&ctx, &text, all, json, limit).await,
+        Command::Export {
+            target,
+            format,
+            output,
+        } => {
+            commands::library::export_command(&ctx, target.as_deref(), format, output.as_deref())
+                .await
+        }
+        Command::Import { file, folder } => {
+            commands::library::import_command(&ctx, &file, folder.as_deref()).await
+        }
         Command::Status { json } => commands::sessions::status(&ctx, json).await,
         Command::Clear { yes } => commands::sessions::clear_command(&ctx, yes).await,
         Command::New => repl::run(&ctx, Target::New(true)).await,
@@ -110,7 +135,7 @@ async fn run(cli: Cli) -> CliResult<()> {
             commands::snapshots::rewind(&ctx, index, yes, force).await
         }
         Command::Oneshots { json, action } => commands::oneshots::run(&ctx, json, action).await,
-        Command::Daemon { .. } => Ok(()),
+        Command::Daemon { .. } | Command::Completions { .. } | Command::Man => Ok(()),
     }
 }
 

@@ -13,7 +13,7 @@ use agentx_shared::proto::{
 
 use crate::cli::OnPending;
 use crate::commands::checkpoints::{self, Pick};
-use crate::commands::{sessions, snapshots};
+use crate::commands::{library, sessions, snapshots};
 use crate::context::{Ctx, provider_settings};
 use crate::error::{CliError, CliResult, Exit};
 use crate::turn;
@@ -22,7 +22,10 @@ use crate::ui::{Line, Ui};
 const HELP: &str = "\
 messages are sent to the model; lines starting with / are commands:
   /new              start a new conversation (the old one stays listed)
-  /resume [N]       list conversations, or continue the Nth (1 = newest)
+  /resume [N]       pick a conversation (arrows or its number), or continue the Nth (1 = newest)
+  /fork [N]         continue in a new conversation from checkpoint N (default: the newest)
+  /rename TITLE     give this conversation a title
+  /search TEXT      search this folder's conversations (messages, tool output, titles)
   /status           this conversation's state
   /checkpoints      this conversation's checkpoints (1 = newest)
   /rollback [N]     restore a checkpoint (a picker without N); files are untouched
@@ -279,7 +282,31 @@ impl Chat<'_> {
         let mut words = command.split_whitespace();
         let name = words.next().unwrap_or("");
         let arg = words.next();
+        let rest = command.trim_start()[name.len()..].trim();
         match (name, arg) {
+            ("fork", n) => {
+                let n = match n {
+                    None => 0,
+                    Some(n) => n.parse::<u32>().map_err(|_| {
+                        CliError::usage(format!("/fork takes a checkpoint number, not {n:?}"))
+                    })?,
+                };
+                let forked = library::fork(self.ctx, &self.session.id, n).await?;
+                println!("{}", library::describe_fork(&forked));
+                let opened = open(self.ctx, Target::Id(forked.id), &mut self.ui).await?;
+                self.session = opened.session;
+            }
+            ("rename", None) => return Err(CliError::usage("/rename needs a title")),
+            ("rename", Some(_)) => {
+                let renamed = library::rename(self.ctx, &self.session.id, rest).await?;
+                self.session.title = renamed.title.clone();
+                println!("renamed: {}", renamed.title);
+            }
+            ("search", None) => return Err(CliError::usage("/search needs some text")),
+            ("search", Some(_)) => {
+                let hits = library::search(self.ctx, rest, false, 20).await?;
+                library::print_hits(self.ctx, &hits);
+            }
             ("exit" | "quit" | "q", _) => return Ok(Flow::Exit),
             ("help" | "?", _) => println!("{HELP}"),
             ("new", _) => {
@@ -288,6 +315,21 @@ impl Chat<'_> {
             }
             ("resume", None) => {
                 let list = sessions::list(self.ctx).await?;
+                if self.ui.interactive && !list.is_empty() {
+                    let labels: Vec<String> = list.iter().map(sessions::label).collect();
+                    let Some(index) = crate::picker::pick(
+                        "resume (arrows or a number, Enter, Esc = cancel)",
+                        &labels,
+                    )?
+                    else {
+                        return Ok(Flow::Continue);
+                    };
+                    let opened =
+                        open(self.ctx, Target::Index(index as u32 + 1), &mut self.ui).await?;
+                    self.session = opened.session.clone();
+                    self.settle(opened).await?;
+                    return Ok(Flow::Continue);
+                }
                 sessions::print_list(&list);
                 if !list.is_empty() {
                     println!("/resume N continues conversation N");

@@ -6,6 +6,7 @@ mod listener;
 mod logging;
 mod peer;
 mod pidlock;
+mod search;
 mod server;
 mod services;
 mod snapshot;

@@ -14,6 +14,7 @@ use tonic::transport::Server;
 
 use agentx_shared::profile::Profile;
 use agentx_shared::proto::daemon_server::DaemonServer;
+use agentx_shared::proto::library_server::LibraryServer;
 use agentx_shared::proto::oneshots_server::OneshotsServer;
 use agentx_shared::proto::sessions_server::SessionsServer;
 use agentx_shared::proto::snapshots_server::SnapshotsServer;
@@ -84,6 +85,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .build()
         .context("cannot set up the HTTP client")?;
     let engine = Arc::new(Engine { http });
+    let search = crate::search::start(
+        config.profile.dir.join("search"),
+        config.profile.sessions_dir(),
+    )
+    .map_err(|e| tracing::warn!("search is off: {e}"))
+    .ok();
 
     let uid = nix::unistd::geteuid().as_raw();
     let router = Server::builder()
@@ -106,6 +113,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             Arc::clone(&store),
             snapshots.clone(),
         )))
+        .add_service(
+            LibraryServer::new(crate::services::library::LibraryService::new(
+                Arc::clone(&store),
+                search,
+            ))
+            .max_decoding_message_size(crate::services::library::MAX_IMPORT_BYTES)
+            .max_encoding_message_size(crate::services::library::MAX_IMPORT_BYTES),
+        )
         .add_service(health_service)
         .add_service(reflection);
 

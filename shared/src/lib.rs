@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod conversation;
+pub mod export;
 pub mod folder;
 pub mod profile;
 pub mod proto;

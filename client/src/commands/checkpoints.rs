@@ -130,19 +130,17 @@ pub async fn rollback(ctx: &Ctx, session_id: &str, pick: Pick) -> CliResult<Opti
         .ok_or_else(|| CliError::failed("agentd returned no state"))
 }
 
-/// Arrow keys and Enter on a terminal (Enter alone picks the newest);
+/// Arrow keys, a typed number and Enter on a terminal (Enter alone picks the newest);
 /// without a terminal, the newest.
 fn choose(cps: &[Checkpoint]) -> CliResult<Option<u32>> {
     if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
         return Ok(Some(1));
     }
     let items: Vec<String> = cps.iter().map(label).collect();
-    let picked = dialoguer::Select::new()
-        .with_prompt("roll back to (Enter = newest, Esc = cancel)")
-        .items(&items)
-        .default(0)
-        .interact_opt()
-        .map_err(|e| CliError::failed(format!("picker: {e}")))?;
+    let picked = crate::picker::pick(
+        "roll back to (arrows or a number, Enter = newest, Esc = cancel)",
+        &items,
+    )?;
     Ok(picked.and_then(|i| cps.get(i)).map(|cp| cp.index))
 }
 

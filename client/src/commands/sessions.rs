@@ -21,6 +21,7 @@ pub fn summary_json(s: &SessionSummary) -> Value {
         "created_at": rfc3339_wire(s.created_at.as_ref()),
         "updated_at": rfc3339_wire(s.updated_at.as_ref()),
         "turns": s.turns,
+        "forked_from": s.forked_from.as_ref().map(|f| json!({"id": f.id, "turn": f.turn})),
     })
 }
 
@@ -34,6 +35,26 @@ pub async fn list(ctx: &Ctx) -> CliResult<Vec<SessionSummary>> {
         .sessions)
 }
 
+/// One line of the list (without its number).
+pub fn label(s: &SessionSummary) -> String {
+    let title = if s.title.is_empty() {
+        "(empty)"
+    } else {
+        s.title.as_str()
+    };
+    let origin = s
+        .forked_from
+        .as_ref()
+        .map(|f| format!("  (fork of {} @turn {})", f.id, f.turn))
+        .unwrap_or_default();
+    format!(
+        "{}  {}  {:>3} turn(s)  {title}{origin}",
+        s.id,
+        rfc3339_wire(s.updated_at.as_ref()),
+        s.turns
+    )
+}
+
 /// Numbered list, newest first (1 = newest).
 pub fn print_list(sessions: &[SessionSummary]) {
     if sessions.is_empty() {
@@ -41,24 +62,15 @@ pub fn print_list(sessions: &[SessionSummary]) {
         return;
     }
     for (i, s) in sessions.iter().enumerate() {
-        let title = if s.title.is_empty() {
-            "(empty)"
-        } else {
-            s.title.as_str()
-        };
-        println!(
-            "{:>3}  {}  {}  {:>3} turn(s)  {title}",
-            i + 1,
-            s.id,
-            rfc3339_wire(s.updated_at.as_ref()),
-            s.turns
-        );
+        println!("{:>3}  {}", i + 1, label(s));
     }
 }
 
-pub async fn sessions(ctx: &Ctx, as_json: bool) -> CliResult<()> {
+pub async fn sessions(ctx: &Ctx, as_json: bool, tree: bool) -> CliResult<()> {
     let sessions = list(ctx).await?;
-    if as_json {
+    if tree {
+        crate::commands::library::print_tree(&sessions);
+    } else if as_json {
         let docs: Vec<Value> = sessions.iter().map(summary_json).collect();
         println!("{}", Value::Array(docs));
     } else {

@@ -2,6 +2,7 @@
 //! or the turn engine and back. Nothing below this edge sees protobuf types.
 
 pub mod daemon;
+pub mod library;
 pub mod oneshots;
 pub mod sessions;
 pub mod snapshots;
@@ -74,5 +75,12 @@ pub fn summary(doc: &SessionDoc) -> SessionSummary {
             unix_ms: doc.updated_at,
         }),
         turns: doc.turns,
+        forked_from: doc
+            .forked_from
+            .as_ref()
+            .map(|f| agentx_shared::proto::ForkOrigin {
+                id: f.id.clone(),
+                turn: f.turn,
+            }),
     }
 }

@@ -22,7 +22,7 @@ fn now_ms() -> i64 {
 }
 
 /// A fresh conversation id: time-ordered, unique, safe as a file name.
-fn new_id() -> String {
+pub(super) fn new_id() -> String {
     use std::hash::{BuildHasher as _, RandomState};
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -68,6 +68,8 @@ pub struct Change {
     /// Record a checkpoint of the resulting state (a successful turn) and
     /// make it the folder+agent's shared checkpoint.
     pub checkpoint: bool,
+    /// A new title (a rename; does not move the conversation in the list).
+    pub title: Option<String>,
 }
 
 pub enum RollbackTarget {
@@ -460,8 +462,16 @@ impl Group {
             }
         }
         let doc = session.doc.clone();
+        self.index_hook(id);
         self.write_shared(&doc)?;
         Ok(doc)
+    }
+
+    /// Tells the search indexer a conversation changed (never waits on it).
+    fn index_hook(&self, id: &str) {
+        if self.shares_checkpoint {
+            crate::search::touched(&self.dir, id);
+        }
     }
 
     fn read_shared_file(&self) -> SharedFile {
@@ -683,6 +693,7 @@ impl Group {
             }
         }
         durable::fsync_dir(&self.dir)?;
+        self.index_hook(&id);
         let fresh = self.create()?;
         self.set_current(&fresh)?;
         Ok(self.session(&fresh)?.doc.clone())
@@ -791,9 +802,16 @@ impl Group {
             let excess = doc.checkpoints.len().saturating_sub(MAX_CHECKPOINTS);
             doc.checkpoints.drain(..excess);
         }
-        doc.updated_at = now.max(doc.updated_at);
+        let rename_only = change.append.is_empty() && change.title.is_some();
+        if let Some(title) = change.title {
+            doc.title = title;
+        }
+        if !rename_only {
+            doc.updated_at = now.max(doc.updated_at);
+        }
         session.save()?;
         let doc = session.doc.clone();
+        self.index_hook(id);
         if change.checkpoint {
             self.write_shared(&doc)?;
         }

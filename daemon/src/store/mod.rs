@@ -3,6 +3,7 @@
 //! through a [`GroupHandle`].
 
 pub(crate) mod durable;
+pub mod fork;
 mod group;
 pub mod oneshot;
 pub mod session;
@@ -52,7 +53,7 @@ impl Store {
     }
 
     /// `<sessions>/<folder-key>/<agent>`.
-    fn group_dir(&self, folder: &str, agent: &str) -> PathBuf {
+    pub fn group_dir(&self, folder: &str, agent: &str) -> PathBuf {
         self.sessions_dir
             .join(folder_key(std::path::Path::new(folder)))
             .join(agent)

@@ -65,6 +65,9 @@ pub struct SessionDoc {
     /// Rollbacks so far (each may cut and later rewrite the journal tail).
     #[serde(default)]
     pub rollbacks: u64,
+    /// The conversation this one was forked from, and at which turn.
+    #[serde(default)]
+    pub forked_from: Option<super::fork::ForkOrigin>,
 }
 
 /// The committed prefix of another conversation's journal that this one
@@ -153,6 +156,7 @@ impl SessionDoc {
             rollback: None,
             base: None,
             rollbacks: 0,
+            forked_from: None,
         }
     }
 

@@ -17,10 +17,13 @@ use agentx_shared::proto::{
 use agentx_tests::TestEnv;
 use agentx_tests::fake_model::{FakeModel, post_and_hold};
 
+#[path = "../bench_search.rs"]
+mod bench_search;
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let names: Vec<&str> = if args.is_empty() {
-        vec!["daemon", "turns", "oneshots", "snapshots"]
+        vec!["daemon", "turns", "oneshots", "snapshots", "search"]
     } else {
         args.iter().map(String::as_str).collect()
     };
@@ -30,8 +33,11 @@ fn main() -> anyhow::Result<()> {
             "turns" => bench_turns(turn_count())?,
             "oneshots" => bench_oneshots()?,
             "snapshots" => bench_snapshots()?,
+            "search" => bench_search::bench_search()?,
             other => {
-                bail!("unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots")
+                bail!(
+                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search"
+                )
             }
         }
     }

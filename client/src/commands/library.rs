@@ -1,0 +1,438 @@
+//! `agentx fork`, `rename`, `search`, `export`, `import`, `sessions --tree`,
+//! `completions` and `man`: finding, naming, branching and carrying conversations.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use agentx_shared::export::Document;
+use agentx_shared::proto::library_client::LibraryClient;
+use agentx_shared::proto::{
+    ExportRequest, ForkRequest, ImportRequest, OpenSessionRequest, RenameRequest, SearchHit,
+    SearchRequest, SessionSummary, open_session_request::Target,
+};
+use agentx_shared::time::rfc3339_wire;
+
+use crate::cli::ExportFormat;
+use crate::commands::sessions;
+use crate::context::Ctx;
+use crate::error::{CliError, CliResult};
+
+/// Largest export document sent or received.
+const MAX_DOCUMENT: usize = 64 * 1024 * 1024;
+
+pub fn client(ctx: &Ctx) -> LibraryClient<tonic::transport::Channel> {
+    LibraryClient::new(ctx.channel())
+        .max_decoding_message_size(MAX_DOCUMENT)
+        .max_encoding_message_size(MAX_DOCUMENT)
+}
+
+/// `N` (1 = newest) or an id → a conversation id; `None` → "" (the current one).
+pub async fn resolve(ctx: &Ctx, target: Option<&str>) -> CliResult<String> {
+    let Some(target) = target else {
+        return Ok(String::new());
+    };
+    match target.parse::<usize>() {
+        Ok(n) => {
+            let list = sessions::list(ctx).await?;
+            n.checked_sub(1)
+                .and_then(|i| list.get(i))
+                .map(|s| s.id.clone())
+                .ok_or_else(|| {
+                    CliError::failed(format!(
+                        "no conversation {n}: this folder has {} (1 is the newest)",
+                        list.len()
+                    ))
+                })
+        }
+        Err(_) => Ok(target.to_owned()),
+    }
+}
+
+/// Forks `session_id` ("" = current) at checkpoint `n` (0 = newest).
+pub async fn fork(ctx: &Ctx, session_id: &str, n: u32) -> CliResult<SessionSummary> {
+    Ok(client(ctx)
+        .fork(ForkRequest {
+            scope: ctx.scope(),
+            session_id: session_id.to_owned(),
+            checkpoint: n,
+        })
+        .await
+        .map_err(|s| CliError::from_status("forking", &s))?
+        .into_inner())
+}
+
+pub fn describe_fork(s: &SessionSummary) -> String {
+    match &s.forked_from {
+        Some(f) => format!(
+            "forked {} at turn {}: new conversation {} (the original is unchanged)",
+            f.id, f.turn, s.id
+        ),
+        None => format!("new conversation {}", s.id),
+    }
+}
+
+/// `agentx fork [N]`: the fork becomes the folder's current conversation.
+pub async fn fork_command(ctx: &Ctx, n: Option<u32>) -> CliResult<()> {
+    let forked = fork(ctx, "", n.unwrap_or(0)).await?;
+    ctx.sessions()
+        .open_session(OpenSessionRequest {
+            scope: ctx.scope(),
+            target: Some(Target::Id(forked.id.clone())),
+        })
+        .await
+        .map_err(|s| CliError::from_status("opening the fork", &s))?;
+    println!("{}", describe_fork(&forked));
+    Ok(())
+}
+
+pub async fn rename(ctx: &Ctx, session_id: &str, title: &str) -> CliResult<SessionSummary> {
+    Ok(client(ctx)
+        .rename(RenameRequest {
+            scope: ctx.scope(),
+            session_id: session_id.to_owned(),
+            title: title.to_owned(),
+        })
+        .await
+        .map_err(|s| CliError::from_status("renaming", &s))?
+        .into_inner())
+}
+
+/// `agentx rename [N|ID] TITLE`: with two or more words and a first word
+/// that is a number or an id of this folder, that word picks the
+/// conversation (quote a title that starts with a number).
+pub async fn rename_command(ctx: &Ctx, words: &[String]) -> CliResult<()> {
+    let (target, title) = match words {
+        [first, rest @ ..] if !rest.is_empty() => {
+            let is_target = first.parse::<usize>().is_ok()
+                || sessions::list(ctx).await?.iter().any(|s| &s.id == first);
+            if is_target {
+                (Some(first.as_str()), rest.join(" "))
+            } else {
+                (None, words.join(" "))
+            }
+        }
+        _ => (None, words.join(" ")),
+    };
+    let id = resolve(ctx, target).await?;
+    let renamed = rename(ctx, &id, &title).await?;
+    println!("{}  {}", renamed.id, renamed.title);
+    Ok(())
+}
+
+/// Wraps each highlighted range of `snippet` in markers.
+fn marked(snippet: &str, hit: &SearchHit, open: &str, close: &str) -> String {
+    let mut out = String::new();
+    let mut at = 0usize;
+    for h in &hit.highlights {
+        let (start, end) = (h.start as usize, h.end as usize);
+        if start < at
+            || end > snippet.len()
+            || !snippet.is_char_boundary(start)
+            || !snippet.is_char_boundary(end)
+        {
+            continue;
+        }
+        out.push_str(&snippet[at..start]);
+        out.push_str(open);
+        out.push_str(&snippet[start..end]);
+        out.push_str(close);
+        at = end;
+    }
+    out.push_str(&snippet[at..]);
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+pub fn hit_json(h: &SearchHit) -> Value {
+    json!({
+        "session_id": h.session_id,
+        "folder": h.folder,
+        "agent": h.agent,
+        "title": h.title,
+        "turn": h.turn,
+        "at": rfc3339_wire(h.at.as_ref()),
+        "snippet": h.snippet,
+        "highlights": h.highlights.iter().map(|r| json!([r.start, r.end])).collect::<Vec<_>>(),
+        "score": h.score,
+        "where": h.r#where,
+    })
+}
+
+pub async fn search(ctx: &Ctx, text: &str, all: bool, limit: u32) -> CliResult<Vec<SearchHit>> {
+    let reply = client(ctx)
+        .search(SearchRequest {
+            scope: ctx.scope(),
+            query: text.to_owned(),
+            all,
+            limit,
+        })
+        .await
+        .map_err(|s| CliError::from_status("searching", &s))?
+        .into_inner();
+    if reply.indexing {
+        eprintln!("agentx: the search index is still catching up; results may be incomplete");
+    }
+    Ok(reply.hits)
+}
+
+/// Prints hits, best first, numbered; the command that opens each.
+pub fn print_hits(ctx: &Ctx, hits: &[SearchHit]) {
+    if hits.is_empty() {
+        println!("no matches");
+        return;
+    }
+    let (open, close) = if std::io::stdout().is_terminal() {
+        ("\x1b[1;33m", "\x1b[0m")
+    } else {
+        ("**", "**")
+    };
+    for (i, h) in hits.iter().enumerate() {
+        let place = if h.turn == 0 {
+            "title".to_owned()
+        } else {
+            format!("turn {}", h.turn)
+        };
+        let remote = if h.r#where == "remote" {
+            "remote: "
+        } else {
+            ""
+        };
+        println!(
+            "{:>3}  {remote}{}  {}  {place}  {}",
+            i + 1,
+            h.session_id,
+            rfc3339_wire(h.at.as_ref()),
+            h.title
+        );
+        let elsewhere = h.folder != ctx.scope.folder || h.agent != ctx.scope.agent;
+        if elsewhere {
+            println!("     {} (agent {})", h.folder, h.agent);
+        }
+        println!("     {}", marked(&h.snippet, h, open, close));
+    }
+    println!("open one with: agentx resume ID (add -C FOLDER --agent NAME for another folder)");
+}
+
+pub async fn search_command(
+    ctx: &Ctx,
+    text: &[String],
+    all: bool,
+    as_json: bool,
+    limit: u32,
+) -> CliResult<()> {
+    let hits = search(ctx, &text.join(" "), all, limit).await?;
+    if as_json {
+        println!("{}", Value::Array(hits.iter().map(hit_json).collect()));
+    } else {
+        print_hits(ctx, &hits);
+    }
+    Ok(())
+}
+
+pub async fn export(ctx: &Ctx, session_id: &str) -> CliResult<String> {
+    Ok(client(ctx)
+        .export(ExportRequest {
+            scope: ctx.scope(),
+            session_id: session_id.to_owned(),
+        })
+        .await
+        .map_err(|s| CliError::from_status("exporting", &s))?
+        .into_inner()
+        .document)
+}
+
+pub async fn export_command(
+    ctx: &Ctx,
+    target: Option<&str>,
+    format: ExportFormat,
+    output: Option<&Path>,
+) -> CliResult<()> {
+    let id = resolve(ctx, target).await?;
+    let document = export(ctx, &id).await?;
+    let mut text = match format {
+        ExportFormat::Json => document,
+        ExportFormat::Markdown => Document::parse(&document)
+            .map_err(|e| CliError::failed(e.to_string()))?
+            .to_markdown(),
+    };
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    match output {
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())
+                .and_then(|()| out.flush())
+                .map_err(|e| CliError::failed(format!("writing the export: {e}")))?;
+        }
+        Some(path) => {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(|e| match e.kind() {
+                    std::io::ErrorKind::AlreadyExists => CliError::failed(format!(
+                        "{} exists; export never overwrites a file",
+                        path.display()
+                    )),
+                    _ => CliError::failed(format!("cannot create {}: {e}", path.display())),
+                })?;
+            file.write_all(text.as_bytes())
+                .and_then(|()| file.sync_all())
+                .map_err(|e| CliError::failed(format!("writing {}: {e}", path.display())))?;
+            eprintln!("exported to {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// `agentx import FILE [--folder DIR]`.
+pub async fn import_command(ctx: &Ctx, file: &Path, folder: Option<&Path>) -> CliResult<()> {
+    let mut text = String::new();
+    let read = if file == Path::new("-") {
+        std::io::stdin().read_to_string(&mut text)
+    } else {
+        std::fs::File::open(file).and_then(|mut f| f.read_to_string(&mut text))
+    };
+    read.map_err(|e| CliError::failed(format!("cannot read {}: {e}", file.display())))?;
+    // Validate here too: one clear line before anything is sent.
+    let parsed =
+        Document::parse(&text).map_err(|e| CliError::failed(format!("{}: {e}", file.display())))?;
+    let mut scope = ctx.scope.clone();
+    if let Some(dir) = folder {
+        let dir: PathBuf = crate::context::resolve_folder(Some(dir))?;
+        scope.folder = dir.to_string_lossy().into_owned();
+    }
+    let reply = client(ctx)
+        .import(ImportRequest {
+            scope: Some(scope.clone()),
+            document: text,
+        })
+        .await
+        .map_err(|s| CliError::from_status("importing", &s))?
+        .into_inner();
+    let session = reply
+        .session
+        .ok_or_else(|| CliError::failed("agentd returned no conversation"))?;
+    if !reply.renamed_from.is_empty() {
+        println!(
+            "conversation {} exists already; imported as {}",
+            reply.renamed_from, session.id
+        );
+    }
+    println!(
+        "imported {} ({} turn(s), {} items) into {}: agentx -C {} resume {}",
+        session.id,
+        session.turns,
+        parsed.conversation.transcript.len(),
+        scope.folder,
+        scope.folder,
+        session.id
+    );
+    Ok(())
+}
+
+/// `agentx sessions --tree`: forks drawn under the conversation they came from.
+pub fn print_tree(list: &[SessionSummary]) {
+    if list.is_empty() {
+        println!("no conversations in this folder yet");
+        return;
+    }
+    let number: HashMap<&str, usize> = list
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.as_str(), i + 1))
+        .collect();
+    let mut children: HashMap<&str, Vec<&SessionSummary>> = HashMap::new();
+    let mut roots = Vec::new();
+    for s in list {
+        match s
+            .forked_from
+            .as_ref()
+            .filter(|f| number.contains_key(f.id.as_str()))
+        {
+            Some(f) => children.entry(f.id.as_str()).or_default().push(s),
+            None => roots.push(s),
+        }
+    }
+    fn draw(
+        s: &SessionSummary,
+        prefix: &str,
+        branch: &str,
+        number: &HashMap<&str, usize>,
+        children: &HashMap<&str, Vec<&SessionSummary>>,
+    ) {
+        let title = if s.title.is_empty() {
+            "(empty)"
+        } else {
+            &s.title
+        };
+        let origin = match &s.forked_from {
+            Some(f) if number.contains_key(f.id.as_str()) => format!("  @turn {}", f.turn),
+            Some(f) => format!("  (fork of {} @turn {})", f.id, f.turn),
+            None => String::new(),
+        };
+        println!(
+            "{prefix}{branch}{:>2}  {}  {:>3} turn(s)  {title}{origin}",
+            number.get(s.id.as_str()).copied().unwrap_or(0),
+            s.id,
+            s.turns
+        );
+        let kids = children
+            .get(s.id.as_str())
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let below = match branch {
+            "" => prefix.to_owned(),
+            "└─ " => format!("{prefix}   "),
+            _ => format!("{prefix}│  "),
+        };
+        for (i, kid) in kids.iter().enumerate() {
+            let last = i + 1 == kids.len();
+            draw(
+                kid,
+                &below,
+                if last { "└─ " } else { "├─ " },
+                number,
+                children,
+            );
+        }
+    }
+    for root in roots {
+        draw(root, "", "", &number, &children);
+    }
+}
+
+/// `agentx completions SHELL`.
+pub fn completions(shell: clap_complete::Shell) {
+    use clap::CommandFactory as _;
+    let mut command = crate::cli::Cli::command();
+    clap_complete::generate(shell, &mut command, "agentx", &mut std::io::stdout());
+}
+
+/// `agentx man`: the man page in roff.
+pub fn man() -> CliResult<()> {
+    use clap::CommandFactory as _;
+    let command = crate::cli::Cli::command();
+    let mut out = std::io::stdout().lock();
+    clap_mangen::Man::new(command)
+        .render(&mut out)
+        .map_err(|e| CliError::failed(format!("writing the man page: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentx_shared::proto::Highlight;
+
+    #[test]
+    fn highlights_are_marked() {
+        let hit = SearchHit {
+            highlights: vec![Highlight { start: 4, end: 9 }],
+            ..SearchHit::default()
+        };
+        assert_eq!(marked("the quick fox", &hit, "[", "]"), "the [quick] fox");
+    }
+}

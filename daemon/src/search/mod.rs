@@ -1,0 +1,501 @@
+//! Full-text search over every conversation (tantivy): a background thread
+//! keeps the index in step with committed turns; queries rank and snippet.
+//!
+//! The index lives in `<profile>/search/` and is derived data: when it is
+//! missing, unreadable or of another layout it is rebuilt from the sessions.
+//! On start a reconcile pass compares each conversation's stamp (journal
+//! length, rollbacks, update time, title) with the index and re-indexes what
+//! differs, so a crash between a commit and its indexing loses nothing.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use serde::Deserialize;
+use tantivy::collector::{DocSetCollector, TopDocs};
+use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, STORED, STRING, Schema, TEXT, Value as _};
+use tantivy::snippet::SnippetGenerator;
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+use agentx_shared::conversation::Item;
+
+/// Bumped when the schema or what goes into it changes: forces a rebuild.
+const LAYOUT: &str = "agentx-search-1";
+/// Indexing memory budget (tantivy's minimum is 15 MB).
+const WRITER_BYTES: usize = 40_000_000;
+/// Longest snippet, in characters.
+const SNIPPET_CHARS: usize = 160;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error("search index: {0}")]
+    Index(#[from] tantivy::TantivyError),
+    #[error("search index: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Query(String),
+}
+
+#[derive(Clone, Copy)]
+struct Fields {
+    key: Field,
+    sid: Field,
+    folder: Field,
+    agent: Field,
+    kind: Field,
+    turn: Field,
+    at: Field,
+    title: Field,
+    label: Field,
+    body: Field,
+    stamp: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let f = Fields {
+        key: b.add_text_field("key", STRING | STORED),
+        sid: b.add_text_field("sid", STORED),
+        folder: b.add_text_field("folder", STRING | STORED),
+        agent: b.add_text_field("agent", STRING | STORED),
+        kind: b.add_text_field("kind", STRING | STORED),
+        turn: b.add_u64_field("turn", STORED),
+        at: b.add_i64_field("at", STORED),
+        title: b.add_text_field("title", TEXT | STORED),
+        label: b.add_text_field("label", STORED),
+        body: b.add_text_field("body", TEXT | STORED),
+        stamp: b.add_text_field("stamp", STORED),
+    };
+    (b.build(), f)
+}
+
+/// One search result.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    pub session_id: String,
+    pub folder: String,
+    pub agent: String,
+    pub title: String,
+    /// 0: the title matched.
+    pub turn: u32,
+    pub at: i64,
+    pub snippet: String,
+    pub highlights: Vec<(usize, usize)>,
+    pub score: f32,
+}
+
+pub struct SearchIndex {
+    index: Index,
+    reader: IndexReader,
+    f: Fields,
+    indexing: AtomicBool,
+    sessions: AtomicU64,
+}
+
+static NOTIFY: OnceLock<Sender<PathBuf>> = OnceLock::new();
+
+/// A conversation in group directory `dir` changed: re-index it soon.
+/// Never blocks (the indexer runs on its own thread).
+pub fn touched(dir: &Path, id: &str) {
+    if let Some(tx) = NOTIFY.get() {
+        let _ = tx.send(dir.join(format!("{id}.json")));
+    }
+}
+
+/// Opens (or rebuilds) the index in `index_dir` and starts the indexer
+/// thread, which first reconciles the index with `sessions_dir`.
+pub fn start(index_dir: PathBuf, sessions_dir: PathBuf) -> Result<Arc<SearchIndex>, SearchError> {
+    let (index, f) = open_or_create(&index_dir)?;
+    let reader = index
+        .reader_builder()
+        .reload_policy(ReloadPolicy::Manual)
+        .try_into()?;
+    let writer: IndexWriter<TantivyDocument> = index.writer_with_num_threads(1, WRITER_BYTES)?;
+    let search = Arc::new(SearchIndex {
+        index,
+        reader,
+        f,
+        indexing: AtomicBool::new(true),
+        sessions: AtomicU64::new(0),
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    if NOTIFY.set(tx).is_err() {
+        tracing::warn!("search indexer already running in this process");
+    }
+    let worker = Arc::clone(&search);
+    std::thread::Builder::new()
+        .name("search-indexer".into())
+        .spawn(move || worker.run(writer, rx, &sessions_dir))?;
+    Ok(search)
+}
+
+fn open_or_create(dir: &Path) -> Result<(Index, Fields), SearchError> {
+    let (schema, f) = schema();
+    let marker = dir.join("LAYOUT");
+    let opened = (|| {
+        let layout = std::fs::read_to_string(&marker).ok()?;
+        if layout.trim() != LAYOUT {
+            return None;
+        }
+        let index = Index::open_in_dir(dir).ok()?;
+        if index.schema() != schema {
+            return None;
+        }
+        // Opening every segment reads its footers: damaged files show here.
+        let searcher = index.reader().ok()?.searcher();
+        searcher
+            .search(&tantivy::query::AllQuery, &tantivy::collector::Count)
+            .ok()?;
+        Some(index)
+    })();
+    if let Some(index) = opened {
+        return Ok((index, f));
+    }
+    if dir.exists() {
+        tracing::warn!(dir = %dir.display(), "search index missing, unreadable or outdated: rebuilding it");
+        std::fs::remove_dir_all(dir)?;
+    }
+    agentx_shared::profile::create_private_dir(dir)?;
+    let index = Index::create_in_dir(dir, schema)?;
+    std::fs::write(&marker, LAYOUT)?;
+    Ok((index, f))
+}
+
+/// The parts of a session document the indexer needs.
+#[derive(Deserialize)]
+struct DocHead {
+    id: String,
+    folder: String,
+    agent: String,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    updated_at: i64,
+    #[serde(default)]
+    journal_bytes: u64,
+    #[serde(default)]
+    rollbacks: u64,
+    #[serde(default)]
+    base: Option<serde_json::Value>,
+}
+
+impl DocHead {
+    fn read(path: &Path) -> Option<Self> {
+        let bytes = std::fs::read(path).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    fn stamp(&self) -> String {
+        format!(
+            "{}:{}:{}:{}",
+            self.journal_bytes, self.rollbacks, self.updated_at, self.title
+        )
+    }
+}
+
+#[derive(Deserialize)]
+struct Line {
+    #[serde(default)]
+    at: i64,
+    #[serde(flatten)]
+    item: Item,
+}
+
+/// Turns of a transcript: (time of the user message, text to index).
+fn turns(journal: &Path, committed: u64) -> Vec<(i64, String)> {
+    use std::io::{BufRead as _, Read as _};
+    let Ok(file) = std::fs::File::open(journal) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(i64, String)> = Vec::new();
+    for line in std::io::BufReader::new(file.take(committed)).lines() {
+        let Ok(line) = line else { break };
+        let Ok(line) = serde_json::from_str::<Line>(&line) else {
+            continue;
+        };
+        let text = match line.item {
+            Item::User { text } => {
+                out.push((line.at, String::new()));
+                text
+            }
+            Item::Assistant { text } => text,
+            Item::FunctionCall { arguments, .. } => arguments,
+            Item::FunctionOutput { output, .. } => output,
+        };
+        if out.is_empty() {
+            out.push((line.at, String::new()));
+        }
+        if let Some(last) = out.last_mut() {
+            if !last.1.is_empty() {
+                last.1.push('\n');
+            }
+            last.1.push_str(&text);
+        }
+    }
+    out
+}
+
+impl SearchIndex {
+    fn run(
+        &self,
+        mut writer: IndexWriter<TantivyDocument>,
+        rx: Receiver<PathBuf>,
+        sessions: &Path,
+    ) {
+        let started = Instant::now();
+        match self.reconcile(&mut writer, sessions) {
+            Ok(n) => tracing::info!(
+                reindexed = n,
+                secs = started.elapsed().as_secs_f64(),
+                "search index up to date"
+            ),
+            Err(e) => tracing::warn!("search index reconcile failed: {e}"),
+        }
+        self.indexing.store(false, Ordering::SeqCst);
+        while let Ok(first) = rx.recv() {
+            let mut batch: HashSet<PathBuf> = HashSet::from([first]);
+            while let Ok(more) = rx.try_recv() {
+                batch.insert(more);
+            }
+            self.indexing.store(true, Ordering::SeqCst);
+            for path in &batch {
+                self.index_session(&writer, path);
+            }
+            if let Err(e) = self.commit(&mut writer) {
+                tracing::warn!("search index commit failed: {e}");
+            }
+            self.indexing.store(false, Ordering::SeqCst);
+        }
+    }
+
+    fn commit(&self, writer: &mut IndexWriter<TantivyDocument>) -> Result<(), SearchError> {
+        writer.commit()?;
+        self.reader.reload()?;
+        let searcher = self.reader.searcher();
+        let metas = searcher.search(
+            &self.term_query(self.f.kind, "meta"),
+            &tantivy::collector::Count,
+        )?;
+        self.sessions.store(metas as u64, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn term_query(&self, field: Field, text: &str) -> TermQuery {
+        TermQuery::new(Term::from_field_text(field, text), IndexRecordOption::Basic)
+    }
+
+    /// Brings the index in line with every interactive conversation on disk.
+    fn reconcile(
+        &self,
+        writer: &mut IndexWriter<TantivyDocument>,
+        sessions: &Path,
+    ) -> Result<usize, SearchError> {
+        let searcher = self.reader.searcher();
+        let metas = searcher.search(&self.term_query(self.f.kind, "meta"), &DocSetCollector)?;
+        let mut indexed: HashMap<String, String> = HashMap::new();
+        for addr in metas {
+            let doc: TantivyDocument = searcher.doc(addr)?;
+            let get = |f| {
+                doc.get_first(f)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            indexed.insert(get(self.f.key), get(self.f.stamp));
+        }
+        let mut on_disk = HashSet::new();
+        let mut changed = 0usize;
+        for path in session_docs(sessions) {
+            let key = path.to_string_lossy().into_owned();
+            let Some(head) = DocHead::read(&path) else {
+                continue;
+            };
+            if head.base.is_some() {
+                continue;
+            }
+            on_disk.insert(key.clone());
+            if indexed.get(&key) == Some(&head.stamp()) {
+                continue;
+            }
+            self.index_session(writer, &path);
+            changed += 1;
+            if changed % 1000 == 0 {
+                self.commit(writer)?;
+            }
+        }
+        for key in indexed.keys().filter(|k| !on_disk.contains(*k)) {
+            writer.delete_term(Term::from_field_text(self.f.key, key));
+            changed += 1;
+        }
+        self.commit(writer)?;
+        Ok(changed)
+    }
+
+    /// Replaces everything indexed for the conversation whose document is `path`.
+    fn index_session(&self, writer: &IndexWriter<TantivyDocument>, path: &Path) {
+        let f = self.f;
+        let key = path.to_string_lossy().into_owned();
+        writer.delete_term(Term::from_field_text(f.key, &key));
+        let Some(head) = DocHead::read(path) else {
+            return; // cleared: nothing to index
+        };
+        if head.base.is_some() {
+            return;
+        }
+        let common = |kind: &str| {
+            let mut d = TantivyDocument::default();
+            d.add_text(f.key, &key);
+            d.add_text(f.sid, &head.id);
+            d.add_text(f.folder, &head.folder);
+            d.add_text(f.agent, &head.agent);
+            d.add_text(f.kind, kind);
+            d
+        };
+        let turns = turns(&path.with_extension("jsonl"), head.journal_bytes);
+        // The default title is the first message's first line, which turn 1
+        // already holds: only a title of its own is worth a hit.
+        let own_title = !turns.first().is_some_and(|(_, first)| {
+            first
+                .trim_start()
+                .starts_with(head.title.trim_end_matches('…'))
+        });
+        let mut meta = common("meta");
+        meta.add_u64(f.turn, 0);
+        meta.add_i64(f.at, head.updated_at);
+        if own_title {
+            meta.add_text(f.title, &head.title);
+        }
+        meta.add_text(f.stamp, head.stamp());
+        let mut docs = vec![meta];
+        for (n, (at, text)) in turns.into_iter().enumerate() {
+            let mut d = common("turn");
+            d.add_u64(f.turn, n as u64 + 1);
+            d.add_i64(f.at, at);
+            d.add_text(f.label, &head.title);
+            d.add_text(f.body, &text);
+            docs.push(d);
+        }
+        for d in docs {
+            if let Err(e) = writer.add_document(d) {
+                tracing::warn!("cannot index {key}: {e}");
+            }
+        }
+    }
+
+    /// Whether the index is still catching up, and how many conversations it holds.
+    pub fn progress(&self) -> (bool, u64) {
+        (
+            self.indexing.load(Ordering::SeqCst),
+            self.sessions.load(Ordering::SeqCst),
+        )
+    }
+
+    /// The best `limit` hits for `text`, in `scope` (folder, agent) or everywhere.
+    pub fn search(
+        &self,
+        text: &str,
+        scope: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<Hit>, SearchError> {
+        let f = self.f;
+        if text.trim().is_empty() {
+            return Err(SearchError::Query("search needs some text".into()));
+        }
+        let mut parser = QueryParser::for_index(&self.index, vec![f.body, f.title]);
+        parser.set_conjunction_by_default();
+        let (query, _) = parser.parse_query_lenient(text);
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, query.box_clone())];
+        if let Some((folder, agent)) = scope {
+            clauses.push((Occur::Must, Box::new(self.term_query(f.folder, folder))));
+            clauses.push((Occur::Must, Box::new(self.term_query(f.agent, agent))));
+        }
+        let searcher = self.reader.searcher();
+        let top = searcher.search(
+            &BooleanQuery::new(clauses),
+            &TopDocs::with_limit(limit.max(1)).order_by_score(),
+        )?;
+        let mut body = SnippetGenerator::create(&searcher, &*query, f.body)?;
+        body.set_max_num_chars(SNIPPET_CHARS);
+        let title = SnippetGenerator::create(&searcher, &*query, f.title)?;
+        let mut hits = Vec::new();
+        for (score, addr) in top {
+            let doc: TantivyDocument = searcher.doc(addr)?;
+            let text = |field| {
+                doc.get_first(field)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            let turn = doc.get_first(f.turn).and_then(|v| v.as_u64()).unwrap_or(0);
+            let (snippet, shown_title) = if turn == 0 {
+                (title.snippet_from_doc(&doc), text(f.title))
+            } else {
+                (body.snippet_from_doc(&doc), text(f.label))
+            };
+            let mut fragment = snippet.fragment().to_owned();
+            let mut highlights: Vec<(usize, usize)> = snippet
+                .highlighted()
+                .iter()
+                .map(|r| (r.start, r.end))
+                .collect();
+            if fragment.is_empty() {
+                fragment = if turn == 0 {
+                    shown_title.clone()
+                } else {
+                    text(f.body).chars().take(SNIPPET_CHARS).collect()
+                };
+                highlights.clear();
+            }
+            hits.push(Hit {
+                session_id: text(f.sid),
+                folder: text(f.folder),
+                agent: text(f.agent),
+                title: shown_title,
+                turn: u32::try_from(turn).unwrap_or(u32::MAX),
+                at: doc.get_first(f.at).and_then(|v| v.as_i64()).unwrap_or(0),
+                snippet: fragment,
+                highlights,
+                score,
+            });
+        }
+        Ok(hits)
+    }
+}
+
+/// `<sessions>/<folder-key>/<agent>/<id>.json` of every conversation (one-shot
+/// states live deeper and are left out).
+fn session_docs(sessions: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let dirs = |p: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(p)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for folder in dirs(sessions) {
+        for agent in dirs(&folder) {
+            let Ok(entries) = std::fs::read_dir(&agent) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.ends_with(".json")
+                    && !name.starts_with('.')
+                    && name != "current.json"
+                    && name != "shared.json"
+                {
+                    out.push(entry.path());
+                }
+            }
+        }
+    }
+    out
+}

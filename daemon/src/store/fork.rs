@@ -1,0 +1,295 @@
+//! New conversations made from others: forks (from a checkpoint of one in
+//! the same group), exports and imports; the group actor adopts them.
+
+use std::io::Read as _;
+use std::path::Path;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use agentx_shared::conversation::Item;
+use agentx_shared::export::{self, Document};
+
+use super::session::{Checkpoint, SessionDoc, SessionPaths, read_journal};
+use super::{GroupHandle, StoreError, durable, group};
+
+/// Where a fork came from: the parent's id and its turn count at the fork.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkOrigin {
+    pub id: String,
+    pub turn: u32,
+}
+
+fn now_ms() -> i64 {
+    agentx_shared::time::unix_ms(SystemTime::now())
+}
+
+/// A fresh id that names no file in `dir`.
+fn free_id(dir: &Path) -> String {
+    loop {
+        let id = group::new_id();
+        let paths = SessionPaths::new(dir, &id);
+        if !paths.doc.exists() && !paths.journal.exists() {
+            return id;
+        }
+    }
+}
+
+/// Forks `session` (None: the current one) at checkpoint `n` (1 = newest).
+pub async fn fork(
+    group: &GroupHandle,
+    dir: &Path,
+    session: Option<String>,
+    n: u32,
+) -> Result<SessionDoc, StoreError> {
+    let parent = group
+        .get(session)
+        .await?
+        .ok_or_else(|| StoreError::NotFound("this folder has no conversation to fork".into()))?;
+    if parent.base.is_some() {
+        return Err(StoreError::Invalid(
+            "a one-shot's state cannot be forked".into(),
+        ));
+    }
+    let count = parent.checkpoints.len();
+    let n = n.max(1) as usize;
+    if count == 0 {
+        return Err(StoreError::NotFound(
+            "this conversation has no checkpoint to fork from yet: finish a turn first".into(),
+        ));
+    }
+    if n > count {
+        return Err(StoreError::NotFound(format!(
+            "no checkpoint {n}: this conversation has {count} (1 is the newest)"
+        )));
+    }
+    let keep = count - n + 1;
+    let cp = parent.checkpoints[keep - 1].clone();
+    let id = free_id(dir);
+    let from = SessionPaths::new(dir, &parent.id);
+    let to = SessionPaths::new(dir, &id);
+    let mut prefix = Vec::new();
+    if cp.journal_bytes > 0 {
+        std::fs::File::open(&from.journal)?
+            .take(cp.journal_bytes)
+            .read_to_end(&mut prefix)?;
+    }
+    if prefix.len() as u64 != cp.journal_bytes {
+        return Err(StoreError::Io(format!(
+            "{} is shorter than its checkpoint",
+            from.journal.display()
+        )));
+    }
+    durable::write_atomic(&to.journal, &prefix)?;
+    // A rollback while we copied may have rewritten the journal: start over.
+    let again = group.get(Some(parent.id.clone())).await?;
+    if again.is_none_or(|d| d.rollbacks != parent.rollbacks) {
+        let _ = std::fs::remove_file(&to.journal);
+        return Err(StoreError::Invalid(
+            "the conversation was rolled back while forking; try again".into(),
+        ));
+    }
+    let now = now_ms();
+    let mut doc = SessionDoc::new(id, parent.folder.clone(), parent.agent.clone(), now);
+    doc.title = parent.title.clone();
+    doc.response_id = cp.response_id.clone();
+    doc.usage = cp.usage;
+    doc.last_user = cp.last_user.clone();
+    doc.last_assistant = cp.last_assistant.clone();
+    doc.turns = cp.turns;
+    doc.journal_items = cp.journal_items;
+    doc.journal_bytes = cp.journal_bytes;
+    doc.checkpoints = parent.checkpoints[..keep].to_vec();
+    doc.forked_from = Some(ForkOrigin {
+        id: parent.id.clone(),
+        turn: cp.turns,
+    });
+    adopt(group, dir, doc).await
+}
+
+async fn adopt(group: &GroupHandle, dir: &Path, doc: SessionDoc) -> Result<SessionDoc, StoreError> {
+    let id = doc.id.clone();
+    if let Err(e) = group.adopt(doc.clone()).await {
+        let _ = std::fs::remove_file(SessionPaths::new(dir, &id).journal);
+        return Err(e);
+    }
+    crate::search::touched(dir, &id);
+    Ok(doc)
+}
+
+/// The export document of `session` (None: the current one).
+pub async fn export(
+    group: &GroupHandle,
+    dir: &Path,
+    session: Option<String>,
+) -> Result<String, StoreError> {
+    let doc = group
+        .get(session)
+        .await?
+        .ok_or_else(|| StoreError::NotFound("this folder has no conversation to export".into()))?;
+    let items = group.transcript(&doc.id).await?;
+    // Times per item come from the journal lines (the parent's, for a base).
+    let times = journal_times(&SessionPaths::new(dir, &doc.id).journal, doc.journal_bytes);
+    let skip = items.len().saturating_sub(times.len());
+    let transcript = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| export::Entry {
+            at: export::time_of(
+                i.checked_sub(skip)
+                    .and_then(|j| times.get(j).copied())
+                    .unwrap_or(doc.created_at),
+            ),
+            item,
+        })
+        .collect();
+    let document = Document {
+        format: export::FORMAT_NAME.into(),
+        version: export::VERSION,
+        exported_at: export::time_of(now_ms()),
+        exported_by: agentx_shared::version::VERSION.to_owned(),
+        conversation: export::Conversation {
+            id: doc.id.clone(),
+            title: doc.title.clone(),
+            folder: doc.folder.clone(),
+            agent: doc.agent.clone(),
+            created_at: export::time_of(doc.created_at),
+            updated_at: export::time_of(doc.updated_at),
+            response_id: doc.response_id.clone(),
+            usage: doc.usage,
+            turns: doc.turns,
+            forked_from: doc.forked_from.as_ref().map(|f| export::ForkRef {
+                id: f.id.clone(),
+                turn: f.turn,
+            }),
+            checkpoints: doc
+                .checkpoints
+                .iter()
+                .map(|cp| export::Checkpoint {
+                    response_id: cp.response_id.clone(),
+                    usage: cp.usage,
+                    last_user_message: cp.last_user.clone(),
+                    last_assistant_message: cp.last_assistant.clone(),
+                    turns: cp.turns,
+                    transcript_items: cp.journal_items,
+                    created_at: export::time_of(cp.created_at),
+                })
+                .collect(),
+            transcript,
+        },
+    };
+    serde_json::to_string_pretty(&document).map_err(|e| StoreError::Io(e.to_string()))
+}
+
+/// The `at` of each committed journal line (best effort).
+fn journal_times(path: &Path, committed: u64) -> Vec<i64> {
+    #[derive(Deserialize)]
+    struct At {
+        at: i64,
+    }
+    let Ok(file) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    let reader = std::io::BufReader::new(file.take(committed));
+    std::io::BufRead::lines(reader)
+        .map_while(Result::ok)
+        .map(|l| serde_json::from_str::<At>(&l).map(|a| a.at).unwrap_or(0))
+        .collect()
+}
+
+/// Imports an export document into the group; returns the new conversation
+/// and, when its id was taken, the id in the file.
+pub async fn import(
+    group: &GroupHandle,
+    dir: &Path,
+    folder: &str,
+    agent: &str,
+    text: &str,
+) -> Result<(SessionDoc, Option<String>), StoreError> {
+    let document = Document::parse(text).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let c = document.conversation;
+    agentx_shared::profile::create_private_dir(dir)?;
+    let taken = agentx_shared::folder::check_component("id", &c.id).is_err()
+        || group.get(Some(c.id.clone())).await.is_ok()
+        || SessionPaths::new(dir, &c.id).doc.exists()
+        || SessionPaths::new(dir, &c.id).journal.exists();
+    let (id, renamed_from) = if taken {
+        (free_id(dir), Some(c.id.clone()))
+    } else {
+        (c.id.clone(), None)
+    };
+    // The journal, in the store's line format, with each checkpoint's offset.
+    let mut journal = Vec::new();
+    let mut offsets = vec![0u64];
+    for entry in &c.transcript {
+        let mut line =
+            serde_json::to_value(&entry.item).map_err(|e| StoreError::Io(e.to_string()))?;
+        if let Some(obj) = line.as_object_mut() {
+            obj.insert("at".into(), export::ms_of(&entry.at).unwrap_or(0).into());
+        }
+        serde_json::to_writer(&mut journal, &line).map_err(|e| StoreError::Io(e.to_string()))?;
+        journal.push(b'\n');
+        offsets.push(journal.len() as u64);
+    }
+    let offset = |items: u64| offsets.get(items as usize).copied().unwrap_or(0);
+    let ms = |t: &str| export::ms_of(t).unwrap_or(0);
+    let mut doc = SessionDoc::new(
+        id.clone(),
+        folder.to_owned(),
+        agent.to_owned(),
+        ms(&c.created_at),
+    );
+    doc.updated_at = now_ms();
+    doc.title = c.title.clone();
+    // The server-side chain may not exist for this profile: the first turn
+    // resends the local transcript.
+    doc.response_id = None;
+    doc.usage = c.usage;
+    doc.turns = c.turns;
+    doc.journal_items = c.transcript.len() as u64;
+    doc.journal_bytes = journal.len() as u64;
+    doc.forked_from = c.forked_from.map(|f| ForkOrigin {
+        id: f.id,
+        turn: f.turn,
+    });
+    let last = |want_user: bool| {
+        c.transcript
+            .iter()
+            .rev()
+            .find_map(|e| match (&e.item, want_user) {
+                (Item::User { text }, true) | (Item::Assistant { text }, false) => {
+                    Some(text.clone())
+                }
+                _ => None,
+            })
+    };
+    doc.last_user = last(true).unwrap_or_default();
+    doc.last_assistant = last(false).unwrap_or_default();
+    doc.checkpoints = c
+        .checkpoints
+        .iter()
+        .map(|cp| Checkpoint {
+            response_id: None,
+            usage: cp.usage,
+            last_user: cp.last_user_message.clone(),
+            last_assistant: cp.last_assistant_message.clone(),
+            turns: cp.turns,
+            journal_items: cp.transcript_items,
+            journal_bytes: offset(cp.transcript_items),
+            created_at: ms(&cp.created_at),
+        })
+        .collect();
+    let to = SessionPaths::new(dir, &id);
+    durable::write_atomic(&to.journal, &journal)?;
+    // The journal must read back as the transcript it came from.
+    let back =
+        read_journal(&to.journal, doc.journal_bytes).map_err(|e| StoreError::Io(e.to_string()))?;
+    if back.len() != c.transcript.len() {
+        let _ = std::fs::remove_file(&to.journal);
+        return Err(StoreError::Io(
+            "the imported transcript did not read back".into(),
+        ));
+    }
+    let doc = adopt(group, dir, doc).await?;
+    Ok((doc, renamed_from))
+}

@@ -1,0 +1,272 @@
+//! The conversation export document (`agentx export`, `agentx import`): a
+//! versioned JSON format, its validation, and the Markdown rendering.
+
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+use crate::conversation::{Item, Usage};
+
+/// The `format` field of every export document.
+pub const FORMAT_NAME: &str = "agentx-conversation";
+/// The newest version this build writes and reads.
+pub const VERSION: u32 = 1;
+
+/// An exported conversation: everything needed to continue it elsewhere.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Document {
+    pub format: String,
+    pub version: u32,
+    pub exported_at: String,
+    /// agentx version that wrote the file.
+    pub exported_by: String,
+    pub conversation: Conversation,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Conversation {
+    pub id: String,
+    pub title: String,
+    pub folder: String,
+    pub agent: String,
+    pub created_at: String,
+    pub updated_at: String,
+    /// The server-side chain head when exported (a cache; import drops it).
+    #[serde(default)]
+    pub response_id: Option<String>,
+    #[serde(default)]
+    pub usage: Usage,
+    #[serde(default)]
+    pub turns: u32,
+    #[serde(default)]
+    pub forked_from: Option<ForkRef>,
+    /// Oldest first.
+    #[serde(default)]
+    pub checkpoints: Vec<Checkpoint>,
+    /// The full local transcript, oldest first.
+    pub transcript: Vec<Entry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkRef {
+    pub id: String,
+    pub turn: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    #[serde(default)]
+    pub response_id: Option<String>,
+    #[serde(default)]
+    pub usage: Usage,
+    #[serde(default)]
+    pub last_user_message: String,
+    #[serde(default)]
+    pub last_assistant_message: String,
+    pub turns: u32,
+    /// How many transcript entries the checkpoint covers.
+    pub transcript_items: u64,
+    pub created_at: String,
+}
+
+/// One transcript item with the time it was recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub at: String,
+    #[serde(flatten)]
+    pub item: Item,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("not an agentx conversation export: {0}")]
+    Malformed(String),
+    #[error("this export is format version {0}, newer than this agentx reads; upgrade agentx")]
+    Newer(u32),
+}
+
+/// RFC 3339 of Unix milliseconds.
+pub fn time_of(ms: i64) -> String {
+    crate::time::rfc3339(
+        SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
+    )
+}
+
+/// Unix milliseconds of an RFC 3339 time.
+pub fn ms_of(text: &str) -> Result<i64, ExportError> {
+    humantime::parse_rfc3339_weak(text)
+        .map(crate::time::unix_ms)
+        .map_err(|e| ExportError::Malformed(format!("bad time {text:?}: {e}")))
+}
+
+impl Document {
+    /// Parses and validates an export document.
+    pub fn parse(text: &str) -> Result<Self, ExportError> {
+        let value: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| ExportError::Malformed(format!("not JSON: {e}")))?;
+        if value.get("format").and_then(|f| f.as_str()) != Some(FORMAT_NAME) {
+            return Err(ExportError::Malformed(format!(
+                "the \"format\" field must be {FORMAT_NAME:?}"
+            )));
+        }
+        match value.get("version").and_then(serde_json::Value::as_u64) {
+            Some(v) if v > u64::from(VERSION) => {
+                return Err(ExportError::Newer(u32::try_from(v).unwrap_or(u32::MAX)));
+            }
+            Some(v) if v >= 1 => {}
+            _ => return Err(ExportError::Malformed("no valid \"version\" field".into())),
+        }
+        let doc: Document =
+            serde_json::from_value(value).map_err(|e| ExportError::Malformed(e.to_string()))?;
+        doc.validate()?;
+        Ok(doc)
+    }
+
+    fn validate(&self) -> Result<(), ExportError> {
+        let c = &self.conversation;
+        let bad = |m: String| Err(ExportError::Malformed(m));
+        if c.id.is_empty() || c.id.contains('/') || c.id.contains("..") || c.id.starts_with('.') {
+            return bad(format!("invalid conversation id {:?}", c.id));
+        }
+        ms_of(&c.created_at)?;
+        ms_of(&c.updated_at)?;
+        let len = c.transcript.len() as u64;
+        let mut last = 0;
+        for (i, cp) in c.checkpoints.iter().enumerate() {
+            if cp.transcript_items > len || cp.transcript_items < last {
+                return bad(format!(
+                    "checkpoint {} covers {} transcript entries; the transcript has {len} \
+                     (checkpoints must be oldest first)",
+                    i + 1,
+                    cp.transcript_items
+                ));
+            }
+            last = cp.transcript_items;
+            ms_of(&cp.created_at)?;
+        }
+        for entry in &c.transcript {
+            ms_of(&entry.at)?;
+        }
+        Ok(())
+    }
+
+    /// A readable Markdown rendering (not importable).
+    pub fn to_markdown(&self) -> String {
+        let c = &self.conversation;
+        let mut out = String::new();
+        let title = if c.title.is_empty() {
+            "(untitled)"
+        } else {
+            &c.title
+        };
+        out.push_str(&format!("# {title}\n\n"));
+        out.push_str(&format!(
+            "- conversation `{}` (agent `{}`)\n- folder `{}`\n- created {}, updated {}\n- {} turn(s), {} tokens\n",
+            c.id, c.agent, c.folder, c.created_at, c.updated_at, c.turns, c.usage.total_tokens
+        ));
+        if let Some(f) = &c.forked_from {
+            out.push_str(&format!("- forked from `{}` at turn {}\n", f.id, f.turn));
+        }
+        let fence = |text: &str| {
+            let mut ticks = "```".to_owned();
+            while text.contains(&ticks) {
+                ticks.push('`');
+            }
+            format!("{ticks}\n{}\n{ticks}\n", text.trim_end())
+        };
+        let mut turn = 0;
+        for entry in &c.transcript {
+            match &entry.item {
+                Item::User { text } => {
+                    turn += 1;
+                    out.push_str(&format!(
+                        "\n## Turn {turn} — user ({})\n\n{text}\n",
+                        entry.at
+                    ));
+                }
+                Item::Assistant { text } => {
+                    out.push_str(&format!("\n**assistant**\n\n{text}\n"));
+                }
+                Item::FunctionCall {
+                    name, arguments, ..
+                } => {
+                    let shown = serde_json::from_str::<serde_json::Value>(arguments)
+                        .ok()
+                        .and_then(|v| v.get("command").and_then(|c| c.as_str()).map(str::to_owned))
+                        .unwrap_or_else(|| arguments.clone());
+                    out.push_str(&format!("\n**tool `{name}`**\n\n{}", fence(&shown)));
+                }
+                Item::FunctionOutput { output, .. } => {
+                    out.push_str(&format!("\n**output**\n\n{}", fence(output)));
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Document {
+        Document {
+            format: FORMAT_NAME.into(),
+            version: VERSION,
+            exported_at: time_of(1000),
+            exported_by: "test".into(),
+            conversation: Conversation {
+                id: "abc".into(),
+                title: "t".into(),
+                folder: "/f".into(),
+                agent: "default".into(),
+                created_at: time_of(1000),
+                updated_at: time_of(2000),
+                response_id: None,
+                usage: Usage::default(),
+                turns: 1,
+                forked_from: None,
+                checkpoints: vec![Checkpoint {
+                    response_id: None,
+                    usage: Usage::default(),
+                    last_user_message: "hi".into(),
+                    last_assistant_message: "yo".into(),
+                    turns: 1,
+                    transcript_items: 2,
+                    created_at: time_of(2000),
+                }],
+                transcript: vec![
+                    Entry {
+                        at: time_of(1500),
+                        item: Item::User { text: "hi".into() },
+                    },
+                    Entry {
+                        at: time_of(1600),
+                        item: Item::Assistant { text: "yo".into() },
+                    },
+                ],
+            },
+        }
+    }
+
+    #[test]
+    fn a_document_round_trips_and_validates() {
+        let doc = sample();
+        let text = serde_json::to_string(&doc).unwrap();
+        assert_eq!(Document::parse(&text).unwrap(), doc);
+        assert!(doc.to_markdown().contains("## Turn 1"));
+    }
+
+    #[test]
+    fn newer_and_malformed_documents_are_refused() {
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["version"] = 2.into();
+        let err = Document::parse(&v.to_string()).unwrap_err();
+        assert!(matches!(err, ExportError::Newer(2)), "{err}");
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["conversation"]["checkpoints"][0]["transcript_items"] = 9.into();
+        assert!(Document::parse(&v.to_string()).is_err());
+        assert!(Document::parse("{}").is_err());
+        assert!(Document::parse("nope").is_err());
+    }
+}

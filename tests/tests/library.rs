@@ -1,0 +1,349 @@
+//! Finding and carrying conversations end to end: fork, rename, full-text
+//! search, export/import across profiles, completions and the man page.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use agentx_tests::fake_model::{FakeModel, Reply};
+use agentx_tests::{TestEnv, assert_code, stderr, stdout};
+
+fn json_out(out: &std::process::Output) -> Value {
+    assert_code(out, 0);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))
+}
+
+fn sessions(env: &TestEnv) -> Vec<Value> {
+    json_out(&env.run(["sessions", "--json"]))
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Searches until `ok` holds for the hits (the index follows commits in the
+/// background); panics after a generous deadline.
+fn search_until(env: &TestEnv, args: &[&str], ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut all = vec!["search", "--json"];
+        all.extend_from_slice(args);
+        let hits = json_out(&env.run(&all)).as_array().unwrap().clone();
+        if ok(&hits) {
+            return hits;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "search {args:?} never matched: {hits:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn fork_branches_from_a_checkpoint_and_leaves_the_original_alone() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let out = env.chat(&model, ["--approval", "never"], "one\ntwo\nthree\n");
+    assert_code(&out, 0);
+    let parent = sessions(&env)[0].clone();
+    let parent_id = parent["id"].as_str().unwrap().to_owned();
+    assert_eq!(parent["forked_from"], Value::Null);
+
+    // Checkpoint 2 (1 = newest) is the state after the second turn.
+    let out = env.run(["fork", "2"]);
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains(&parent_id), "{}", stdout(&out));
+    let list = sessions(&env);
+    assert_eq!(list.len(), 2);
+    let fork = list
+        .iter()
+        .find(|s| s["id"] != parent["id"])
+        .unwrap()
+        .clone();
+    assert_eq!(fork["forked_from"], json!({"id": parent_id, "turn": 2}));
+    assert_eq!(fork["turns"], 2);
+
+    // The fork is current: the next message continues from turn 2's response.
+    let out = env.chat(&model, Vec::<&str>::new(), "branch\n");
+    assert_code(&out, 0);
+    assert_eq!(stdout(&out).trim(), "echo: branch [turns seen: 3]");
+    let ids = model.stored_response_ids();
+    let last = model.requests().last().unwrap().body.clone();
+    assert_eq!(last["previous_response_id"], json!(ids[1]));
+
+    // The original is untouched and still listed.
+    let list = sessions(&env);
+    let original = list.iter().find(|s| s["id"] == json!(parent_id)).unwrap();
+    assert_eq!(original["turns"], 3);
+    let fork_id = fork["id"].as_str().unwrap();
+    let tree = stdout(&env.run(["sessions", "--tree"]));
+    let parent_line = tree.lines().position(|l| l.contains(&parent_id)).unwrap();
+    let fork_line = tree.lines().position(|l| l.contains(fork_id)).unwrap();
+    assert!(fork_line > parent_line, "{tree}");
+    assert!(
+        tree.lines().nth(fork_line).unwrap().contains("└─"),
+        "{tree}"
+    );
+    // Out of range: one clear line.
+    let out = env.run(["fork", "9"]);
+    assert_code(&out, 1);
+    assert!(stderr(&out).contains("no checkpoint 9"), "{}", stderr(&out));
+}
+
+#[test]
+fn slash_fork_and_rename_work_in_the_repl() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let out = env.chat(
+        &model,
+        ["--approval", "never"],
+        "alpha\nbeta\n/fork\n/rename Forked beta line\ngamma\n",
+    );
+    assert_code(&out, 0);
+    let list = sessions(&env);
+    assert_eq!(list.len(), 2);
+    let fork = list.iter().find(|s| !s["forked_from"].is_null()).unwrap();
+    assert_eq!(fork["title"], "Forked beta line");
+    assert_eq!(fork["turns"], 3);
+    assert_eq!(fork["forked_from"]["turn"], 2);
+    let parent = list.iter().find(|s| s["forked_from"].is_null()).unwrap();
+    assert_eq!(parent["turns"], 2);
+    assert_eq!(parent["title"], "alpha");
+}
+
+#[test]
+fn rename_sets_the_title_every_list_shows_and_search_finds() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "first words\n"),
+        0,
+    );
+    assert_code(&env.chat(&model, ["new"], "second words\n"), 0);
+    assert_eq!(sessions(&env)[1]["title"], "first words");
+
+    let out = env.run(["rename", "2", "Quarterly", "zebra", "plan"]);
+    assert_code(&out, 0);
+    let list = sessions(&env);
+    // Renaming does not reorder the list.
+    assert_eq!(list[1]["title"], "Quarterly zebra plan");
+    assert_eq!(list[0]["title"], "second words");
+    assert!(stdout(&env.run(["sessions"])).contains("Quarterly zebra plan"));
+    let out = env.run(["rename", "Current", "one"]);
+    assert_code(&out, 0);
+    assert_eq!(sessions(&env)[0]["title"], "Current one");
+
+    let hits = search_until(&env, &["zebra"], |h| !h.is_empty());
+    assert_eq!(hits[0]["session_id"], list[1]["id"]);
+    assert_eq!(hits[0]["turn"], 0);
+    assert_eq!(hits[0]["title"], "Quarterly zebra plan");
+}
+
+#[test]
+fn search_finds_messages_and_tool_output_in_this_folder_or_everywhere() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    model.push(Reply::tool_call(
+        "shell",
+        json!({"command": "echo xylophone-$((40+2))"}),
+    ));
+    let out = env.chat(
+        &model,
+        ["--approval", "auto"],
+        "please run the tune\nsomething about kumquats\n",
+    );
+    assert_code(&out, 0);
+    let id = sessions(&env)[0]["id"].as_str().unwrap().to_owned();
+
+    // Tool output (only the tool printed "xylophone-42").
+    let hits = search_until(&env, &["xylophone"], |h| !h.is_empty());
+    assert_eq!(hits[0]["session_id"], json!(id));
+    assert_eq!(hits[0]["turn"], 1);
+    for field in [
+        "folder",
+        "agent",
+        "title",
+        "at",
+        "snippet",
+        "highlights",
+        "score",
+        "where",
+    ] {
+        assert!(hits[0].get(field).is_some(), "{field} missing: {}", hits[0]);
+    }
+    let snippet = hits[0]["snippet"].as_str().unwrap();
+    let [start, end] = [&hits[0]["highlights"][0][0], &hits[0]["highlights"][0][1]]
+        .map(|v| v.as_u64().unwrap() as usize);
+    assert_eq!(snippet[start..end].to_lowercase(), "xylophone");
+    // A message of the second turn, marked in text output.
+    let hits = search_until(&env, &["kumquats"], |h| !h.is_empty());
+    assert_eq!(hits[0]["turn"], 2);
+    let text = stdout(&env.run(["search", "kumquats"]));
+    assert!(text.contains("**kumquats**"), "{text}");
+    assert!(text.contains(&id), "{text}");
+
+    // Another folder sees it only with --all.
+    let other = env.root().join("elsewhere");
+    std::fs::create_dir(&other).unwrap();
+    let other = other.to_str().unwrap();
+    let out = json_out(&env.run(["-C", other, "search", "--json", "kumquats"]));
+    assert_eq!(out, json!([]));
+    let out = json_out(&env.run(["-C", other, "search", "--json", "--all", "kumquats"]));
+    assert_eq!(out[0]["session_id"], json!(id));
+    assert_eq!(
+        out[0]["folder"],
+        json!(std::fs::canonicalize(&env.work).unwrap().to_str().unwrap())
+    );
+    // A hit opens with `agentx resume ID`.
+    let out = env.chat(&model, ["resume", &id], "back again\n");
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("[turns seen: 3]"), "{}", stdout(&out));
+    // Cleared conversations leave the index.
+    assert_code(&env.run(["clear", "--yes"]), 0);
+    search_until(&env, &["kumquats"], <[Value]>::is_empty);
+}
+
+#[test]
+fn the_index_is_rebuilt_when_missing_or_corrupt() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "remember the walrus\n"),
+        0,
+    );
+    search_until(&env, &["walrus"], |h| h.len() == 1);
+    assert_code(&env.run(["daemon", "stop"]), 0);
+    // Garbage over the index's own metadata.
+    let dir = env.home.join("search");
+    std::fs::write(dir.join("meta.json"), b"garbage").unwrap();
+    search_until(&env, &["walrus"], |h| h.len() == 1);
+    assert_code(&env.run(["daemon", "stop"]), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+    search_until(&env, &["walrus"], |h| h.len() == 1);
+}
+
+#[test]
+fn export_and_import_carry_a_conversation_into_another_profile() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    model.push(Reply::tool_call(
+        "shell",
+        json!({"command": "echo tool-said-hi"}),
+    ));
+    let out = env.chat(&model, ["--approval", "auto"], "first\nsecond\n");
+    assert_code(&out, 0);
+    assert_code(&env.run(["rename", "Carried over"]), 0);
+    let file = env.root().join("conv.json");
+    let out = env.run(["export", "-o", file.to_str().unwrap()]);
+    assert_code(&out, 0);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(doc["format"], "agentx-conversation");
+    assert_eq!(doc["version"], 1);
+    assert_eq!(doc["conversation"]["title"], "Carried over");
+    assert_eq!(
+        doc["conversation"]["checkpoints"].as_array().unwrap().len(),
+        2
+    );
+    // Never overwrites.
+    let out = env.run(["export", "-o", file.to_str().unwrap()]);
+    assert_code(&out, 1);
+    assert!(
+        stderr(&out).contains("never overwrites"),
+        "{}",
+        stderr(&out)
+    );
+    let md = stdout(&env.run(["export", "1", "--format", "markdown"]));
+    assert!(md.starts_with("# Carried over"), "{md}");
+    assert!(
+        md.contains("## Turn 2") && md.contains("tool-said-hi"),
+        "{md}"
+    );
+
+    // Another profile, another folder.
+    let env2 = TestEnv::new();
+    let out = env2.run(["import", file.to_str().unwrap()]);
+    assert_code(&out, 0);
+    let list = sessions(&env2);
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["id"], doc["conversation"]["id"]);
+    assert_eq!(list[0]["title"], "Carried over");
+    assert_eq!(list[0]["turns"], 2);
+
+    // The model sees the same context: the whole transcript, resent.
+    let before = model.requests().len();
+    let out = env2.chat(
+        &model,
+        ["resume", list[0]["id"].as_str().unwrap()],
+        "third\n",
+    );
+    assert_code(&out, 0);
+    assert_eq!(stdout(&out).trim(), "echo: third [turns seen: 3]");
+    let body = model.requests()[before].body.clone();
+    assert!(body.get("previous_response_id").is_none(), "{body}");
+    let input = body["input"].as_array().unwrap();
+    let texts: Vec<String> = input
+        .iter()
+        .map(|i| {
+            i.get("content")
+                .or_else(|| i.get("output"))
+                .map(|c| c.to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    let joined = texts.join("|");
+    for want in ["first", "tool-said-hi", "second", "third"] {
+        assert!(joined.contains(want), "{want} missing from {joined}");
+    }
+    assert!(input.iter().any(|i| i["type"] == "function_call"), "{body}");
+
+    // Importing again never overwrites: a new id.
+    let out = env2.run(["import", file.to_str().unwrap()]);
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("exists already"), "{}", stdout(&out));
+    assert_eq!(sessions(&env2).len(), 2);
+    // --folder puts it elsewhere.
+    let there = env2.root().join("there");
+    std::fs::create_dir(&there).unwrap();
+    let out = env2.run([
+        "import",
+        file.to_str().unwrap(),
+        "--folder",
+        there.to_str().unwrap(),
+    ]);
+    assert_code(&out, 0);
+    let out = json_out(&env2.run(["-C", there.to_str().unwrap(), "sessions", "--json"]));
+    assert_eq!(out.as_array().unwrap().len(), 1);
+
+    // Malformed and newer files: one clear line, nothing imported.
+    let bad = env.root().join("bad.json");
+    std::fs::write(&bad, b"{\"format\":\"agentx-conversation\"").unwrap();
+    let out = env2.run(["import", bad.to_str().unwrap()]);
+    assert_code(&out, 1);
+    assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+    let mut newer = doc.clone();
+    newer["version"] = json!(99);
+    std::fs::write(&bad, newer.to_string()).unwrap();
+    let out = env2.run(["import", bad.to_str().unwrap()]);
+    assert_code(&out, 1);
+    assert!(stderr(&out).contains("newer"), "{}", stderr(&out));
+    assert_eq!(sessions(&env2).len(), 2);
+}
+
+#[test]
+fn completions_and_the_man_page_are_generated() {
+    let env = TestEnv::new();
+    for shell in ["bash", "zsh", "fish"] {
+        let out = env.run(["completions", shell]);
+        assert_code(&out, 0);
+        let text = stdout(&out);
+        assert!(
+            text.contains("search") && text.contains("export"),
+            "{shell}: {text}"
+        );
+    }
+    let out = env.run(["man"]);
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains(".TH agentx"), "{}", stdout(&out));
+    // Neither starts agentd.
+    assert!(env.daemon_pids().is_empty());
+}
