@@ -28,7 +28,7 @@ pub const MAX_FILE: u64 = 10 * 1024 * 1024;
 
 /// An entry modified within this much of the scan start is "racy": its
 /// hash is recomputed next time even if its stat data looks unchanged.
-const RACY_NS: i64 = 2_000_000_000;
+pub(super) const RACY_NS: i64 = 2_000_000_000;
 
 pub struct ScanStats {
     /// Files read and hashed (not served by the stat cache).
@@ -78,7 +78,7 @@ impl Part {
 /// special files left out. The result is in byte order of the full paths:
 /// entries sort by name, and a subdirectory's contents by its name plus
 /// `/` — so no global sort is needed.
-fn walk_dir(root: &Path, rel: &[u8], ex: &Excludes, started_ns: i64) -> Vec<Entry> {
+pub(super) fn walk_dir(root: &Path, rel: &[u8], ex: &Excludes, started_ns: i64) -> Vec<Entry> {
     let dir = if rel.is_empty() {
         root.to_path_buf()
     } else {
@@ -177,6 +177,20 @@ pub fn scan(
     blobs: &Blobs,
     pack: &mut PackWriter,
 ) -> std::io::Result<(Manifest, ScanStats)> {
+    scan_with(root, previous, blobs, pack, |started_ns| {
+        walk_dir(root, &[], excludes, started_ns)
+    })
+}
+
+/// [`scan`] with the listing supplied: `walk(started_ns)` returns every
+/// entry of the folder in path order, unhashed (the watcher's splice).
+pub(super) fn scan_with(
+    root: &Path,
+    previous: Option<&Manifest>,
+    blobs: &Blobs,
+    pack: &mut PackWriter,
+    walk: impl FnOnce(i64) -> Vec<Entry>,
+) -> std::io::Result<(Manifest, ScanStats)> {
     let started_ns = {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -184,7 +198,7 @@ pub fn scan(
         i64::try_from(now.as_nanos()).unwrap_or(i64::MAX)
     };
     // Already in path order (see walk_dir).
-    let mut entries = walk_dir(root, &[], excludes, started_ns);
+    let mut entries = walk(started_ns);
     let mut needs_hash: Vec<bool> = entries.iter().map(|e| e.kind == Kind::File).collect();
 
     // The stat cache: walk the previous manifest (sorted too) alongside and
