@@ -137,6 +137,7 @@ pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
         "rollback_backup": backup,
         "snapshots": s.snapshots,
         "snapshot_store_bytes": s.snapshot_store_bytes,
+        "snapshot_watch": s.snapshot_watch,
         "transcript_items": s.transcript_items,
         "daemon": {"pid": ctx.daemon.hello.pid, "version": ctx.daemon.hello.daemon_version},
     })
@@ -212,6 +213,9 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
         "snapshots     {} ({} bytes stored)",
         s.snapshots, s.snapshot_store_bytes
     );
+    if !s.snapshot_watch.is_empty() {
+        println!("watch         {}", s.snapshot_watch);
+    }
     println!(
         "daemon        pid {}, version {}",
         ctx.daemon.hello.pid, ctx.daemon.hello.daemon_version

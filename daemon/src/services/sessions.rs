@@ -140,13 +140,14 @@ impl Sessions for SessionsService {
         let mut status = session_status(doc.as_ref());
         let folder = std::path::PathBuf::from(folder);
         // Snapshots are off in the home folder: report none, not an error.
-        if let Ok((count, bytes)) = self
+        if let Ok((count, bytes, watch)) = self
             .snapshots
-            .call(move |s| Ok((s.count(&folder)?, s.disk_bytes())))
+            .call(move |s| Ok((s.count(&folder)?, s.disk_bytes(), s.watch_status(&folder))))
             .await
         {
             status.snapshots = u32::try_from(count).unwrap_or(u32::MAX);
             status.snapshot_store_bytes = bytes;
+            status.snapshot_watch = watch;
         }
         Ok(Response::new(status))
     }

@@ -7,12 +7,16 @@
 //! restore runs, `restore.json` (finished by the next operation if agentd dies).
 
 mod blobs;
+mod incremental;
 pub mod manifest;
 pub mod restore;
 mod scan;
 pub mod service;
 #[cfg(test)]
 mod tests;
+pub mod watch;
+#[cfg(test)]
+mod watch_tests;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -210,6 +214,7 @@ pub struct SnapshotStore {
     refs_loaded: bool,
     home: Option<PathBuf>,
     config: PathBuf,
+    watch: watch::Watchers,
 }
 
 fn now_ms() -> i64 {
@@ -244,6 +249,7 @@ impl SnapshotStore {
             refs_loaded: false,
             home,
             config,
+            watch: watch::Watchers::new(watch::WatchConfig::from_env()),
         })
     }
 
@@ -389,10 +395,6 @@ impl SnapshotStore {
         Ok(fs.latest.clone())
     }
 
-    fn latest_manifest(&mut self, folder: &Path) -> Result<Option<Arc<Manifest>>, SnapError> {
-        Ok(self.latest(folder)?.map(|(_, m, _)| m))
-    }
-
     /// Scans the folder into a new snapshot for `owners`; returns it once
     /// durable. An unchanged tree reuses the previous manifest.
     pub fn take(&mut self, folder: &Path, owners: Vec<Owner>) -> Result<Snap, SnapError> {
@@ -400,18 +402,13 @@ impl SnapshotStore {
         let latest = self.latest(folder)?;
         let previous = latest.as_ref().map(|(_, m, _)| Arc::clone(m));
         let mut pack = self.blobs.begin()?;
-        let scanned = scan::scan(
-            folder,
-            &self.extra_excludes(),
-            previous.as_deref(),
-            &self.blobs,
-            &mut pack,
-        );
+        let base = latest.as_ref().map(|(id, _, _)| id.clone());
+        let scanned = self.scan_folder(folder, base.as_deref(), previous.as_deref(), &mut pack);
         let (manifest, stats) = match scanned {
             Ok(ok) => ok,
             Err(e) => {
                 self.blobs.abandon(pack);
-                return Err(e.into());
+                return Err(e);
             }
         };
         self.blobs.finish(pack)?;
@@ -502,6 +499,7 @@ impl SnapshotStore {
             kept
         });
         save_timeline(&fs.dir, &fs.timeline)?;
+        self.watch.scanned(folder, &snap.manifest);
         if !dropped.is_empty() {
             self.release(folder, &dropped)?;
         }
@@ -649,15 +647,11 @@ impl SnapshotStore {
 
     /// A scan of the folder as it is now, stored nowhere.
     fn current(&mut self, folder: &Path) -> Result<Manifest, SnapError> {
-        let previous = self.latest_manifest(folder)?;
+        let latest = self.latest(folder)?;
+        let base = latest.as_ref().map(|(id, _, _)| id.clone());
+        let previous = latest.map(|(_, m, _)| m);
         let mut pack = self.blobs.begin()?;
-        let result = scan::scan(
-            folder,
-            &self.extra_excludes(),
-            previous.as_deref(),
-            &self.blobs,
-            &mut pack,
-        );
+        let result = self.scan_folder(folder, base.as_deref(), previous.as_deref(), &mut pack);
         self.blobs.abandon(pack);
         Ok(result?.0)
     }

@@ -33,7 +33,7 @@ pub const MAX_FILE: u64 = 10 * 1024 * 1024;
 
 /// An entry modified within this much of the scan start is "racy": its
 /// hash is recomputed next time even if its stat data looks unchanged.
-const RACY_NS: i64 = 2_000_000_000;
+pub(super) const RACY_NS: i64 = 2_000_000_000;
 
 pub struct ScanStats {
     /// Files read and hashed (not served by the stat cache).
@@ -327,6 +327,48 @@ pub fn scan(
     blobs: &Blobs,
     pack: &mut PackWriter,
 ) -> std::io::Result<(Manifest, ScanStats)> {
+    scan_with(root, previous, blobs, pack, |root_fd, started_ns| {
+        walk_dir(root_fd, root, &[], excludes, started_ns)
+    })
+}
+
+/// Opens the directory at `rel` below `root_fd` through directory fds (no
+/// symlink followed, no `PATH_MAX` limit).
+pub(super) fn open_rel_dir(root_fd: &OwnedFd, rel: &[u8]) -> nix::Result<OwnedFd> {
+    let mut dir = root_fd.try_clone().map_err(|_| Errno::EMFILE)?;
+    if rel.is_empty() {
+        return Ok(dir);
+    }
+    for part in rel.split(|b| *b == b'/') {
+        dir = open_dir_at(&dir, part)?;
+    }
+    Ok(dir)
+}
+
+/// Everything below the directory `rel` in path order (not `rel` itself),
+/// as a full walk lists it; None when it cannot be opened or listed.
+pub(super) fn walk_subtree(
+    root_fd: &OwnedFd,
+    root: &Path,
+    rel: &[u8],
+    ex: &Excludes,
+    started_ns: i64,
+) -> Option<Vec<Entry>> {
+    let fd = open_rel_dir(root_fd, rel).ok()?;
+    list_dir(&fd).ok()?;
+    let full = root.join(OsStr::from_bytes(rel));
+    Some(walk_dir(&fd, &full, rel, ex, started_ns))
+}
+
+/// [`scan`] with the listing supplied: `walk(root_fd, started_ns)` returns
+/// every entry of the folder in path order, unhashed (the watcher's splice).
+pub(super) fn scan_with(
+    root: &Path,
+    previous: Option<&Manifest>,
+    blobs: &Blobs,
+    pack: &mut PackWriter,
+    walk: impl FnOnce(&OwnedFd, i64) -> Vec<Entry>,
+) -> std::io::Result<(Manifest, ScanStats)> {
     let started_ns = {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -342,7 +384,7 @@ pub fn scan(
     .map_err(std::io::Error::from)?;
     list_dir(&root_fd).map_err(std::io::Error::from)?;
     // Already in path order (see walk_dir).
-    let mut entries = walk_dir(&root_fd, root, &[], excludes, started_ns);
+    let mut entries = walk(&root_fd, started_ns);
     let mut needs_hash: Vec<bool> = entries.iter().map(|e| e.kind == Kind::File).collect();
 
     // The stat cache: walk the previous manifest (sorted too) alongside and

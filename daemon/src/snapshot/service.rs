@@ -111,9 +111,16 @@ impl Snapshots {
                 loop {
                     let job = match backlog.pop_front() {
                         Some(job) => job,
-                        None => match rx.recv() {
+                        // Idle: keep the folder watches drained.
+                        None => match rx.recv_timeout(std::time::Duration::from_secs(1)) {
                             Ok(job) => job,
-                            Err(_) => return,
+                            Err(mpsc::RecvTimeoutError::Timeout) => {
+                                if let Ok(s) = &mut store {
+                                    s.watch_tick();
+                                }
+                                continue;
+                            }
+                            Err(mpsc::RecvTimeoutError::Disconnected) => return,
                         },
                     };
                     match job {

@@ -1,0 +1,299 @@
+//! Watcher-based snapshots: re-list only the directories the watcher saw
+//! change and reuse the previous manifest for the rest; every Kth such
+//! snapshot is checked against a full scan.
+//!
+//! The hook into the scanner is [`scan::scan_with`]: the same stat cache and
+//! hashing as a full scan, fed with the spliced listing built here.
+
+use std::collections::{BTreeSet, HashSet};
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use super::blobs::PackWriter;
+use super::manifest::{Entry, Kind, Manifest};
+use super::scan::{self, Excludes, RACY_NS, ScanStats};
+use super::watch::Plan;
+use super::{SnapError, SnapshotStore};
+
+fn parent(path: &[u8]) -> &[u8] {
+    match path.iter().rposition(|b| *b == b'/') {
+        Some(i) => &path[..i],
+        None => b"",
+    }
+}
+
+fn full_path(root: &Path, rel: &[u8]) -> std::path::PathBuf {
+    if rel.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(std::ffi::OsStr::from_bytes(rel))
+    }
+}
+
+/// The entry for `rel` from an lstat through its parent's fd, exactly as a
+/// full scan records it (skipped kinds included); None if it is gone.
+fn own_entry(
+    root_fd: &OwnedFd,
+    root: &Path,
+    rel: &[u8],
+    ex: &Excludes,
+    started_ns: i64,
+) -> Option<Entry> {
+    let par = parent(rel);
+    let name = &rel[if par.is_empty() { 0 } else { par.len() + 1 }..];
+    let dir = scan::open_rel_dir(root_fd, par).ok()?;
+    scan::stat_entry(&dir, &full_path(root, par), par, name, ex, started_ns)
+}
+
+/// The entries directly in `rel` (not below), or None if it cannot be listed.
+fn list_one(
+    root_fd: &OwnedFd,
+    root: &Path,
+    rel: &[u8],
+    ex: &Excludes,
+    started_ns: i64,
+) -> Option<Vec<Entry>> {
+    let dir = scan::open_rel_dir(root_fd, rel).ok()?;
+    let names = scan::list_dir(&dir).ok()?;
+    let full = full_path(root, rel);
+    let mut out = Vec::new();
+    for name in names {
+        if name.starts_with(scan::TEMP_PREFIX) {
+            continue; // a restore's own temp file
+        }
+        out.extend(scan::stat_entry(&dir, &full, rel, &name, ex, started_ns));
+    }
+    Some(out)
+}
+
+/// The watcher's view cannot be spliced (a directory changed in a way its
+/// parent's events should have reported): scan in full instead.
+#[derive(Debug)]
+pub struct Inconsistent(pub String);
+
+/// The folder's listing built from `prev` with the `dirty` directories
+/// re-listed: every path in byte order, as a full walk would return it.
+pub fn relist(
+    root: &Path,
+    root_fd: &OwnedFd,
+    ex: &Excludes,
+    prev: &Manifest,
+    dirty: &BTreeSet<Vec<u8>>,
+    started_ns: i64,
+) -> Result<Vec<Entry>, Inconsistent> {
+    let find = |p: &[u8]| {
+        prev.entries
+            .binary_search_by(|e| e.path.as_slice().cmp(p))
+            .ok()
+    };
+    let mut relisted: HashSet<&[u8]> = HashSet::new();
+    // Subtrees replaced or removed as a whole (everything below them).
+    let mut covered: HashSet<Vec<u8>> = HashSet::new();
+    let mut adds: Vec<Entry> = Vec::new();
+    let mut drop_own: Vec<usize> = Vec::new();
+    for d in dirty {
+        let is_covered = {
+            let mut p = d.as_slice();
+            let mut hit = covered.contains(p);
+            while !hit && !p.is_empty() {
+                p = parent(p);
+                hit = covered.contains(p);
+            }
+            hit
+        };
+        if is_covered {
+            continue;
+        }
+        if !d.is_empty() && !relisted.contains(parent(d)) {
+            // The directory's own entry, unless its parent's listing has it.
+            let own = own_entry(root_fd, root, d, ex, started_ns);
+            match (own, find(d)) {
+                (Some(o), Some(i))
+                    if o.kind == Kind::Dir
+                        && prev.entries[i].kind == Kind::Dir
+                        && prev.entries[i].ino == o.ino =>
+                {
+                    drop_own.push(i);
+                    adds.push(o);
+                }
+                _ => {
+                    return Err(Inconsistent(format!(
+                        "{} changed without an event in its parent",
+                        String::from_utf8_lossy(d)
+                    )));
+                }
+            }
+        }
+        relisted.insert(d.as_slice());
+        let now = list_one(root_fd, root, d, ex, started_ns).ok_or_else(|| {
+            Inconsistent(format!("{} cannot be listed", String::from_utf8_lossy(d)))
+        })?;
+        let prefix = if d.is_empty() {
+            Vec::new()
+        } else {
+            let mut p = d.clone();
+            p.push(b'/');
+            p
+        };
+        let start = prev
+            .entries
+            .partition_point(|e| e.path.as_slice() < prefix.as_slice());
+        let was: Vec<&Entry> = prev.entries[start..]
+            .iter()
+            .take_while(|e| e.path.starts_with(&prefix))
+            .filter(|e| !e.path[prefix.len()..].contains(&b'/'))
+            .collect();
+        let same_dir =
+            |a: &Entry, b: &Entry| a.kind == Kind::Dir && b.kind == Kind::Dir && a.ino == b.ino;
+        for old in &was {
+            if old.kind == Kind::Dir && !now.iter().any(|n| n.path == old.path && same_dir(n, old))
+            {
+                covered.insert(old.path.clone());
+            }
+        }
+        for new in &now {
+            if new.kind == Kind::Dir && !was.iter().any(|o| o.path == new.path && same_dir(new, o))
+            {
+                covered.insert(new.path.clone());
+                let below = scan::walk_subtree(root_fd, root, &new.path, ex, started_ns)
+                    .ok_or_else(|| {
+                        Inconsistent(format!(
+                            "{} cannot be listed",
+                            String::from_utf8_lossy(&new.path)
+                        ))
+                    })?;
+                adds.extend(below);
+            }
+        }
+        adds.extend(now);
+    }
+    // What of the previous listing stays: not directly in a re-listed
+    // directory, not below a covered one, not replaced by a fresh own entry.
+    let mut keep = vec![true; prev.entries.len()];
+    for i in drop_own {
+        keep[i] = false;
+    }
+    let mut range = |prefix: &[u8], direct_only: bool| {
+        let start = prev.entries.partition_point(|e| e.path.as_slice() < prefix);
+        for (i, e) in prev.entries[start..].iter().enumerate() {
+            if !e.path.starts_with(prefix) {
+                break;
+            }
+            if !direct_only || !e.path[prefix.len()..].contains(&b'/') {
+                keep[start + i] = false;
+            }
+        }
+    };
+    for d in &relisted {
+        let mut prefix = d.to_vec();
+        if !prefix.is_empty() {
+            prefix.push(b'/');
+        }
+        range(&prefix, true);
+    }
+    for c in &covered {
+        let mut prefix = c.clone();
+        prefix.push(b'/');
+        range(&prefix, false);
+    }
+    adds.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    let mut out = Vec::with_capacity(prev.entries.len() + adds.len());
+    let mut adds = adds.into_iter().peekable();
+    for (e, keep) in prev.entries.iter().zip(keep) {
+        if !keep {
+            continue;
+        }
+        while let Some(a) = adds.next_if(|a| a.path < e.path) {
+            out.push(a);
+        }
+        let mut e = e.clone();
+        e.racy = e.mtime_ns > started_ns - RACY_NS;
+        out.push(e);
+    }
+    out.extend(adds);
+    if out.windows(2).any(|w| w[0].path >= w[1].path) {
+        return Err(Inconsistent("the spliced listing is out of order".into()));
+    }
+    Ok(out)
+}
+
+/// The first difference between two manifests, ignoring the racy flag (a
+/// hint that depends on when each scan ran).
+pub fn first_difference(a: &Manifest, b: &Manifest) -> Option<String> {
+    let show = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
+    for i in 0..a.entries.len().max(b.entries.len()) {
+        match (a.entries.get(i), b.entries.get(i)) {
+            (Some(x), Some(y)) => {
+                let mut y = y.clone();
+                y.racy = x.racy;
+                if *x != y {
+                    return Some(if x.path == y.path {
+                        format!("{} differs", show(&x.path))
+                    } else {
+                        format!("{} / {}", show(&x.path), show(&y.path))
+                    });
+                }
+            }
+            (Some(x), None) => return Some(format!("{} only in the first", show(&x.path))),
+            (None, Some(y)) => return Some(format!("{} only in the second", show(&y.path))),
+            (None, None) => break,
+        }
+    }
+    None
+}
+
+impl SnapshotStore {
+    /// Scans `folder` against its newest manifest `base` (`previous`): the
+    /// watcher's dirty directories when it can vouch for them, else in full.
+    pub(super) fn scan_folder(
+        &mut self,
+        folder: &Path,
+        base: Option<&str>,
+        previous: Option<&Manifest>,
+        pack: &mut PackWriter,
+    ) -> Result<(Manifest, ScanStats), SnapError> {
+        let excludes = self.extra_excludes();
+        let plan = self.watch.plan(folder, &excludes, base);
+        let (Plan::Dirty { dirs, verify }, Some(prev)) = (plan, previous) else {
+            return Ok(scan::scan(folder, &excludes, previous, &self.blobs, pack)?);
+        };
+        let mut inconsistent = None;
+        let walked = scan::scan_with(
+            folder,
+            previous,
+            &self.blobs,
+            pack,
+            |root_fd, started_ns| match relist(folder, root_fd, &excludes, prev, &dirs, started_ns) {
+                Ok(entries) => entries,
+                Err(e) => {
+                    inconsistent = Some(e.0);
+                    Vec::new()
+                }
+            },
+        )?;
+        if let Some(why) = inconsistent {
+            self.watch.reset(folder, &why);
+            return Ok(scan::scan(folder, &excludes, previous, &self.blobs, pack)?);
+        }
+        if verify {
+            let full = scan::scan(folder, &excludes, previous, &self.blobs, pack)?;
+            if let Some(diff) = first_difference(&walked.0, &full.0) {
+                self.watch.distrust(folder, &diff);
+                return Ok(full);
+            }
+            tracing::debug!(folder = %folder.display(), "watcher verified against a full scan");
+        }
+        Ok(walked)
+    }
+
+    /// `agentx status`: whether the folder is watched, and why not.
+    pub fn watch_status(&self, folder: &Path) -> String {
+        self.watch.describe(folder)
+    }
+
+    /// Periodic upkeep of the watches (drain, idle release).
+    pub fn watch_tick(&mut self) {
+        self.watch.tick();
+    }
+}

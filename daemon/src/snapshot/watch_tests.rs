@@ -1,0 +1,515 @@
+//! Tests of watcher-based snapshots on real temp trees: random edit
+//! sequences where each watcher-based snapshot must equal a full scan, and
+//! each fall-back path forced.
+
+use std::os::unix::fs::{PermissionsExt as _, symlink};
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn pick<T: Clone>(&mut self, v: &[T]) -> Option<T> {
+        (!v.is_empty()).then(|| v[self.below(v.len())].clone())
+    }
+}
+
+fn store(profile: &Path) -> SnapshotStore {
+    let mut s = SnapshotStore::open(
+        &profile.join("checkpoints"),
+        None,
+        profile.join("config.toml"),
+    )
+    .unwrap();
+    let cfg = s.watch.config_mut();
+    cfg.enabled = true;
+    cfg.verify_every = u32::MAX;
+    cfg.max_dirs = 100_000;
+    cfg.max_folders = 16;
+    s
+}
+
+fn manual() -> Vec<Owner> {
+    vec![Owner {
+        session: String::new(),
+        phase: Phase::Manual,
+        pair: String::new(),
+        label: String::new(),
+    }]
+}
+
+/// Takes a snapshot and checks it against an independent full scan.
+fn take_exact(s: &mut SnapshotStore, folder: &Path) -> Arc<Manifest> {
+    s.take(folder, manual()).unwrap();
+    let (_, got, _) = s.latest(folder).unwrap().unwrap();
+    let mut pack = s.blobs.begin().unwrap();
+    let (full, _) = scan::scan(folder, &s.extra_excludes(), None, &s.blobs, &mut pack).unwrap();
+    s.blobs.abandon(pack);
+    if let Some(diff) = incremental::first_difference(&got, &full) {
+        panic!("watcher-based snapshot differs from a full scan: {diff}");
+    }
+    got
+}
+
+/// Directories (relative, "" = root) and files/links of the visible tree.
+fn listing(root: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let (mut dirs, mut files) = (vec![PathBuf::new()], Vec::new());
+    let mut stack = vec![PathBuf::new()];
+    while let Some(d) = stack.pop() {
+        let Ok(read) = std::fs::read_dir(root.join(&d)) else {
+            continue;
+        };
+        for e in read.flatten() {
+            let rel = d.join(e.file_name());
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_dir() {
+                if e.file_name() == "node_modules" {
+                    continue;
+                }
+                dirs.push(rel.clone());
+                stack.push(rel);
+            } else {
+                files.push(rel);
+            }
+        }
+    }
+    dirs.sort();
+    files.sort();
+    (dirs, files)
+}
+
+/// One random edit of the kinds a tool or a user makes.
+fn edit(rng: &mut Rng, root: &Path, outside: &Path, n: u64) {
+    let (dirs, files) = listing(root);
+    let subdirs: Vec<PathBuf> = dirs
+        .iter()
+        .filter(|d| !d.as_os_str().is_empty())
+        .cloned()
+        .collect();
+    let dir = rng.pick(&dirs).unwrap_or_default();
+    let at = |p: &Path| root.join(p);
+    let fresh = |d: &Path, tag: &str| d.join(format!("{tag}{n}"));
+    match rng.below(18) {
+        0 => std::fs::write(at(&fresh(&dir, "f")), format!("new {n}")).unwrap(),
+        1 => {
+            if let Some(f) = rng.pick(&files) {
+                let mut o = std::fs::OpenOptions::new().append(true).open(at(&f));
+                if let Ok(o) = &mut o {
+                    let _ = std::io::Write::write_all(o, b"more\n");
+                }
+            }
+        }
+        2 => {
+            // Same size, same mtime: an edit inside the racy window.
+            if let Some(f) = rng.pick(&files)
+                && let Ok(meta) = std::fs::symlink_metadata(at(&f))
+                && meta.is_file()
+            {
+                let old = std::fs::read(at(&f)).unwrap();
+                let flipped: Vec<u8> = old.iter().map(|b| b ^ 1).collect();
+                std::fs::write(at(&f), flipped).unwrap();
+                let file = std::fs::File::options().write(true).open(at(&f)).unwrap();
+                file.set_modified(meta.modified().unwrap()).unwrap();
+            }
+        }
+        3 => {
+            if let Some(f) = rng.pick(&files) {
+                let _ = std::fs::remove_file(at(&f));
+            }
+        }
+        4 => {
+            if let Some(f) = rng.pick(&files)
+                && std::fs::symlink_metadata(at(&f)).is_ok_and(|m| m.is_file())
+            {
+                let mode = if rng.below(2) == 0 { 0o755 } else { 0o600 };
+                let _ = std::fs::set_permissions(at(&f), std::fs::Permissions::from_mode(mode));
+            }
+        }
+        5 => {
+            if let Some(d) = rng.pick(&subdirs) {
+                let mode = if rng.below(2) == 0 { 0o755 } else { 0o711 };
+                let _ = std::fs::set_permissions(at(&d), std::fs::Permissions::from_mode(mode));
+            }
+        }
+        6 => {
+            if let Some(f) = rng.pick(&files) {
+                let _ = std::fs::rename(at(&f), at(&fresh(&dir, "mv")));
+            }
+        }
+        7 => {
+            // Rename a directory somewhere else in the tree (not into itself).
+            if let Some(d) = rng.pick(&subdirs)
+                && !dir.starts_with(&d)
+            {
+                let _ = std::fs::rename(at(&d), at(&fresh(&dir, "md")));
+            }
+        }
+        8 => {
+            if let Some(d) = rng.pick(&subdirs) {
+                let _ = std::fs::remove_dir_all(at(&d));
+            }
+        }
+        9 => {
+            let target = match rng.below(3) {
+                0 => "missing".to_owned(),
+                1 => "..".to_owned(),
+                _ => files
+                    .first()
+                    .map(|f| f.display().to_string())
+                    .unwrap_or_default(),
+            };
+            let _ = symlink(target, at(&fresh(&dir, "ln")));
+        }
+        10 => {
+            // File -> directory with content.
+            if let Some(f) = rng.pick(&files) {
+                let _ = std::fs::remove_file(at(&f));
+                if std::fs::create_dir(at(&f)).is_ok() {
+                    std::fs::write(at(&f).join("inside"), "inside").unwrap();
+                }
+            }
+        }
+        11 => {
+            // Directory -> file.
+            if let Some(d) = rng.pick(&subdirs) {
+                let _ = std::fs::remove_dir_all(at(&d));
+                let _ = std::fs::write(at(&d), "was a dir");
+            }
+        }
+        12 => {
+            // Edits inside newly created directories.
+            let deep = fresh(&dir, "nd").join("a").join("b");
+            std::fs::create_dir_all(at(&deep)).unwrap();
+            std::fs::write(at(&deep).join("x"), "x").unwrap();
+            std::fs::write(at(&deep).parent().unwrap().join("y"), "y").unwrap();
+            std::fs::write(at(&deep).join("x"), "x2").unwrap();
+        }
+        13 => {
+            // A directory moved out of the folder, or one moved in.
+            let parked: Vec<PathBuf> = std::fs::read_dir(outside)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            if rng.below(2) == 0
+                && let Some(d) = rng.pick(&subdirs)
+            {
+                let _ = std::fs::rename(at(&d), outside.join(format!("out{n}")));
+            } else if let Some(p) = rng.pick(&parked) {
+                let _ = std::fs::rename(p, at(&fresh(&dir, "in")));
+            } else {
+                let p = outside.join(format!("made{n}"));
+                std::fs::create_dir_all(p.join("sub")).unwrap();
+                std::fs::write(p.join("sub").join("z"), "z").unwrap();
+                let _ = std::fs::rename(p, at(&fresh(&dir, "in")));
+            }
+        }
+        14 => {
+            // Excluded directories stay out, whatever happens inside them.
+            let nm = at(&dir).join("node_modules").join("pkg");
+            let _ = std::fs::create_dir_all(&nm);
+            let _ = std::fs::write(nm.join(format!("m{n}")), "module");
+        }
+        15 => {
+            // A directory renamed over an existing empty one.
+            if let Some(d) = rng.pick(&subdirs) {
+                let empty = fresh(&dir, "e");
+                std::fs::create_dir(at(&empty)).unwrap();
+                if !empty.starts_with(&d) {
+                    let _ = std::fs::rename(at(&d), at(&empty));
+                }
+            }
+        }
+        16 => {
+            // Symlink <-> directory.
+            let (_, files) = listing(root);
+            let links: Vec<PathBuf> = files
+                .into_iter()
+                .filter(|f| std::fs::symlink_metadata(at(f)).is_ok_and(|m| m.is_symlink()))
+                .collect();
+            if let Some(l) = rng.pick(&links) {
+                let _ = std::fs::remove_file(at(&l));
+                if std::fs::create_dir(at(&l)).is_ok() {
+                    std::fs::write(at(&l).join("was-link"), "w").unwrap();
+                }
+            }
+        }
+        _ => {
+            // An editor's atomic save: write a temp file, rename it over.
+            if let Some(f) = rng.pick(&files) {
+                let tmp = at(&dir).join(format!(".tmp{n}"));
+                std::fs::write(&tmp, format!("saved {n}")).unwrap();
+                let _ = std::fs::rename(&tmp, at(&f));
+                let _ = std::fs::remove_file(&tmp);
+            }
+        }
+    }
+}
+
+#[test]
+fn watcher_snapshots_equal_full_scans_after_random_edits() {
+    for seed in [1u64, 7, 42, 1234] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("work");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(root.join("src/a")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(root.join("src/a/one.rs"), "one").unwrap();
+        std::fs::write(root.join("top.txt"), "top").unwrap();
+        let mut s = store(&tmp.path().join("profile"));
+        take_exact(&mut s, &root);
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        for step in 0..80u64 {
+            for k in 0..=rng.below(3) as u64 {
+                edit(&mut rng, &root, &outside, step * 10 + k);
+            }
+            take_exact(&mut s, &root);
+            assert!(
+                s.watch.last_was_incremental(&root),
+                "seed {seed} step {step}: fell back to a full scan: {}",
+                s.watch_status(&root)
+            );
+        }
+    }
+}
+
+#[test]
+fn an_unchanged_watched_folder_re_reads_no_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("work");
+    std::fs::create_dir_all(root.join("a/b")).unwrap();
+    std::fs::write(root.join("a/b/f"), "f").unwrap();
+    let mut s = store(&tmp.path().join("profile"));
+    take_exact(&mut s, &root);
+    assert!(
+        !s.watch.last_was_incremental(&root),
+        "the first is a full scan"
+    );
+    take_exact(&mut s, &root);
+    assert!(s.watch_status(&root).contains("re-read 0 directories"));
+    std::fs::write(root.join("a/b/f"), "g").unwrap();
+    take_exact(&mut s, &root);
+    assert!(
+        s.watch_status(&root).contains("re-read 1 directories"),
+        "{}",
+        s.watch_status(&root)
+    );
+}
+
+#[test]
+fn an_overflowed_event_queue_falls_back_to_a_full_scan() {
+    let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(max < 1_000_000, "queue too large to overflow in a test");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("work");
+    std::fs::create_dir_all(root.join("d")).unwrap();
+    let mut s = store(&tmp.path().join("profile"));
+    take_exact(&mut s, &root);
+    take_exact(&mut s, &root);
+    assert!(s.watch.last_was_incremental(&root));
+    // Alternating files: the kernel merges only identical consecutive events.
+    let (a, b) = (root.join("d/a"), root.join("d/b"));
+    let mut fa = std::fs::File::create(&a).unwrap();
+    let mut fb = std::fs::File::create(&b).unwrap();
+    for _ in 0..max + 100 {
+        std::io::Write::write_all(&mut fa, b"a").unwrap();
+        std::io::Write::write_all(&mut fb, b"b").unwrap();
+    }
+    std::fs::write(root.join("late"), "after the overflow").unwrap();
+    take_exact(&mut s, &root);
+    assert!(!s.watch.last_was_incremental(&root));
+    assert!(
+        s.watch_status(&root).contains("full scan"),
+        "{}",
+        s.watch_status(&root)
+    );
+    // Watching again from the full scan on.
+    std::fs::write(root.join("d/a"), "x").unwrap();
+    take_exact(&mut s, &root);
+    assert!(s.watch.last_was_incremental(&root));
+}
+
+#[test]
+fn a_folder_over_the_watch_cap_is_scanned_in_full() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("work");
+    std::fs::create_dir_all(root.join("a")).unwrap();
+    let mut s = store(&tmp.path().join("profile"));
+    s.watch.config_mut().max_dirs = 3;
+    take_exact(&mut s, &root);
+    take_exact(&mut s, &root);
+    assert!(s.watch.last_was_incremental(&root));
+    // Growing past the cap while watched.
+    for d in ["b", "c", "d/e"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+        std::fs::write(root.join(d).join("f"), d).unwrap();
+    }
+    take_exact(&mut s, &root);
+    assert!(!s.watch.last_was_incremental(&root));
+    assert!(
+        s.watch_status(&root).contains("more than 3 directories"),
+        "{}",
+        s.watch_status(&root)
+    );
+    std::fs::write(root.join("d/e/f"), "changed").unwrap();
+    take_exact(&mut s, &root);
+    assert!(!s.watch.last_was_incremental(&root));
+}
+
+#[test]
+fn a_network_or_fuse_file_system_is_not_watched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("work");
+    std::fs::create_dir_all(root.join("a")).unwrap();
+    let mut s = store(&tmp.path().join("profile"));
+    s.watch.config_mut().assume_remote_fs = true;
+    for i in 0..3 {
+        std::fs::write(root.join("a/f"), format!("{i}")).unwrap();
+        take_exact(&mut s, &root);
+        assert!(!s.watch.last_was_incremental(&root));
+    }
+    assert!(
+        s.watch_status(&root).contains("network or FUSE"),
+        "{}",
+        s.watch_status(&root)
+    );
+}
+
+#[test]
+fn after_a_restart_the_first_snapshot_is_a_full_scan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("work");
+    std::fs::create_dir_all(root.join("a")).unwrap();
+    let profile = tmp.path().join("profile");
+    let mut s = store(&profile);
+    take_exact(&mut s, &root);
+    take_exact(&mut s, &root);
+    assert!(s.watch.last_was_incremental(&root));
+    drop(s);
+    // Changed while agentd was down.
+    std::fs::write(root.join("a/while-down"), "x").unwrap();
+    let mut s = store(&profile);
+    assert!(s.watch_status(&root).contains("not watched yet"));
+    let m = take_exact(&mut s, &root);
+    assert!(!s.watch.last_was_incremental(&root));
+    assert!(m.entries.iter().any(|e| e.path == b"a/while-down"));
+    std::fs::write(root.join("a/after"), "y").unwrap();
+    take_exact(&mut s, &root);
+    assert!(s.watch.last_was_incremental(&root));
+}
+
+#[test]
+fn a_verification_mismatch_falls_back_to_full_scans() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("work");
+    std::fs::create_dir_all(&root).unwrap();
+    // A hard link whose other name is outside the folder: writes through
+    // that name raise no event in the folder's watches.
+    let outside = tmp.path().join("outside.txt");
+    std::fs::write(&outside, "one").unwrap();
+    std::fs::hard_link(&outside, root.join("linked.txt")).unwrap();
+    let mut s = store(&tmp.path().join("profile"));
+    s.watch.config_mut().verify_every = 2;
+    take_exact(&mut s, &root);
+    take_exact(&mut s, &root); // watcher-based, 1st
+    std::fs::write(&outside, "two, longer").unwrap();
+    // 2nd watcher-based snapshot: verified, mismatch, the full scan wins.
+    let m = take_exact(&mut s, &root);
+    let linked = m.entries.iter().find(|e| e.path == b"linked.txt").unwrap();
+    assert_eq!(linked.size, 11);
+    assert!(
+        s.watch_status(&root).contains("verification"),
+        "{}",
+        s.watch_status(&root)
+    );
+    take_exact(&mut s, &root);
+    assert!(!s.watch.last_was_incremental(&root));
+}
+
+#[test]
+fn idle_and_least_recently_used_folders_are_released() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
+    std::fs::create_dir_all(&one).unwrap();
+    std::fs::create_dir_all(&two).unwrap();
+    let mut s = store(&tmp.path().join("profile"));
+    s.watch.config_mut().max_folders = 1;
+    take_exact(&mut s, &one);
+    assert!(s.watch_status(&one).starts_with("watched"));
+    take_exact(&mut s, &two);
+    assert!(
+        s.watch_status(&one)
+            .contains("released for a more recently used"),
+        "{}",
+        s.watch_status(&one)
+    );
+    assert!(s.watch_status(&two).starts_with("watched"));
+    s.watch.config_mut().idle = std::time::Duration::ZERO;
+    s.watch_tick();
+    assert!(
+        s.watch_status(&two).contains("without snapshots"),
+        "{}",
+        s.watch_status(&two)
+    );
+    // Watched again on the next snapshot, exact all along.
+    std::fs::write(two.join("f"), "f").unwrap();
+    take_exact(&mut s, &two);
+    assert!(s.watch_status(&two).starts_with("watched"));
+}
+
+#[test]
+fn undo_in_a_watched_folder_is_cheap_and_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("work");
+    for d in 0..20 {
+        std::fs::create_dir_all(root.join(format!("d{d}"))).unwrap();
+        std::fs::write(root.join(format!("d{d}/f")), format!("{d}")).unwrap();
+    }
+    let mut s = store(&tmp.path().join("profile"));
+    take_exact(&mut s, &root);
+    s.take(&root, vec![owner_of("c", Phase::Before)]).unwrap();
+    let before = listing(&root);
+    std::fs::write(root.join("d3/f"), "edited").unwrap();
+    std::fs::write(root.join("d4/new"), "new").unwrap();
+    std::fs::remove_file(root.join("d5/f")).unwrap();
+    s.take(&root, vec![owner_of("c", Phase::After)]).unwrap();
+    assert!(s.watch.last_was_incremental(&root));
+    let report = s.undo(&root, "c", false).unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.applied.len(), 3);
+    // The pre-restore snapshot came from the watcher.
+    assert!(s.watch.last_was_incremental(&root));
+    assert_eq!(listing(&root), before);
+    assert_eq!(std::fs::read(root.join("d3/f")).unwrap(), b"3");
+    // The restore's own writes: the next snapshot re-reads only the
+    // directories it touched and matches a full scan.
+    take_exact(&mut s, &root);
+    assert!(s.watch.last_was_incremental(&root));
+    assert!(
+        s.watch_status(&root).contains("re-read 3 directories"),
+        "{}",
+        s.watch_status(&root)
+    );
+}
+
+fn owner_of(session: &str, phase: Phase) -> Owner {
+    Owner {
+        session: session.into(),
+        phase,
+        pair: "p1".into(),
+        label: String::new(),
+    }
+}
