@@ -25,6 +25,7 @@ use crate::context::Ctx;
 use crate::error::{CliError, CliResult, Exit};
 
 fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -56,6 +57,25 @@ fn main() -> ExitCode {
             ExitCode::from(err.exit as u8)
         }
     }
+}
+
+/// A reader that went away (`agentx sessions | head -1`) ends the output:
+/// exit 0 quietly, as ripgrep does, not with a panic from `println!`.
+/// (SIGPIPE stays ignored: the gRPC socket must report EPIPE as an error.)
+fn exit_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to std") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
 
 async fn run(cli: Cli) -> CliResult<()> {

@@ -170,6 +170,7 @@ impl Chat<'_> {
                 .and_then(|s| u32::try_from(s).ok())
                 .unwrap_or(0),
             resolve: resolve as i32,
+            caller: None,
         };
         let finished = turn::run(&self.ctx.channel(), start, &mut self.ui).await?;
         if finished.status == TurnStatus::Failed as i32 && self.ui.interactive {

@@ -7,8 +7,8 @@ use tonic::transport::Channel;
 
 use agentx_shared::proto::turns_client::TurnsClient;
 use agentx_shared::proto::{
-    ApprovalDecision, TurnEvent, TurnFinished, TurnInput, TurnStart, TurnStatus, approval_decision,
-    turn_event, turn_input,
+    ApprovalDecision, CallerEnvironment, TurnEvent, TurnFinished, TurnInput, TurnStart, TurnStatus,
+    approval_decision, turn_event, turn_input,
 };
 
 use crate::error::{CliError, CliResult};
@@ -23,9 +23,12 @@ pub fn input(input: turn_input::Input) -> TurnInput {
 /// cancellation, and the events.
 pub async fn open(
     channel: &Channel,
-    start: TurnStart,
+    mut start: TurnStart,
     what: &str,
 ) -> CliResult<(mpsc::Sender<TurnInput>, tonic::Streaming<TurnEvent>)> {
+    if start.caller.is_none() {
+        start.caller = Some(caller_environment());
+    }
     let (tx, rx) = mpsc::channel::<TurnInput>(8);
     tx.send(input(turn_input::Input::Start(start)))
         .await
@@ -36,6 +39,32 @@ pub async fn open(
         .map_err(|status| CliError::from_status(what, &status))?
         .into_inner();
     Ok((tx, events))
+}
+
+/// This process's environment and umask: tool commands run as they would in
+/// the terminal that started the turn.
+pub fn caller_environment() -> CallerEnvironment {
+    use std::os::unix::ffi::OsStringExt as _;
+    let vars = std::env::vars_os()
+        .map(|(name, value)| {
+            let mut entry = name.into_vec();
+            entry.push(b'=');
+            entry.extend(value.into_vec());
+            entry
+        })
+        .collect();
+    CallerEnvironment {
+        vars,
+        umask: current_umask(),
+    }
+}
+
+/// The umask, read without changing it (Linux 4.7+ reports it in
+/// `/proc/self/status`); `None` where it cannot be read.
+fn current_umask() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+    u32::from_str_radix(line.trim(), 8).ok()
 }
 
 /// Runs a turn to its `finished` event.

@@ -65,11 +65,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<DaemonServer<DaemonService>>().await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(agentx_shared::proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    // Reflection in both versions: grpcurl and grpcui speak v1; Python's
+    // grpcio-reflection, Postman and older grpcurl only v1alpha.
+    let reflection_builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(agentx_shared::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection = reflection_builder()
         .build_v1()
         .context("cannot build the reflection service")?;
+    let reflection_v1alpha = reflection_builder()
+        .build_v1alpha()
+        .context("cannot build the reflection service (v1alpha)")?;
 
     let store = Store::new(config.profile.sessions_dir());
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
@@ -122,7 +130,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .max_encoding_message_size(crate::services::library::MAX_IMPORT_BYTES),
         )
         .add_service(health_service)
-        .add_service(reflection);
+        .add_service(reflection)
+        .add_service(reflection_v1alpha);
 
     tokio::spawn(watch_signals(stop_tx));
     let mut stopping = stop_rx.clone();
@@ -160,12 +169,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Turns SIGTERM and SIGINT into a stop request.
+/// Turns SIGTERM, SIGINT and SIGHUP into a stop request: all three drain.
+/// agentd has no configuration of its own to reload (clients send theirs
+/// with every turn), so a hang-up means "stop cleanly", never "die at once".
 async fn watch_signals(stop: watch::Sender<bool>) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
     ) else {
         tracing::error!("cannot install signal handlers");
         return;
@@ -173,6 +185,7 @@ async fn watch_signals(stop: watch::Sender<bool>) {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM received"),
         _ = int.recv() => tracing::info!("SIGINT received"),
+        _ = hup.recv() => tracing::info!("SIGHUP received"),
     }
     let _ = stop.send(true);
 }

@@ -119,7 +119,9 @@ impl RecordedRequest {
 /// reply is `echo: <last user text> [turns seen: N]`, N counting the user
 /// messages along the whole chain plus this input, so a test can prove the
 /// model saw history (the last user text comes from this input, or from the
-/// chain when this input has none, e.g. only tool outputs).
+/// chain when this input has none, e.g. only tool outputs). A user text
+/// `CALL <command>` in this input (with an empty script) gets a `shell` call
+/// running that command.
 ///
 /// [`post_json`] and [`HttpReply::events`] are a tiny blocking client for tests.
 pub struct FakeModel {
@@ -673,6 +675,17 @@ fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan, Box<Respon
     state.next_response += 1;
     let id = format!("resp_{}", state.next_response);
     let mut reply = state.script.pop_front();
+    // `CALL <command>` as this input's own user text: a shell call, so
+    // concurrent clients each get their own without sharing the script.
+    if reply.is_none()
+        && let Some(command) = input
+            .iter()
+            .filter_map(user_text)
+            .next_back()
+            .and_then(|t| t.trim_end().strip_prefix("CALL ").map(str::to_owned))
+    {
+        reply = Some(Reply::tool_call("shell", json!({ "command": command })));
+    }
     if reply.is_none()
         && let Some((marker, d)) = &state.stall_marker
         && default_text.contains(marker.as_str())

@@ -290,6 +290,47 @@ async fn sigterm_finishes_in_flight_rpcs_removes_the_socket_and_exits_0() {
     assert!(!env.socket().exists(), "socket not removed");
 }
 
+/// `agentx daemon status | true`: the reader is gone before agentx writes;
+/// agentx ends quietly (exit 0, no panic, no backtrace) as Unix tools do.
+#[test]
+fn a_closed_stdout_ends_output_quietly() {
+    let env = TestEnv::new();
+    assert_code(&env.run(["daemon", "start"]), 0);
+    for args in [
+        &["daemon", "status"][..],
+        &["status", "--json"],
+        &["sessions", "--json"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = env
+            .agentx(args)
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}
+
+/// A hang-up drains like SIGTERM: exit 0, socket removed — never a death
+/// that leaves the socket behind.
+#[test]
+fn sighup_stops_cleanly_like_sigterm() {
+    let env = TestEnv::new();
+    assert_code(&env.run(["daemon", "start"]), 0);
+    let pids = env.wait_daemons(1, Duration::from_secs(5));
+    assert_eq!(pids.len(), 1);
+    kill(Pid::from_raw(pids[0]), Signal::SIGHUP).unwrap();
+    assert!(agentx_tests::wait_pid_gone(pids[0], Duration::from_secs(5)));
+    assert!(!env.socket().exists(), "socket left behind after SIGHUP");
+    let log = std::fs::read_to_string(env.home.join("log").join("agentd.log")).unwrap_or_default();
+    assert!(log.contains("SIGHUP received"), "{log}");
+    assert!(log.contains("agentd stopped"), "{log}");
+}
+
 #[test]
 fn unreachable_daemon_exits_3_with_one_line_naming_the_fix() {
     let env = TestEnv::new();

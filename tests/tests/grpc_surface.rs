@@ -14,6 +14,42 @@ use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
+/// Python's grpcio-reflection, Postman and older grpcurl speak only
+/// v1alpha: it lists the same services.
+#[tokio::test]
+async fn reflection_v1alpha_is_served_too() {
+    use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+    let env = TestEnv::new();
+    assert_code(&env.run(["daemon", "start"]), 0);
+    let channel = channel(&env.socket()).await;
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let reply = stream.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+        panic!("unexpected reflection reply: {reply:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for expected in [
+        "agentx.v1.Turns",
+        "grpc.reflection.v1alpha.ServerReflection",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} not in {names:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn reflection_lists_every_service_and_health_is_serving() {
     let env = TestEnv::new();

@@ -178,6 +178,10 @@ impl Turns for TurnsService {
                 0 => SHELL_TIMEOUT,
                 s => Duration::from_secs(u64::from(s)),
             },
+            env: start
+                .caller
+                .map(|c| crate::turn::shell::Environment::from_entries(c.vars, c.umask))
+                .unwrap_or_default(),
             idle_timeout: self.tuning.idle_timeout,
             retry_base: self.tuning.retry_base,
         };

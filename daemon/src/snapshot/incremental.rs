@@ -6,8 +6,8 @@
 //! hashing as a full scan, fed with the spliced listing built here.
 
 use std::collections::{BTreeSet, HashSet};
-use std::os::unix::ffi::OsStrExt as _;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
 use super::blobs::PackWriter;
@@ -264,7 +264,8 @@ impl SnapshotStore {
             previous,
             &self.blobs,
             pack,
-            |root_fd, started_ns| match relist(folder, root_fd, &excludes, prev, &dirs, started_ns) {
+            |root_fd, started_ns| match relist(folder, root_fd, &excludes, prev, &dirs, started_ns)
+            {
                 Ok(entries) => entries,
                 Err(e) => {
                     inconsistent = Some(e.0);

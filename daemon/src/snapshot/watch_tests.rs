@@ -420,12 +420,27 @@ fn a_verification_mismatch_falls_back_to_full_scans() {
     // that name raise no event in the folder's watches.
     let outside = tmp.path().join("outside.txt");
     std::fs::write(&outside, "one").unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    std::fs::File::options()
+        .write(true)
+        .open(&outside)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
     std::fs::hard_link(&outside, root.join("linked.txt")).unwrap();
     let mut s = store(&tmp.path().join("profile"));
     s.watch.config_mut().verify_every = 2;
     take_exact(&mut s, &root);
     take_exact(&mut s, &root); // watcher-based, 1st
     std::fs::write(&outside, "two, longer").unwrap();
+    // Outside the racy window, or the racy rule alone re-reads it.
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&outside)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
     // 2nd watcher-based snapshot: verified, mismatch, the full scan wins.
     let m = take_exact(&mut s, &root);
     let linked = m.entries.iter().find(|e| e.path == b"linked.txt").unwrap();

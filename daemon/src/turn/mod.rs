@@ -115,6 +115,8 @@ pub struct TurnSpec {
     pub policy: Policy,
     pub instructions: String,
     pub shell_timeout: Duration,
+    /// The caller's terminal, for tool commands (memory only).
+    pub env: shell::Environment,
     pub idle_timeout: Duration,
     pub retry_base: Duration,
 }
@@ -586,6 +588,7 @@ impl Turn<'_> {
                         let outcome = shell::run(
                             &command,
                             &self.spec.folder,
+                            &self.spec.env,
                             self.spec.shell_timeout,
                             self.io.cancel.clone(),
                         )

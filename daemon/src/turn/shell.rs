@@ -1,6 +1,7 @@
 //! The `shell` tool: runs `sh -c COMMAND` in the conversation's folder with a
 //! timeout, capturing combined output bounded to its head and tail.
 
+use std::ffi::OsString;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -34,6 +35,36 @@ impl Outcome {
             }
         };
         format!("{status}\n{}", self.output)
+    }
+}
+
+/// The terminal a command runs as: the environment and umask of the
+/// `agentx` that started the turn. Held in memory for the turn only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Environment {
+    /// Empty: agentd's own environment (a client that sent none).
+    pub vars: Vec<(OsString, OsString)>,
+    pub umask: Option<u32>,
+}
+
+impl Environment {
+    /// Parses `NAME=value` entries; entries without `=` or with an empty
+    /// name are dropped, as the kernel's own environment parsing would.
+    pub fn from_entries(entries: Vec<Vec<u8>>, umask: Option<u32>) -> Self {
+        use std::os::unix::ffi::OsStringExt as _;
+        let vars = entries
+            .into_iter()
+            .filter_map(|mut entry| {
+                let eq = entry.iter().position(|&b| b == b'=').filter(|&i| i > 0)?;
+                let value = entry.split_off(eq + 1);
+                entry.pop();
+                Some((OsString::from_vec(entry), OsString::from_vec(value)))
+            })
+            .collect();
+        Self {
+            vars,
+            umask: umask.map(|m| m & 0o777),
+        }
     }
 }
 
@@ -82,12 +113,29 @@ impl Bounded {
 pub async fn run(
     command: &str,
     cwd: &Path,
+    env: &Environment,
     timeout: Duration,
     mut cancel: watch::Receiver<bool>,
 ) -> std::io::Result<Outcome> {
     let (reader, writer) = std::io::pipe()?;
     let writer_err = writer.try_clone()?;
-    let mut cmd = tokio::process::Command::new("sh");
+    // By absolute path: the caller's PATH must not decide which shell runs.
+    let mut cmd = tokio::process::Command::new("/bin/sh");
+    if !env.vars.is_empty() {
+        cmd.env_clear()
+            .envs(env.vars.iter().cloned())
+            .env("PWD", cwd);
+    }
+    if let Some(mask) = env.umask {
+        let mask = nix::sys::stat::Mode::from_bits_truncate(mask as nix::libc::mode_t);
+        // SAFETY: umask is async-signal-safe and only affects the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::stat::umask(mask);
+                Ok(())
+            });
+        }
+    }
     cmd.arg("-c")
         .arg(command)
         .current_dir(cwd)
@@ -187,6 +235,7 @@ mod tests {
         let out = run(
             "echo out; echo err >&2; exit 3",
             dir.path(),
+            &Environment::default(),
             Duration::from_secs(5),
             no_cancel(),
         )
@@ -194,13 +243,56 @@ mod tests {
         .unwrap();
         assert_eq!(out.exit_code, Some(3));
         assert_eq!(out.output, "out\nerr\n");
-        let out = run("pwd", dir.path(), Duration::from_secs(5), no_cancel())
-            .await
-            .unwrap();
+        let out = run(
+            "pwd",
+            dir.path(),
+            &Environment::default(),
+            Duration::from_secs(5),
+            no_cancel(),
+        )
+        .await
+        .unwrap();
         assert_eq!(
             out.output.trim(),
             std::fs::canonicalize(dir.path()).unwrap().to_str().unwrap()
         );
+    }
+
+    #[tokio::test]
+    async fn runs_with_the_callers_environment_and_umask() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = Environment::from_entries(
+            vec![
+                b"MYVAR=from terminal=yes".to_vec(),
+                b"PATH=/opt/caller-bin:/usr/bin:/bin".to_vec(),
+                b"no-equals-sign".to_vec(),
+                b"=empty-name".to_vec(),
+            ],
+            Some(0o027),
+        );
+        assert_eq!(env.vars.len(), 2);
+        let out = run(
+            "echo \"[$MYVAR]\"; echo \"$PATH\"; umask; touch made.txt; env | wc -l",
+            dir.path(),
+            &env,
+            Duration::from_secs(5),
+            no_cancel(),
+        )
+        .await
+        .unwrap();
+        let lines: Vec<&str> = out.output.lines().collect();
+        assert_eq!(lines[0], "[from terminal=yes]");
+        assert_eq!(lines[1], "/opt/caller-bin:/usr/bin:/bin");
+        assert_eq!(lines[2], "0027");
+        // MYVAR, PATH, PWD, and what sh itself adds (SHLVL, _): nothing of agentd's.
+        let count: usize = lines[3].trim().parse().unwrap();
+        assert!(count <= 5, "{}", out.output);
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(dir.path().join("made.txt"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o640);
     }
 
     #[tokio::test]
@@ -209,6 +301,7 @@ mod tests {
         let out = run(
             "seq 1 100000",
             dir.path(),
+            &Environment::default(),
             Duration::from_secs(10),
             no_cancel(),
         )
@@ -227,6 +320,7 @@ mod tests {
         let out = run(
             "sleep 30 & sleep 30",
             dir.path(),
+            &Environment::default(),
             Duration::from_millis(300),
             no_cancel(),
         )
@@ -243,7 +337,16 @@ mod tests {
         let (tx, rx) = watch::channel(false);
         let task = tokio::spawn({
             let dir = dir.path().to_path_buf();
-            async move { run("sleep 30", &dir, Duration::from_secs(60), rx).await }
+            async move {
+                run(
+                    "sleep 30",
+                    &dir,
+                    &Environment::default(),
+                    Duration::from_secs(60),
+                    rx,
+                )
+                .await
+            }
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         tx.send(true).unwrap();
