@@ -323,7 +323,7 @@ impl SearchIndex {
             }
             self.index_session(writer, &path);
             changed += 1;
-            if changed % 1000 == 0 {
+            if changed.is_multiple_of(1000) {
                 self.commit(writer)?;
             }
         }
