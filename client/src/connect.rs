@@ -44,7 +44,7 @@ pub async fn probe(profile: &Profile) -> CliResult<Option<Channel>> {
 }
 
 /// The handshake every session with the daemon starts with.
-pub async fn hello(channel: &Channel) -> CliResult<HelloReply> {
+async fn hello_status(channel: &Channel) -> Result<HelloReply, tonic::Status> {
     DaemonClient::new(channel.clone())
         .hello(HelloRequest {
             client_version: VERSION.to_owned(),
@@ -52,7 +52,17 @@ pub async fn hello(channel: &Channel) -> CliResult<HelloReply> {
         })
         .await
         .map(tonic::Response::into_inner)
-        .map_err(|status| CliError::from_status("handshake with agentd", &status))
+}
+
+/// A handshake that failed because the daemon is going away: it accepted
+/// the connection (or the kernel did, for a process still closing its
+/// files after kill -9) and then the connection broke.
+fn going_away(status: &tonic::Status) -> bool {
+    use tonic::Code;
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::Cancelled | Code::Unknown
+    )
 }
 
 /// Connects to a compatible agentd, starting it (or replacing one of
@@ -70,8 +80,16 @@ pub async fn connect_or_start(profile: &Profile) -> CliResult<Daemon> {
         return Ok(daemon);
     }
     if let Some(channel) = probe(profile).await? {
+        let old = match hello_status(&channel).await {
+            Ok(old) => old,
+            Err(status) if going_away(&status) => {
+                // A dying daemon: wait for its lock, then start another.
+                wait_stopped(profile).await?;
+                return spawn_and_wait(profile).await;
+            }
+            Err(status) => return Err(CliError::from_status("handshake with agentd", &status)),
+        };
         // Still another version: we hold the startup lock, so replace it.
-        let old = hello(&channel).await?;
         eprintln!(
             "agentx: replacing agentd {} (pid {}) with {VERSION}",
             old.daemon_version, old.pid
@@ -87,11 +105,11 @@ async fn connect_compatible(profile: &Profile) -> CliResult<Option<Daemon>> {
     let Some(channel) = probe(profile).await? else {
         return Ok(None);
     };
-    let hello = match hello(&channel).await {
+    let hello = match hello_status(&channel).await {
         Ok(hello) => hello,
-        // It went away between connect and handshake (e.g. stopping).
-        Err(err) if err.message.contains("lost the connection") => return Ok(None),
-        Err(err) => return Err(err),
+        // It went away between connect and handshake (stopping, killed).
+        Err(status) if going_away(&status) => return Ok(None),
+        Err(status) => return Err(CliError::from_status("handshake with agentd", &status)),
     };
     Ok(hello.compatible.then_some(Daemon { channel, hello }))
 }

@@ -26,8 +26,17 @@ impl Ctx {
     /// Resolves the folder, then reaches (or starts) agentd.
     pub async fn connect(profile: Profile, global: Global) -> CliResult<Self> {
         let folder = resolve_folder(global.dir.as_deref())?;
+        // Linux paths are bytes, but a conversation's folder is text: it is
+        // shown to the model, kept in JSON documents and exported. A lossy
+        // conversion would name another folder, so refuse with the reason.
+        let Some(text) = folder.to_str() else {
+            return Err(CliError::failed(format!(
+                "agentx needs a folder whose path is valid UTF-8, and {} is not (the path is                  shown to the model and kept in JSON); rename it, or run agentx in a folder                  with a UTF-8 path",
+                folder.display()
+            )));
+        };
         let scope = Scope {
-            folder: folder.to_string_lossy().into_owned(),
+            folder: text.to_owned(),
             agent: global.agent.clone(),
         };
         let daemon = connect::connect_or_start(&profile).await?;

@@ -10,6 +10,8 @@ mod picker;
 mod repl;
 mod turn;
 mod ui;
+mod usage;
+mod when;
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;

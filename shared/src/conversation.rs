@@ -13,15 +13,38 @@ pub struct Usage {
     pub output_tokens: u64,
     pub reasoning_tokens: u64,
     pub total_tokens: u64,
+    /// Responses whose server reported no usage: counted here, never as 0.
+    #[serde(default)]
+    pub unreported: u64,
 }
 
 impl Usage {
+    /// One response's usage that its server did not report.
+    pub const UNREPORTED: Usage = Usage {
+        input_tokens: 0,
+        cached_tokens: 0,
+        output_tokens: 0,
+        reasoning_tokens: 0,
+        total_tokens: 0,
+        unreported: 1,
+    };
+
+    /// True when no response so far reported any usage: the totals are
+    /// unknown, not zero.
+    pub fn unknown(&self) -> bool {
+        self.unreported > 0
+            && self.input_tokens == 0
+            && self.output_tokens == 0
+            && self.total_tokens == 0
+    }
+
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens += other.input_tokens;
         self.cached_tokens += other.cached_tokens;
         self.output_tokens += other.output_tokens;
         self.reasoning_tokens += other.reasoning_tokens;
         self.total_tokens += other.total_tokens;
+        self.unreported += other.unreported;
     }
 }
 
@@ -33,6 +56,7 @@ impl From<Usage> for proto::Usage {
             output_tokens: u.output_tokens,
             reasoning_tokens: u.reasoning_tokens,
             total_tokens: u.total_tokens,
+            unreported_responses: u.unreported,
         }
     }
 }
@@ -45,6 +69,7 @@ impl From<&proto::Usage> for Usage {
             output_tokens: u.output_tokens,
             reasoning_tokens: u.reasoning_tokens,
             total_tokens: u.total_tokens,
+            unreported: u.unreported_responses,
         }
     }
 }

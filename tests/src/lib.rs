@@ -220,13 +220,8 @@ impl TestEnv {
             if comm.trim() != "agentd" {
                 continue;
             }
-            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            if stat
-                .split(") ")
-                .nth(1)
-                .is_some_and(|rest| rest.starts_with('Z'))
-            {
-                continue; // a zombie is not running
+            if exited(&entry.path()) {
+                continue; // a zombie whose threads are all gone is not running
             }
             let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
             if environ.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
@@ -288,6 +283,18 @@ pub fn wait_status(env: &TestEnv, check: impl Fn(&serde_json::Value) -> bool) ->
     }
 }
 
+/// A zombie (`/proc/PID` given) whose last thread has exited too: the leader
+/// of a multi-threaded process turns `Z` while other threads still hold its
+/// files (sockets, locks) open.
+fn exited(proc_dir: &Path) -> bool {
+    let stat = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
+    let zombie = stat
+        .split(") ")
+        .nth(1)
+        .is_some_and(|rest| rest.starts_with('Z'));
+    zombie && std::fs::read_dir(proc_dir.join("task")).map_or(0, |d| d.count()) <= 1
+}
+
 /// Waits for `pid` to exit (it must not be our child, or must be reaped elsewhere).
 pub fn wait_pid_gone(pid: i32, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
@@ -295,12 +302,7 @@ pub fn wait_pid_gone(pid: i32, timeout: Duration) -> bool {
         if kill(Pid::from_raw(pid), None).is_err() {
             return true;
         }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat
-            .split(") ")
-            .nth(1)
-            .is_some_and(|rest| rest.starts_with('Z'))
-        {
+        if exited(Path::new(&format!("/proc/{pid}"))) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(10));

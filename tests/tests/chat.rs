@@ -456,3 +456,26 @@ fn sigint_cancels_the_turn_not_the_repl() {
         ]
     );
 }
+
+/// A folder whose path is not UTF-8 gets the real reason, not "does not exist".
+#[test]
+fn a_folder_whose_path_is_not_utf8_is_refused_with_the_reason() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let weird = env
+        .root()
+        .join(std::ffi::OsStr::from_bytes(b"weird\xff dir"));
+    std::fs::create_dir(&weird).unwrap();
+    let out = env.chat(
+        &model,
+        [std::ffi::OsStr::new("-C"), weird.as_os_str()],
+        "hi\n",
+    );
+    assert_code(&out, 1);
+    let err = stderr(&out);
+    assert!(err.contains("valid UTF-8"), "{err}");
+    assert!(!err.contains("does not exist"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(model.requests().is_empty());
+}

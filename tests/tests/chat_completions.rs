@@ -110,9 +110,26 @@ fn servers_without_usage_or_that_send_one_big_chunk_are_handled() {
     assert_code(&out, 0);
     assert_eq!(stdout(&out), "echo: go [turns seen: 1]\n");
     assert!(env.work.join("made.txt").exists());
+    // Never a false 0: the counts are unknown, and say why.
     let status = json_out(&env.run(["status", "--json"]));
-    assert_eq!(status["usage"]["total_tokens"], 0);
+    assert_eq!(status["usage"]["total_tokens"], Value::Null, "{status}");
+    assert_eq!(status["usage"]["reported"], false);
+    assert_eq!(status["usage"]["unreported_responses"], 2);
     assert_eq!(status["turns"], 1);
+    let human = stdout(&env.run(["status"]));
+    assert!(
+        human.contains("usage         not reported by the model server"),
+        "{human}"
+    );
+    // A server that reports it again: counted, the gap still said.
+    model.set_chat_no_usage(false);
+    assert_code(&env.chat(&model, ["--auto"], "again\n"), 0);
+    let status = json_out(&env.run(["status", "--json"]));
+    assert!(
+        status["usage"]["total_tokens"].as_u64().unwrap() > 0,
+        "{status}"
+    );
+    assert_eq!(status["usage"]["unreported_responses"], 2);
 }
 
 #[test]

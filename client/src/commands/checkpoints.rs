@@ -43,7 +43,7 @@ fn label(cp: &Checkpoint) -> String {
     format!(
         "{:>2}  {}  {}",
         cp.index,
-        rfc3339_wire(cp.created_at.as_ref()),
+        crate::when::human(cp.created_at.as_ref()),
         one_line(&cp.last_user_message, 60)
     )
 }
@@ -72,13 +72,7 @@ pub async fn checkpoints(ctx: &Ctx, as_json: bool) -> CliResult<()> {
                     "last_user_message": cp.last_user_message,
                     "last_assistant_message": cp.last_assistant_message,
                     "transcript_len": cp.transcript_len,
-                    "usage": {
-                        "input_tokens": usage.input_tokens,
-                        "cached_tokens": usage.cached_tokens,
-                        "output_tokens": usage.output_tokens,
-                        "reasoning_tokens": usage.reasoning_tokens,
-                        "total_tokens": usage.total_tokens,
-                    },
+                    "usage": crate::usage::json(&usage),
                 })
             })
             .collect();

@@ -16,14 +16,7 @@ use crate::context::{Ctx, provider_settings};
 use crate::error::{CliError, CliResult};
 
 fn usage_json(u: Option<&Usage>) -> Value {
-    let u = u.copied().unwrap_or_default();
-    json!({
-        "input_tokens": u.input_tokens,
-        "cached_tokens": u.cached_tokens,
-        "output_tokens": u.output_tokens,
-        "reasoning_tokens": u.reasoning_tokens,
-        "total_tokens": u.total_tokens,
-    })
+    crate::usage::json(&u.copied().unwrap_or_default())
 }
 
 /// Writes one JSON event line.

@@ -203,7 +203,7 @@ pub fn print_hits(ctx: &Ctx, hits: &[SearchHit]) {
             "{:>3}  {remote}{}  {}  {place}  {}",
             i + 1,
             h.session_id,
-            rfc3339_wire(h.at.as_ref()),
+            crate::when::human(h.at.as_ref()),
             h.title
         );
         let elsewhere = h.folder != ctx.scope.folder || h.agent != ctx.scope.agent;

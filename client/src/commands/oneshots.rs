@@ -38,7 +38,7 @@ pub async fn run(ctx: &Ctx, as_json: bool, action: Option<OneshotsAction>) -> Cl
                         "{}  {:<11}  {}  {}",
                         o.id,
                         o.status,
-                        rfc3339_wire(o.created_at.as_ref()),
+                        crate::when::human(o.created_at.as_ref()),
                         if o.reason.is_empty() {
                             &o.prompt
                         } else {

@@ -50,7 +50,7 @@ pub fn label(s: &SessionSummary) -> String {
     format!(
         "{}  {}  {:>3} turn(s)  {title}{origin}",
         s.id,
-        rfc3339_wire(s.updated_at.as_ref()),
+        crate::when::human(s.updated_at.as_ref()),
         s.turns
     )
 }
@@ -122,13 +122,7 @@ pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
         "agent": ctx.scope.agent,
         "title": s.title,
         "turns": s.turns,
-        "usage": {
-            "input_tokens": usage.input_tokens,
-            "cached_tokens": usage.cached_tokens,
-            "output_tokens": usage.output_tokens,
-            "reasoning_tokens": usage.reasoning_tokens,
-            "total_tokens": usage.total_tokens,
-        },
+        "usage": crate::usage::json(&usage),
         "checkpoints": s.checkpoints,
         "pending_tool_calls": pending,
         "pending_shell_transcript": s.has_pending_shell_transcript,
@@ -167,10 +161,7 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
         "turns         {} ({} transcript items)",
         s.turns, s.transcript_items
     );
-    println!(
-        "usage         {} total = {} in ({} cached) + {} out ({} reasoning)",
-        u.total_tokens, u.input_tokens, u.cached_tokens, u.output_tokens, u.reasoning_tokens
-    );
+    println!("usage         {}", crate::usage::line(&u));
     println!("checkpoints   {}", s.checkpoints);
     if !s.pending_tool_calls.is_empty() {
         println!(
@@ -193,20 +184,20 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
         println!(
             "failed        {} ({}) — agentx retry [--new-chain], rollback or clear",
             f.message,
-            rfc3339_wire(f.at.as_ref())
+            crate::when::human(f.at.as_ref())
         );
     }
     if let Some(i) = &s.interrupted {
         println!(
             "interrupted   {} ({})",
             i.message,
-            rfc3339_wire(i.at.as_ref())
+            crate::when::human(i.at.as_ref())
         );
     }
     if s.has_rollback_backup {
         println!(
             "rollback      backup from {} (agentx rollback --undo restores it)",
-            rfc3339_wire(s.rollback_backup_at.as_ref())
+            crate::when::human(s.rollback_backup_at.as_ref())
         );
     }
     println!(

@@ -45,7 +45,7 @@ pub async fn list(ctx: &Ctx, as_json: bool) -> CliResult<()> {
         println!(
             "{:>3}  {}  {:>4} changed  {:>6} files  {}",
             s.index,
-            rfc3339_wire(s.created_at.as_ref()),
+            crate::when::human(s.created_at.as_ref()),
             s.changed_files,
             s.files,
             s.label

@@ -210,6 +210,7 @@ pub fn usage_from(u: &serde_json::Value, input: &str, output: &str) -> Usage {
         output_tokens: o,
         reasoning_tokens: n(&u[format!("{output}_tokens_details")]["reasoning_tokens"]),
         total_tokens: u["total_tokens"].as_u64().unwrap_or(i + o),
+        unreported: 0,
     }
 }
 
