@@ -8,7 +8,7 @@ use std::time::Duration;
 use agentx_shared::proto::sessions_client::SessionsClient;
 use agentx_shared::proto::snapshots_client::SnapshotsClient;
 use agentx_shared::proto::{ListSessionsRequest, ListSnapshotsRequest, Scope};
-use agentx_tests::{TestEnv, agentx_bin, assert_code, channel, stderr};
+use agentx_tests::{TestEnv, agentx_bin, assert_code, channel, stderr, stdout};
 use tonic_reflection::pb::v1::ServerReflectionRequest;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
@@ -176,6 +176,32 @@ fn a_client_of_another_uid_is_refused_with_permission_denied() {
             "{args:?}: {err}"
         );
     }
+    // Every service, health and reflection included, answers another uid
+    // with PERMISSION_DENIED — the code, not just a message.
+    let probe = shared.join("grpc-probe");
+    std::fs::copy(agentx_tests::bin_dir().join("grpc-probe"), &probe).unwrap();
+    std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&probe)
+        .arg(&socket)
+        .env_clear()
+        .current_dir(&shared)
+        .output()
+        .unwrap();
+    assert_code(&out, 0);
+    let lines: Vec<String> = stdout(&out).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 8, "{lines:?}");
+    for line in &lines {
+        assert!(line.ends_with(" PermissionDenied"), "{lines:?}");
+    }
+    // The same probe as the owner gets through the check.
+    let out = std::process::Command::new(&probe)
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("Daemon Ok"), "{}", stdout(&out));
     // The daemon kept serving its owner and started no second daemon.
     let out = env
         .agentx(["daemon", "status"])

@@ -133,6 +133,40 @@ fn only_the_last_20_checkpoints_are_kept() {
     );
 }
 
+/// The server's wait is honoured in each of its three forms: each retry
+/// comes no sooner than asked (retries otherwise wait 10 ms in tests).
+#[test]
+fn retry_after_is_honoured_in_milliseconds_seconds_and_as_a_date() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    // A date has whole seconds: 3 s ahead is at least 2 s away when sent.
+    let in_3s = || httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(3));
+    for (form, at_least) in [
+        ("milliseconds", Duration::from_millis(900)),
+        ("seconds", Duration::from_secs(1)),
+        ("date", Duration::from_secs(2)),
+    ] {
+        let (name, value) = match form {
+            "milliseconds" => ("retry-after-ms", "900".to_owned()),
+            "seconds" => ("retry-after", "1".to_owned()),
+            _ => ("retry-after", in_3s()),
+        };
+        model.push(Reply::HttpError {
+            status: 429,
+            body: json!({"error": {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": "slow down"}}),
+            headers: vec![(name.into(), value.clone())],
+        });
+        let started = std::time::Instant::now();
+        let out = say(&env, &model, "hello\n");
+        assert_code(&out, 0);
+        assert!(
+            started.elapsed() >= at_least,
+            "{name}: {value} not honoured: retried after {:?}",
+            started.elapsed()
+        );
+    }
+}
+
 #[test]
 fn retryable_failures_are_retried_a_bounded_number_of_times() {
     let env = TestEnv::new();

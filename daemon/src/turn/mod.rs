@@ -513,11 +513,19 @@ impl Turn<'_> {
                 Err(e) if e.retryable() && failures + 1 < MAX_ATTEMPTS => {
                     failures += 1;
                     let delay = backoff(self.spec.retry_base, failures, e.retry_after());
+                    let reason = match e.retry_after() {
+                        Some(asked) if asked > delay => format!(
+                            "{e}; the server asked to wait {}s, waiting at most {}s",
+                            asked.as_secs(),
+                            delay.as_secs()
+                        ),
+                        _ => e.to_string(),
+                    };
                     self.emit(Event::Retry {
                         attempt: failures + 1,
                         max_attempts: MAX_ATTEMPTS,
                         delay,
-                        reason: e.to_string(),
+                        reason,
                     })
                     .await;
                     tokio::select! {

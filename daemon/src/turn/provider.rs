@@ -209,12 +209,13 @@ pub fn usage_from(u: &serde_json::Value, input: &str, output: &str) -> Usage {
         cached_tokens: n(&u[format!("{input}_tokens_details")]["cached_tokens"]),
         output_tokens: o,
         reasoning_tokens: n(&u[format!("{output}_tokens_details")]["reasoning_tokens"]),
-        total_tokens: u["total_tokens"].as_u64().unwrap_or(i + o),
+        total_tokens: u["total_tokens"].as_u64().unwrap_or(i.saturating_add(o)),
         unreported: 0,
     }
 }
 
-/// `retry-after-ms`, else `Retry-After` in seconds.
+/// `retry-after-ms`, else `Retry-After` in seconds or as an HTTP date
+/// (a date in the past means "now").
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let get = |name: &str| {
         headers
@@ -225,9 +226,15 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
     }
-    get("retry-after")
-        .and_then(|v| v.parse::<f64>().ok())
-        .map(|s| Duration::from_secs_f64(s.max(0.0)))
+    let value = get("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return Some(Duration::from_secs_f64(secs.max(0.0)));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 type Events = Pin<Box<dyn Stream<Item = Result<Event, String>> + Send>>;
@@ -305,6 +312,36 @@ impl EventStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_takes_milliseconds_seconds_and_http_dates() {
+        use reqwest::header::{HeaderMap, HeaderValue};
+        let headers = |pairs: &[(&'static str, String)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, HeaderValue::from_str(v).unwrap());
+            }
+            h
+        };
+        let ms = headers(&[
+            ("retry-after-ms", "1500".into()),
+            ("retry-after", "9".into()),
+        ]);
+        assert_eq!(retry_after(&ms), Some(Duration::from_millis(1500)));
+        let secs = headers(&[("retry-after", "7".into())]);
+        assert_eq!(retry_after(&secs), Some(Duration::from_secs(7)));
+        let in_30s = std::time::SystemTime::now() + Duration::from_secs(30);
+        let date = headers(&[("retry-after", httpdate::fmt_http_date(in_30s))]);
+        let wait = retry_after(&date).unwrap();
+        assert!(
+            wait > Duration::from_secs(27) && wait <= Duration::from_secs(30),
+            "{wait:?}"
+        );
+        let past = headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT".into())]);
+        assert_eq!(retry_after(&past), Some(Duration::ZERO));
+        let junk = headers(&[("retry-after", "soon".into())]);
+        assert_eq!(retry_after(&junk), None);
+    }
 
     #[test]
     fn lost_ids_are_recognised_in_every_known_shape() {
