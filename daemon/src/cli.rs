@@ -19,7 +19,9 @@ pub struct Args {
     pub log: LogTarget,
 
     /// Report this version in the handshake instead of the real one (used to
-    /// test how clients replace a daemon of another version).
+    /// test how clients replace a daemon of another version). A test hook:
+    /// only debug builds have it.
+    #[cfg(debug_assertions)]
     #[arg(long, hide = true, value_name = "VERSION")]
     pub report_version: Option<String>,
 }

@@ -54,7 +54,10 @@ pub fn run(args: cli::Args) -> anyhow::Result<ExitCode> {
     let config = server::Config {
         profile,
         log_path,
+        #[cfg(debug_assertions)]
         reported_version: args.report_version,
+        #[cfg(not(debug_assertions))]
+        reported_version: None,
     };
     let result = runtime.block_on(server::run(config));
     // Let blocked tasks go before the lock is released, so a successor never
