@@ -5,6 +5,11 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Makes temp file names unique within this process too (two writers of one
+/// file must never share a temp file, whatever else serializes them).
+static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the
 /// new content, never a mix; returns once the change is on disk.
@@ -14,7 +19,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.tmp-{}-{seq}", std::process::id()));
     let result = (|| {
         let mut file = OpenOptions::new()
             .write(true)
@@ -66,6 +72,21 @@ pub fn quarantine(path: &Path) -> io::Result<PathBuf> {
     if let Some(dir) = path.parent() {
         fsync_dir(dir)?;
     }
+    Ok(target)
+}
+
+/// Keeps a copy of an unreadable file as `<name>.corrupt-<unix_ms>` (made
+/// durable) and leaves the original in place, so the caller can replace it
+/// atomically afterwards: no crash window loses either version.
+pub fn quarantine_copy(path: &Path) -> io::Result<PathBuf> {
+    let bytes = std::fs::read(path)?;
+    let ms = agentx_shared::time::unix_ms(std::time::SystemTime::now());
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let target = path.with_file_name(format!("{name}.corrupt-{ms}"));
+    write_atomic(&target, &bytes)?;
     Ok(target)
 }
 

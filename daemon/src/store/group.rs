@@ -1,9 +1,17 @@
-//! The actor that owns one (folder, agent) group of conversations: loads
-//! them, applies every change durably before replying, and runs one turn at
-//! a time per conversation (later turns wait their turn).
+//! The actor that owns one group directory `<folder-key>/<agent>`: loads
+//! its conversations, applies every change durably before replying, and
+//! runs one turn at a time per conversation (later turns wait their turn).
+//!
+//! Real folders whose keys collide (`/a/b-c`, `/a/b/c`) share the directory
+//! and so share this one actor: it is the only writer of the directory's
+//! `current.json` and `shared.json` (both are read-modify-written, per real
+//! folder inside), which is simpler than locking files across actors. Every
+//! request names its real folder and only ever sees that folder's
+//! conversations.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -14,7 +22,7 @@ use agentx_shared::conversation::{Item, PendingCall, Usage};
 use super::StoreError;
 use super::durable;
 use super::session::{
-    Checkpoint, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc,
+    Checkpoint, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc, title_from,
 };
 
 fn now_ms() -> i64 {
@@ -94,7 +102,7 @@ pub struct SharedCheckpoint {
     pub at: i64,
 }
 
-enum Msg {
+pub(super) enum Msg {
     List(oneshot::Sender<Vec<SessionDoc>>),
     Open(OpenTarget, oneshot::Sender<Result<Opened, StoreError>>),
     Get(
@@ -131,10 +139,19 @@ enum Msg {
     Adopt(Box<SessionDoc>, oneshot::Sender<Result<(), StoreError>>),
 }
 
-/// Cheap, cloneable address of a group actor.
+/// A request and the real folder it is about.
+pub(super) type Envelope = (String, Msg);
+
+/// The actor's mailbox; the registry in `Store` keeps weak ones.
+pub(super) type Mailbox = mpsc::UnboundedSender<Envelope>;
+pub(super) type WeakMailbox = mpsc::WeakUnboundedSender<Envelope>;
+
+/// Cheap, cloneable address of a group actor, for one real folder. While
+/// any handle lives the actor does; the last one dropped ends it.
 #[derive(Clone)]
 pub struct GroupHandle {
-    tx: mpsc::UnboundedSender<Msg>,
+    tx: Mailbox,
+    folder: String,
 }
 
 /// The right to run a turn on one conversation; dropping it lets the next
@@ -146,14 +163,24 @@ pub struct TurnLease {
 
 impl Drop for TurnLease {
     fn drop(&mut self) {
-        let _ = self.handle.tx.send(Msg::EndTurn(self.doc.id.clone()));
+        let _ = self.handle.send(Msg::EndTurn(self.doc.id.clone()));
     }
 }
 
 impl GroupHandle {
+    pub(super) fn new(tx: Mailbox, folder: String) -> Self {
+        Self { tx, folder }
+    }
+
+    fn send(&self, msg: Msg) -> Result<(), StoreError> {
+        self.tx
+            .send((self.folder.clone(), msg))
+            .map_err(|_| StoreError::Closed)
+    }
+
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Msg) -> Result<T, StoreError> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(make(tx)).map_err(|_| StoreError::Closed)?;
+        self.send(make(tx))?;
         rx.await.map_err(|_| StoreError::Closed)
     }
 
@@ -236,25 +263,43 @@ impl GroupHandle {
     }
 }
 
-/// Starts the actor for `dir`. `shares_checkpoint`: successful turns and
-/// rollbacks here move the folder+agent's shared checkpoint (interactive
-/// conversations do; one-shots never do).
-pub fn spawn(dir: PathBuf, folder: String, agent: String, shares_checkpoint: bool) -> GroupHandle {
+/// Starts the actor for `dir` and returns its mailbox. `shares_checkpoint`:
+/// successful turns and rollbacks here move the folder+agent's shared
+/// checkpoint (interactive conversations do; one-shots never do).
+/// `exclusive`: held for the actor's whole life before it touches a file,
+/// so an actor started for a directory whose previous actor is still
+/// finishing its last request (its caller went away) waits for it.
+pub(super) fn spawn(
+    dir: PathBuf,
+    agent: String,
+    shares_checkpoint: bool,
+    exclusive: Option<Arc<tokio::sync::Mutex<()>>>,
+) -> Mailbox {
     let (tx, rx) = mpsc::unbounded_channel();
     let actor = Group {
         dir,
-        folder,
         agent,
         shares_checkpoint,
         loaded: false,
         sessions: HashMap::new(),
-        current: None,
+        current: HashMap::new(),
         notices: Vec::new(),
         running: HashSet::new(),
         waiting: HashMap::new(),
     };
-    tokio::spawn(actor.run(rx));
-    GroupHandle { tx }
+    tokio::spawn(async move {
+        let _only_writer = match exclusive {
+            Some(lock) => Some(lock.lock_owned().await),
+            None => None,
+        };
+        actor.run(rx).await;
+    });
+    tx
+}
+
+/// An actor of its own for `dir` (a one-shot's private state).
+pub fn spawn_private(dir: PathBuf, folder: String, agent: String) -> GroupHandle {
+    GroupHandle::new(spawn(dir, agent, false, None), folder)
 }
 
 /// `current.json`: which conversation is current, per real folder (folders
@@ -272,97 +317,109 @@ struct SharedFile {
 
 struct Group {
     dir: PathBuf,
-    folder: String,
     agent: String,
     shares_checkpoint: bool,
     loaded: bool,
+    /// Every conversation of the directory, whatever its real folder.
     sessions: HashMap<String, Session>,
-    current: Option<String>,
-    notices: Vec<String>,
+    /// The current conversation per real folder.
+    current: HashMap<String, String>,
+    /// Notices for the next open: (real folder, or every folder; text).
+    notices: Vec<(Option<String>, String)>,
     running: HashSet<String>,
     waiting: HashMap<String, VecDeque<oneshot::Sender<Result<SessionDoc, StoreError>>>>,
 }
 
 impl Group {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
-        while let Some(msg) = rx.recv().await {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Envelope>) {
+        while let Some((folder, msg)) = rx.recv().await {
             // File I/O here is short and bounded (one document, one append);
             // block_in_place keeps the runtime's other workers free meanwhile.
-            tokio::task::block_in_place(|| self.handle(msg));
+            tokio::task::block_in_place(|| self.handle(&folder, msg));
         }
+        // Every handle is gone: the conversations are released (they hold
+        // no open file; the next request loads them again).
     }
 
-    fn handle(&mut self, msg: Msg) {
+    fn handle(&mut self, folder: &str, msg: Msg) {
         if !self.loaded {
-            self.load();
+            self.load(folder);
         }
         match msg {
             Msg::List(reply) => {
-                let _ = reply.send(self.newest_first().into_iter().cloned().collect());
+                let _ = reply.send(self.newest_first(folder).into_iter().cloned().collect());
             }
             Msg::Open(target, reply) => {
-                let _ = reply.send(self.open(target));
+                let _ = reply.send(self.open(folder, target));
             }
             Msg::Get(session, reply) => {
                 let result = match session {
-                    Some(id) => self.session(&id).map(|s| Some(s.doc.clone())),
+                    Some(id) => self.session(folder, &id).map(|s| Some(s.doc.clone())),
                     None => Ok(self
-                        .current_id()
+                        .current_id(folder)
                         .and_then(|id| self.sessions.get(&id))
                         .map(|s| s.doc.clone())),
                 };
                 let _ = reply.send(result);
             }
             Msg::Clear(session, reply) => {
-                let _ = reply.send(self.clear(session));
+                let _ = reply.send(self.clear(folder, session));
             }
-            Msg::BeginTurn(session, reply) => self.begin_turn(session, reply),
+            Msg::BeginTurn(session, reply) => self.begin_turn(folder, session, reply),
             Msg::EndTurn(id) => self.end_turn(&id),
             Msg::Commit(id, change, reply) => {
-                let _ = reply.send(self.commit(&id, *change));
+                let _ = reply.send(self.commit(folder, &id, *change));
             }
             Msg::Transcript(id, reply) => {
                 let result = self
-                    .session(&id)
+                    .session(folder, &id)
                     .and_then(|s| s.transcript().map_err(|e| StoreError::Io(e.to_string())));
                 let _ = reply.send(result);
             }
             Msg::Checkpoints(session, reply) => {
                 let result = self
-                    .resolve(session)
-                    .and_then(|id| Ok(self.session(&id)?.doc.checkpoints.clone()));
+                    .resolve(folder, session)
+                    .and_then(|id| Ok(self.session(folder, &id)?.doc.checkpoints.clone()));
                 let _ = reply.send(result);
             }
             Msg::Rollback(session, target, in_turn, reply) => {
                 let result = self
-                    .resolve(session)
-                    .and_then(|id| self.rollback(&id, target, in_turn));
+                    .resolve(folder, session)
+                    .and_then(|id| self.rollback(folder, &id, target, in_turn));
                 let _ = reply.send(result);
             }
             Msg::Shared(reply) => {
-                let _ = reply.send(self.read_shared());
+                let _ = reply.send(self.read_shared(folder));
             }
             Msg::Adopt(doc, reply) => {
-                let result = agentx_shared::profile::create_private_dir(&self.dir)
-                    .and_then(|()| Session::create(&self.dir, *doc))
-                    .map(|session| {
-                        self.sessions.insert(session.doc.id.clone(), session);
-                    })
-                    .map_err(StoreError::from);
+                let result = if doc.folder != folder {
+                    Err(StoreError::Invalid(format!(
+                        "conversation {} belongs to {}, not {folder}",
+                        doc.id, doc.folder
+                    )))
+                } else {
+                    agentx_shared::profile::create_private_dir(&self.dir)
+                        .and_then(|()| Session::create(&self.dir, *doc))
+                        .map(|session| {
+                            self.sessions.insert(session.doc.id.clone(), session);
+                        })
+                        .map_err(StoreError::from)
+                };
                 let _ = reply.send(result);
             }
         }
     }
 
     /// The named conversation or the current one.
-    fn resolve(&self, session: Option<String>) -> Result<String, StoreError> {
+    fn resolve(&self, folder: &str, session: Option<String>) -> Result<String, StoreError> {
         session
-            .or_else(|| self.current_id())
+            .or_else(|| self.current_id(folder))
             .ok_or_else(|| StoreError::NotFound("this folder has no conversation yet".into()))
     }
 
     fn rollback(
         &mut self,
+        folder: &str,
         id: &str,
         target: RollbackTarget,
         in_turn: bool,
@@ -373,7 +430,7 @@ impl Group {
             ));
         }
         let now = now_ms();
-        let session = self.session(id)?;
+        let session = self.session(folder, id)?;
         match target {
             RollbackTarget::Index(_) | RollbackTarget::Origin => {
                 let count = session.doc.checkpoints.len();
@@ -474,25 +531,86 @@ impl Group {
         }
     }
 
-    fn read_shared_file(&self) -> SharedFile {
-        std::fs::read(self.dir.join("shared.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default()
+    /// Reads one of the directory's pointer files (`current.json`,
+    /// `shared.json`). A missing file is empty; one that does not parse is
+    /// quarantined (kept aside as `.corrupt-<ms>`), reported once, and read
+    /// as empty, so the next write starts it afresh instead of failing or
+    /// silently overwriting it. Any other read error is returned.
+    fn read_pointer<T: serde::de::DeserializeOwned + Default>(
+        &mut self,
+        name: &str,
+    ) -> Result<T, StoreError> {
+        let path = self.dir.join(name);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(T::default()),
+            Err(e) => return Err(e.into()),
+        };
+        match serde_json::from_slice(&bytes) {
+            Ok(value) => Ok(value),
+            Err(reason) => {
+                let moved = match durable::quarantine(&path) {
+                    Ok(to) => format!("moved aside to {}", to.display()),
+                    Err(e) => format!("could not be moved aside: {e}"),
+                };
+                tracing::warn!(file = %path.display(), %reason, "quarantined a corrupt pointer file");
+                let what = if name == "shared.json" {
+                    "one-shots branch from the current conversation's latest checkpoint until \
+                     the next turn records a new one"
+                } else {
+                    "the newest conversation is current"
+                };
+                self.notices.push((
+                    None,
+                    format!(
+                        "{} was unreadable ({reason}); it was {moved}, and {what}",
+                        path.display()
+                    ),
+                ));
+                Ok(T::default())
+            }
+        }
     }
 
-    fn read_shared(&self) -> Option<SharedCheckpoint> {
-        self.read_shared_file().shared.get(&self.folder).cloned()
+    /// The shared checkpoint of `folder`. When none is recorded (never, or
+    /// `shared.json` was lost to corruption) one-shots branch from the
+    /// latest checkpoint of the folder's current conversation instead of
+    /// starting with no context.
+    fn read_shared(&mut self, folder: &str) -> Option<SharedCheckpoint> {
+        if !self.shares_checkpoint {
+            return None;
+        }
+        let file: SharedFile = match self.read_pointer("shared.json") {
+            Ok(file) => file,
+            Err(e) => {
+                tracing::warn!("cannot read {}/shared.json: {e}", self.dir.display());
+                SharedFile::default()
+            }
+        };
+        if let Some(shared) = file.shared.get(folder) {
+            return Some(shared.clone());
+        }
+        let id = self.current_id(folder)?;
+        let doc = &self.sessions.get(&id)?.doc;
+        let cp = doc.checkpoints.last()?;
+        Some(SharedCheckpoint {
+            session_id: doc.id.clone(),
+            response_id: cp.response_id.clone(),
+            journal_items: cp.journal_items,
+            journal_bytes: cp.journal_bytes,
+            rollbacks: doc.rollbacks,
+            at: cp.created_at,
+        })
     }
 
-    /// Makes `doc`'s current state the folder+agent's shared checkpoint.
-    fn write_shared(&self, doc: &SessionDoc) -> Result<(), StoreError> {
+    /// Makes `doc`'s current state its folder+agent's shared checkpoint.
+    fn write_shared(&mut self, doc: &SessionDoc) -> Result<(), StoreError> {
         if !self.shares_checkpoint {
             return Ok(());
         }
-        let mut file = self.read_shared_file();
+        let mut file: SharedFile = self.read_pointer("shared.json")?;
         file.shared.insert(
-            self.folder.clone(),
+            doc.folder.clone(),
             SharedCheckpoint {
                 session_id: doc.id.clone(),
                 response_id: doc.response_id.clone(),
@@ -507,18 +625,23 @@ impl Group {
         Ok(())
     }
 
-    /// Reads every conversation of this folder; quarantines unreadable ones.
-    fn load(&mut self) {
+    /// Reads every conversation of the directory (all real folders of its
+    /// key). A conversation whose state document is unreadable is rebuilt
+    /// from its transcript when that is readable (see
+    /// [`Session::rebuild`]); otherwise both files are quarantined.
+    /// `requester`: the folder whose request caused the load.
+    fn load(&mut self, requester: &str) {
         self.loaded = true;
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
             Err(e) => {
                 self.notices
-                    .push(format!("cannot read {}: {e}", self.dir.display()));
+                    .push((None, format!("cannot read {}: {e}", self.dir.display())));
                 return;
             }
         };
+        let mut bad = Vec::new();
         for entry in entries.flatten() {
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -530,7 +653,7 @@ impl Group {
                 continue;
             }
             match Session::load(&path) {
-                Ok(mut session) if session.doc.folder == self.folder => {
+                Ok(mut session) => {
                     if session.doc.turn_open {
                         // agentd died during this turn: what it recorded stands.
                         session.doc.turn_open = false;
@@ -540,31 +663,149 @@ impl Group {
                             retryable: true,
                         });
                         if let Err(e) = session.save() {
-                            self.notices
-                                .push(format!("cannot update {}: {e}", path.display()));
+                            self.notices.push((
+                                Some(session.doc.folder.clone()),
+                                format!("cannot update {}: {e}", path.display()),
+                            ));
                         }
                     }
                     self.sessions.insert(session.doc.id.clone(), session);
                 }
-                Ok(_) => {} // another folder with the same key
-                Err(LoadError::Corrupt { path: bad, reason }) => {
-                    self.quarantine(&path, &bad, &reason)
+                Err(LoadError::Corrupt {
+                    path: bad_path,
+                    reason,
+                }) => {
+                    bad.push((path, bad_path, reason));
                 }
                 Err(LoadError::Io(e)) => {
                     self.notices
-                        .push(format!("cannot read {}: {e}", path.display()));
+                        .push((None, format!("cannot read {}: {e}", path.display())));
                 }
             }
         }
-        let current: CurrentFile = std::fs::read(self.dir.join("current.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
+        let current: CurrentFile = self.read_pointer("current.json").unwrap_or_else(|e| {
+            tracing::warn!("cannot read {}/current.json: {e}", self.dir.display());
+            CurrentFile::default()
+        });
+        let shared: SharedFile = if self.shares_checkpoint {
+            self.read_pointer("shared.json").unwrap_or_default()
+        } else {
+            SharedFile::default()
+        };
+        for (doc_path, bad_path, reason) in bad {
+            let id = doc_path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if !self.shares_checkpoint || id.is_empty() || self.sessions.contains_key(&id) {
+                self.quarantine(&doc_path, &bad_path, &reason);
+                continue;
+            }
+            let folder = self.owner_of(&id, &current, &shared, requester);
+            let rollbacks = shared
+                .shared
+                .values()
+                .find(|s| s.session_id == id)
+                .map_or(0, |s| s.rollbacks);
+            match self.rebuild(&doc_path, &id, &folder, rollbacks, &reason) {
+                Ok(session) => {
+                    self.sessions.insert(id, session);
+                }
+                Err(why) => {
+                    tracing::warn!(file = %doc_path.display(), %why, "cannot rebuild a conversation");
+                    self.quarantine(&doc_path, &bad_path, &reason);
+                }
+            }
+        }
         self.current = current
             .current
-            .get(&self.folder)
-            .filter(|id| self.sessions.contains_key(*id))
-            .cloned();
+            .into_iter()
+            .filter(|(folder, id)| {
+                self.sessions
+                    .get(id)
+                    .is_some_and(|s| &s.doc.folder == folder)
+            })
+            .collect();
+    }
+
+    /// The real folder a conversation whose document is unreadable belongs
+    /// to: the one a pointer file names it for, else the only real folder
+    /// this directory is known to hold, else the folder asking.
+    fn owner_of(
+        &self,
+        id: &str,
+        current: &CurrentFile,
+        shared: &SharedFile,
+        requester: &str,
+    ) -> String {
+        let named = current
+            .current
+            .iter()
+            .find(|(_, cur)| cur.as_str() == id)
+            .map(|(folder, _)| folder)
+            .or_else(|| {
+                shared
+                    .shared
+                    .iter()
+                    .find(|(_, s)| s.session_id == id)
+                    .map(|(folder, _)| folder)
+            });
+        if let Some(folder) = named {
+            return folder.clone();
+        }
+        let known: HashSet<&String> = self
+            .sessions
+            .values()
+            .map(|s| &s.doc.folder)
+            .chain(current.current.keys())
+            .chain(shared.shared.keys())
+            .collect();
+        match known.into_iter().collect::<Vec<_>>().as_slice() {
+            [only] => (*only).clone(),
+            _ => requester.to_owned(),
+        }
+    }
+
+    /// Rebuilds conversation `id` from its journal: keeps the unreadable
+    /// document (and any cut journal tail) aside, writes the rebuilt one,
+    /// and leaves one notice.
+    fn rebuild(
+        &mut self,
+        doc_path: &std::path::Path,
+        id: &str,
+        folder: &str,
+        rollbacks: u64,
+        reason: &str,
+    ) -> Result<Session, String> {
+        let rebuilt = Session::rebuild(&self.dir, id, folder, &self.agent, rollbacks)
+            .map_err(|e| e.to_string())?;
+        // Copy first, then replace: a crash in between leaves the bad
+        // document in place (rebuilt again next time), never no document.
+        let kept = durable::quarantine_copy(doc_path).map_err(|e| e.to_string())?;
+        let tail = rebuilt.keep_cut_tail(now_ms()).map_err(|e| e.to_string())?;
+        let mut session = rebuilt.session;
+        session.save().map_err(|e| e.to_string())?;
+        tracing::warn!(file = %doc_path.display(), %reason, "rebuilt a conversation from its transcript");
+        let tail_note = tail
+            .map(|t| {
+                format!(
+                    "; its transcript's unreadable tail was cut and kept as {}",
+                    t.display()
+                )
+            })
+            .unwrap_or_default();
+        self.notices.push((
+            Some(folder.to_owned()),
+            format!(
+                "conversation {id} ({:?}) had an unreadable state file ({reason}); it was rebuilt \
+                 from its transcript ({} turns) and the bad file kept as {}{tail_note}; its usage \
+                 totals, server response chain, approvals and rollback backup were lost",
+                session.doc.title,
+                session.doc.turns,
+                kept.display()
+            ),
+        ));
+        Ok(session)
     }
 
     fn quarantine(&mut self, doc: &std::path::Path, bad: &std::path::Path, reason: &str) {
@@ -578,16 +819,25 @@ impl Group {
             }
         }
         tracing::warn!(file = %bad.display(), %reason, "quarantined a corrupt conversation");
-        self.notices.push(format!(
-            "a conversation file was unreadable ({}: {reason}); it was moved aside to {} and a fresh \
-             conversation continues",
-            bad.display(),
-            moved.join(", ")
+        self.notices.push((
+            None,
+            format!(
+                "a conversation file was unreadable ({}: {reason}); it was moved aside to {} and a \
+                 fresh conversation continues",
+                bad.display(),
+                moved.join(", ")
+            ),
         ));
     }
 
-    fn newest_first(&self) -> Vec<&SessionDoc> {
-        let mut docs: Vec<&SessionDoc> = self.sessions.values().map(|s| &s.doc).collect();
+    /// `folder`'s conversations, newest first.
+    fn newest_first(&self, folder: &str) -> Vec<&SessionDoc> {
+        let mut docs: Vec<&SessionDoc> = self
+            .sessions
+            .values()
+            .map(|s| &s.doc)
+            .filter(|d| d.folder == folder)
+            .collect();
         docs.sort_by(|a, b| {
             b.updated_at
                 .cmp(&a.updated_at)
@@ -596,61 +846,58 @@ impl Group {
         docs
     }
 
-    fn current_id(&self) -> Option<String> {
+    fn current_id(&self, folder: &str) -> Option<String> {
         self.current
-            .clone()
-            .or_else(|| self.newest_first().first().map(|d| d.id.clone()))
+            .get(folder)
+            .cloned()
+            .or_else(|| self.newest_first(folder).first().map(|d| d.id.clone()))
     }
 
-    fn session(&mut self, id: &str) -> Result<&mut Session, StoreError> {
+    /// Conversation `id` of `folder` (another real folder's is not found).
+    fn session(&mut self, folder: &str, id: &str) -> Result<&mut Session, StoreError> {
         self.sessions
             .get_mut(id)
+            .filter(|s| s.doc.folder == folder)
             .ok_or_else(|| StoreError::NotFound(format!("no conversation {id} in this folder")))
     }
 
-    fn set_current(&mut self, id: &str) -> Result<(), StoreError> {
-        self.current = Some(id.to_owned());
-        let path = self.dir.join("current.json");
-        let mut file: CurrentFile = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
-        if file.current.get(&self.folder).map(String::as_str) == Some(id) {
+    fn set_current(&mut self, folder: &str, id: &str) -> Result<(), StoreError> {
+        self.current.insert(folder.to_owned(), id.to_owned());
+        let mut file: CurrentFile = self.read_pointer("current.json")?;
+        if file.current.get(folder).map(String::as_str) == Some(id) {
             return Ok(());
         }
-        file.current.insert(self.folder.clone(), id.to_owned());
+        file.current.insert(folder.to_owned(), id.to_owned());
         let bytes = serde_json::to_vec(&file).map_err(|e| StoreError::Io(e.to_string()))?;
-        durable::write_atomic(&path, &bytes)?;
+        durable::write_atomic(&self.dir.join("current.json"), &bytes)?;
         Ok(())
     }
 
-    fn create(&mut self) -> Result<String, StoreError> {
+    fn create(&mut self, folder: &str) -> Result<String, StoreError> {
         agentx_shared::profile::create_private_dir(&self.dir)?;
-        let id = new_id();
-        let doc = SessionDoc::new(
-            id.clone(),
-            self.folder.clone(),
-            self.agent.clone(),
-            now_ms(),
-        );
+        let mut id = new_id();
+        while self.sessions.contains_key(&id) {
+            id = new_id();
+        }
+        let doc = SessionDoc::new(id.clone(), folder.to_owned(), self.agent.clone(), now_ms());
         let session = Session::create(&self.dir, doc)?;
         self.sessions.insert(id.clone(), session);
         Ok(id)
     }
 
-    fn open(&mut self, target: OpenTarget) -> Result<Opened, StoreError> {
+    fn open(&mut self, folder: &str, target: OpenTarget) -> Result<Opened, StoreError> {
         let id = match target {
-            OpenTarget::Latest => match self.current_id() {
+            OpenTarget::Latest => match self.current_id(folder) {
                 Some(id) => id,
-                None => self.create()?,
+                None => self.create(folder)?,
             },
-            OpenTarget::New => self.create()?,
+            OpenTarget::New => self.create(folder)?,
             OpenTarget::Id(id) => {
-                self.session(&id)?;
+                self.session(folder, &id)?;
                 id
             }
             OpenTarget::Index(n) => {
-                let docs = self.newest_first();
+                let docs = self.newest_first(folder);
                 let count = docs.len();
                 docs.get((n as usize).wrapping_sub(1))
                     .map(|d| d.id.clone())
@@ -661,9 +908,13 @@ impl Group {
                     })?
             }
         };
-        self.set_current(&id)?;
-        let notices = std::mem::take(&mut self.notices);
-        let session = self.session(&id)?;
+        self.set_current(folder, &id)?;
+        let (notices, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.notices)
+            .into_iter()
+            .partition(|(about, _)| about.as_deref().is_none_or(|f| f == folder));
+        self.notices = others;
+        let notices = notices.into_iter().map(|(_, text)| text).collect();
+        let session = self.session(folder, &id)?;
         let recent = recent_exchanges(session, 3);
         Ok(Opened {
             doc: session.doc.clone(),
@@ -672,8 +923,8 @@ impl Group {
         })
     }
 
-    fn clear(&mut self, session: Option<String>) -> Result<SessionDoc, StoreError> {
-        let id = session.or_else(|| self.current_id()).ok_or_else(|| {
+    fn clear(&mut self, folder: &str, session: Option<String>) -> Result<SessionDoc, StoreError> {
+        let id = session.or_else(|| self.current_id(folder)).ok_or_else(|| {
             StoreError::NotFound("this folder has no conversation to clear".into())
         })?;
         if self.running.contains(&id) {
@@ -681,6 +932,7 @@ impl Group {
                 "a turn is running on this conversation; wait for it or cancel it first".into(),
             ));
         }
+        self.session(folder, &id)?;
         let removed = self
             .sessions
             .remove(&id)
@@ -694,21 +946,22 @@ impl Group {
         }
         durable::fsync_dir(&self.dir)?;
         self.index_hook(&id);
-        let fresh = self.create()?;
-        self.set_current(&fresh)?;
-        Ok(self.session(&fresh)?.doc.clone())
+        let fresh = self.create(folder)?;
+        self.set_current(folder, &fresh)?;
+        Ok(self.session(folder, &fresh)?.doc.clone())
     }
 
     fn begin_turn(
         &mut self,
+        folder: &str,
         session: Option<String>,
         reply: oneshot::Sender<Result<SessionDoc, StoreError>>,
     ) {
-        let id = match session.or_else(|| self.current_id()) {
+        let id = match session.or_else(|| self.current_id(folder)) {
             Some(id) => id,
             None => match self
-                .create()
-                .and_then(|id| self.set_current(&id).map(|()| id))
+                .create(folder)
+                .and_then(|id| self.set_current(folder, &id).map(|()| id))
             {
                 Ok(id) => id,
                 Err(e) => {
@@ -717,7 +970,7 @@ impl Group {
                 }
             },
         };
-        let doc = match self.session(&id) {
+        let doc = match self.session(folder, &id) {
             Ok(s) => s.doc.clone(),
             Err(e) => {
                 let _ = reply.send(Err(e));
@@ -749,9 +1002,9 @@ impl Group {
         self.running.remove(id);
     }
 
-    fn commit(&mut self, id: &str, change: Change) -> Result<SessionDoc, StoreError> {
+    fn commit(&mut self, folder: &str, id: &str, change: Change) -> Result<SessionDoc, StoreError> {
         let now = now_ms();
-        let session = self.session(id)?;
+        let session = self.session(folder, id)?;
         session.append(&change.append, now)?;
         let doc = &mut session.doc;
         if let Some(response_id) = change.response_id {
@@ -817,20 +1070,6 @@ impl Group {
         }
         Ok(doc)
     }
-}
-
-/// A one-line title from the first message.
-fn title_from(text: &str) -> String {
-    let line = text
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim();
-    let mut title: String = line.chars().take(60).collect();
-    if line.chars().count() > 60 {
-        title.push('…');
-    }
-    title
 }
 
 /// The last `n` (user, assistant) exchanges from the transcript.

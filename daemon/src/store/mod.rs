@@ -8,7 +8,7 @@ mod group;
 pub mod oneshot;
 pub mod session;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -35,19 +35,49 @@ impl From<std::io::Error> for StoreError {
     }
 }
 
-/// Registry of group actors, created on first use.
+/// Idle group actors kept loaded (most recently used first) unless
+/// `AGENTX_MAX_IDLE_GROUPS` says otherwise.
+const DEFAULT_IDLE_GROUPS: usize = 64;
+
+/// Registry of group actors, one per `<folder-key>/<agent>` directory
+/// (colliding real folders share it: one writer per file), created on
+/// first use and released when idle.
+///
+/// The registry holds a weak mailbox for every actor, so a live actor is
+/// always found again and never doubled (a successor started while its
+/// predecessor finishes waits for the directory's lock), and strong ones only for the
+/// most recently used `max_idle` directories. An actor ends when
+/// its last handle goes (after the reply to its last request, or when its
+/// turn's lease drops); it holds no file open meanwhile, and the next
+/// request starts a new actor that loads the directory again.
 pub struct Store {
     sessions_dir: PathBuf,
-    groups: Mutex<HashMap<(String, String), GroupHandle>>,
+    groups: Mutex<Registry>,
+    max_idle: usize,
     /// One-shots running now (their state must not be pruned).
     active_oneshots: Mutex<HashSet<String>>,
 }
 
+type GroupKey = (String, String);
+
+#[derive(Default)]
+struct Registry {
+    /// Each directory's actor, and the lock its actor holds while alive.
+    live: HashMap<GroupKey, (group::WeakMailbox, Arc<tokio::sync::Mutex<()>>)>,
+    /// Kept alive while idle, least recently used first.
+    recent: VecDeque<(GroupKey, group::Mailbox)>,
+}
+
 impl Store {
     pub fn new(sessions_dir: PathBuf) -> Arc<Self> {
+        let max_idle = std::env::var("AGENTX_MAX_IDLE_GROUPS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_IDLE_GROUPS);
         Arc::new(Self {
             sessions_dir,
-            groups: Mutex::new(HashMap::new()),
+            groups: Mutex::new(Registry::default()),
+            max_idle,
             active_oneshots: Mutex::new(HashSet::new()),
         })
     }
@@ -67,17 +97,46 @@ impl Store {
                 "folder {folder:?} must be an absolute path without '..'"
             )));
         }
-        let key = (folder.to_owned(), agent.to_owned());
-        let mut groups = self
+        let key = (folder_key(std::path::Path::new(folder)), agent.to_owned());
+        let mut registry = self
             .groups
             .lock()
             .map_err(|_| StoreError::Io("store registry poisoned".into()))?;
-        if let Some(handle) = groups.get(&key) {
-            return Ok(handle.clone());
+        let tx = match registry.live.get(&key).and_then(|(weak, _)| weak.upgrade()) {
+            Some(tx) => tx,
+            None => {
+                // The previous actor may still be finishing a request whose
+                // caller went away: the new one waits for its lock.
+                let lock = registry
+                    .live
+                    .get(&key)
+                    .map(|(_, lock)| lock.clone())
+                    .unwrap_or_default();
+                let tx = group::spawn(
+                    self.group_dir(folder, agent),
+                    agent.to_owned(),
+                    true,
+                    Some(lock.clone()),
+                );
+                registry.live.insert(key.clone(), (tx.downgrade(), lock));
+                if registry.live.len() > 2 * self.max_idle.max(16) {
+                    registry.live.retain(|_, (weak, lock)| {
+                        weak.strong_count() > 0 || Arc::strong_count(lock) > 1
+                    });
+                }
+                tracing::debug!(
+                    actors = registry.live.len(),
+                    loaded_conversations = session::open_sessions(),
+                    "started a group actor"
+                );
+                tx
+            }
+        };
+        registry.recent.retain(|(k, _)| *k != key);
+        registry.recent.push_back((key, tx.clone()));
+        while registry.recent.len() > self.max_idle {
+            registry.recent.pop_front();
         }
-        let dir = self.group_dir(folder, agent);
-        let handle = group::spawn(dir, folder.to_owned(), agent.to_owned(), true);
-        groups.insert(key, handle.clone());
-        Ok(handle)
+        Ok(GroupHandle::new(tx, folder.to_owned()))
     }
 }

@@ -87,7 +87,7 @@ impl Store {
                 rollbacks: shared.rollbacks,
             });
         }
-        let group = group::spawn(dir.clone(), folder.to_owned(), agent.to_owned(), false);
+        let group = group::spawn_private(dir.clone(), folder.to_owned(), agent.to_owned());
         group.adopt(doc).await?;
         if let Ok(mut active) = self.active_oneshots.lock() {
             active.insert(id.clone());

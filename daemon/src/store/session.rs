@@ -8,10 +8,11 @@
 use std::fs::File;
 use std::io::{self, BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use agentx_shared::conversation::{Item, PendingCall, Usage};
+use agentx_shared::conversation::{CallState, Item, PendingCall, Usage};
 
 use super::durable;
 
@@ -214,11 +215,38 @@ impl SessionPaths {
     }
 }
 
-/// A loaded conversation with its journal open for appending.
+/// Conversations loaded in memory right now (see [`open_sessions`]).
+static OPEN_SESSIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// How many conversations agentd holds loaded now. They hold no file open:
+/// the journal is opened for each append and closed again, so idle
+/// conversations cost memory only, and their group actors are released
+/// when idle (see `Store::group`).
+pub fn open_sessions() -> usize {
+    OPEN_SESSIONS.load(Ordering::Relaxed)
+}
+
+/// Counts one loaded conversation for as long as it lives.
+struct OpenGuard;
+
+impl OpenGuard {
+    fn new() -> Self {
+        OPEN_SESSIONS.fetch_add(1, Ordering::Relaxed);
+        Self
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        OPEN_SESSIONS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A loaded conversation. Its journal is opened only while appending.
 pub struct Session {
     pub doc: SessionDoc,
     pub paths: SessionPaths,
-    journal: Option<File>,
+    _open: OpenGuard,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -236,7 +264,7 @@ impl Session {
         let mut session = Self {
             doc,
             paths,
-            journal: None,
+            _open: OpenGuard::new(),
         };
         session.save()?;
         Ok(session)
@@ -245,18 +273,7 @@ impl Session {
     /// Reads `<id>.json`; a document that does not parse is `Corrupt`.
     pub fn load(doc_path: &Path) -> Result<Self, LoadError> {
         let bytes = std::fs::read(doc_path)?;
-        let doc: SessionDoc = serde_json::from_slice(&bytes).map_err(|e| LoadError::Corrupt {
-            path: doc_path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-        let dir = doc_path.parent().unwrap_or(Path::new("."));
-        let paths = SessionPaths::new(dir, &doc.id);
-        if paths.doc != doc_path {
-            return Err(LoadError::Corrupt {
-                path: doc_path.to_path_buf(),
-                reason: format!("its id {:?} does not match the file name", doc.id),
-            });
-        }
+        let (doc, paths) = parse_doc(&bytes, doc_path)?;
         let journal_len = match std::fs::metadata(&paths.journal) {
             Ok(m) => m.len(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
@@ -274,7 +291,7 @@ impl Session {
         Ok(Self {
             doc,
             paths,
-            journal: None,
+            _open: OpenGuard::new(),
         })
     }
 
@@ -302,31 +319,27 @@ impl Session {
             .map_err(io::Error::other)?;
             buf.push(b'\n');
         }
-        let journal = self.journal_file()?;
-        durable::append_durable(journal, &buf)?;
+        let mut journal = self.open_journal()?;
+        durable::append_durable(&mut journal, &buf)?;
         self.doc.journal_items += items.len() as u64;
         self.doc.journal_bytes += buf.len() as u64;
         Ok(())
     }
 
-    /// The journal, opened on first use with uncommitted bytes cut off.
-    fn journal_file(&mut self) -> io::Result<&mut File> {
-        if self.journal.is_none() {
-            let file = durable::open_append(&self.paths.journal)?;
-            if file.metadata()?.len() > self.doc.journal_bytes {
-                file.set_len(self.doc.journal_bytes)?;
-                file.sync_data()?;
-            }
-            if self.doc.journal_bytes == 0
-                && let Some(dir) = self.paths.journal.parent()
-            {
-                durable::fsync_dir(dir)?;
-            }
-            self.journal = Some(file);
+    /// Opens the journal for appending, with uncommitted bytes cut off. The
+    /// caller closes it when done (idle conversations hold no file open).
+    fn open_journal(&self) -> io::Result<File> {
+        let file = durable::open_append(&self.paths.journal)?;
+        if file.metadata()?.len() > self.doc.journal_bytes {
+            file.set_len(self.doc.journal_bytes)?;
+            file.sync_data()?;
         }
-        self.journal
-            .as_mut()
-            .ok_or_else(|| io::Error::other("journal not open"))
+        if self.doc.journal_bytes == 0
+            && let Some(dir) = self.paths.journal.parent()
+        {
+            durable::fsync_dir(dir)?;
+        }
+        Ok(file)
     }
 
     /// Moves the committed journal end back to `bytes`/`items`, saving the
@@ -351,8 +364,7 @@ impl Session {
     /// Cuts the journal file to the committed length (after a rollback
     /// lowered it; the document must already be saved).
     pub fn truncate_journal(&mut self) -> io::Result<()> {
-        self.journal = None;
-        self.journal_file().map(drop)
+        self.open_journal().map(drop)
     }
 
     /// Appends raw journal bytes durably (a restored rollback tail).
@@ -360,8 +372,8 @@ impl Session {
         if bytes.is_empty() {
             return Ok(());
         }
-        let journal = self.journal_file()?;
-        durable::append_durable(journal, bytes)?;
+        let mut journal = self.open_journal()?;
+        durable::append_durable(&mut journal, bytes)?;
         self.doc.journal_items += items;
         self.doc.journal_bytes += bytes.len() as u64;
         Ok(())
@@ -399,13 +411,40 @@ impl Session {
     }
 }
 
+/// The state document read from `doc_path`, checked against its file name
+/// (the part of [`Session::load`] that does not touch the disk).
+pub fn parse_doc(bytes: &[u8], doc_path: &Path) -> Result<(SessionDoc, SessionPaths), LoadError> {
+    let doc: SessionDoc = serde_json::from_slice(bytes).map_err(|e| LoadError::Corrupt {
+        path: doc_path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let dir = doc_path.parent().unwrap_or(Path::new("."));
+    let paths = SessionPaths::new(dir, &doc.id);
+    if paths.doc != doc_path {
+        return Err(LoadError::Corrupt {
+            path: doc_path.to_path_buf(),
+            reason: format!("its id {:?} does not match the file name", doc.id),
+        });
+    }
+    Ok((doc, paths))
+}
+
 /// Reads the first `committed` bytes of a journal as items.
 pub fn read_journal(path: &Path, committed: u64) -> Result<Vec<Item>, LoadError> {
     if committed == 0 {
         return Ok(Vec::new());
     }
-    let file = File::open(path)?;
-    let reader = BufReader::new(io::Read::take(file, committed));
+    parse_journal(File::open(path)?, committed, path)
+}
+
+/// The first `committed` bytes of journal contents as items; `path` only
+/// names the journal in errors.
+pub fn parse_journal(
+    journal: impl io::Read,
+    committed: u64,
+    path: &Path,
+) -> Result<Vec<Item>, LoadError> {
+    let reader = BufReader::new(io::Read::take(journal, committed));
     let mut items = Vec::new();
     for (n, line) in reader.lines().enumerate() {
         let line = line?;
@@ -416,6 +455,215 @@ pub fn read_journal(path: &Path, committed: u64) -> Result<Vec<Item>, LoadError>
         items.push(entry.item);
     }
     Ok(items)
+}
+
+/// A one-line title from the first message.
+pub fn title_from(text: &str) -> String {
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let mut title: String = line.chars().take(60).collect();
+    if line.chars().count() > 60 {
+        title.push('…');
+    }
+    title
+}
+
+/// The header a turn puts before the user's message when `!command`
+/// transcripts ran since the last one (see the turn engine).
+const SHELL_HEADER: &str = "Commands I ran in my terminal since my last message:\n```\n";
+
+/// The user's own words in a journal `User` item (without the shell
+/// transcript a turn may have put before them).
+fn user_words(text: &str) -> &str {
+    match text.strip_prefix(SHELL_HEADER) {
+        Some(rest) => rest.split_once("\n```\n\n").map_or(text, |(_, msg)| msg),
+        None => text,
+    }
+}
+
+/// A conversation rebuilt from its journal by [`Session::rebuild`].
+pub struct Rebuilt {
+    pub session: Session,
+    /// Journal bytes past the last good record (cut off; the caller keeps
+    /// them aside with [`Rebuilt::keep_cut_tail`]).
+    pub cut_tail: Vec<u8>,
+}
+
+impl Rebuilt {
+    /// Keeps the journal bytes that were cut as
+    /// `<id>.jsonl.corrupt-<unix_ms>` (nothing is deleted unseen).
+    pub fn keep_cut_tail(&self, now_ms: i64) -> io::Result<Option<PathBuf>> {
+        if self.cut_tail.is_empty() {
+            return Ok(None);
+        }
+        let name = self
+            .session
+            .paths
+            .journal
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let target = self
+            .session
+            .paths
+            .journal
+            .with_file_name(format!("{name}.corrupt-{now_ms}"));
+        durable::write_atomic(&target, &self.cut_tail)?;
+        Ok(Some(target))
+    }
+}
+
+impl Session {
+    /// Rebuilds the state document of conversation `id` in `dir` from its
+    /// journal, for when `<id>.json` is unreadable but the transcript is not.
+    ///
+    /// The journal is read up to its last good record: a torn or garbled
+    /// record ends it, and the bytes from there on are returned in
+    /// [`Rebuilt::cut_tail`] (the document's committed length excludes
+    /// them, so the next append cuts them off the file). A journal without
+    /// a single good record is `Corrupt`: then there is nothing to rebuild.
+    ///
+    /// Rebuilt from the journal: the title (first line of the first user
+    /// message), created/updated times (the first and last records), the
+    /// last user and assistant messages, the turn count and a checkpoint at
+    /// every turn boundary (a reply with no tool call left unanswered,
+    /// the last [`MAX_CHECKPOINTS`] kept), and the pending state of an
+    /// unfinished last turn: tool calls without output become pending calls
+    /// in the `running` state (so continuing asks before running them
+    /// again), user messages and tool outputs no reply followed become
+    /// `unsent`, and the turn is marked interrupted. Folder and agent come
+    /// from the caller (the group).
+    ///
+    /// Lost: usage totals (the journal does not record them; they restart
+    /// at zero), the server response id of the conversation and of each
+    /// checkpoint (the next request resends the whole local transcript and
+    /// starts a new chain), a pending `!command` transcript not yet sent,
+    /// "always approve", the rollback backup, the failed-response marker
+    /// and the fork origin. A turn that ended with a reply without text is
+    /// not recognised as a boundary (it merges with the next one).
+    /// `rollbacks` is the caller's best knowledge of the rollback count
+    /// (one-shots branched from this conversation compare it).
+    pub fn rebuild(
+        dir: &Path,
+        id: &str,
+        folder: &str,
+        agent: &str,
+        rollbacks: u64,
+    ) -> Result<Rebuilt, LoadError> {
+        let paths = SessionPaths::new(dir, id);
+        let bytes = match std::fs::read(&paths.journal) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        // Good records: (at, item, end offset).
+        let mut records: Vec<(i64, Item, u64)> = Vec::new();
+        let mut offset = 0usize;
+        while let Some(len) = bytes[offset..].iter().position(|b| *b == b'\n') {
+            let line = &bytes[offset..offset + len];
+            let Ok(entry) = serde_json::from_slice::<Entry>(line) else {
+                break;
+            };
+            offset += len + 1;
+            records.push((entry.at, entry.item, offset as u64));
+        }
+        if records.is_empty() {
+            return Err(LoadError::Corrupt {
+                path: paths.journal.clone(),
+                reason: "the transcript has no readable record".into(),
+            });
+        }
+        let cut_tail = bytes[offset..].to_vec();
+
+        let first_at = records.first().map_or(0, |r| r.0);
+        let last_at = records.last().map_or(0, |r| r.0);
+        let mut doc = SessionDoc::new(id.to_owned(), folder.to_owned(), agent.to_owned(), first_at);
+        doc.updated_at = last_at.max(first_at);
+        doc.rollbacks = rollbacks;
+        doc.journal_items = records.len() as u64;
+        doc.journal_bytes = offset as u64;
+
+        let mut open_calls: Vec<PendingCall> = Vec::new();
+        // Index just past the last turn boundary, and past the last reply.
+        let mut boundary = 0usize;
+        let mut after_reply = 0usize;
+        for (i, (at, item, end)) in records.iter().enumerate() {
+            match item {
+                Item::User { text } => {
+                    let words = user_words(text);
+                    if doc.title.is_empty() {
+                        doc.title = title_from(words);
+                    }
+                    doc.last_user = words.to_owned();
+                }
+                Item::Assistant { text } => {
+                    doc.last_assistant = text.clone();
+                    after_reply = i + 1;
+                }
+                Item::FunctionCall {
+                    call_id,
+                    name,
+                    arguments,
+                } => {
+                    open_calls.push(PendingCall {
+                        call_id: call_id.clone(),
+                        name: name.clone(),
+                        arguments: arguments.clone(),
+                        state: CallState::Running,
+                        exit_code: None,
+                        output: String::new(),
+                    });
+                    after_reply = i + 1;
+                }
+                Item::FunctionOutput { call_id, .. } => {
+                    open_calls.retain(|c| &c.call_id != call_id);
+                }
+            }
+            let next_is_call = matches!(
+                records.get(i + 1).map(|r| &r.1),
+                Some(Item::FunctionCall { .. })
+            );
+            if matches!(item, Item::Assistant { .. }) && open_calls.is_empty() && !next_is_call {
+                doc.turns += 1;
+                doc.journal_items = (i + 1) as u64;
+                doc.journal_bytes = *end;
+                let cp = doc.checkpoint(*at);
+                doc.checkpoints.push(cp);
+                boundary = i + 1;
+            }
+        }
+        let excess = doc.checkpoints.len().saturating_sub(MAX_CHECKPOINTS);
+        doc.checkpoints.drain(..excess);
+        doc.journal_items = records.len() as u64;
+        doc.journal_bytes = offset as u64;
+        if boundary < records.len() {
+            // The last turn did not finish.
+            doc.pending_calls = open_calls;
+            doc.unsent = records[after_reply.max(boundary)..]
+                .iter()
+                .map(|r| r.1.clone())
+                .filter(|item| matches!(item, Item::User { .. } | Item::FunctionOutput { .. }))
+                .collect();
+            doc.interrupted = Some(Marker {
+                message: "the last turn did not finish (this conversation was rebuilt from its \
+                          transcript)"
+                    .into(),
+                at: last_at,
+                retryable: true,
+            });
+        }
+        Ok(Rebuilt {
+            session: Self {
+                doc,
+                paths,
+                _open: OpenGuard::new(),
+            },
+            cut_tail,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -544,6 +792,102 @@ mod tests {
         base.save().unwrap();
         let err = branch.transcript().unwrap_err();
         assert!(err.to_string().contains("rolled back"), "{err}");
+    }
+
+    #[test]
+    fn a_document_is_rebuilt_from_the_journal_up_to_its_last_good_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = new_session(dir.path());
+        let turn = |q: &str, a: &str| {
+            vec![
+                Item::User { text: q.into() },
+                Item::Assistant { text: a.into() },
+            ]
+        };
+        s.append(&turn("first line\nmore", "one"), 2).unwrap();
+        s.append(
+            &[
+                Item::User {
+                    text: format!("{SHELL_HEADER}$ ls\n```\n\nsecond"),
+                },
+                Item::Assistant {
+                    text: "calling".into(),
+                },
+                Item::FunctionCall {
+                    call_id: "c1".into(),
+                    name: "shell".into(),
+                    arguments: "{}".into(),
+                },
+            ],
+            3,
+        )
+        .unwrap();
+        s.append(
+            &[
+                Item::FunctionOutput {
+                    call_id: "c1".into(),
+                    output: "ok".into(),
+                },
+                Item::Assistant { text: "two".into() },
+            ],
+            4,
+        )
+        .unwrap();
+        let complete = s.doc.journal_bytes;
+        s.append(
+            &[
+                Item::User {
+                    text: "third".into(),
+                },
+                Item::Assistant {
+                    text: "calling again".into(),
+                },
+                Item::FunctionCall {
+                    call_id: "c2".into(),
+                    name: "shell".into(),
+                    arguments: "{\"command\":\"make\"}".into(),
+                },
+            ],
+            5,
+        )
+        .unwrap();
+        let good = s.doc.journal_bytes;
+        let mut bytes = std::fs::read(&s.paths.journal).unwrap();
+        bytes.extend_from_slice(b"{\"at\":6,\"type\":\"function_out");
+        std::fs::write(&s.paths.journal, &bytes).unwrap();
+
+        let rebuilt = Session::rebuild(dir.path(), "abc", "/f", "default", 7).unwrap();
+        let doc = &rebuilt.session.doc;
+        assert_eq!(rebuilt.cut_tail, b"{\"at\":6,\"type\":\"function_out");
+        assert_eq!(doc.title, "first line");
+        assert_eq!(doc.last_user, "third");
+        assert_eq!(doc.last_assistant, "calling again");
+        assert_eq!((doc.created_at, doc.updated_at), (2, 5));
+        assert_eq!(doc.turns, 2);
+        assert_eq!(doc.journal_bytes, good);
+        assert_eq!(doc.journal_items, 10);
+        assert_eq!(doc.rollbacks, 7);
+        let cps: Vec<(u32, u64)> = doc
+            .checkpoints
+            .iter()
+            .map(|c| (c.turns, c.journal_items))
+            .collect();
+        assert_eq!(cps, vec![(1, 2), (2, 7)]);
+        assert_eq!(doc.checkpoints[1].journal_bytes, complete);
+        assert_eq!(doc.checkpoints[1].last_user, "second");
+        assert_eq!(doc.pending_calls.len(), 1);
+        assert_eq!(doc.pending_calls[0].call_id, "c2");
+        assert_eq!(doc.pending_calls[0].state, CallState::Running);
+        assert!(doc.unsent.is_empty());
+        assert!(doc.interrupted.is_some());
+        let kept = rebuilt.keep_cut_tail(9).unwrap().unwrap();
+        assert_eq!(std::fs::read(kept).unwrap(), rebuilt.cut_tail);
+
+        std::fs::write(&s.paths.journal, b"garbage\n").unwrap();
+        assert!(matches!(
+            Session::rebuild(dir.path(), "abc", "/f", "default", 0),
+            Err(LoadError::Corrupt { .. })
+        ));
     }
 
     #[test]
