@@ -5,10 +5,14 @@
 //! targets and benchmarks can reach its on-disk readers; see [`fuzzing`].
 
 pub mod cli;
+#[doc(hidden)]
+pub mod fuzzing;
 mod listener;
 mod logging;
 mod peer;
 mod pidlock;
+#[cfg(test)]
+mod proptests;
 mod search;
 mod server;
 mod services;

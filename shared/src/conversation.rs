@@ -38,13 +38,15 @@ impl Usage {
             && self.total_tokens == 0
     }
 
+    /// Adds another response's usage (saturating: the counts come from the
+    /// model server and may be anything).
     pub fn add(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.cached_tokens += other.cached_tokens;
-        self.output_tokens += other.output_tokens;
-        self.reasoning_tokens += other.reasoning_tokens;
-        self.total_tokens += other.total_tokens;
-        self.unreported += other.unreported;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
+        self.total_tokens = self.total_tokens.saturating_add(other.total_tokens);
+        self.unreported = self.unreported.saturating_add(other.unreported);
     }
 }
 
@@ -175,6 +177,7 @@ mod tests {
             output_tokens: 5,
             reasoning_tokens: 1,
             total_tokens: 15,
+            unreported: 0,
         };
         total.add(&one);
         total.add(&one);

@@ -81,6 +81,55 @@ fn idx_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:016x}.idx"))
 }
 
+/// A pack's index file: one fixed-size record per blob.
+pub fn encode_index(records: &[(Hash, Loc)]) -> Vec<u8> {
+    let mut idx = Vec::with_capacity(records.len() * IDX_RECORD);
+    for (hash, loc) in records {
+        idx.extend_from_slice(hash);
+        idx.extend_from_slice(&loc.offset.to_le_bytes());
+        idx.extend_from_slice(&loc.len.to_le_bytes());
+        idx.extend_from_slice(&loc.raw.to_le_bytes());
+    }
+    idx
+}
+
+/// The records of pack `pack`'s index file that lie inside the pack's
+/// `pack_size` bytes; a torn trailing record and records pointing past the
+/// end (a pack cut short) are left out.
+pub fn parse_index(bytes: &[u8], pack: u64, pack_size: u64) -> Vec<(Hash, Loc)> {
+    let field = |rec: &[u8], at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&rec[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
+    let mut out = Vec::with_capacity(bytes.len() / IDX_RECORD);
+    for rec in bytes.chunks_exact(IDX_RECORD) {
+        let mut hash = [0u8; 32];
+        hash.copy_from_slice(&rec[..32]);
+        let offset = field(rec, 32);
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&rec[40..44]);
+        let len = u32::from_le_bytes(len);
+        let raw = field(rec, 44);
+        if offset
+            .checked_add(u64::from(len))
+            .is_none_or(|end| end > pack_size)
+        {
+            continue;
+        }
+        out.push((
+            hash,
+            Loc {
+                pack,
+                offset,
+                len,
+                raw,
+            },
+        ));
+    }
+    out
+}
+
 impl Blobs {
     /// Loads every pack index under `dir`; packs without an index (a run
     /// cut short) are deleted.
@@ -117,26 +166,13 @@ impl Blobs {
                 .map(|m| m.len())
                 .unwrap_or(0);
             let mut dead = 0;
-            for rec in bytes.chunks_exact(IDX_RECORD) {
-                let mut hash = [0u8; 32];
-                hash.copy_from_slice(&rec[..32]);
-                let offset = u64::from_le_bytes(rec[32..40].try_into().unwrap_or_default());
-                let len = u32::from_le_bytes(rec[40..44].try_into().unwrap_or_default());
-                let raw = u64::from_le_bytes(rec[44..52].try_into().unwrap_or_default());
-                if offset + u64::from(len) > size {
-                    continue;
-                }
+            for (hash, loc) in parse_index(&bytes, id, size) {
                 // A blob already indexed from another pack (a compaction cut
                 // short) is dead here: collected at the next GC.
                 match blobs.index.entry(hash) {
-                    std::collections::hash_map::Entry::Occupied(_) => dead += u64::from(len),
+                    std::collections::hash_map::Entry::Occupied(_) => dead += u64::from(loc.len),
                     std::collections::hash_map::Entry::Vacant(v) => {
-                        v.insert(Loc {
-                            pack: id,
-                            offset,
-                            len,
-                            raw,
-                        });
+                        v.insert(loc);
                     }
                 }
             }
@@ -176,13 +212,7 @@ impl Blobs {
         }
         pack.file.flush()?;
         pack.file.sync_all()?;
-        let mut idx = Vec::with_capacity(pack.written.len() * IDX_RECORD);
-        for (hash, loc) in &pack.written {
-            idx.extend_from_slice(hash);
-            idx.extend_from_slice(&loc.offset.to_le_bytes());
-            idx.extend_from_slice(&loc.len.to_le_bytes());
-            idx.extend_from_slice(&loc.raw.to_le_bytes());
-        }
+        let idx = encode_index(&pack.written);
         durable::write_atomic(&idx_path(&self.dir, pack.id), &idx)?;
         self.packs.insert(
             pack.id,

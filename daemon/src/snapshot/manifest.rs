@@ -166,8 +166,10 @@ impl Stored {
             h if h == DELTA => {
                 let mut r = Reader { buf: bytes, pos: 4 };
                 let len = r.u32()? as usize;
-                let base =
-                    String::from_utf8(r.take(len)?.to_vec()).map_err(|_| bad("bad base id"))?;
+                let base = String::from_utf8(r.take(len)?.to_vec())
+                    .ok()
+                    .filter(|b| plain_id(b))
+                    .ok_or_else(|| bad("bad base id"))?;
                 let raw = zstd::stream::decode_all(&bytes[r.pos..])?;
                 let mut r = Reader { buf: &raw, pos: 0 };
                 let upserts = Manifest::decode_entries(&mut r)?;
@@ -342,7 +344,12 @@ impl Manifest {
             _ => return Err(bad("not a manifest")),
         };
         let count = r.u64()?;
-        let mut entries = Vec::with_capacity(usize::try_from(count.min(10_000_000)).unwrap_or(0));
+        // The count is untrusted: reserve no more entries than the bytes
+        // left could hold (a directory entry takes at least this many).
+        const MIN_ENTRY: usize = 4 + 1 + 4 + 8 * 4 + 1;
+        let fits = r.buf.len().saturating_sub(r.pos) / MIN_ENTRY;
+        let mut entries =
+            Vec::with_capacity(usize::try_from(count).unwrap_or(usize::MAX).min(fits));
         for _ in 0..count {
             let len = r.u32()? as usize;
             let path = r.take(len)?.to_vec();
@@ -392,6 +399,12 @@ impl Manifest {
         }
         Ok(entries)
     }
+}
+
+/// Whether a snapshot or manifest id read from disk can name a file in
+/// its folder's directory (ids are made by agentd: hex digits and `-`).
+pub fn plain_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 fn bad(what: &str) -> io::Error {

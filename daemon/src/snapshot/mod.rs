@@ -27,6 +27,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::durable;
 use blobs::Blobs;
+pub(crate) use blobs::parse_index;
+#[cfg(test)]
+pub(crate) use blobs::{Loc, encode_index};
 #[cfg(test)]
 use manifest::{Hash, Kind};
 use manifest::{Manifest, Stored};
@@ -119,10 +122,10 @@ impl Snap {
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct Timeline {
+pub(crate) struct Timeline {
     folder: String,
     /// Oldest first.
-    snaps: Vec<Snap>,
+    pub(crate) snaps: Vec<Snap>,
 }
 
 /// A restore in progress: the manifest whose state the paths are being
@@ -909,7 +912,18 @@ fn next_id(timeline: &Timeline, now: i64) -> String {
 fn read_timeline(dir: &Path) -> Option<Timeline> {
     std::fs::read(dir.join("timeline.json"))
         .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
+        .and_then(|b| parse_timeline(&b))
+}
+
+/// A timeline file's contents (`None` when they do not parse). Snapshots
+/// naming themselves or their manifest by something other than a plain id
+/// are dropped: ids become file names.
+pub(crate) fn parse_timeline(bytes: &[u8]) -> Option<Timeline> {
+    let mut timeline: Timeline = serde_json::from_slice(bytes).ok()?;
+    timeline
+        .snaps
+        .retain(|s| manifest::plain_id(&s.id) && manifest::plain_id(&s.manifest));
+    Some(timeline)
 }
 
 fn save_timeline(dir: &Path, timeline: &Timeline) -> Result<(), SnapError> {

@@ -78,13 +78,14 @@ pub fn request_body(settings: &Settings, messages: Vec<Value>) -> Value {
     })
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct PartialCall {
     id: String,
     name: String,
     arguments: String,
 }
 
+/// Sends one request and streams the reply; `on_delta` sees text as it arrives.
 pub async fn call(
     http: &reqwest::Client,
     settings: &Settings,
@@ -94,17 +95,48 @@ pub async fn call(
 ) -> Result<ModelReply, ProviderError> {
     let mut events =
         EventStream::open(http, settings, "chat/completions", body, idle_timeout).await?;
-    let mut reply = ModelReply::default();
-    let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
-    let mut finished = false;
-    loop {
-        let Some(event) = events.next().await? else {
+    let mut reader = Reader::default();
+    while let Some(event) = events.next().await? {
+        if reader.event(&event.data, on_delta)? {
             break;
-        };
-        let data = event.data.trim();
+        }
+    }
+    reader.finish()
+}
+
+/// The state of one Chat Completions stream between chunks.
+#[derive(Debug)]
+pub struct Reader {
+    reply: ModelReply,
+    calls: BTreeMap<u64, PartialCall>,
+    finished: bool,
+}
+
+impl Default for Reader {
+    fn default() -> Self {
+        Self {
+            reply: ModelReply {
+                usage: Usage::UNREPORTED,
+                ..ModelReply::default()
+            },
+            calls: BTreeMap::new(),
+            finished: false,
+        }
+    }
+}
+
+impl Reader {
+    /// Takes one chunk (an event's `data:`), handing text deltas to
+    /// `on_delta`; true once the stream says it is done (`[DONE]`).
+    pub fn event(
+        &mut self,
+        data: &str,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Result<bool, ProviderError> {
+        let data = data.trim();
         if data == "[DONE]" {
-            finished = true;
-            break;
+            self.finished = true;
+            return Ok(true);
         }
         let chunk: Value = serde_json::from_str(data)
             .map_err(|e| ProviderError::Stream(format!("unreadable chunk: {e}")))?;
@@ -119,23 +151,23 @@ pub async fn call(
                     .to_owned(),
             });
         }
-        if reply.id.is_empty()
+        if self.reply.id.is_empty()
             && let Some(id) = chunk["id"].as_str()
         {
-            reply.id = id.to_owned();
+            self.reply.id = id.to_owned();
         }
         if chunk["usage"].is_object() {
-            reply.usage = parse_usage(&chunk["usage"]);
+            self.reply.usage = parse_usage(&chunk["usage"]);
         }
         for choice in chunk["choices"].as_array().into_iter().flatten() {
             let delta = &choice["delta"];
             if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
-                reply.text.push_str(text);
+                self.reply.text.push_str(text);
                 on_delta(text);
             }
             for tc in delta["tool_calls"].as_array().into_iter().flatten() {
-                let index = tc["index"].as_u64().unwrap_or(calls.len() as u64);
-                let entry = calls.entry(index).or_default();
+                let index = tc["index"].as_u64().unwrap_or(self.calls.len() as u64);
+                let entry = self.calls.entry(index).or_default();
                 if let Some(id) = tc["id"].as_str() {
                     entry.id = id.to_owned();
                 }
@@ -147,37 +179,43 @@ pub async fn call(
                 }
             }
             if choice["finish_reason"].is_string() {
-                finished = true;
+                self.finished = true;
             }
         }
+        Ok(false)
     }
-    if !finished {
-        return Err(ProviderError::Stream(
-            "the stream ended before the answer was finished".into(),
-        ));
+
+    /// The reply once the stream has ended.
+    pub fn finish(self) -> Result<ModelReply, ProviderError> {
+        if !self.finished {
+            return Err(ProviderError::Stream(
+                "the stream ended before the answer was finished".into(),
+            ));
+        }
+        let mut reply = self.reply;
+        for (n, call) in self.calls.into_values().enumerate() {
+            reply.calls.push(Call {
+                call_id: if call.id.is_empty() {
+                    format!("call_{n}")
+                } else {
+                    call.id
+                },
+                name: call.name,
+                arguments: if call.arguments.is_empty() {
+                    "{}".into()
+                } else {
+                    call.arguments
+                },
+            });
+        }
+        if reply.id.is_empty() {
+            reply.id = format!(
+                "chat-{}",
+                agentx_shared::time::unix_ms(std::time::SystemTime::now())
+            );
+        }
+        Ok(reply)
     }
-    for (n, call) in calls.into_values().enumerate() {
-        reply.calls.push(Call {
-            call_id: if call.id.is_empty() {
-                format!("call_{n}")
-            } else {
-                call.id
-            },
-            name: call.name,
-            arguments: if call.arguments.is_empty() {
-                "{}".into()
-            } else {
-                call.arguments
-            },
-        });
-    }
-    if reply.id.is_empty() {
-        reply.id = format!(
-            "chat-{}",
-            agentx_shared::time::unix_ms(std::time::SystemTime::now())
-        );
-    }
-    Ok(reply)
 }
 
 /// Usage from the final chunk; absent details count as 0.

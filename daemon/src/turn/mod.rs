@@ -6,6 +6,7 @@ pub mod context;
 pub mod provider;
 pub mod responses;
 pub mod shell;
+pub mod sse;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -4,8 +4,9 @@
 use std::pin::Pin;
 use std::time::Duration;
 
-use eventsource_stream::{Event, Eventsource as _};
 use futures_util::{Stream, StreamExt as _};
+
+use super::sse::{self, Event};
 
 use agentx_shared::conversation::Usage;
 
@@ -277,12 +278,8 @@ impl EventStream {
                     .at(&settings.base_url),
             );
         }
-        let events = response
-            .bytes_stream()
-            .eventsource()
-            .map(|e| e.map_err(|e| e.to_string()));
         Ok(Self {
-            events: Box::pin(events),
+            events: Box::pin(sse::events(response.bytes_stream())),
             idle,
         })
     }

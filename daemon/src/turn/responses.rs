@@ -60,39 +60,60 @@ pub async fn call(
     on_delta: &mut (dyn FnMut(&str) + Send),
 ) -> Result<ModelReply, ProviderError> {
     let mut events = EventStream::open(http, settings, "responses", body, idle_timeout).await?;
-    let mut reply = ModelReply::default();
-    let mut streamed_text = String::new();
-    let mut message_text: Option<String> = None;
+    let mut reader = Reader::default();
     loop {
         let Some(event) = events.next().await? else {
             return Err(ProviderError::Stream(
                 "the stream ended before response.completed".into(),
             ));
         };
-        if event.data.trim() == "[DONE]" {
-            continue;
+        if let Some(reply) = reader.event(&event.event, &event.data, on_delta)? {
+            return Ok(reply);
         }
-        let data: Value = match serde_json::from_str(&event.data) {
+    }
+}
+
+/// The state of one Responses stream between events.
+#[derive(Debug, Default)]
+pub struct Reader {
+    reply: ModelReply,
+    streamed_text: String,
+    message_text: Option<String>,
+}
+
+impl Reader {
+    /// Takes one server-sent event (its `event:` name and `data:`), handing
+    /// text deltas to `on_delta`; the reply once `response.completed` arrives.
+    pub fn event(
+        &mut self,
+        event: &str,
+        data: &str,
+        on_delta: &mut dyn FnMut(&str),
+    ) -> Result<Option<ModelReply>, ProviderError> {
+        if data.trim() == "[DONE]" {
+            return Ok(None);
+        }
+        let data: Value = match serde_json::from_str(data) {
             Ok(v) => v,
             Err(e) => return Err(ProviderError::Stream(format!("unreadable event: {e}"))),
         };
-        let kind = data["type"].as_str().unwrap_or(event.event.as_str());
+        let kind = data["type"].as_str().unwrap_or(event);
         match kind {
             "response.created" | "response.in_progress" => {
                 if let Some(id) = data["response"]["id"].as_str() {
-                    reply.id = id.to_owned();
+                    self.reply.id = id.to_owned();
                 }
             }
             "response.output_text.delta" => {
                 if let Some(delta) = data["delta"].as_str() {
-                    streamed_text.push_str(delta);
+                    self.streamed_text.push_str(delta);
                     on_delta(delta);
                 }
             }
             "response.output_item.done" => {
                 let item = &data["item"];
                 match item["type"].as_str() {
-                    Some("function_call") => reply.calls.push(Call {
+                    Some("function_call") => self.reply.calls.push(Call {
                         call_id: item["call_id"].as_str().unwrap_or_default().to_owned(),
                         name: item["name"].as_str().unwrap_or_default().to_owned(),
                         arguments: item["arguments"].as_str().unwrap_or("{}").to_owned(),
@@ -105,7 +126,9 @@ pub async fn call(
                             .filter(|p| p["type"] == "output_text")
                             .filter_map(|p| p["text"].as_str())
                             .collect();
-                        message_text.get_or_insert_with(String::new).push_str(&text);
+                        self.message_text
+                            .get_or_insert_with(String::new)
+                            .push_str(&text);
                     }
                     _ => {}
                 }
@@ -113,16 +136,23 @@ pub async fn call(
             "response.completed" => {
                 let response = &data["response"];
                 if let Some(id) = response["id"].as_str() {
-                    reply.id = id.to_owned();
+                    self.reply.id = id.to_owned();
                 }
-                reply.usage = parse_usage(&response["usage"]);
-                reply.text = message_text.unwrap_or(streamed_text);
-                if reply.id.is_empty() {
+                self.reply.usage = if response["usage"].is_object() {
+                    parse_usage(&response["usage"])
+                } else {
+                    Usage::UNREPORTED
+                };
+                self.reply.text = self
+                    .message_text
+                    .take()
+                    .unwrap_or_else(|| std::mem::take(&mut self.streamed_text));
+                if self.reply.id.is_empty() {
                     return Err(ProviderError::Stream(
                         "response.completed carried no id".into(),
                     ));
                 }
-                return Ok(reply);
+                return Ok(Some(std::mem::take(&mut self.reply)));
             }
             "response.failed" | "response.incomplete" => {
                 let response = &data["response"];
@@ -154,6 +184,7 @@ pub async fn call(
             }
             _ => {}
         }
+        Ok(None)
     }
 }
 
@@ -179,7 +210,8 @@ mod tests {
                 cached_tokens: 0,
                 output_tokens: 5,
                 reasoning_tokens: 0,
-                total_tokens: 15
+                total_tokens: 15,
+                unreported: 0,
             }
         );
         let u = parse_usage(&json!({"input_tokens": 3, "output_tokens": 4}));

@@ -1,0 +1,170 @@
+//! Entry points for the fuzz targets in `fuzz/` and the property tests: each
+//! feeds arbitrary bytes to one on-disk reader or provider event handler.
+//! None may panic, whatever the bytes; errors come back as their message.
+//! A broken invariant (what was written does not read back) is a panic, so
+//! that the fuzzer reports it. Not an API: nothing here is stable.
+
+use std::path::Path;
+
+use crate::snapshot;
+use crate::snapshot::manifest::{Manifest, Stored};
+use crate::store::session;
+use crate::turn::{chat, responses, sse};
+
+/// The file name [`session_doc`] reads its bytes as: only a document whose
+/// id is `s` gets past the name check.
+pub const SESSION_DOC_PATH: &str = "/fuzz/s.json";
+
+/// A conversation's state document (`<id>.json`), as `Session::load` reads
+/// it. A document that loads must survive being written and read again.
+pub fn session_doc(data: &[u8]) -> Result<(), String> {
+    let path = Path::new(SESSION_DOC_PATH);
+    let (doc, _paths) = session::parse_doc(data, path).map_err(|e| e.to_string())?;
+    let _ = doc.checkpoint(0);
+    let written = serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?;
+    match session::parse_doc(&written, path) {
+        Ok((again, _)) => assert_eq!(again, doc, "the document changed when written and read"),
+        Err(e) => panic!("a written document does not load: {e}"),
+    }
+    Ok(())
+}
+
+/// A conversation's journal (`<id>.jsonl`); the first byte picks how much
+/// of the rest counts as committed.
+pub fn journal(data: &[u8]) -> Result<usize, String> {
+    let (committed, body) = match data.split_first() {
+        Some((&b, rest)) if b < 0x80 => (rest.len() as u64, rest),
+        Some((&b, rest)) => (u64::from(b & 0x7f) * rest.len() as u64 / 0x7f, rest),
+        None => (0, data),
+    };
+    session::parse_journal(body, committed, Path::new("/fuzz/s.jsonl"))
+        .map(|items| items.len())
+        .map_err(|e| e.to_string())
+}
+
+/// A manifest file (full or delta). One that decodes must encode to bytes
+/// that decode to the same thing.
+pub fn manifest(data: &[u8]) -> Result<(), String> {
+    // Also the bare (zstd) entry list a full manifest file wraps.
+    if let Ok(m) = Manifest::decode(data) {
+        match m.encode().and_then(|b| Manifest::decode(&b)) {
+            Ok(again) => assert_eq!(again, m, "a manifest changed when encoded and decoded"),
+            Err(e) => panic!("a decoded manifest does not encode and decode: {e}"),
+        }
+    }
+    let stored = Stored::decode(data).map_err(|e| e.to_string())?;
+    let _ = Stored::peek_base(data);
+    let _ = stored.own_hashes();
+    match stored.encode().and_then(|b| Stored::decode(&b)) {
+        Ok(again) => assert_eq!(
+            again, stored,
+            "a manifest file changed when encoded and decoded"
+        ),
+        Err(e) => panic!("a decoded manifest file does not encode and decode: {e}"),
+    }
+    if let Stored::Delta {
+        upserts, removed, ..
+    } = &stored
+    {
+        let m = Manifest::default().apply(upserts, removed);
+        let _ = (m.files(), m.bytes(), m.skipped());
+    }
+    Ok(())
+}
+
+/// A folder's `timeline.json`; the number of snapshots kept.
+pub fn timeline(data: &[u8]) -> Option<usize> {
+    let timeline = snapshot::parse_timeline(data)?;
+    for snap in &timeline.snaps {
+        let _ = snap.label();
+    }
+    Some(timeline.snaps.len())
+}
+
+/// A pack's index file (`<id>.idx`); the first 8 bytes are the pack's size.
+/// Every record kept must lie inside the pack.
+pub fn pack_index(data: &[u8]) -> usize {
+    let (size, idx) = match data.split_first_chunk::<8>() {
+        Some((size, rest)) => (u64::from_le_bytes(*size), rest),
+        None => (0, data),
+    };
+    let records = snapshot::parse_index(idx, 1, size);
+    for (_, loc) in &records {
+        assert!(
+            loc.offset.saturating_add(u64::from(loc.len)) <= size,
+            "a record reaches past the end of its pack"
+        );
+    }
+    records.len()
+}
+
+/// An SSE byte stream split into events as `EventStream` does, with the
+/// events it skips (no data) left out; the first byte picks the size of the
+/// chunks the bytes arrive in. The error is where the stream broke.
+pub fn sse_events(data: &[u8]) -> (Vec<(String, String)>, Option<String>) {
+    let (chunk, body) = match data.split_first() {
+        Some((&n, rest)) => (usize::from(n).max(1), rest),
+        None => (1, data),
+    };
+    let mut decoder = sse::Decoder::default();
+    let mut events = Vec::new();
+    let mut broken = None;
+    for piece in body.chunks(chunk) {
+        if let Err(e) = decoder.feed(piece, &mut events) {
+            broken = Some(e);
+            break;
+        }
+    }
+    let events = events
+        .into_iter()
+        .filter(|e| !e.data.trim().is_empty())
+        .map(|e| (e.event, e.data))
+        .collect();
+    (events, broken)
+}
+
+/// A Responses API event stream, from raw bytes.
+pub fn responses_sse(data: &[u8]) -> Result<(), String> {
+    let (events, broken) = sse_events(data);
+    responses_events(events.iter().map(|(e, d)| (e.as_str(), d.as_str())))?;
+    broken.map_or(Ok(()), Err)
+}
+
+/// A Responses API stream given as its events (`event:` name, `data:`).
+pub fn responses_events<'a>(
+    events: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<(), String> {
+    let mut reader = responses::Reader::default();
+    let mut streamed = 0usize;
+    for (event, data) in events {
+        let done = reader
+            .event(event, data, &mut |d| streamed += d.len())
+            .map_err(|e| e.to_string())?;
+        if done.is_some() {
+            return Ok(());
+        }
+    }
+    Err("the stream ended before response.completed".into())
+}
+
+/// A Chat Completions event stream, from raw bytes.
+pub fn chat_sse(data: &[u8]) -> Result<(), String> {
+    let (events, broken) = sse_events(data);
+    chat_events(events.iter().map(|(_, d)| d.as_str()))?;
+    broken.map_or(Ok(()), Err)
+}
+
+/// A Chat Completions stream given as its events' data.
+pub fn chat_events<'a>(events: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
+    let mut reader = chat::Reader::default();
+    let mut streamed = 0usize;
+    for data in events {
+        if reader
+            .event(data, &mut |d| streamed += d.len())
+            .map_err(|e| e.to_string())?
+        {
+            break;
+        }
+    }
+    reader.finish().map(drop).map_err(|e| e.to_string())
+}

@@ -1,0 +1,182 @@
+//! Server-sent events, decoded in time linear in the bytes received: each
+//! byte is looked at once whatever the size of the chunks it arrives in
+//! (eventsource-stream re-parsed its whole buffer for every chunk, so one
+//! long line sent in small pieces took quadratic time).
+
+use futures_util::{Stream, StreamExt as _};
+
+/// An event or a line may not grow past this: a model server streams small
+/// deltas, and a stream that never ends a line must not eat the memory.
+pub const MAX_EVENT: usize = 16 << 20;
+
+/// One dispatched event: its `event:` name (`message` when none was given)
+/// and its `data:` lines joined by newlines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub event: String,
+    pub data: String,
+}
+
+/// Incremental decoder: bytes in, complete events out.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    /// Bytes after the last line end: an incomplete line.
+    partial: Vec<u8>,
+    /// The last line ended in `\r`: a `\n` right after it belongs to it.
+    after_cr: bool,
+    /// Past the start of the stream (where a byte-order mark is dropped).
+    started: bool,
+    event: String,
+    data: String,
+}
+
+impl Decoder {
+    /// Decodes `bytes`, appending the events they complete to `out`. An
+    /// error (a line that is not UTF-8, an event over [`MAX_EVENT`]) ends
+    /// the stream.
+    pub fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<Event>) -> Result<(), String> {
+        if !self.started && !bytes.is_empty() {
+            self.started = true;
+            bytes = bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(bytes);
+        }
+        while !bytes.is_empty() {
+            if self.after_cr {
+                self.after_cr = false;
+                if bytes[0] == b'\n' {
+                    bytes = &bytes[1..];
+                    continue;
+                }
+            }
+            let Some(end) = bytes.iter().position(|b| *b == b'\n' || *b == b'\r') else {
+                self.partial.extend_from_slice(bytes);
+                break;
+            };
+            self.after_cr = bytes[end] == b'\r';
+            let line = if self.partial.is_empty() {
+                self.line(&bytes[..end], out)
+            } else {
+                let mut line = std::mem::take(&mut self.partial);
+                line.extend_from_slice(&bytes[..end]);
+                self.line(&line, out)
+            };
+            line?;
+            bytes = &bytes[end + 1..];
+        }
+        if self.partial.len() + self.data.len() > MAX_EVENT {
+            return Err(format!("an event over {} MiB", MAX_EVENT >> 20));
+        }
+        Ok(())
+    }
+
+    fn line(&mut self, line: &[u8], out: &mut Vec<Event>) -> Result<(), String> {
+        let line =
+            std::str::from_utf8(line).map_err(|e| format!("the stream is not UTF-8: {e}"))?;
+        if line.is_empty() {
+            let event = std::mem::take(&mut self.event);
+            if !self.data.is_empty() {
+                let mut data = std::mem::take(&mut self.data);
+                data.pop();
+                out.push(Event {
+                    event: if event.is_empty() {
+                        "message".into()
+                    } else {
+                        event
+                    },
+                    data,
+                });
+            }
+            return Ok(());
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => value.clone_into(&mut self.event),
+            "data" => {
+                self.data.push_str(value);
+                self.data.push('\n');
+            }
+            // Comments (an empty field), `id`, `retry` and unknown fields.
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The events of a byte stream; a transport or decoding error is the last item.
+pub fn events<S, B, E>(bytes: S) -> impl Stream<Item = Result<Event, String>> + Send
+where
+    S: Stream<Item = Result<B, E>> + Send,
+    B: AsRef<[u8]>,
+    E: std::fmt::Display,
+{
+    let mut decoder = Decoder::default();
+    let mut failed = false;
+    bytes
+        .map(move |chunk| {
+            let mut out: Vec<Result<Event, String>> = Vec::new();
+            if failed {
+                return out;
+            }
+            let mut events = Vec::new();
+            let result = match chunk {
+                Ok(chunk) => decoder.feed(chunk.as_ref(), &mut events),
+                Err(e) => Err(e.to_string()),
+            };
+            out.extend(events.into_iter().map(Ok));
+            if let Err(e) = result {
+                failed = true;
+                out.push(Err(e));
+            }
+            out
+        })
+        .flat_map(futures_util::stream::iter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(chunks: &[&[u8]]) -> (Vec<Event>, Option<String>) {
+        let mut decoder = Decoder::default();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            if let Err(e) = decoder.feed(chunk, &mut out) {
+                return (out, Some(e));
+            }
+        }
+        (out, None)
+    }
+
+    fn event(event: &str, data: &str) -> Event {
+        Event {
+            event: event.into(),
+            data: data.into(),
+        }
+    }
+
+    #[test]
+    fn fields_line_ends_and_chunk_boundaries() {
+        let wire: &[u8] = b"\xef\xbb\xbf: comment\nevent: a\ndata: 1\ndata:2\r\n\r\nid: 7\nretry: 9\ndata\r\rdata: x\n";
+        // A bare `data` line is an empty data line; `x` is still open.
+        let want = vec![event("a", "1\n2"), event("message", "")];
+        assert_eq!(decode(&[wire]), (want.clone(), None));
+        let bytes: Vec<&[u8]> = wire.chunks(1).collect();
+        assert_eq!(decode(&bytes), (want, None));
+        assert_eq!(
+            decode(&[b"data: x\r", b"\n", b"\ndata: y\n\n"]),
+            (vec![event("message", "x"), event("message", "y")], None)
+        );
+    }
+
+    #[test]
+    fn bad_utf8_and_endless_lines_end_the_stream() {
+        let (events, err) = decode(&[b"data: a\n\ndata: \xff\n"]);
+        assert_eq!(events, vec![event("message", "a")]);
+        assert!(err.is_some_and(|e| e.contains("UTF-8")));
+        let big = vec![b'a'; 1 << 20];
+        let chunks: Vec<&[u8]> = std::iter::repeat_n(&big[..], 17).collect();
+        assert!(decode(&chunks).1.is_some_and(|e| e.contains("MiB")));
+    }
+}
