@@ -24,6 +24,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stopping daemon may take to release its lock.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(20);
+/// A daemon that accepted the connection answers the handshake within this.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A live, version-checked connection to agentd.
 pub struct Daemon {
@@ -94,7 +96,8 @@ pub async fn connect_or_start(profile: &Profile) -> CliResult<Daemon> {
             "agentx: replacing agentd {} (pid {}) with {VERSION}",
             old.daemon_version, old.pid
         );
-        request_stop(&channel, "replaced by a client of another version").await?;
+        let pid = request_stop(&channel, "replaced by a client of another version").await?;
+        wait_pid_exited(pid, profile).await?;
         wait_stopped(profile).await?;
     }
     spawn_and_wait(profile).await
@@ -105,13 +108,69 @@ async fn connect_compatible(profile: &Profile) -> CliResult<Option<Daemon>> {
     let Some(channel) = probe(profile).await? else {
         return Ok(None);
     };
-    let hello = match hello_status(&channel).await {
-        Ok(hello) => hello,
+    let hello = match tokio::time::timeout(HELLO_TIMEOUT, hello_status(&channel)).await {
+        Ok(Ok(hello)) => hello,
         // It went away between connect and handshake (stopping, killed).
-        Err(status) if going_away(&status) => return Ok(None),
-        Err(status) => return Err(CliError::from_status("handshake with agentd", &status)),
+        Ok(Err(status)) if going_away(&status) => return Ok(None),
+        Ok(Err(status)) => {
+            return Err(CliError::from_status("handshake with agentd", &status));
+        }
+        Err(_) => return Err(frozen(profile)),
     };
     Ok(hello.compatible.then_some(Daemon { channel, hello }))
+}
+
+/// The error for a daemon that accepts connections but does not answer.
+pub fn frozen(profile: &Profile) -> CliError {
+    let (who, fix) = match lock_holder(profile) {
+        Some(pid) => (
+            format!("agentd (pid {pid})"),
+            format!("`kill -CONT {pid}` if it was stopped, else `kill {pid}`"),
+        ),
+        None => ("agentd".to_owned(), "`agentx daemon restart`".to_owned()),
+    };
+    CliError::unreachable(format!(
+        "{who} accepted the connection on {} but did not answer within {}s: it is stopped          (SIGSTOP) or stuck; {fix}",
+        profile.socket.display(),
+        HELLO_TIMEOUT.as_secs()
+    ))
+}
+
+/// The pid of the agentd holding the profile's lock, if one does.
+pub fn lock_holder(profile: &Profile) -> Option<u32> {
+    if !pid_lock_held(&profile.pid_file()) {
+        return None;
+    }
+    std::fs::read_to_string(profile.pid_file())
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// Waits until process `pid` has exited (all its threads: a killed
+/// process's leader turns zombie while the others still hold its files).
+pub async fn wait_pid_exited(pid: u32, profile: &Profile) -> CliResult<()> {
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    loop {
+        let gone = match std::fs::read_to_string(proc_dir.join("stat")) {
+            Err(_) => true,
+            Ok(stat) => {
+                stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z'))
+                    && std::fs::read_dir(proc_dir.join("task")).map_or(0, |d| d.count()) <= 1
+            }
+        };
+        if gone {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(CliError::unreachable(format!(
+                "agentd (pid {pid}) did not stop within {}s; see {}",
+                STOP_TIMEOUT.as_secs(),
+                profile.log_dir().display()
+            )));
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// Asks the daemon to stop; returns its pid.
@@ -305,8 +364,11 @@ impl StartupLock {
         })
         .await
         .map_err(|err| CliError::unreachable(format!("cannot lock {shown}: {err}")))?;
-        locked
-            .map(|file| Self { _file: file })
-            .map_err(|err| CliError::unreachable(format!("cannot lock {shown}: {err}")))
+        locked.map(|file| Self { _file: file }).map_err(|err| {
+            CliError::unreachable(format!(
+                "cannot lock {shown}: {err}; the profile must be writable (choose another with \
+                 --profile NAME or AGENTX_HOME=DIR)"
+            ))
+        })
     }
 }

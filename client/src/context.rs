@@ -19,7 +19,8 @@ pub struct Ctx {
     pub global: Global,
     pub scope: Scope,
     pub folder: PathBuf,
-    pub daemon: Daemon,
+    /// Replaced when the REPL reconnects to a restarted agentd.
+    daemon: std::cell::RefCell<Daemon>,
 }
 
 impl Ctx {
@@ -45,12 +46,25 @@ impl Ctx {
             global,
             scope,
             folder,
-            daemon,
+            daemon: std::cell::RefCell::new(daemon),
         })
     }
 
     pub fn channel(&self) -> Channel {
-        self.daemon.channel.clone()
+        self.daemon.borrow().channel.clone()
+    }
+
+    /// The handshake of the daemon this context talks to.
+    pub fn hello(&self) -> agentx_shared::proto::HelloReply {
+        self.daemon.borrow().hello.clone()
+    }
+
+    /// Reaches agentd again (starting it when none runs): after a `daemon
+    /// stop`, `restart` or a version swap the REPL carries on.
+    pub async fn reconnect(&self) -> CliResult<()> {
+        let daemon = connect::connect_or_start(&self.profile).await?;
+        *self.daemon.borrow_mut() = daemon;
+        Ok(())
     }
 
     pub fn sessions(&self) -> SessionsClient<Channel> {

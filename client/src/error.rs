@@ -15,26 +15,27 @@ pub enum Exit {
 pub struct CliError {
     pub exit: Exit,
     pub message: String,
+    /// The daemon was unreachable before a turn started: nothing of it
+    /// reached agentd, so it may be sent again after reconnecting.
+    pub not_started: bool,
 }
 
 impl CliError {
-    pub fn unreachable(message: impl Into<String>) -> Self {
+    fn new(exit: Exit, message: impl Into<String>) -> Self {
         Self {
-            exit: Exit::Unreachable,
+            exit,
             message: message.into(),
+            not_started: false,
         }
+    }
+    pub fn unreachable(message: impl Into<String>) -> Self {
+        Self::new(Exit::Unreachable, message)
     }
     pub fn failed(message: impl Into<String>) -> Self {
-        Self {
-            exit: Exit::Failed,
-            message: message.into(),
-        }
+        Self::new(Exit::Failed, message)
     }
     pub fn usage(message: impl Into<String>) -> Self {
-        Self {
-            exit: Exit::Usage,
-            message: message.into(),
-        }
+        Self::new(Exit::Usage, message)
     }
 
     /// Maps an RPC failure: a daemon that vanished or refuses us is

@@ -70,7 +70,7 @@ pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
         eprintln!("/help for commands, Ctrl-D to leave");
     }
     loop {
-        let line = match chat.ui.read_line("› ") {
+        let line = match chat.ui.read_line("› ").await {
             Line::Text(line) => line,
             Line::Interrupted => continue,
             Line::Eof => break,
@@ -172,7 +172,17 @@ impl Chat<'_> {
             resolve: resolve as i32,
             caller: None,
         };
-        let finished = turn::run(&self.ctx.channel(), start, &mut self.ui).await?;
+        let finished = match turn::run(&self.ctx.channel(), start.clone(), &mut self.ui).await {
+            // agentd was stopped, restarted or replaced since the last
+            // message, and nothing of this one reached it: reconnect (the
+            // start-up waits for a stopping daemon) and send it once more.
+            Err(e) if e.not_started => {
+                self.ctx.reconnect().await?;
+                self.ui.info("agentx: reconnected to agentd");
+                turn::run(&self.ctx.channel(), start, &mut self.ui).await?
+            }
+            other => other?,
+        };
         if finished.status == TurnStatus::Failed as i32 && self.ui.interactive {
             self.ui
                 .info(&format!("agentx: the turn failed: {}", finished.error));
@@ -195,6 +205,7 @@ impl Chat<'_> {
             let answer = match self
                 .ui
                 .read_line("[r]etry, [n]ew chain, roll[b]ack, [c]lear, or Enter to go on: ")
+                .await
             {
                 Line::Text(t) => t.trim().to_lowercase(),
                 Line::Interrupted | Line::Eof => return Ok(()),
@@ -231,9 +242,13 @@ impl Chat<'_> {
         ));
         let choice = if self.ui.interactive {
             loop {
-                match self.ui.read_line(
-                    "[c]ontinue it, [r]etry its message, or start a [n]ew conversation: ",
-                ) {
+                match self
+                    .ui
+                    .read_line(
+                        "[c]ontinue it, [r]etry its message, or start a [n]ew conversation: ",
+                    )
+                    .await
+                {
                     Line::Text(t) => match t.trim().to_lowercase().as_str() {
                         "c" | "continue" => break OnPending::Continue,
                         "r" | "retry" => break OnPending::Retry,

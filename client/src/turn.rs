@@ -67,14 +67,28 @@ fn current_umask() -> Option<u32> {
     u32::from_str_radix(line.trim(), 8).ok()
 }
 
+/// A turn's stream that broke: agentd stopped or died mid-turn (its state
+/// is on disk, marked interrupted), or it answered with an error.
+pub fn cut_short(status: &tonic::Status) -> CliError {
+    use tonic::Code;
+    match status.code() {
+        Code::Unavailable | Code::Cancelled | Code::Unknown => CliError::unreachable(
+            "agentd stopped during the turn; it is kept as interrupted — `agentx` will offer \
+             to continue it",
+        ),
+        _ => CliError::from_status("the turn", status),
+    }
+}
+
 /// Runs a turn to its `finished` event.
 pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<TurnFinished> {
     let send = input;
     ui.start_waiting("thinking…");
     let (tx, mut events) = match open(channel, start, "the turn").await {
         Ok(opened) => opened,
-        Err(e) => {
+        Err(mut e) => {
             ui.stop_waiting();
+            e.not_started = e.exit == crate::error::Exit::Unreachable;
             return Err(e);
         }
     };
@@ -99,7 +113,7 @@ pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<
             }
             Err(status) => {
                 ui.stop_waiting();
-                return Err(CliError::from_status("the turn", &status));
+                return Err(cut_short(&status));
             }
         };
         use turn_event::Event;
@@ -111,7 +125,7 @@ pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<
                 ui.info(&format!("» {}: {shown}", call.name));
             }
             Some(Event::ApprovalRequest(request)) => {
-                let decision = ask_approval(ui);
+                let decision = ask_approval(ui).await;
                 if decision == approval_decision::Decision::Unspecified {
                     cancelled = true;
                     let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
@@ -173,12 +187,15 @@ pub fn command_of(arguments: &str) -> Option<String> {
 }
 
 /// Asks y / n / always; `Unspecified` means the user interrupted.
-fn ask_approval(ui: &mut Ui) -> approval_decision::Decision {
+async fn ask_approval(ui: &mut Ui) -> approval_decision::Decision {
     use approval_decision::Decision;
     ui.stop_waiting();
     ui.end_text();
     loop {
-        match ui.read_line("run it? [y]es / [n]o / [a]lways for this conversation: ") {
+        match ui
+            .read_line("run it? [y]es / [n]o / [a]lways for this conversation: ")
+            .await
+        {
             Line::Text(answer) => match answer.trim().to_lowercase().as_str() {
                 "y" | "yes" => return Decision::Yes,
                 "n" | "no" => return Decision::No,

@@ -1,7 +1,7 @@
 //! Terminal I/O for the chat: reading lines (rustyline on a terminal, plain
 //! stdin otherwise), the waiting spinner, and how turn activity is shown.
 
-use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::io::{IsTerminal as _, Write as _};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -11,7 +11,7 @@ pub enum Input {
     /// An interactive terminal with line editing and history.
     Editor(Box<rustyline::DefaultEditor>),
     /// Lines from a pipe or file: one message or command per line.
-    Lines(std::io::StdinLock<'static>),
+    Lines,
 }
 
 /// What reading a line produced.
@@ -43,10 +43,10 @@ impl Ui {
         let input = if interactive {
             match rustyline::DefaultEditor::new() {
                 Ok(editor) => Input::Editor(Box::new(editor)),
-                Err(_) => Input::Lines(std::io::stdin().lock()),
+                Err(_) => Input::Lines,
             }
         } else {
-            Input::Lines(std::io::stdin().lock())
+            Input::Lines
         };
         Self {
             interactive: interactive && matches!(input, Input::Editor(_)),
@@ -58,24 +58,44 @@ impl Ui {
         }
     }
 
-    /// Reads one line; the prompt is shown only on a terminal.
-    pub fn read_line(&mut self, prompt: &str) -> Line {
-        match &mut self.input {
-            Input::Editor(editor) => match editor.readline(prompt) {
-                Ok(line) => {
-                    if !line.trim().is_empty() {
-                        let _ = editor.add_history_entry(line.as_str());
+    /// Reads one line; the prompt is shown only on a terminal. The wait
+    /// runs off the async runtime, so the connection to agentd stays served
+    /// (pings answered, a stopping daemon's goodbye taken) while the user
+    /// thinks.
+    pub async fn read_line(&mut self, prompt: &str) -> Line {
+        let prompt = prompt.to_owned();
+        match std::mem::replace(&mut self.input, Input::Lines) {
+            Input::Editor(mut editor) => {
+                let read = tokio::task::spawn_blocking(move || {
+                    let line = editor.readline(&prompt);
+                    (editor, line)
+                })
+                .await;
+                let Ok((mut editor, line)) = read else {
+                    return Line::Eof;
+                };
+                let line = match line {
+                    Ok(line) => {
+                        if !line.trim().is_empty() {
+                            let _ = editor.add_history_entry(line.as_str());
+                        }
+                        Line::Text(line)
                     }
-                    Line::Text(line)
-                }
-                Err(rustyline::error::ReadlineError::Interrupted) => Line::Interrupted,
-                Err(_) => Line::Eof,
-            },
-            Input::Lines(stdin) => {
-                let mut line = String::new();
-                match stdin.read_line(&mut line) {
-                    Ok(0) | Err(_) => Line::Eof,
-                    Ok(_) => Line::Text(line.trim_end_matches(['\n', '\r']).to_owned()),
+                    Err(rustyline::error::ReadlineError::Interrupted) => Line::Interrupted,
+                    Err(_) => Line::Eof,
+                };
+                self.input = Input::Editor(editor);
+                line
+            }
+            Input::Lines => {
+                let read = tokio::task::spawn_blocking(|| {
+                    let mut line = String::new();
+                    std::io::stdin().read_line(&mut line).map(|n| (n, line))
+                })
+                .await;
+                match read {
+                    Ok(Ok((0, _))) | Ok(Err(_)) | Err(_) => Line::Eof,
+                    Ok(Ok((_, line))) => Line::Text(line.trim_end_matches(['\n', '\r']).to_owned()),
                 }
             }
         }

@@ -37,7 +37,7 @@ pub fn run(args: cli::Args) -> anyhow::Result<ExitCode> {
     raise_fd_limit();
 
     let lock = match pidlock::PidLock::acquire(&profile.pid_file())? {
-        pidlock::Acquired::Lock(lock) => lock,
+        pidlock::Acquired::Lock(lock) => std::sync::Arc::new(std::sync::Mutex::new(lock)),
         pidlock::Acquired::HeldBy(pid) => {
             eprintln!(
                 "agentd: already running (pid {pid}) for {}",
@@ -62,6 +62,7 @@ pub fn run(args: cli::Args) -> anyhow::Result<ExitCode> {
         reported_version: args.report_version,
         #[cfg(not(debug_assertions))]
         reported_version: None,
+        pid_lock: std::sync::Arc::clone(&lock),
     };
     let result = runtime.block_on(server::run(config));
     // Let blocked tasks go before the lock is released, so a successor never

@@ -3,7 +3,7 @@
 
 use std::io;
 use std::os::fd::FromRawFd as _;
-use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
@@ -14,7 +14,29 @@ use agentx_shared::profile::create_private_dir;
 pub struct Listener {
     pub listener: UnixListener,
     /// Set when we bound the socket ourselves and must remove it on exit.
-    pub owned_path: Option<PathBuf>,
+    pub owned_path: Option<OwnedSocket>,
+}
+
+/// The socket file we bound: its path and the identity (device, inode) of
+/// what we bound there, so we never unlink a successor's socket.
+#[derive(Debug, Clone)]
+pub struct OwnedSocket {
+    pub path: PathBuf,
+    id: (u64, u64),
+}
+
+impl OwnedSocket {
+    /// `None` while the path is still our socket; else what happened to it.
+    pub fn check(&self) -> Option<String> {
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) if (m.dev(), m.ino()) == self.id => None,
+            Ok(_) => Some(format!("{} was replaced", self.path.display())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Some(format!("{} was deleted", self.path.display()))
+            }
+            Err(e) => Some(format!("cannot inspect {}: {e}", self.path.display())),
+        }
+    }
 }
 
 impl Listener {
@@ -37,21 +59,31 @@ impl Listener {
             .with_context(|| format!("cannot listen on {}", path.display()))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .with_context(|| format!("cannot set permissions on {}", path.display()))?;
+        let meta = std::fs::symlink_metadata(path)
+            .with_context(|| format!("cannot inspect {}", path.display()))?;
         tracing::info!(socket = %path.display(), "listening");
         Ok(Self {
             listener,
-            owned_path: Some(path.to_path_buf()),
+            owned_path: Some(OwnedSocket {
+                path: path.to_path_buf(),
+                id: (meta.dev(), meta.ino()),
+            }),
         })
     }
 }
 
-/// Removes the socket file we bound (`None`: inherited, left to systemd).
-pub fn remove_owned_socket(owned_path: Option<&Path>) {
-    if let Some(path) = owned_path
-        && let Err(err) = std::fs::remove_file(path)
+/// Removes the socket file we bound (`None`: inherited, left to systemd) —
+/// only while it is still ours: a successor's socket at that path stays.
+pub fn remove_owned_socket(owned: Option<&OwnedSocket>) {
+    let Some(owned) = owned else { return };
+    if let Some(what) = owned.check() {
+        tracing::info!("leaving the socket path alone: {what}");
+        return;
+    }
+    if let Err(err) = std::fs::remove_file(&owned.path)
         && err.kind() != io::ErrorKind::NotFound
     {
-        tracing::warn!("cannot remove socket {}: {err}", path.display());
+        tracing::warn!("cannot remove socket {}: {err}", owned.path.display());
     }
 }
 

@@ -1,17 +1,32 @@
 //! Single instance per profile: an exclusive lock on `<profile>/agentd.pid`
-//! held for the daemon's whole life (liveness is the lock, not the file).
+//! held for the daemon's whole life (liveness is the lock, not the file),
+//! re-checked while serving so a deleted or replaced pid file is noticed.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read as _, Seek as _, Write as _};
-use std::os::unix::fs::OpenOptionsExt as _;
-use std::path::Path;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
 /// The held lock; dropping it (or exiting) releases it.
 #[derive(Debug)]
 pub struct PidLock {
-    _file: File,
+    file: File,
+    path: PathBuf,
+}
+
+/// What [`PidLock::check`] found at the pid file's path.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Check {
+    /// The path is the file we hold locked.
+    Ours,
+    /// The file had been deleted or replaced and nobody held the new one:
+    /// we locked it, so single-instance holds again.
+    Readopted(String),
+    /// Another process holds the lock at that path now (or it cannot be
+    /// taken): a second agentd may be serving this profile.
+    Lost(String),
 }
 
 pub enum Acquired {
@@ -42,12 +57,51 @@ impl PidLock {
                 return Err(err).with_context(|| format!("cannot lock {}", path.display()));
             }
         }
-        file.set_len(0)?;
-        file.rewind()?;
-        writeln!(file, "{}", std::process::id())?;
-        file.sync_all()?;
-        Ok(Acquired::Lock(PidLock { _file: file }))
+        write_pid(&mut file)?;
+        Ok(Acquired::Lock(PidLock {
+            file,
+            path: path.to_path_buf(),
+        }))
     }
+
+    /// Whether the pid file at our path is still the one we hold. A user
+    /// may delete it (or the whole profile): then the next client could
+    /// start a second agentd beside us. Re-creating and re-locking it closes
+    /// that door; finding it locked by someone else means we lost it.
+    pub fn check(&mut self) -> Check {
+        let held = self.file.metadata().map(|m| (m.dev(), m.ino()));
+        let at_path = std::fs::metadata(&self.path).map(|m| (m.dev(), m.ino()));
+        let why = match (held, at_path) {
+            (Ok(a), Ok(b)) if a == b => return Check::Ours,
+            (_, Err(e)) if e.kind() == std::io::ErrorKind::NotFound => "was deleted",
+            (_, Ok(_)) => "was replaced",
+            (_, Err(e)) => return Check::Lost(format!("cannot inspect the pid file: {e}")),
+        };
+        match Self::acquire(&self.path) {
+            Ok(Acquired::Lock(lock)) => {
+                *self = lock;
+                Check::Readopted(format!(
+                    "{} {why}; re-created and locked it",
+                    self.path.display()
+                ))
+            }
+            Ok(Acquired::HeldBy(pid)) => Check::Lost(format!(
+                "{} {why} and is now locked by pid {pid}",
+                self.path.display()
+            )),
+            Err(e) => Check::Lost(format!(
+                "{} {why} and cannot be re-created: {e:#}",
+                self.path.display()
+            )),
+        }
+    }
+}
+
+fn write_pid(file: &mut File) -> std::io::Result<()> {
+    file.set_len(0)?;
+    file.rewind()?;
+    writeln!(file, "{}", std::process::id())?;
+    file.sync_all()
 }
 
 #[cfg(test)]
@@ -71,5 +125,33 @@ mod tests {
             PidLock::acquire(&path).unwrap(),
             Acquired::Lock(_)
         ));
+    }
+
+    #[test]
+    fn a_deleted_pid_file_is_readopted_and_a_taken_one_is_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agentd.pid");
+        let Acquired::Lock(mut lock) = PidLock::acquire(&path).unwrap() else {
+            panic!("fresh lock reported held");
+        };
+        assert_eq!(lock.check(), Check::Ours);
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(lock.check(), Check::Readopted(_)));
+        // The re-created file is locked: nobody else can take it.
+        assert!(matches!(
+            PidLock::acquire(&path).unwrap(),
+            Acquired::HeldBy(_)
+        ));
+        assert_eq!(lock.check(), Check::Ours);
+        // Deleted, then taken by another instance before we looked.
+        std::fs::remove_file(&path).unwrap();
+        let Acquired::Lock(_other) = PidLock::acquire(&path).unwrap() else {
+            panic!("the new file was already locked");
+        };
+        assert!(matches!(lock.check(), Check::Lost(_)));
+        // The whole profile gone: lost as well.
+        drop(_other);
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        assert!(matches!(lock.check(), Check::Lost(_)));
     }
 }

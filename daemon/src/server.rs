@@ -22,6 +22,7 @@ use agentx_shared::proto::turns_server::TurnsServer;
 
 use crate::listener::{Listener, remove_owned_socket};
 use crate::peer::PeerCheck;
+use crate::pidlock::{Check, PidLock};
 use crate::services::daemon::{DaemonInfo, DaemonService};
 use crate::services::oneshots::OneshotsService;
 use crate::services::sessions::SessionsService;
@@ -38,7 +39,12 @@ pub struct Config {
     pub profile: Profile,
     pub log_path: Option<PathBuf>,
     pub reported_version: Option<String>,
+    /// The profile's pid lock, re-checked while serving.
+    pub pid_lock: Arc<std::sync::Mutex<PidLock>>,
 }
+
+/// How often agentd checks that its pid file and socket are still its own.
+const GUARD_EVERY: Duration = Duration::from_millis(500);
 
 /// Serves until SIGTERM, SIGINT or a Shutdown RPC, then drains and cleans up.
 pub async fn run(config: Config) -> anyhow::Result<()> {
@@ -133,6 +139,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .add_service(reflection)
         .add_service(reflection_v1alpha);
 
+    tokio::spawn(guard_profile(
+        Arc::clone(&config.pid_lock),
+        owned_path.clone(),
+        stop_tx.clone(),
+    ));
     tokio::spawn(watch_signals(stop_tx));
     let mut stopping = stop_rx.clone();
     let stop_requested = async move {
@@ -153,7 +164,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     // The listener is closed by now or within a moment; new clients must not
     // find a socket nobody will answer on.
-    remove_owned_socket(owned_path.as_deref());
+    remove_owned_socket(owned_path.as_ref());
 
     match tokio::time::timeout(DRAIN_TIMEOUT, server).await {
         Ok(Ok(Ok(()))) => tracing::info!("all RPCs finished"),
@@ -167,6 +178,45 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // to flush here; later stores hook their shutdown in at this point.
     tracing::info!("agentd stopped");
     Ok(())
+}
+
+/// Keeps single-instance true whatever happens to the files around agentd.
+/// A deleted pid file is re-created and locked; a socket deleted or replaced
+/// means clients can no longer reach us, so we stop (gracefully: we still
+/// hold the lock, no successor can write yet) and the next client starts a
+/// fresh agentd. A lock another process took (the profile was deleted and a
+/// second agentd started) means two writers: stop writing at once — exit
+/// without draining, as a crash would, which the store is built to survive.
+async fn guard_profile(
+    lock: Arc<std::sync::Mutex<PidLock>>,
+    socket: Option<crate::listener::OwnedSocket>,
+    stop: watch::Sender<bool>,
+) {
+    let mut tick = tokio::time::interval(GUARD_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if *stop.borrow() {
+            return;
+        }
+        let check = match lock.lock() {
+            Ok(mut held) => held.check(),
+            Err(_) => Check::Lost("the pid lock's mutex was poisoned".into()),
+        };
+        match check {
+            Check::Ours => {}
+            Check::Readopted(what) => tracing::warn!("{what}"),
+            Check::Lost(what) => {
+                tracing::error!("{what}: another agentd may serve this profile; exiting now");
+                std::process::exit(1);
+            }
+        }
+        if let Some(what) = socket.as_ref().and_then(|s| s.check()) {
+            tracing::warn!("{what}: clients cannot reach this agentd any more; stopping");
+            let _ = stop.send(true);
+            return;
+        }
+    }
 }
 
 /// Turns SIGTERM, SIGINT and SIGHUP into a stop request: all three drain.

@@ -5,10 +5,19 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
+
+/// The deadline of a call until its response starts: generous, as an undo
+/// of a large tree is one call, but never unbounded. (A turn's response
+/// starts at once; its events may take as long as the turn.)
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(300);
+/// A stream whose peer answers no HTTP/2 ping for this long is dead.
+pub const KEEPALIVE_EVERY: Duration = Duration::from_secs(10);
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Connects to the daemon socket at `path`. The first connection is made
 /// eagerly so its `io::Error` (`NotFound`, `ConnectionRefused`, ...) reaches
@@ -31,6 +40,12 @@ pub async fn connect(path: &Path) -> io::Result<Channel> {
     });
     // The authority is never resolved: the connector ignores the URI.
     Endpoint::from_static("http://agentd.local")
+        // No call waits forever on a frozen daemon (SIGSTOP, a deadlock):
+        // a unary call has a deadline; a turn's stream has HTTP/2 pings.
+        .timeout(CALL_TIMEOUT)
+        .http2_keep_alive_interval(KEEPALIVE_EVERY)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
         .connect_with_connector(connector)
         .await
         .map_err(io::Error::other)

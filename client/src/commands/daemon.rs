@@ -42,11 +42,20 @@ async fn start(profile: &Profile) -> CliResult<()> {
 
 async fn stop(profile: &Profile) -> CliResult<()> {
     let Some(channel) = connect::probe(profile).await? else {
+        if let Some(pid) = connect::lock_holder(profile) {
+            // Unreachable but alive (its socket was deleted: it is stopping
+            // by itself): wait for the process, then say so.
+            connect::wait_pid_exited(pid, profile).await?;
+            println!("agentd stopped (pid {pid}; it had lost its socket)");
+            return Ok(());
+        }
         println!("agentd is not running ({})", profile.socket.display());
         return Ok(());
     };
     let pid = connect::request_stop(&channel, "agentx daemon stop").await?;
     drop(channel);
+    // Stopped means the process is gone, not just its pid file.
+    connect::wait_pid_exited(pid, profile).await?;
     connect::wait_stopped(profile).await?;
     println!("agentd stopped (pid {pid})");
     Ok(())
@@ -68,11 +77,20 @@ async fn status(profile: &Profile, json: bool) -> CliResult<()> {
             println!("  socket:  {}", profile.socket.display());
             println!("  profile: {}", profile.dir.display());
         }
+        if let Some(pid) = connect::lock_holder(profile) {
+            return Err(CliError::unreachable(format!(
+                "agentd (pid {pid}) holds the profile's lock but does not answer on {}: it is \
+                 stopping (its socket was deleted or replaced); if it stays, `kill {pid}`",
+                profile.socket.display()
+            )));
+        }
         return Err(CliError::unreachable(String::new()));
     };
-    let reply = DaemonClient::new(channel)
-        .status(DaemonStatusRequest {})
+    let mut client = DaemonClient::new(channel);
+    let call = client.status(DaemonStatusRequest {});
+    let reply = tokio::time::timeout(connect::HELLO_TIMEOUT, call)
         .await
+        .map_err(|_| connect::frozen(profile))?
         .map_err(|status| CliError::from_status("agentd status", &status))?
         .into_inner();
     let started_at = agentx_shared::time::rfc3339_wire(reply.started_at.as_ref());

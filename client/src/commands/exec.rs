@@ -84,7 +84,17 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
                     "agentd ended the one-shot without a result",
                 ));
             }
-            Err(status) => return Err(CliError::from_status("the one-shot", &status)),
+            Err(status) => {
+                return Err(match status.code() {
+                    tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown => {
+                        CliError::unreachable(
+                            "agentd stopped during the one-shot; its state is kept for diagnosis \
+                             (`agentx oneshots`)",
+                        )
+                    }
+                    _ => CliError::from_status("the one-shot", &status),
+                });
+            }
         };
         use turn_event::Event;
         match event.event {

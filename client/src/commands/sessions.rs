@@ -133,7 +133,7 @@ pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
         "snapshot_store_bytes": s.snapshot_store_bytes,
         "snapshot_watch": s.snapshot_watch,
         "transcript_items": s.transcript_items,
-        "daemon": {"pid": ctx.daemon.hello.pid, "version": ctx.daemon.hello.daemon_version},
+        "daemon": {"pid": ctx.hello().pid, "version": ctx.hello().daemon_version},
     })
 }
 
@@ -209,7 +209,8 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
     }
     println!(
         "daemon        pid {}, version {}",
-        ctx.daemon.hello.pid, ctx.daemon.hello.daemon_version
+        ctx.hello().pid,
+        ctx.hello().daemon_version
     );
 }
 
