@@ -310,6 +310,30 @@ pub fn wait_pid_gone(pid: i32, timeout: Duration) -> bool {
     false
 }
 
+/// Reports a test that cannot run here and returns to let it end: libtest
+/// counts it as `ok`, so the reason goes straight to stderr (past the
+/// output capture) as a visible `SKIPPED: <test>: <why>` line. With
+/// `AGENTX_TESTS_NO_SKIP=1` (CI that is known to run as root) a skip fails
+/// the test instead.
+pub fn skip(why: &str) {
+    use std::io::Write as _;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("test");
+    assert!(
+        std::env::var_os("AGENTX_TESTS_NO_SKIP").is_none(),
+        "{test} cannot run here ({why}) and AGENTX_TESTS_NO_SKIP is set"
+    );
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED: {test}: {why} (cargo test counts it as ok)"
+    );
+}
+
+/// Whether the tests run as root (mounts, chown, other uids).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
 /// stdout of a finished command as text.
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()

@@ -130,9 +130,8 @@ async fn reflection_lists_every_service_and_health_is_serving() {
 /// purpose so that only the SO_PEERCRED check stands in the way.
 #[test]
 fn a_client_of_another_uid_is_refused_with_permission_denied() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: switching to uid 65534 needs root");
-        return;
+    if !agentx_tests::is_root() {
+        return agentx_tests::skip("switching to uid 65534 needs root");
     }
     let env = TestEnv::new();
     env.open_root_for_others();

@@ -501,7 +501,16 @@ impl SnapshotStore {
             }
             kept
         });
+        // Retained deltas on a base that goes are rewritten in full before
+        // the saved timeline stops naming that base: a restart deletes the
+        // manifests its timeline does not use (kill -9 at any instant).
+        self.rewrite_deltas_on_dropped(folder, &dropped)?;
+        let fs = self.folder(folder)?;
         save_timeline(&fs.dir, &fs.timeline)?;
+        #[cfg(test)]
+        if tests::CRASH_AFTER_TIMELINE_SAVE.get() {
+            return Err(SnapError::NotFound("simulated crash".into()));
+        }
         self.watch.scanned(folder, &snap.manifest);
         if !dropped.is_empty() {
             self.release(folder, &dropped)?;
@@ -510,8 +519,40 @@ impl SnapshotStore {
         Ok(snap)
     }
 
-    /// Deletes manifests no retained snapshot uses and collects their blobs.
-    fn release(&mut self, folder: &Path, dropped: &[Snap]) -> Result<(), SnapError> {
+    /// The manifests of `dropped` that no retained snapshot uses.
+    fn gone_manifests(
+        &mut self,
+        folder: &Path,
+        dropped: &[Snap],
+    ) -> Result<HashSet<String>, SnapError> {
+        let fs = self.folder(folder)?;
+        let used: HashSet<&str> = fs
+            .timeline
+            .snaps
+            .iter()
+            .map(|s| s.manifest.as_str())
+            .collect();
+        Ok(dropped
+            .iter()
+            .map(|s| s.manifest.clone())
+            .filter(|m| !used.contains(m.as_str()))
+            .collect())
+    }
+
+    /// Rewrites in full every retained delta whose base is a manifest of
+    /// `dropped` that goes.
+    fn rewrite_deltas_on_dropped(
+        &mut self,
+        folder: &Path,
+        dropped: &[Snap],
+    ) -> Result<(), SnapError> {
+        if dropped.is_empty() {
+            return Ok(());
+        }
+        let gone = self.gone_manifests(folder, dropped)?;
+        if gone.is_empty() {
+            return Ok(());
+        }
         let fs = self.folder(folder)?;
         let used: HashSet<String> = fs
             .timeline
@@ -522,15 +563,6 @@ impl SnapshotStore {
         let dir = fs.dir.clone();
         let manifests = dir.join("manifests");
         let file = |id: &str| manifests.join(format!("{id}.zst"));
-        let gone: HashSet<String> = dropped
-            .iter()
-            .map(|s| s.manifest.clone())
-            .filter(|m| !used.contains(m))
-            .collect();
-        if gone.is_empty() {
-            return Ok(());
-        }
-        // A retained delta whose base goes is rewritten in full first.
         for id in &used {
             let Ok(bytes) = std::fs::read(file(id)) else {
                 continue;
@@ -556,6 +588,18 @@ impl SnapshotStore {
                 latest.2 = 0;
             }
         }
+        Ok(())
+    }
+
+    /// Deletes manifests no retained snapshot uses and collects their blobs
+    /// (after [`Self::rewrite_deltas_on_dropped`] and the timeline's save).
+    fn release(&mut self, folder: &Path, dropped: &[Snap]) -> Result<(), SnapError> {
+        let gone = self.gone_manifests(folder, dropped)?;
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let manifests = self.folder(folder)?.dir.join("manifests");
+        let file = |id: &str| manifests.join(format!("{id}.zst"));
         for id in &gone {
             if let Ok(m) = std::fs::read(file(id)).and_then(|b| Stored::decode(&b)) {
                 self.blobs.drop_refs(m.own_hashes().iter());
