@@ -42,8 +42,16 @@ impl CliError {
     /// unreachable (3); anything else failed the command (1).
     pub fn from_status(what: &str, status: &tonic::Status) -> Self {
         use tonic::Code;
+        // A transport failure (the connection broke: agentd stopped or
+        // died) comes as Unknown with its cause attached; a status agentd
+        // sent has none.
+        let broken = status.code() == Code::Unknown && std::error::Error::source(status).is_some();
         match status.code() {
             Code::Unavailable | Code::Cancelled => Self::unreachable(format!(
+                "{what}: lost the connection to agentd: {}",
+                status.message()
+            )),
+            Code::Unknown if broken => Self::unreachable(format!(
                 "{what}: lost the connection to agentd: {}",
                 status.message()
             )),

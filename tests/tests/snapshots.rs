@@ -325,3 +325,75 @@ fn repeated_undo_passes_a_message_that_changed_nothing_and_rewind_takes_an_id() 
     assert_code(&out, 0);
     assert!(env.work.join("a.txt").exists());
 }
+
+/// kill -9 of agentd during a 6,000-file rewind: the client says agentd
+/// stopped during the rewind; the next command finishes it (or, killed
+/// before it began, leaves the folder as it was) — never half a tree, never
+/// a restore temp file left in the user's folder.
+#[test]
+fn kill_9_during_a_rewind_is_finished_by_the_next_command() {
+    let env = TestEnv::new();
+    let write_all = |tag: &str| {
+        for d in 0..60 {
+            let dir = env.work.join(format!("d{d}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            for f in 0..100 {
+                std::fs::write(dir.join(format!("f{f}")), format!("{tag} {d}/{f}")).unwrap();
+            }
+        }
+    };
+    write_all("base");
+    assert_code(&env.run(["snapshot", "--label", "base"]), 0);
+    let base = files(&env.work);
+    for (round, delay) in [15u64, 80].iter().enumerate() {
+        let tag = format!("round{round}");
+        write_all(&tag);
+        assert_code(&env.run(["snapshot"]), 0);
+        let edited = files(&env.work);
+        let list = json_out(&env.run(["snapshots", "--json"]));
+        let base_id = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["label"] == "base")
+            .map(|s| s["id"].as_str().unwrap().to_owned())
+            .unwrap();
+        let child = env
+            .agentx(["rewind", &base_id, "--yes"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(*delay));
+        if let Some(pid) = env.daemon_pids().first().copied() {
+            kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+            assert!(wait_pid_gone(pid, Duration::from_secs(5)));
+        }
+        let out = child.wait_with_output().unwrap();
+        if out.status.code() != Some(0) {
+            assert_code(&out, 3);
+            let err = stderr(&out);
+            assert!(
+                err.contains("agentd stopped during the rewind")
+                    || err.contains("agentd stopped while planning the restore"),
+                "{err}"
+            );
+        }
+        // The next command (a fresh agentd) finishes what was journaled.
+        json_out(&env.run(["snapshots", "--json"]));
+        let now = files(&env.work);
+        assert!(
+            now == base || now == edited,
+            "round {round}: a half-restored tree ({} of {} paths differ from the base)",
+            now.iter().filter(|(p, c)| base.get(*p) != Some(*c)).count(),
+            now.len()
+        );
+        assert!(
+            !now.keys().any(|p| p.contains(".agentx-restore-")),
+            "a restore temp file was left in the folder"
+        );
+        // Back to the base for the next round.
+        assert_code(&env.run(["rewind", &base_id, "--yes"]), 0);
+        assert_eq!(files(&env.work), base);
+    }
+}

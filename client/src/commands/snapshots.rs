@@ -122,7 +122,16 @@ pub async fn restore(ctx: &Ctx, what: Restore, yes: bool, force: bool) -> CliRes
     let plan = client(ctx)
         .plan_restore(request.clone())
         .await
-        .map_err(|s| CliError::from_status("planning the restore", &s))?
+        .map_err(|s| {
+            let e = CliError::from_status("planning the restore", &s);
+            if e.exit == crate::error::Exit::Unreachable {
+                CliError::unreachable(
+                    "agentd stopped while planning the restore; nothing was changed — run it again",
+                )
+            } else {
+                e
+            }
+        })?
         .into_inner();
     let undo = matches!(what, Restore::Undo(_));
     let verb = if undo { "undo" } else { "rewind" };
