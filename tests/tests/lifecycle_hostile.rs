@@ -138,7 +138,7 @@ fn a_frozen_daemon_is_named_not_waited_on_forever() {
 #[test]
 fn a_read_only_profile_says_it_must_be_writable() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED a_read_only_profile_says_it_must_be_writable: mounting needs root");
+        agentx_tests::skip("mounting needs root");
         return;
     }
     let env = TestEnv::new();
@@ -156,7 +156,7 @@ fn a_read_only_profile_says_it_must_be_writable() {
     };
     let home = env.home.to_str().unwrap();
     if !mount(&["--bind", home, home]) {
-        eprintln!("SKIPPED a_read_only_profile_says_it_must_be_writable: bind mount failed");
+        agentx_tests::skip("the bind mount failed");
         return;
     }
     struct Unmount(String);

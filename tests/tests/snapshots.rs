@@ -397,3 +397,73 @@ fn kill_9_during_a_rewind_is_finished_by_the_next_command() {
         assert_eq!(files(&env.work), base);
     }
 }
+
+/// As an ordinary user, files and folders the scan cannot read are
+/// recorded as present-but-unreadable: a rewind to a snapshot that could
+/// not read them never deletes them as "created".
+#[test]
+fn unreadable_paths_are_never_removed_by_a_restore() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !agentx_tests::is_root() {
+        agentx_tests::skip("needs root to run agentx as another user");
+        return;
+    }
+    let env = TestEnv::new();
+    env.open_root_for_others();
+    let nobody = nix::unistd::Uid::from_raw(65534);
+    let group = nix::unistd::Gid::from_raw(65534);
+    std::fs::create_dir(&env.home).unwrap();
+    std::fs::set_permissions(&env.home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for dir in [&env.home, &env.work] {
+        nix::unistd::chown(dir.as_path(), Some(nobody), Some(group)).unwrap();
+    }
+    let as_nobody = |script: &str| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .args(["sh", "-c", script])
+            .env_clear()
+            .env(
+                "PATH",
+                format!("{}:/usr/bin:/bin", agentx_tests::bin_dir().display()),
+            )
+            .env("AGENTX_HOME", &env.home)
+            .current_dir(&env.work)
+            .output()
+            .unwrap()
+    };
+    let out = as_nobody(
+        "echo precious > notes.txt && chmod 000 notes.txt && mkdir locked && \
+         echo in > locked/k && chmod 000 locked && agentx snapshot --label unreadable",
+    );
+    assert_code(&out, 0);
+    let list = as_nobody("agentx snapshots --json");
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let snap = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["label"] == "unreadable")
+        .unwrap()
+        .clone();
+    // The snapshot says what it could not read, and why.
+    assert_eq!(snap["skipped"], 2, "{snap}");
+    assert!(
+        snap["skipped_why"].as_str().unwrap().contains("unreadable"),
+        "{snap}"
+    );
+    let id = snap["id"].as_str().unwrap().to_owned();
+    let out = as_nobody(&format!(
+        "chmod 600 notes.txt && chmod 700 locked && agentx snapshot --label readable && \
+         agentx rewind {id} --yes"
+    ));
+    assert_code(&out, 0);
+    assert_eq!(
+        std::fs::read_to_string(env.work.join("notes.txt")).unwrap(),
+        "precious\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.work.join("locked/k")).unwrap(),
+        "in\n"
+    );
+    let _ = as_nobody("agentx daemon stop");
+}
