@@ -83,6 +83,9 @@ fn the_api_key_is_never_written_and_nothing_lands_in_the_chat_folder() {
         "read my file\n!echo local\nthanks\n",
     );
     assert_code(&out, 0);
+    // agentd writes in the background (search indexing) after a turn: stop
+    // it, so the files listed are the files read.
+    assert_code(&env.run(["daemon", "stop"]), 0);
     for file in env.profile_files() {
         let bytes = std::fs::read(&file).unwrap();
         let text = String::from_utf8_lossy(&bytes);

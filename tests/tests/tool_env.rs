@@ -105,6 +105,7 @@ fn a_tool_sees_the_callers_variables_path_and_umask() {
 
     // agentd's own files stay private whatever the caller's umask, and the
     // caller's environment is written nowhere (documents, journals, logs).
+    assert_code(&env.run(["daemon", "stop"]), 0);
     for file in env.profile_files() {
         let bytes = std::fs::read(&file).unwrap();
         assert!(
