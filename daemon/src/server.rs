@@ -35,6 +35,10 @@ use crate::turn::Engine;
 /// stop timeout and the design's "exit within 5 s" both leave room for it.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(4);
 
+/// Running tool commands are killed at once on a stop; their supervisors
+/// take this long at most to report their trees gone.
+const TOOLS_STOP_TIMEOUT: Duration = Duration::from_secs(3);
+
 pub struct Config {
     pub profile: Profile,
     pub log_path: Option<PathBuf>,
@@ -166,7 +170,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // find a socket nobody will answer on.
     remove_owned_socket(owned_path.as_ref());
 
-    match tokio::time::timeout(DRAIN_TIMEOUT, server).await {
+    // Tool commands die with their whole process trees now: a turn running
+    // one records it as interrupted and ends, so its RPC drains too.
+    let (tools_gone, drained) = tokio::join!(
+        crate::turn::shell::stop_all(TOOLS_STOP_TIMEOUT),
+        tokio::time::timeout(DRAIN_TIMEOUT, server)
+    );
+    if !tools_gone {
+        tracing::warn!("some tool processes were still exiting after {TOOLS_STOP_TIMEOUT:?}");
+    }
+    match drained {
         Ok(Ok(Ok(()))) => tracing::info!("all RPCs finished"),
         Ok(Ok(Err(err))) => tracing::warn!("server error while stopping: {err}"),
         Ok(Err(err)) => tracing::warn!("server task failed: {err}"),

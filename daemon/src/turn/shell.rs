@@ -1,9 +1,15 @@
 //! The `shell` tool: runs `sh -c COMMAND` in the conversation's folder with a
-//! timeout, capturing combined output bounded to its head and tail.
+//! timeout, capturing combined output bounded to its head and tail. Every
+//! command runs under a supervisor process (see `supervisor`) that kills
+//! all it started when agentd dies, stops, or gives up on it.
+
+mod supervisor;
 
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt as _;
@@ -109,113 +115,318 @@ impl Bounded {
     }
 }
 
-/// Runs the command; a `true` on `cancel` kills it.
+/// Runs the command; a `true` on `cancel` kills it (and all it started).
+///
+/// When agentd stops ([`stop_all`]) the command and all it started are
+/// killed at once, and this never returns: the turn is cut by the drain,
+/// and its call stays recorded as running, that is interrupted, as after a
+/// crash (`agentx` offers to continue and does not run it again).
 pub async fn run(
     command: &str,
     cwd: &Path,
     env: &Environment,
     timeout: Duration,
-    mut cancel: watch::Receiver<bool>,
+    cancel: watch::Receiver<bool>,
 ) -> std::io::Result<Outcome> {
-    let (reader, writer) = std::io::pipe()?;
-    let writer_err = writer.try_clone()?;
-    // By absolute path: the caller's PATH must not decide which shell runs.
-    let mut cmd = tokio::process::Command::new("/bin/sh");
-    if !env.vars.is_empty() {
-        cmd.env_clear()
-            .envs(env.vars.iter().cloned())
-            .env("PWD", cwd);
-    }
-    if let Some(mask) = env.umask {
-        let mask = nix::sys::stat::Mode::from_bits_truncate(mask as nix::libc::mode_t);
-        // SAFETY: umask is async-signal-safe and only affects the child.
-        unsafe {
-            cmd.pre_exec(move || {
-                nix::sys::stat::umask(mask);
-                Ok(())
-            });
-        }
-    }
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(writer))
-        .stderr(Stdio::from(writer_err))
-        .process_group(0)
-        .kill_on_drop(true);
-    // SAFETY: prctl is async-signal-safe; it only sets a flag of the child.
-    // A command must not outlive an agentd that was killed: its turn is
-    // recorded as interrupted and nobody would collect its output.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                .map_err(std::io::Error::from)
-        });
-    }
-    let mut child = cmd.spawn()?;
-    let pgid = child.id().and_then(|id| i32::try_from(id).ok());
-    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into())?;
-
-    let mut output = Bounded::new();
-    let mut buf = vec![0u8; 8192];
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut timed_out = false;
-    let mut cancelled = false;
-    let mut status = None;
-    let mut eof = false;
-    while !(eof && status.is_some()) {
-        tokio::select! {
-            read = pipe.read(&mut buf), if !eof => match read {
-                Ok(0) | Err(_) => eof = true,
-                Ok(n) => output.push(&buf[..n]),
-            },
-            exit = child.wait(), if status.is_none() => {
-                status = Some(exit?);
-                // Background children may hold the pipe open: give the
-                // output a moment to drain, then stop reading.
-                if !eof {
-                    let grace = tokio::time::sleep(Duration::from_millis(200));
-                    tokio::pin!(grace);
-                    loop {
-                        tokio::select! {
-                            read = pipe.read(&mut buf) => match read {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => output.push(&buf[..n]),
-                            },
-                            () = &mut grace => break,
-                        }
-                    }
-                    eof = true;
-                }
-            },
-            () = tokio::time::sleep_until(deadline), if status.is_none() => {
-                timed_out = true;
-                kill_group(pgid);
-            },
-            changed = cancel.changed(), if status.is_none() && !cancelled => {
-                if changed.is_err() || *cancel.borrow() {
-                    cancelled = true;
-                    kill_group(pgid);
-                }
-            },
-        }
-    }
-    let exit_code = status.and_then(|s| s.code());
-    Ok(Outcome {
-        exit_code,
-        output: output.finish(),
-        timed_out,
-        cancelled,
-    })
+    TOOLS.run(command, cwd, env, timeout, cancel).await
 }
 
-fn kill_group(pgid: Option<i32>) {
-    if let Some(pgid) = pgid {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pgid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+/// Kills every running tool command of this agentd, with all it started,
+/// and waits (at most `bound`) until they are gone; commands that would
+/// start later end at once. `false` if some were still there at the bound.
+pub async fn stop_all(bound: Duration) -> bool {
+    TOOLS.stop_all(bound).await
+}
+
+/// This agentd's tool commands.
+static TOOLS: LazyLock<Tools> = LazyLock::new(Tools::new);
+
+/// Tool commands that one stop request ends: each command and each
+/// supervisor still alive holds a receiver of `stop`.
+pub struct Tools {
+    stop: watch::Sender<bool>,
+}
+
+impl Default for Tools {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tools {
+    pub fn new() -> Self {
+        Self {
+            stop: watch::Sender::new(false),
+        }
+    }
+
+    pub async fn stop_all(&self, bound: Duration) -> bool {
+        self.stop.send_replace(true);
+        let deadline = tokio::time::Instant::now() + bound;
+        while self.stop.receiver_count() > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+
+    pub async fn run(
+        &self,
+        command: &str,
+        cwd: &Path,
+        env: &Environment,
+        timeout: Duration,
+        mut cancel: watch::Receiver<bool>,
+    ) -> std::io::Result<Outcome> {
+        let mut stop = self.stop.subscribe();
+        if *stop.borrow_and_update() {
+            drop(stop);
+            return std::future::pending().await;
+        }
+        let (reader, writer) = std::io::pipe()?;
+        // The supervisor (see `supervisor`) runs `/bin/sh -c COMMAND` by
+        // absolute path: the caller's PATH must not decide which shell runs.
+        // It gets the command's environment, umask and folder, and `sh`
+        // inherits them: nothing of agentd's leaks in.
+        let mut cmd = supervisor::command(command, std::process::id());
+        if !env.vars.is_empty() {
+            cmd.env_clear()
+                .envs(env.vars.iter().cloned())
+                .env("PWD", cwd);
+        }
+        if let Some(mask) = env.umask {
+            let mask = nix::sys::stat::Mode::from_bits_truncate(mask as nix::libc::mode_t);
+            // SAFETY: umask is async-signal-safe and only affects the child.
+            unsafe {
+                cmd.pre_exec(move || {
+                    nix::sys::stat::umask(mask);
+                    Ok(())
+                });
+            }
+        }
+        // SAFETY: prctl is async-signal-safe; it only sets a flag of the
+        // child. The supervisor catches the signal and kills the command
+        // with everything it started: nothing outlives a killed agentd.
+        // (The "parent" is this runtime worker thread, which lives as long
+        // as agentd does.)
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        cmd.current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(writer))
+            // Away from agentd's group: a Ctrl-C meant for agentd in a
+            // terminal reaches the supervisor only through agentd.
+            .process_group(0);
+        let mut cmd = tokio::process::Command::from(cmd);
+        let spawned = cmd.spawn();
+        // The command keeps its copy of the pipe's write end: drop it, or
+        // the output never ends.
+        drop(cmd);
+        let mut child = spawned?;
+        let Some(mut status_pipe) = child.stdout.take() else {
+            return Err(std::io::Error::other("the supervisor has no status pipe"));
+        };
+        let (kill_tx, kill_rx) = watch::channel(false);
+        let mut kill = KillSwitch {
+            tx: kill_tx,
+            armed: true,
+        };
+        tokio::spawn(own(Supervisor(child), kill_rx, stop.clone()));
+        let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into())?;
+
+        let mut output = Bounded::new();
+        let mut buf = vec![0u8; 8192];
+        let mut report = Vec::new();
+        let mut report_buf = [0u8; 64];
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut timed_out = false;
+        let mut cancelled = false;
+        let mut stopped = false;
+        let mut stop_open = true;
+        let mut status: Option<Option<i32>> = None;
+        let mut eof = false;
+        while !(eof && status.is_some()) {
+            tokio::select! {
+                read = pipe.read(&mut buf), if !eof => match read {
+                    Ok(0) | Err(_) => eof = true,
+                    Ok(n) => output.push(&buf[..n]),
+                },
+                read = status_pipe.read(&mut report_buf), if status.is_none() => match read {
+                    Ok(n) if n > 0 && report.len() < 64 => report.extend_from_slice(&report_buf[..n]),
+                    Ok(n) if n > 0 => {}
+                    _ => {
+                        let exit_code = match parse_report(&report) {
+                            Err(errno) => {
+                                kill.armed = false;
+                                return Err(std::io::Error::from_raw_os_error(errno));
+                            }
+                            Ok(code) => code,
+                        };
+                        status = Some(exit_code);
+                        // Background children may hold the pipe open: give
+                        // the output a moment to drain, then stop reading.
+                        if !eof {
+                            let grace = tokio::time::sleep(Duration::from_millis(200));
+                            tokio::pin!(grace);
+                            loop {
+                                tokio::select! {
+                                    read = pipe.read(&mut buf) => match read {
+                                        Ok(0) | Err(_) => break,
+                                        Ok(n) => output.push(&buf[..n]),
+                                    },
+                                    () = &mut grace => break,
+                                }
+                            }
+                            eof = true;
+                        }
+                    }
+                },
+                () = tokio::time::sleep_until(deadline), if status.is_none() && !timed_out => {
+                    timed_out = true;
+                    kill.fire();
+                },
+                changed = cancel.changed(), if status.is_none() && !cancelled => {
+                    if changed.is_err() || *cancel.borrow() {
+                        cancelled = true;
+                        kill.fire();
+                    }
+                },
+                stopping = async { stop.wait_for(|s| *s).await.is_ok() }, if status.is_none() && !stopped && stop_open => {
+                    if stopping {
+                        stopped = true;
+                        kill.fire();
+                    } else {
+                        stop_open = false;
+                    }
+                },
+            }
+        }
+        // What the command left running in the background goes on, watched
+        // by its supervisor.
+        kill.armed = false;
+        if stopped {
+            // Everything is dead; let `stop_all` see it, and leave the turn
+            // to the drain.
+            drop((stop, kill));
+            return std::future::pending().await;
+        }
+        Ok(Outcome {
+            exit_code: status.flatten(),
+            output: output.finish(),
+            timed_out,
+            cancelled,
+        })
+    }
+}
+
+/// The supervisor's one line: `Ok(exit code)` (`None`: a signal, or no
+/// report), `Err(errno)` when `sh` could not start.
+fn parse_report(report: &[u8]) -> Result<Option<i32>, i32> {
+    let text = String::from_utf8_lossy(report);
+    let mut words = text.split_whitespace();
+    let (kind, value) = (
+        words.next(),
+        words.next().and_then(|v| v.parse::<i32>().ok()),
+    );
+    match (kind, value) {
+        (Some("exit"), Some(code)) => Ok(Some(code)),
+        (Some("error"), Some(errno)) => Err(errno),
+        _ => Ok(None),
+    }
+}
+
+/// Asks the supervisor to kill the command; also when the caller stops
+/// waiting for it (its future dropped) before it finished.
+struct KillSwitch {
+    tx: watch::Sender<bool>,
+    armed: bool,
+}
+
+impl KillSwitch {
+    fn fire(&self) {
+        let _ = self.tx.send(true);
+    }
+}
+
+impl Drop for KillSwitch {
+    fn drop(&mut self) {
+        if self.armed {
+            self.fire();
+        }
+    }
+}
+
+/// A running supervisor; dropped unreaped (the runtime shutting down), it
+/// is told to kill its command.
+struct Supervisor(tokio::process::Child);
+
+impl Supervisor {
+    fn terminate(&self) {
+        // `id` is `None` once reaped: the pid can no longer be someone else's.
+        if let Some(pid) = self.0.id().and_then(|id| i32::try_from(id).ok()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+/// Waits for a supervisor to exit, telling it to kill its command on a
+/// kill request or a stop; holds a receiver of the stop signal until then.
+async fn own(
+    mut supervisor: Supervisor,
+    mut kill: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
+) {
+    /// A supervisor kills its tree within 3 s; one that hangs is killed.
+    const ESCALATE_AFTER: Duration = Duration::from_secs(5);
+    let mut asked: Option<tokio::time::Instant> = None;
+    let mut escalated = false;
+    let (mut kill_open, mut stop_open) = (true, true);
+    loop {
+        let escalate = async {
+            match asked {
+                Some(at) if !escalated => tokio::time::sleep_until(at + ESCALATE_AFTER).await,
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = supervisor.0.wait() => return,
+            killing = async { kill.wait_for(|k| *k).await.is_ok() }, if asked.is_none() && kill_open => {
+                if killing {
+                    supervisor.terminate();
+                    asked = Some(tokio::time::Instant::now());
+                } else {
+                    kill_open = false;
+                }
+            },
+            stopping = async { stop.wait_for(|s| *s).await.is_ok() }, if asked.is_none() && stop_open => {
+                if stopping {
+                    supervisor.terminate();
+                    asked = Some(tokio::time::Instant::now());
+                } else {
+                    stop_open = false;
+                }
+            },
+            () = escalate => {
+                escalated = true;
+                let _ = supervisor.0.start_kill();
+            },
+        }
     }
 }
 
@@ -313,15 +524,77 @@ mod tests {
         assert!(out.output.len() < KEEP_HEAD + KEEP_TAIL + 100);
     }
 
+    /// Waits (at most `bound`) until `pid` is no more (a zombie counts:
+    /// it runs nothing).
+    fn gone_within(pid: i32, bound: Duration) -> bool {
+        let deadline = std::time::Instant::now() + bound;
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+            if stat.is_empty() || state == Some(Some('Z')) {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn alive(pid: i32) -> bool {
+        !gone_within(pid, Duration::ZERO)
+    }
+
+    /// Reads the pid a command wrote to `name` in `dir`, waiting for it.
+    fn pid_in(dir: &Path, name: &str) -> i32 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+            if text.ends_with('\n')
+                && let Ok(pid) = text.trim().parse()
+            {
+                return pid;
+            }
+            assert!(std::time::Instant::now() < deadline, "no {name}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The pids [`with_background`] wrote in `dir`, once the second one
+    /// runs in its own session (`setsid` may not have got there yet when
+    /// its pid is written).
+    fn background_pids(dir: &Path) -> [i32; 2] {
+        let pids = [pid_in(dir, "bg1"), pid_in(dir, "bg2")];
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", pids[1])).unwrap();
+            // `pid (comm) state ppid pgrp session …`
+            let (_, rest) = stat.rsplit_once(") ").unwrap();
+            let session: i32 = rest.split_whitespace().nth(3).unwrap().parse().unwrap();
+            if session == pids[1] {
+                return pids;
+            }
+            assert!(std::time::Instant::now() < deadline, "setsid never ran");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A command that starts two background sleepers, one of them in a
+    /// session of its own (out of the process group), writes their pids to
+    /// `bg1` and `bg2`, and then `tail`s.
+    fn with_background(tail: &str) -> String {
+        format!("sleep 30 & echo $! > bg1; setsid sleep 30 & echo $! > bg2; {tail}")
+    }
+
     #[tokio::test]
-    async fn timeout_kills_the_whole_process_group() {
+    async fn timeout_kills_everything_the_command_started() {
         let dir = tempfile::tempdir().unwrap();
         let started = std::time::Instant::now();
         let out = run(
-            "sleep 30 & sleep 30",
+            &with_background("wait"),
             dir.path(),
             &Environment::default(),
-            Duration::from_millis(300),
+            Duration::from_millis(1000),
             no_cancel(),
         )
         .await
@@ -329,17 +602,26 @@ mod tests {
         assert!(out.timed_out);
         assert!(started.elapsed() < Duration::from_secs(5));
         assert!(out.for_model().starts_with("timed out"));
+        for name in ["bg1", "bg2"] {
+            let pid = pid_in(dir.path(), name);
+            assert!(
+                gone_within(pid, Duration::from_secs(2)),
+                "{name} {pid} survived"
+            );
+        }
     }
 
-    #[tokio::test]
-    async fn cancel_kills_the_command() {
+    // Several threads: the tests wait for pid files by blocking.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cancel_kills_everything_the_command_started() {
         let dir = tempfile::tempdir().unwrap();
         let (tx, rx) = watch::channel(false);
         let task = tokio::spawn({
             let dir = dir.path().to_path_buf();
+            let command = with_background("sleep 30");
             async move {
                 run(
-                    "sleep 30",
+                    &command,
                     &dir,
                     &Environment::default(),
                     Duration::from_secs(60),
@@ -348,9 +630,159 @@ mod tests {
                 .await
             }
         });
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let pids = background_pids(dir.path());
+        assert!(pids.iter().all(|&pid| alive(pid)));
         tx.send(true).unwrap();
         let out = task.await.unwrap().unwrap();
         assert!(out.cancelled);
+        for pid in pids {
+            assert!(gone_within(pid, Duration::from_secs(2)), "{pid} survived");
+        }
+    }
+
+    // Several threads: the tests wait for pid files by blocking.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stop_all_kills_running_and_lingering_commands_and_starts_no_more() {
+        let tools = std::sync::Arc::new(Tools::new());
+        let done = tempfile::tempdir().unwrap();
+        let running = tempfile::tempdir().unwrap();
+        // Finished, but left two sleepers behind: they go on, supervised.
+        let out = tools
+            .run(
+                &with_background("echo done"),
+                done.path(),
+                &Environment::default(),
+                Duration::from_secs(10),
+                no_cancel(),
+            )
+            .await
+            .unwrap();
+        assert_eq!((out.exit_code, out.output.as_str()), (Some(0), "done\n"));
+        let lingering = background_pids(done.path());
+        assert!(lingering.iter().all(|&pid| alive(pid)));
+        let task = tokio::spawn({
+            let tools = std::sync::Arc::clone(&tools);
+            let dir = running.path().to_path_buf();
+            let command = with_background("echo partial; sleep 30");
+            async move {
+                tools
+                    .run(
+                        &command,
+                        &dir,
+                        &Environment::default(),
+                        Duration::from_secs(60),
+                        no_cancel(),
+                    )
+                    .await
+            }
+        });
+        let running_pids = background_pids(running.path());
+
+        assert!(tools.stop_all(Duration::from_secs(5)).await);
+        for pid in lingering.into_iter().chain(running_pids) {
+            assert!(!alive(pid), "{pid} survived the stop");
+        }
+        // The turn's call is left as it was (running, so interrupted): the
+        // drain cuts the turn.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!task.is_finished());
+        task.abort();
+        let later = tempfile::tempdir().unwrap();
+        let env = Environment::default();
+        let never = tools.run(
+            "touch ran",
+            later.path(),
+            &env,
+            Duration::from_secs(5),
+            no_cancel(),
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), never)
+                .await
+                .is_err()
+        );
+        assert!(!later.path().join("ran").exists());
+    }
+
+    /// The supervisor's death signal is agentd's death: here the thread
+    /// that started it ends (`PR_SET_PDEATHSIG` follows the spawning thread),
+    /// which the kernel reports exactly as it reports a `kill -9`'d agentd.
+    #[test]
+    fn the_supervisor_kills_everything_when_its_parent_dies() {
+        let dir = tempfile::tempdir().unwrap();
+        let command = with_background("sh -c 'sleep 30; touch late' & echo $! > bg3; sleep 30");
+        let path = dir.path().to_path_buf();
+        let supervisor = std::thread::spawn(move || {
+            let mut cmd = supervisor::command(&command, std::process::id());
+            // SAFETY: as in `Tools::run`.
+            unsafe {
+                cmd.pre_exec(|| {
+                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+                        .map_err(std::io::Error::from)
+                });
+            }
+            let child = cmd
+                .current_dir(&path)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            background_pids(&path);
+            pid_in(&path, "bg3");
+            child
+        })
+        .join()
+        .unwrap();
+        let pids = ["bg1", "bg2", "bg3"].map(|name| pid_in(dir.path(), name));
+        for pid in pids {
+            assert!(gone_within(pid, Duration::from_secs(2)), "{pid} survived");
+        }
+        let mut supervisor = supervisor;
+        let status = supervisor.wait().unwrap();
+        assert_eq!(status.code(), Some(0));
+        let mut report = String::new();
+        std::io::Read::read_to_string(&mut supervisor.stdout.take().unwrap(), &mut report).unwrap();
+        assert_eq!(report, "signal 9\n");
+    }
+
+    #[tokio::test]
+    async fn commands_start_with_a_clean_signal_state_and_report_start_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(
+            "grep -E '^Sig(Blk|Ign)' /proc/self/status; kill -TERM $$",
+            dir.path(),
+            &Environment::default(),
+            Duration::from_secs(5),
+            no_cancel(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.exit_code, None, "{out:?}");
+        let masks: Vec<u64> = out
+            .output
+            .lines()
+            .map(|l| u64::from_str_radix(l.split_whitespace().nth(1).unwrap(), 16).unwrap())
+            .collect();
+        assert_eq!(masks.len(), 2, "{}", out.output);
+        assert_eq!(masks[0], 0, "blocked signals: {}", out.output);
+        assert_eq!(
+            masks[1] & (1 << (13 - 1)),
+            0,
+            "SIGPIPE ignored: {}",
+            out.output
+        );
+
+        let missing = dir.path().join("missing");
+        let err = run(
+            "true",
+            &missing,
+            &Environment::default(),
+            Duration::from_secs(5),
+            no_cancel(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
     }
 }

@@ -1,0 +1,93 @@
+//! Nothing a tool command starts outlives agentd: not its background jobs,
+//! not their children, whether agentd is killed (`kill -9` included) or
+//! stopped.
+
+use std::path::Path;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use agentx_tests::fake_model::FakeModel;
+use agentx_tests::{TestEnv, assert_code, stdout, wait_pid_gone};
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+use serde_json::Value;
+
+/// A background job that would touch `late` two seconds on, its pid in
+/// `bgpid`, while the command itself sleeps on.
+const COMMAND: &str = "sh -c 'sleep 2; touch late' & echo $! > bgpid; sleep 30";
+
+/// Starts a turn whose tool runs [`COMMAND`]; returns the client and the
+/// background job's pid once it runs.
+fn start_tool(env: &TestEnv, model: &FakeModel) -> (Child, i32) {
+    let client = env.chat_command(model, ["--auto"], &format!("CALL {COMMAND}\n"));
+    let pid = read_pid(&env.work.join("bgpid"));
+    assert!(
+        kill(Pid::from_raw(pid), None).is_ok(),
+        "{pid} is not running"
+    );
+    (client, pid)
+}
+
+fn read_pid(path: &Path) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.ends_with('\n')
+            && let Ok(pid) = text.trim().parse()
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the tool never wrote {}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The background job must be gone at once, and its `touch` never run.
+fn assert_never_late(env: &TestEnv, pid: i32) {
+    assert!(
+        wait_pid_gone(pid, Duration::from_secs(1)),
+        "the tool's background job {pid} was not killed at once"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        !env.work.join("late").exists(),
+        "a process of the tool ran on after agentd"
+    );
+}
+
+#[test]
+fn killing_agentd_kills_everything_its_tool_started() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let (client, pid) = start_tool(&env, &model);
+    env.kill_daemons();
+    assert_never_late(&env, pid);
+    let _ = client.wait_with_output();
+}
+
+#[test]
+fn stopping_agentd_kills_everything_its_tool_started_at_once() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let (client, pid) = start_tool(&env, &model);
+    let stop = std::thread::spawn({
+        let mut stop = env.agentx(["daemon", "stop"]);
+        move || stop.output().unwrap()
+    });
+    // Killed at once, not when the drain gives up on the turn (4 s).
+    assert_never_late(&env, pid);
+    assert_code(&stop.join().unwrap(), 0);
+    let _ = client.wait_with_output();
+
+    // The call is kept as it was when agentd stopped: running, interrupted;
+    // `agentx` will offer to continue and not run it again.
+    let out = env.run(["status", "--json"]);
+    assert_code(&out, 0);
+    let st: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(st["pending_tool_calls"][0]["state"], "running", "{st}");
+    assert!(st["interrupted"].is_object(), "{st}");
+}
