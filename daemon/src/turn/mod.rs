@@ -325,7 +325,23 @@ impl Turn<'_> {
             }
             Mode::Continue => {
                 if doc.pending_calls.is_empty() && self.unsent.is_empty() {
-                    return Err(Self::failed("there is no interrupted turn to continue"));
+                    if doc.interrupted.is_none() && !doc.turn_open {
+                        return Err(Self::failed("there is no interrupted turn to continue"));
+                    }
+                    // Interrupted after its last request had been answered
+                    // and recorded: nothing is left to run or send. Settle
+                    // the marker so the conversation simply goes on.
+                    self.commit(Change {
+                        turn_open: Some(false),
+                        interrupted: Some(None),
+                        ..Change::default()
+                    })
+                    .await?;
+                    self.emit(Event::Notice(
+                        "the interrupted turn had nothing left to run or send".to_owned(),
+                    ))
+                    .await;
+                    return Ok(String::new());
                 }
                 self.commit(Change {
                     turn_open: Some(true),
