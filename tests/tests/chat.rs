@@ -7,12 +7,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use agentx_tests::fake_model::{FakeModel, Reply};
+use agentx_tests::json_out;
 use agentx_tests::{TEST_KEY, TestEnv, assert_code, stderr, stdout};
-
-fn json_out(out: &std::process::Output) -> Value {
-    assert_code(out, 0);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))
-}
 
 /// Bodies the fake received, in order.
 fn bodies(model: &FakeModel) -> Vec<Value> {

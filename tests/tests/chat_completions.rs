@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use agentx_tests::fake_model::{FakeModel, Reply};
+use agentx_tests::json_out;
 use agentx_tests::{TestEnv, assert_code, stderr, stdout};
 
 fn chat_env() -> TestEnv {
@@ -26,11 +27,6 @@ fn bodies(model: &FakeModel) -> Vec<Value> {
         );
     }
     requests.into_iter().map(|r| r.body).collect()
-}
-
-fn json_out(out: &std::process::Output) -> Value {
-    assert_code(out, 0);
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]

@@ -7,7 +7,6 @@
 //! Mounting needs root: without it (or when the mount fails) each test
 //! prints a visible `SKIPPED:` line and returns.
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -16,6 +15,7 @@ use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
 use agentx_tests::{TestEnv, assert_code, is_root, skip, stderr, stdout};
+use agentx_tests::{files, json_out};
 
 /// A tmpfs mounted for the test; lazily unmounted on drop, so a failing
 /// test never leaves a mount behind.
@@ -74,31 +74,6 @@ impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.dir).output();
     }
-}
-
-fn json_out(out: &Output) -> Value {
-    assert_code(out, 0);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))
-}
-
-/// Every file under `root` with its content.
-fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(
-                    p.strip_prefix(root).unwrap().display().to_string(),
-                    std::fs::read(&p).unwrap(),
-                );
-            }
-        }
-    }
-    out
 }
 
 /// The command failed (exit 1) with one error line naming the full disk

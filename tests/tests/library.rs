@@ -6,12 +6,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use agentx_tests::fake_model::{FakeModel, Reply};
+use agentx_tests::json_out;
 use agentx_tests::{TestEnv, assert_code, stderr, stdout};
-
-fn json_out(out: &std::process::Output) -> Value {
-    assert_code(out, 0);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))
-}
 
 fn sessions(env: &TestEnv) -> Vec<Value> {
     json_out(&env.run(["sessions", "--json"]))

@@ -10,14 +10,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use agentx_tests::fake_model::{FakeModel, Reply};
+use agentx_tests::json_out;
 use agentx_tests::{TestEnv, assert_code, stderr, stdout};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-fn json_out(out: &Output) -> Value {
-    assert_code(out, 0);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))
-}
 
 fn exec(env: &TestEnv, model: &FakeModel, args: &[&str]) -> Output {
     env.chat(model, [&["exec"], args].concat(), "")

@@ -9,12 +9,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
+use agentx_tests::json_out;
 use agentx_tests::{TestEnv, agentd_bin, assert_code, stderr, stdout};
-
-fn json_out(out: &std::process::Output) -> Value {
-    assert_code(out, 0);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))
-}
 
 /// The one group directory under the profile's sessions (`<key>/<agent>`).
 fn group_dirs(env: &TestEnv) -> Vec<PathBuf> {

@@ -7,14 +7,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use agentx_tests::fake_model::{FakeModel, Reply};
+use agentx_tests::json_out;
 use agentx_tests::{TestEnv, assert_code, stderr, stdout, wait_pid_gone, wait_status};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-fn json_out(out: &std::process::Output) -> Value {
-    assert_code(out, 0);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))
-}
 
 fn status(env: &TestEnv) -> Value {
     json_out(&env.run(["status", "--json"]))

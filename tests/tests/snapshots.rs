@@ -2,42 +2,16 @@
 //! deletes files, then undo and rewind; listings; conflicts; the home-folder
 //! guard; and kill -9 of agentd while it snapshots.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use agentx_tests::fake_model::{FakeModel, Reply};
-use agentx_tests::{TestEnv, assert_code, stderr, stdout, wait_pid_gone};
+use agentx_tests::{TestEnv, assert_code, stderr, wait_pid_gone};
+use agentx_tests::{files, json_out};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-fn json_out(out: &std::process::Output) -> Value {
-    assert_code(out, 0);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))
-}
-
-/// Every file under `root` with its content (`.git` included, to prove it
-/// is left alone).
-fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(
-                    p.strip_prefix(root).unwrap().display().to_string(),
-                    std::fs::read(&p).unwrap(),
-                );
-            }
-        }
-    }
-    out
-}
 
 fn seed(work: &Path) {
     std::fs::create_dir_all(work.join("src")).unwrap();

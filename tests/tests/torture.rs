@@ -13,7 +13,6 @@
 //! round log when the test fails; `AGENTX_TORTURE_SEED=N` picks another.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::process::{Child, Command, Output};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -22,6 +21,7 @@ use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
 use agentx_tests::{TestEnv, assert_code, stderr, stdout, wait_pid_gone};
+use agentx_tests::{files, json_out};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -89,31 +89,6 @@ impl Drop for KeepProfile<'_> {
             }
         }
     }
-}
-
-fn json_out(out: &Output) -> Value {
-    assert_code(out, 0);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(out)))
-}
-
-/// Every file under `root` with its content.
-fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.insert(
-                    p.strip_prefix(root).unwrap().display().to_string(),
-                    std::fs::read(&p).unwrap(),
-                );
-            }
-        }
-    }
-    out
 }
 
 /// Waits for `child` at most [`COMMAND_LIMIT`]; a hang fails the test.

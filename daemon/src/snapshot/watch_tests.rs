@@ -411,6 +411,17 @@ fn after_a_restart_the_first_snapshot_is_a_full_scan() {
     assert!(s.watch.last_was_incremental(&root));
 }
 
+/// Sets `path`'s mtime `secs` seconds into the past.
+fn modified_ago(path: &Path, secs: u64) {
+    let at = std::time::SystemTime::now() - std::time::Duration::from_secs(secs);
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(at)
+        .unwrap();
+}
+
 #[test]
 fn a_verification_mismatch_falls_back_to_full_scans() {
     let tmp = tempfile::tempdir().unwrap();
@@ -420,13 +431,7 @@ fn a_verification_mismatch_falls_back_to_full_scans() {
     // that name raise no event in the folder's watches.
     let outside = tmp.path().join("outside.txt");
     std::fs::write(&outside, "one").unwrap();
-    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
-    std::fs::File::options()
-        .write(true)
-        .open(&outside)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
+    modified_ago(&outside, 7200);
     std::fs::hard_link(&outside, root.join("linked.txt")).unwrap();
     let mut s = store(&tmp.path().join("profile"));
     s.watch.config_mut().verify_every = 2;
@@ -434,13 +439,7 @@ fn a_verification_mismatch_falls_back_to_full_scans() {
     take_exact(&mut s, &root); // watcher-based, 1st
     std::fs::write(&outside, "two, longer").unwrap();
     // Outside the racy window, or the racy rule alone re-reads it.
-    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-    std::fs::File::options()
-        .write(true)
-        .open(&outside)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
+    modified_ago(&outside, 3600);
     // 2nd watcher-based snapshot: verified, mismatch, the full scan wins.
     let m = take_exact(&mut s, &root);
     let linked = m.entries.iter().find(|e| e.path == b"linked.txt").unwrap();
