@@ -14,6 +14,9 @@ use anyhow::Context as _;
 pub struct PidLock {
     file: File,
     path: PathBuf,
+    /// The profile directory's identity when the lock was taken: a profile
+    /// deleted and made anew is not ours to re-lock.
+    dir: Option<(u64, u64)>,
 }
 
 /// What [`PidLock::check`] found at the pid file's path.
@@ -61,6 +64,7 @@ impl PidLock {
         Ok(Acquired::Lock(PidLock {
             file,
             path: path.to_path_buf(),
+            dir: dir_id(path),
         }))
     }
 
@@ -77,6 +81,12 @@ impl PidLock {
             (_, Ok(_)) => "was replaced",
             (_, Err(e)) => return Check::Lost(format!("cannot inspect the pid file: {e}")),
         };
+        if dir_id(&self.path) != self.dir {
+            return Check::Lost(format!(
+                "{} {why} with its profile directory (deleted or replaced)",
+                self.path.display()
+            ));
+        }
         match Self::acquire(&self.path) {
             Ok(Acquired::Lock(lock)) => {
                 *self = lock;
@@ -95,6 +105,12 @@ impl PidLock {
             )),
         }
     }
+}
+
+/// The (device, inode) of the directory holding `path`.
+fn dir_id(path: &Path) -> Option<(u64, u64)> {
+    let dir = path.parent()?;
+    std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
 }
 
 fn write_pid(file: &mut File) -> std::io::Result<()> {
@@ -149,9 +165,12 @@ mod tests {
             panic!("the new file was already locked");
         };
         assert!(matches!(lock.check(), Check::Lost(_)));
-        // The whole profile gone: lost as well.
+        // The whole profile gone: lost as well, and also once it is made
+        // anew (another agentd's profile, not ours to re-lock).
         drop(_other);
         std::fs::remove_dir_all(dir.path()).unwrap();
+        assert!(matches!(lock.check(), Check::Lost(_)));
+        std::fs::create_dir(dir.path()).unwrap();
         assert!(matches!(lock.check(), Check::Lost(_)));
     }
 }
