@@ -286,6 +286,30 @@ pub fn open_file(root: &OwnedFd, rel: &[u8]) -> nix::Result<std::fs::File> {
     Ok(std::fs::File::from(fd))
 }
 
+/// Test hook: something writes a file between the read and its check.
+#[cfg(test)]
+pub(super) mod torn {
+    use std::sync::Mutex;
+
+    type Hook = Box<dyn FnMut(&[u8]) + Send>;
+    static HOOK: Mutex<Option<Hook>> = Mutex::new(None);
+
+    /// Runs `hook` with the relative path of every file just read.
+    pub fn set(hook: Option<Hook>) {
+        if let Ok(mut h) = HOOK.lock() {
+            *h = hook;
+        }
+    }
+
+    pub(super) fn while_reading(rel: &[u8]) {
+        if let Ok(mut h) = HOOK.lock()
+            && let Some(hook) = h.as_mut()
+        {
+            hook(rel);
+        }
+    }
+}
+
 /// Reads a file whole and checks it did not change while being read
 /// (size, mtime and ctime from fstat before and after; three tries).
 /// `Ok(Err(reason))`: it kept changing (a torn read is never stored as its
@@ -311,6 +335,8 @@ fn read_stable(root: &OwnedFd, rel: &[u8]) -> std::io::Result<Stable> {
         }
         let mut data = Vec::with_capacity(usize::try_from(before.st_size).unwrap_or(0));
         file.read_to_end(&mut data)?;
+        #[cfg(test)]
+        torn::while_reading(rel);
         let after = fstat(&file)?;
         if key(&before) == key(&after) && data.len() as u64 == after.st_size as u64 {
             return Ok(Ok((data, after)));

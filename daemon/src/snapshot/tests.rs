@@ -948,3 +948,56 @@ fn a_home_reached_through_a_symlink_is_refused() {
     .unwrap();
     assert!(matches!(s.take(&real, vec![]), Err(SnapError::Home(_))));
 }
+
+/// A file rewritten while the scan reads it is never stored half old, half
+/// new: the read is retried, and a file that keeps changing is recorded as
+/// not captured ("changing while it was read") — which a restore leaves
+/// alone.
+#[test]
+fn a_file_changing_while_read_is_reread_or_recorded_as_not_captured() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    let path = root.join("busy.log");
+    std::fs::write(&path, "first version\n").unwrap();
+    let mut s = store(tmp.path());
+    // Appends once, during the first read: the second read is stable.
+    let writes = Arc::new(AtomicU32::new(0));
+    let (w, p) = (Arc::clone(&writes), path.clone());
+    scan::torn::set(Some(Box::new(move |rel: &[u8]| {
+        if rel == b"busy.log" && w.fetch_add(1, Ordering::SeqCst) == 0 {
+            use std::io::Write as _;
+            let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+            f.write_all(b"appended\n").unwrap();
+        }
+    })));
+    let taken = s.take(&root, vec![]);
+    scan::torn::set(None);
+    taken.unwrap();
+    let (_, m, _) = s.latest(&root).unwrap().unwrap();
+    let e = m.entries.iter().find(|e| e.path == b"busy.log").unwrap();
+    assert_eq!(e.kind, manifest::Kind::File);
+    assert_eq!(e.size, "first version\nappended\n".len() as u64);
+    assert_eq!(
+        e.hash,
+        *blake3::hash(b"first version\nappended\n").as_bytes()
+    );
+
+    // Appends during every read: recorded as not captured, with why.
+    let p = path.clone();
+    scan::torn::set(Some(Box::new(move |rel: &[u8]| {
+        if rel == b"busy.log" {
+            use std::io::Write as _;
+            let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+            f.write_all(b"more\n").unwrap();
+        }
+    })));
+    let taken = s.take(&root, vec![]);
+    scan::torn::set(None);
+    taken.unwrap();
+    let (_, m, _) = s.latest(&root).unwrap().unwrap();
+    let e = m.entries.iter().find(|e| e.path == b"busy.log").unwrap();
+    assert_eq!(e.kind, manifest::Kind::Skipped, "{e:?}");
+    assert_eq!(e.target, manifest::why::CHANGING);
+}
