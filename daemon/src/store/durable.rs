@@ -62,12 +62,7 @@ pub fn append_durable(file: &mut File, bytes: &[u8]) -> io::Result<()> {
 /// Moves an unreadable file aside as `<name>.corrupt-<unix_ms>` (never
 /// deletes it) and returns the new path.
 pub fn quarantine(path: &Path) -> io::Result<PathBuf> {
-    let ms = agentx_shared::time::unix_ms(std::time::SystemTime::now());
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let target = path.with_file_name(format!("{name}.corrupt-{ms}"));
+    let target = quarantine_name(path);
     std::fs::rename(path, &target)?;
     if let Some(dir) = path.parent() {
         fsync_dir(dir)?;
@@ -80,14 +75,19 @@ pub fn quarantine(path: &Path) -> io::Result<PathBuf> {
 /// atomically afterwards: no crash window loses either version.
 pub fn quarantine_copy(path: &Path) -> io::Result<PathBuf> {
     let bytes = std::fs::read(path)?;
+    let target = quarantine_name(path);
+    write_atomic(&target, &bytes)?;
+    Ok(target)
+}
+
+/// `<name>.corrupt-<unix_ms>` beside `path`.
+fn quarantine_name(path: &Path) -> PathBuf {
     let ms = agentx_shared::time::unix_ms(std::time::SystemTime::now());
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let target = path.with_file_name(format!("{name}.corrupt-{ms}"));
-    write_atomic(&target, &bytes)?;
-    Ok(target)
+    path.with_file_name(format!("{name}.corrupt-{ms}"))
 }
 
 #[cfg(test)]
