@@ -13,6 +13,7 @@ use nix::fcntl::{AT_FDCWD, OFlag, openat};
 use nix::sys::stat::{Mode, UtimensatFlags, fchmod, fstatat, futimens, mkdirat, utimensat};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use std::collections::HashMap;
@@ -358,10 +359,35 @@ fn open_dir(dirfd: impl AsFd, name: &[u8]) -> nix::Result<OwnedFd> {
     )
 }
 
+/// Restores of up to this many written paths are made durable by fsyncing
+/// each of them and their directories at the end (a handful of fsyncs that
+/// the file system commits together); larger ones by one `syncfs` per file
+/// system, which is cheaper than thousands of fsyncs.
+const SYNC_EACH_MAX: usize = 64;
+
+/// Below this many files the restore runs on the calling thread.
+const PARALLEL_MIN: usize = 32;
+
+/// Threads of a restore: the machine's parallelism, at least 2, at most 8.
+fn restore_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(2, std::num::NonZero::get)
+        .clamp(2, 8)
+}
+
 /// Applies restore steps under `root` (ops left alone are not passed
-/// here). Removals run deepest first, then creations parents first; files
-/// that were hard links of each other become links again. Returns the
-/// paths that failed, with why (the rest still runs).
+/// here). Removals run deepest first, then directories parents first, then
+/// files and symlinks in parallel (each written to a temp file beside it and
+/// renamed over it, so a reader sees the old or the new file, never half
+/// of one); files that were hard links of each other become links again.
+///
+/// No file is fsynced on its own: before returning, everything written is
+/// made durable at once (`syncfs`, or for a small restore an fsync pass
+/// over the written paths and their directories). The caller's intent
+/// journal covers the window: it is removed only after this returns, and a
+/// crash before then re-applies every journaled path on the next start.
+/// Returns the paths that failed, with why (the rest still runs); a path
+/// whose write could not be made durable counts as failed.
 pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<(Vec<u8>, String)> {
     let mut errors = Vec::new();
     let root_fd = match openat(
@@ -383,40 +409,81 @@ pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<(Vec<u8>, String)> {
                 .collect();
         }
     };
-    // Removals (and kind changes) deepest first.
-    let mut removals: Vec<&Op> = ops
-        .iter()
-        .filter(|o| {
-            o.action == Action::Remove || o.want.as_ref().is_some_and(|w| w.kind != Kind::Dir)
-        })
-        .collect();
+    let devices = Devices::new(&root_fd);
+    // Paths changed by this restore (made durable at the end).
+    let mut touched: Vec<&[u8]> = Vec::new();
+    // Removals deepest first.
+    let mut removals: Vec<&Op> = ops.iter().filter(|o| o.action == Action::Remove).collect();
     removals.sort_by(|a, b| b.path.cmp(&a.path));
     for op in removals {
-        if op.action == Action::Remove
-            && let Err(e) = remove(&root_fd, &op.path)
-        {
-            errors.push((op.path.clone(), e));
+        match remove(&root_fd, &op.path, &devices) {
+            Ok(()) => touched.push(&op.path),
+            Err(e) => errors.push((op.path.clone(), e)),
         }
     }
     let mut creations: Vec<&Op> = ops.iter().filter(|o| o.want.is_some()).collect();
     creations.sort_by(|a, b| a.path.cmp(&b.path));
+    // Directories, parents first, on this thread.
     let mut dir_times: Vec<&Entry> = Vec::new();
+    for op in creations.iter().filter(|o| is_kind(o, Kind::Dir)) {
+        let Some(want) = &op.want else { continue };
+        match put(&root_fd, want, blobs, None, &devices) {
+            Ok(()) => {
+                dir_times.push(want);
+                touched.push(&op.path);
+            }
+            Err(e) => errors.push((op.path.clone(), e)),
+        }
+    }
+    // Files and symlinks. Hard links, and names so long that their temp
+    // names could coincide, go one after the other in path order; the rest
+    // in parallel.
+    let (serial, parallel): (Vec<&Op>, Vec<&Op>) = creations
+        .into_iter()
+        .filter(|o| !is_kind(o, Kind::Dir))
+        .partition(|o| {
+            o.want
+                .as_ref()
+                .is_some_and(|w| (w.kind == Kind::File && w.nlink > 1) || long_name(&w.path))
+        });
     // Inode (in the snapshot) → a path already restored with it.
     let mut linked: HashMap<u64, &[u8]> = HashMap::new();
-    for op in creations {
+    for op in serial {
         let Some(want) = &op.want else { continue };
         let link_to = (want.kind == Kind::File && want.nlink > 1)
             .then(|| linked.get(&want.ino).copied())
             .flatten();
-        match put(&root_fd, want, blobs, link_to) {
+        match put(&root_fd, want, blobs, link_to, &devices) {
             Ok(()) => {
-                if want.kind == Kind::Dir {
-                    dir_times.push(want);
-                }
                 if want.kind == Kind::File && want.nlink > 1 {
                     linked.entry(want.ino).or_insert(&want.path);
                 }
+                touched.push(&op.path);
             }
+            Err(e) => errors.push((op.path.clone(), e)),
+        }
+    }
+    let put_one = |op: &&Op| -> Result<(), String> {
+        match &op.want {
+            Some(want) => put(&root_fd, want, blobs, None, &devices),
+            None => Ok(()),
+        }
+    };
+    let results: Vec<Result<(), String>> = if parallel.len() >= PARALLEL_MIN {
+        match rayon::ThreadPoolBuilder::new()
+            .num_threads(restore_threads())
+            .thread_name(|i| format!("agentd-restore-{i}"))
+            .build()
+        {
+            Ok(pool) => pool.install(|| parallel.par_iter().map(put_one).collect()),
+            Err(_) => parallel.iter().map(put_one).collect(),
+        }
+    } else {
+        parallel.iter().map(put_one).collect()
+    };
+    for (op, result) in parallel.iter().zip(results) {
+        match result {
+            Ok(()) => touched.push(&op.path),
             Err(e) => errors.push((op.path.clone(), e)),
         }
     }
@@ -437,6 +504,139 @@ pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<(Vec<u8>, String)> {
             .map_err(|e| e.to_string())
         });
     }
+    errors.extend(make_durable(&root_fd, &touched, &devices));
+    errors
+}
+
+fn is_kind(op: &Op, kind: Kind) -> bool {
+    op.want.as_ref().is_some_and(|w| w.kind == kind)
+}
+
+/// A last component long enough that [`temp_name`] truncates it.
+fn long_name(path: &[u8]) -> bool {
+    let name = path.rsplit(|b| *b == b'/').next().unwrap_or(path);
+    name.len() > TEMP_NAME_KEEP
+}
+
+/// The file systems a restore wrote to: the folder's, and one directory fd
+/// on each other one met on the way (a mount inside the folder), so that
+/// each can be synced.
+struct Devices {
+    root: Option<u64>,
+    others: std::sync::Mutex<HashMap<u64, OwnedFd>>,
+}
+
+impl Devices {
+    fn new(root: &OwnedFd) -> Self {
+        Self {
+            root: nix::sys::stat::fstat(root).ok().map(|st| st.st_dev),
+            others: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Notes the file system of `dir`, a directory this restore wrote in.
+    fn note(&self, dir: &OwnedFd) {
+        let dev = nix::sys::stat::fstat(dir).ok().map(|st| st.st_dev);
+        if dev.is_some() && dev == self.root {
+            return;
+        }
+        let Ok(mut others) = self.others.lock() else {
+            return;
+        };
+        let key = dev.unwrap_or(u64::MAX);
+        if !others.contains_key(&key)
+            && let Ok(fd) = dir.try_clone()
+        {
+            others.insert(key, fd);
+        }
+    }
+}
+
+/// Makes what a restore wrote durable; the paths that could not be.
+fn make_durable(root: &OwnedFd, touched: &[&[u8]], devices: &Devices) -> Vec<(Vec<u8>, String)> {
+    if touched.is_empty() {
+        return Vec::new();
+    }
+    if touched.len() > SYNC_EACH_MAX {
+        let others: Vec<OwnedFd> = devices
+            .others
+            .lock()
+            .map(|mut m| m.drain().map(|(_, fd)| fd).collect())
+            .unwrap_or_default();
+        let all_synced = nix::unistd::syncfs(root).is_ok()
+            && others.iter().all(|fd| nix::unistd::syncfs(fd).is_ok());
+        if all_synced {
+            return Vec::new();
+        }
+        // A file system reported a write-back error: find out which paths.
+    }
+    sync_each(root, touched)
+}
+
+/// Fsyncs each path (files; symlinks are covered by their directory) and
+/// each directory holding one; the paths that could not be made durable.
+fn sync_each(root: &OwnedFd, touched: &[&[u8]]) -> Vec<(Vec<u8>, String)> {
+    let mut errors = Vec::new();
+    let mut parents: Vec<&[u8]> = Vec::new();
+    for path in touched {
+        let file = with_parent(root, path, false, |dir, name| {
+            match openat(
+                dir,
+                OsStr::from_bytes(name),
+                OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => nix::unistd::fsync(&fd).map_err(|e| e.to_string()),
+                // Removed, replaced by a later step, or a symlink: the
+                // directory holding it is synced below.
+                Err(Errno::ENOENT | Errno::ELOOP | Errno::ENOTDIR) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        });
+        match file {
+            Ok(()) => {}
+            // A directory above it was removed or replaced by a later step
+            // of this restore: that step's path is synced itself.
+            Err(e) if e == MISSING || e == PARENT_NOT_DIR => {}
+            Err(e) => errors.push((path.to_vec(), format!("not made durable: {e}"))),
+        }
+        let parent = path
+            .iter()
+            .rposition(|b| *b == b'/')
+            .map_or(&b""[..], |i| &path[..i]);
+        parents.push(parent);
+    }
+    parents.sort_unstable();
+    parents.dedup();
+    for parent in parents {
+        let synced = if parent.is_empty() {
+            nix::unistd::fsync(root).map_err(|e| e.to_string())
+        } else {
+            with_parent(root, parent, false, |dir, name| match open_dir(dir, name) {
+                Ok(fd) => nix::unistd::fsync(&fd).map_err(|e| e.to_string()),
+                // Removed or replaced too: its own parent's fsync covers that.
+                Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            })
+        };
+        match synced {
+            Ok(()) => {}
+            Err(e) if e == MISSING || e == PARENT_NOT_DIR => {}
+            Err(e) => {
+                for path in touched.iter().filter(|p| {
+                    if parent.is_empty() {
+                        !p.contains(&b'/')
+                    } else {
+                        p.len() > parent.len() && p.starts_with(parent) && p[parent.len()] == b'/'
+                    }
+                }) {
+                    errors.push((path.to_vec(), format!("not made durable: {e}")));
+                }
+            }
+        }
+    }
+    errors.sort();
+    errors.dedup_by(|a, b| a.0 == b.0);
     errors
 }
 
@@ -479,19 +679,20 @@ fn with_parent<T>(
         let next = match open_dir(base, part) {
             Ok(fd) => fd,
             Err(Errno::ENOENT) if create => {
-                mkdirat(
+                // Another restore thread may make it first.
+                match mkdirat(
                     base,
                     OsStr::from_bytes(part),
                     Mode::from_bits_truncate(0o755),
-                )
-                .map_err(|e| e.to_string())?;
+                ) {
+                    Ok(()) | Err(Errno::EEXIST) => {}
+                    Err(e) => return Err(e.to_string()),
+                }
                 open_dir(base, part).map_err(|e| e.to_string())?
             }
             Err(Errno::ENOENT) => return Err(MISSING.into()),
             Err(Errno::ELOOP | Errno::ENOTDIR) => {
-                return Err(
-                    "a parent directory is now a symlink or a file; not following it".into(),
-                );
+                return Err(PARENT_NOT_DIR.into());
             }
             Err(e) => return Err(e.to_string()),
         };
@@ -500,8 +701,9 @@ fn with_parent<T>(
     f(dir.as_ref().unwrap_or(root), name)
 }
 
-fn remove(root: &OwnedFd, path: &[u8]) -> Result<(), String> {
+fn remove(root: &OwnedFd, path: &[u8], devices: &Devices) -> Result<(), String> {
     let result = with_parent(root, path, false, |dir, name| {
+        devices.note(dir);
         let name = OsStr::from_bytes(name);
         let st = match fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => st,
@@ -532,6 +734,7 @@ fn remove(root: &OwnedFd, path: &[u8]) -> Result<(), String> {
 }
 
 const MISSING: &str = "a parent directory is missing";
+const PARENT_NOT_DIR: &str = "a parent directory is now a symlink or a file; not following it";
 const OVERSIZED_NOW: &str = "over 10 MB now: left alone";
 
 /// A regular file over the size limit stands there now (never replaced).
@@ -546,10 +749,13 @@ const fn libc_s_ifdir() -> u32 {
     0o040000
 }
 
+/// How much of a name its temp name keeps.
+const TEMP_NAME_KEEP: usize = 200;
+
 /// A temp name beside `name` in the same directory.
 fn temp_name(name: &[u8]) -> Vec<u8> {
     let mut t = TEMP_PREFIX.to_vec();
-    t.extend_from_slice(&name[..name.len().min(200)]);
+    t.extend_from_slice(&name[..name.len().min(TEMP_NAME_KEEP)]);
     t
 }
 
@@ -587,7 +793,13 @@ fn restore_owner(dir: &OwnedFd, name: &OsStr, fd: Option<&OwnedFd>, want: &Entry
     if done { want.mode } else { want.mode & !0o6000 }
 }
 
-fn put(root: &OwnedFd, want: &Entry, blobs: &Blobs, link_to: Option<&[u8]>) -> Result<(), String> {
+fn put(
+    root: &OwnedFd,
+    want: &Entry,
+    blobs: &Blobs,
+    link_to: Option<&[u8]>,
+    devices: &Devices,
+) -> Result<(), String> {
     // Read the content first: never leave a half-written path behind.
     let data = match want.kind {
         Kind::File if link_to.is_none() => Some(blobs.read(&want.hash).map_err(|e| e.to_string())?),
@@ -595,6 +807,7 @@ fn put(root: &OwnedFd, want: &Entry, blobs: &Blobs, link_to: Option<&[u8]>) -> R
         _ => None,
     };
     with_parent(root, &want.path, true, |dir, name| {
+        devices.note(dir);
         let os_name = OsStr::from_bytes(name);
         let existing = fstatat(dir, os_name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok();
         if existing.as_ref().is_some_and(too_big_now) {
@@ -669,8 +882,10 @@ fn put(root: &OwnedFd, want: &Entry, blobs: &Blobs, link_to: Option<&[u8]>) -> R
                             want.mtime_ns.div_euclid(1_000_000_000),
                             want.mtime_ns.rem_euclid(1_000_000_000),
                         );
-                        futimens(&file, &t, &t).map_err(std::io::Error::from)?;
-                        file.sync_data()
+                        // No fsync here: `apply` makes the whole restore
+                        // durable at its end (the intent journal covers
+                        // a crash before then).
+                        futimens(&file, &t, &t).map_err(std::io::Error::from)
                     })();
                     if let Err(e) = write {
                         let _ = unlinkat(dir, tmp_os, UnlinkatFlags::NoRemoveDir);
@@ -685,3 +900,7 @@ fn put(root: &OwnedFd, want: &Entry, blobs: &Blobs, link_to: Option<&[u8]>) -> R
         }
     })
 }
+
+#[cfg(test)]
+#[path = "restore_tests.rs"]
+mod tests;
