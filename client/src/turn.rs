@@ -26,6 +26,14 @@ pub async fn open(
     mut start: TurnStart,
     what: &str,
 ) -> CliResult<(mpsc::Sender<TurnInput>, tonic::Streaming<TurnEvent>)> {
+    let max = agentx_shared::limits::MAX_MESSAGE;
+    if start.message.len() > max {
+        return Err(CliError::usage(format!(
+            "the message is {} bytes; agentx accepts at most {} KiB ({max} bytes) per message",
+            start.message.len(),
+            max >> 10
+        )));
+    }
     if start.caller.is_none() {
         start.caller = Some(caller_environment());
     }
@@ -93,6 +101,7 @@ pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<
         }
     };
     let mut cancelled = false;
+    let mut answer = String::new();
     loop {
         let message = tokio::select! {
             m = events.message() => m,
@@ -120,9 +129,9 @@ pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<
         match event.event {
             Some(Event::Started(_)) | Some(Event::Usage(_)) | None => {}
             Some(Event::TextDelta(delta)) => ui.text(&delta),
+            Some(Event::AnswerChunk(piece)) => answer.push_str(&piece),
             Some(Event::ToolCall(call)) => {
-                let shown = command_of(&call.arguments).unwrap_or(call.arguments);
-                ui.info(&format!("» {}: {shown}", call.name));
+                ui.info(&format!("» {}: {}", call.name, shown_call(&call.arguments)));
             }
             Some(Event::ApprovalRequest(request)) => {
                 let decision = ask_approval(ui).await;
@@ -139,6 +148,11 @@ pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<
                 ui.start_waiting("working…");
             }
             Some(Event::ToolResult(result)) => {
+                if !result.not_run.is_empty() {
+                    ui.info(&format!("  ↳ not run: {}", result.not_run));
+                    ui.start_waiting("thinking…");
+                    continue;
+                }
                 let status = if result.denied {
                     "declined".to_owned()
                 } else if result.timed_out {
@@ -167,12 +181,18 @@ pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<
                     r.reason
                 ));
             }
-            Some(Event::Finished(finished)) => {
+            Some(Event::Finished(mut finished)) => {
                 ui.stop_waiting();
                 ui.end_text();
                 ui.streamed = false;
+                if finished.text_in_chunks {
+                    finished.text = std::mem::take(&mut answer);
+                }
                 if finished.status == TurnStatus::Completed as i32 {
                     ui.answer(&finished.text);
+                }
+                if !finished.cut_short.is_empty() {
+                    ui.info(&cut_short_line(&finished.cut_short));
                 }
                 return Ok(finished);
             }
@@ -184,6 +204,36 @@ pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<
 pub fn command_of(arguments: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(arguments).ok()?;
     v["command"].as_str().map(str::to_owned)
+}
+
+/// Characters of a command (or arguments) shown; the rest is counted.
+const SHOWN_CHARS: usize = 200;
+
+/// `text`, or its first [`SHOWN_CHARS`] characters and its size.
+pub fn shorten(text: &str) -> String {
+    let Some((end, _)) = text.char_indices().nth(SHOWN_CHARS) else {
+        return text.to_owned();
+    };
+    // agentd already cut a very long one: keep the size it gave.
+    let size = text
+        .rsplit_once("… (")
+        .and_then(|(_, tail)| tail.strip_suffix(" bytes)"))
+        .filter(|n| n.parse::<u64>().is_ok())
+        .map_or_else(|| text.len().to_string(), str::to_owned);
+    format!("{}… ({size} bytes)", &text[..end])
+}
+
+/// A tool call as shown: its command (or raw arguments), shortened.
+pub fn shown_call(arguments: &str) -> String {
+    shorten(&command_of(arguments).unwrap_or_else(|| arguments.to_owned()))
+}
+
+/// The line saying the answer is partial.
+pub fn cut_short_line(reason: &str) -> String {
+    format!(
+        "agentx: the answer was cut short by the model server ({reason}); send \"continue\" \
+         for the rest"
+    )
 }
 
 /// Asks y / n / always; `Unspecified` means the user interrupted.

@@ -97,12 +97,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.profile.config_file(),
     )
     .context("cannot start the snapshot store")?;
-    let http = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .tcp_nodelay(true)
-        .build()
-        .context("cannot set up the HTTP client")?;
-    let engine = Arc::new(Engine { http });
+    // HTTP clients are made per proxy setting as turns need them.
+    let engine = Arc::new(Engine::default());
     let search = crate::search::start(
         config.profile.dir.join("search"),
         config.profile.sessions_dir(),

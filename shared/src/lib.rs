@@ -10,3 +10,9 @@ pub mod proto;
 pub mod time;
 pub mod transport;
 pub mod version;
+
+/// Limits shared by agentx and agentd.
+pub mod limits {
+    /// Longest user message (prompt) a turn accepts, in bytes.
+    pub const MAX_MESSAGE: usize = 1 << 20;
+}

@@ -55,6 +55,10 @@ pub enum Reply {
     Truncated,
     /// `response.created`, then this long a pause, then the default reply.
     Stall(Duration),
+    /// This text, then the answer ends cut short: Responses sends
+    /// `response.incomplete` (reason `max_output_tokens`, stored and
+    /// chainable like a completed one), Chat `finish_reason: "length"`.
+    Incomplete(String),
 }
 
 impl Reply {
@@ -503,6 +507,8 @@ fn scripted_error(status: u16, body: &Value, headers: &[(String, String)]) -> Re
 struct Plan {
     meta: Meta,
     kind: PlanKind,
+    /// End with `response.incomplete` instead of `response.completed`.
+    incomplete: bool,
     /// What to store on completion (None when `store` is false).
     store: Option<Stored>,
     /// The default reply's text (for `Truncated` deltas).
@@ -696,8 +702,10 @@ fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan, Box<Respon
         state.next_item += 1;
         state.next_item
     };
+    let incomplete = matches!(reply, Some(Reply::Incomplete(_)));
     let kind = match reply {
         None => PlanKind::Items(vec![message_item(next_item(), &default_text)]),
+        Some(Reply::Incomplete(text)) => PlanKind::Items(vec![message_item(next_item(), &text)]),
         Some(Reply::Text(text)) => PlanKind::Items(vec![message_item(next_item(), &text)]),
         Some(Reply::ToolCall { name, arguments }) => {
             PlanKind::Items(vec![call_item(next_item(), &name, &arguments)])
@@ -745,6 +753,7 @@ fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan, Box<Respon
     Ok(Plan {
         meta,
         kind,
+        incomplete,
         store: store.then(|| Stored {
             previous,
             input,
@@ -886,6 +895,7 @@ async fn run_stream(mut sse: Sse, plan: Plan) -> Result<(), Closed> {
     let Plan {
         meta,
         kind,
+        incomplete,
         store,
         default_text,
     } = plan;
@@ -928,6 +938,14 @@ async fn run_stream(mut sse: Sse, plan: Plan) -> Result<(), Closed> {
         sse.shared.lock().responses.insert(meta.id.clone(), stored);
     }
     sse.shared.lock().completed += 1;
+    if incomplete {
+        let mut done = response_object(&meta, "incomplete", &items);
+        done["usage"] = usage();
+        done["incomplete_details"] = json!({"reason": "max_output_tokens"});
+        return sse
+            .send(json!({"type": "response.incomplete", "response": done}))
+            .await;
+    }
     let done = response_object(&meta, "completed", &items);
     sse.send(json!({"type": "response.completed", "response": done}))
         .await
@@ -1301,8 +1319,10 @@ mod chat {
         one_chunk: bool,
         call_base: u64,
     ) -> Result<(), Closed> {
+        let cut = matches!(reply, Some(Reply::Incomplete(_)));
         let (text, calls): (Option<String>, Vec<(String, Value)>) = match reply {
             None => (Some(default_text), vec![]),
+            Some(Reply::Incomplete(t)) => (Some(t), vec![]),
             Some(Reply::Text(t)) => (Some(t), vec![]),
             Some(Reply::ToolCall { name, arguments }) => (None, vec![(name, arguments)]),
             Some(Reply::ToolCalls(calls)) => (None, calls),
@@ -1327,7 +1347,9 @@ mod chat {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        let finish = if calls.is_empty() {
+        let finish = if cut {
+            "length"
+        } else if calls.is_empty() {
             "stop"
         } else {
             "tool_calls"
@@ -1378,4 +1400,141 @@ mod chat {
         }
         sse.send_data("[DONE]").await
     }
+}
+
+// ---------------------------------------------------------------------------
+// A raw server, for misbehaviour a well-formed HTTP stack cannot produce.
+
+/// A TCP server on `127.0.0.1` that hands each connection, once its request
+/// head (and `Content-Length` body) is read, to a handler writing whatever
+/// bytes it likes; stops accepting when dropped.
+pub struct RawServer {
+    addr: SocketAddr,
+    heads: Arc<Mutex<Vec<String>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A handler of one connection: the stream and the request head.
+pub type RawHandler = dyn Fn(&mut TcpStream, &str) + Send + Sync;
+
+impl RawServer {
+    pub fn start(handler: impl Fn(&mut TcpStream, &str) + Send + Sync + 'static) -> RawServer {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        listener.set_nonblocking(true).expect("set_nonblocking");
+        let addr = listener.local_addr().expect("local_addr");
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let handler: Arc<RawHandler> = Arc::new(handler);
+        let (heads2, stop2) = (Arc::clone(&heads), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            while !stop2.load(Ordering::SeqCst) {
+                let Ok((mut stream, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let (heads, handler) = (Arc::clone(&heads2), Arc::clone(&handler));
+                std::thread::spawn(move || {
+                    let _ = stream.set_nonblocking(false);
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+                    let Some(head) = read_request(&mut stream) else {
+                        return;
+                    };
+                    heads
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(head.clone());
+                    handler(&mut stream, &head);
+                });
+            }
+        });
+        RawServer {
+            addr,
+            heads,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The request heads received, in order.
+    pub fn heads(&self) -> Vec<String> {
+        self.heads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for RawServer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Reads a request head and its `Content-Length` body; the head.
+fn read_request(stream: &mut TcpStream) -> Option<String> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => buf.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    let len = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).ok()?;
+    Some(head)
+}
+
+/// Holds a connection open without answering until the peer hangs up.
+pub fn hold_silent(stream: &mut TcpStream) {
+    let mut buf = [0u8; 64];
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
+    while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+}
+
+/// A complete, minimal Responses event stream answering `text`.
+pub fn responses_sse(id: &str, text: &str) -> String {
+    let events = [
+        json!({"type": "response.created", "response": {"id": id, "status": "in_progress"}}),
+        json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0,
+               "content_index": 0, "delta": text}),
+        json!({"type": "response.output_item.done", "output_index": 0,
+               "item": {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                        "content": [{"type": "output_text", "text": text, "annotations": []}]}}),
+        json!({"type": "response.completed", "response": {"id": id, "status": "completed", "usage": usage()}}),
+    ];
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+        .collect()
+}
+
+/// A `200 OK` head for a body of `len` bytes of `content_type`, with extra header lines.
+pub fn ok_head(content_type: &str, len: usize, extra: &str) -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len}\r\n{extra}Connection: close\r\n\r\n"
+    )
 }

@@ -67,6 +67,7 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
     let stream = !as_json && std::io::stdout().is_terminal();
     let mut mid_line = false;
     let mut cancelled = false;
+    let mut answer = String::new();
     loop {
         let message = tokio::select! {
             m = events.message() => m,
@@ -112,14 +113,14 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
                     mid_line = !delta.ends_with('\n');
                 }
             }
+            Some(Event::AnswerChunk(piece)) => answer.push_str(&piece),
             Some(Event::ToolCall(c)) => {
                 if as_json {
                     emit(
                         &json!({"type": "tool_call", "call_id": c.call_id, "name": c.name, "arguments": c.arguments}),
                     );
                 } else {
-                    let shown = crate::turn::command_of(&c.arguments).unwrap_or(c.arguments);
-                    eprintln!("» {}: {shown}", c.name);
+                    eprintln!("» {}: {}", c.name, crate::turn::shown_call(&c.arguments));
                 }
             }
             Some(Event::ApprovalRequest(r)) => {
@@ -132,10 +133,14 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
             }
             Some(Event::ToolResult(r)) => {
                 if as_json {
-                    emit(
-                        &json!({"type": "tool_result", "call_id": r.call_id, "exit_code": r.exit_code,
-                        "output": r.output, "denied": r.denied, "timed_out": r.timed_out}),
-                    );
+                    let mut event = json!({"type": "tool_result", "call_id": r.call_id, "exit_code": r.exit_code,
+                        "output": r.output, "denied": r.denied, "timed_out": r.timed_out});
+                    if !r.not_run.is_empty() {
+                        event["not_run"] = json!(r.not_run);
+                    }
+                    emit(&event);
+                } else if !r.not_run.is_empty() {
+                    eprintln!("  ↳ not run: {}", r.not_run);
                 } else if r.denied {
                     eprintln!("  ↳ denied (one-shots run tools only with --auto)");
                 } else {
@@ -176,7 +181,10 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
                 }
             }
             Some(Event::Usage(_)) => {}
-            Some(Event::Finished(f)) => {
+            Some(Event::Finished(mut f)) => {
+                if f.text_in_chunks {
+                    f.text = std::mem::take(&mut answer);
+                }
                 let status = match TurnStatus::try_from(f.status) {
                     Ok(TurnStatus::Completed) => "completed",
                     Ok(TurnStatus::Interrupted) => "interrupted",
@@ -187,6 +195,9 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
                         "oneshot_id": f.oneshot_id, "usage": usage_json(f.usage.as_ref())});
                     if !f.error.is_empty() {
                         result["error"] = json!(f.error);
+                    }
+                    if !f.cut_short.is_empty() {
+                        result["cut_short"] = json!(f.cut_short);
                     }
                     emit(&result);
                 } else if stream {
@@ -199,6 +210,9 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
                     if !f.text.ends_with('\n') {
                         let _ = out.write_all(b"\n");
                     }
+                }
+                if !as_json && !f.cut_short.is_empty() {
+                    eprintln!("{}", crate::turn::cut_short_line(&f.cut_short));
                 }
                 return match status {
                     "completed" => Ok(()),

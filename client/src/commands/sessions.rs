@@ -110,6 +110,7 @@ pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
     let marker = |f: &agentx_shared::proto::FailedResponse| json!({"message": f.message, "at": rfc3339_wire(f.at.as_ref()), "retryable": f.retryable});
     let failed = s.failed.as_ref().map(marker);
     let interrupted = s.interrupted.as_ref().map(marker);
+    let cut_short = s.cut_short.as_ref().map(marker);
     let backup = s
         .rollback_backup_at
         .as_ref()
@@ -128,6 +129,7 @@ pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
         "pending_shell_transcript": s.has_pending_shell_transcript,
         "failed": failed,
         "interrupted": interrupted,
+        "cut_short": cut_short,
         "rollback_backup": backup,
         "snapshots": s.snapshots,
         "snapshot_store_bytes": s.snapshot_store_bytes,

@@ -9,8 +9,9 @@ use agentx_shared::proto::sessions_server::Sessions;
 use agentx_shared::proto::{
     AppendShellTranscriptRequest, Checkpoint, ClearSessionReply, ClearSessionRequest, Exchange,
     FailedResponse, GetStatusRequest, ListCheckpointsReply, ListCheckpointsRequest,
-    ListSessionsReply, ListSessionsRequest, OpenSessionReply, OpenSessionRequest, RollbackReply,
-    RollbackRequest, SessionStatus, Timestamp, open_session_request::Target, rollback_request,
+    ListSessionsReply, ListSessionsRequest, OpenSessionReply, OpenSessionRequest, PendingToolCall,
+    RollbackReply, RollbackRequest, SessionStatus, Timestamp, open_session_request::Target,
+    rollback_request,
 };
 
 use super::{group_for, session_arg, status_of, summary};
@@ -54,6 +55,18 @@ fn checkpoint(index: usize, cp: &crate::store::session::Checkpoint) -> Checkpoin
     }
 }
 
+/// Longest message text an answer to agentx carries (gRPC's default limit
+/// is 4 MiB for the whole message): longer ones are shown by their head.
+const SHOWN_TEXT: usize = 64 << 10;
+
+/// A pending call as shown: long arguments and output by their head.
+fn shown_call(call: &agentx_shared::conversation::PendingCall) -> PendingToolCall {
+    let mut shown: PendingToolCall = call.into();
+    shown.arguments = crate::turn::head(&shown.arguments, SHOWN_TEXT);
+    shown.output = crate::turn::head(&shown.output, SHOWN_TEXT);
+    shown
+}
+
 pub fn session_status(doc: Option<&SessionDoc>) -> SessionStatus {
     let Some(doc) = doc else {
         return SessionStatus::default();
@@ -67,15 +80,16 @@ pub fn session_status(doc: Option<&SessionDoc>) -> SessionStatus {
         session_id: doc.id.clone(),
         response_id: doc.response_id.clone().unwrap_or_default(),
         usage: Some(doc.usage.into()),
-        pending_tool_calls: doc.pending_calls.iter().map(Into::into).collect(),
+        pending_tool_calls: doc.pending_calls.iter().map(shown_call).collect(),
         turns: doc.turns,
         transcript_items: u32::try_from(doc.journal_items).unwrap_or(u32::MAX),
         has_pending_shell_transcript: !doc.pending_shell.is_empty(),
         folder: doc.folder.clone(),
         agent: doc.agent.clone(),
         title: doc.title.clone(),
-        last_user_message: doc.last_user.clone(),
-        last_assistant_message: doc.last_assistant.clone(),
+        last_user_message: crate::turn::head(&doc.last_user, SHOWN_TEXT),
+        last_assistant_message: crate::turn::head(&doc.last_assistant, SHOWN_TEXT),
+        cut_short: doc.cut_short.as_ref().map(marker),
         ..SessionStatus::default()
     }
 }
@@ -118,10 +132,13 @@ impl Sessions for SessionsService {
             recent: opened
                 .recent
                 .into_iter()
-                .map(|(user, assistant)| Exchange { user, assistant })
+                .map(|(user, assistant)| Exchange {
+                    user: crate::turn::head(&user, SHOWN_TEXT),
+                    assistant: crate::turn::head(&assistant, SHOWN_TEXT),
+                })
                 .collect(),
             notices: opened.notices,
-            pending_tool_calls: opened.doc.pending_calls.iter().map(Into::into).collect(),
+            pending_tool_calls: opened.doc.pending_calls.iter().map(shown_call).collect(),
             failed: opened.doc.failed.as_ref().map(marker),
             interrupted: opened.doc.interrupted.as_ref().map(marker),
         }))

@@ -27,8 +27,13 @@ use crate::turn::{
 
 /// Default limit for one shell command.
 const SHELL_TIMEOUT: Duration = Duration::from_secs(120);
-/// Longest user message accepted.
-const MAX_MESSAGE: usize = 1024 * 1024;
+/// Longest user message accepted (agentx checks it first).
+const MAX_MESSAGE: usize = agentx_shared::limits::MAX_MESSAGE;
+/// Longest text in one event to agentx (gRPC's default limit is 4 MiB):
+/// longer deltas and answers go in pieces.
+const WIRE_TEXT: usize = 1 << 20;
+/// Longest tool-call arguments or command shown to agentx.
+const WIRE_COMMAND: usize = 64 << 10;
 
 pub struct TurnsService {
     store: Arc<Store>,
@@ -38,12 +43,15 @@ pub struct TurnsService {
 }
 
 /// Timing knobs, from the daemon's environment: `AGENTX_RETRY_BASE_MS`
-/// (first backoff step, default 500) and `AGENTX_STREAM_IDLE_MS` (a model
-/// stream silent this long is broken and retried, default 120000).
+/// (first backoff step, default 500), `AGENTX_STREAM_IDLE_MS` (a model
+/// stream that sends no byte this long is broken and retried, default
+/// 120000), `AGENTX_HEADERS_TIMEOUT_MS` (no response headers this long:
+/// retried, default 60000) and `AGENTX_MAX_ANSWER_BYTES` (longest answer,
+/// default 64 MiB).
 #[derive(Debug, Clone, Copy)]
 pub struct Tuning {
     pub retry_base: Duration,
-    pub idle_timeout: Duration,
+    pub limits: crate::turn::provider::Limits,
 }
 
 impl Tuning {
@@ -54,9 +62,18 @@ impl Tuning {
                 .and_then(|v| v.parse::<u64>().ok())
                 .map_or(Duration::from_millis(default), Duration::from_millis)
         };
+        let max_answer = std::env::var("AGENTX_MAX_ANSWER_BYTES")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(crate::turn::provider::MAX_ANSWER);
         Self {
             retry_base: ms("AGENTX_RETRY_BASE_MS", 500),
-            idle_timeout: ms("AGENTX_STREAM_IDLE_MS", 120_000),
+            limits: crate::turn::provider::Limits {
+                idle: ms("AGENTX_STREAM_IDLE_MS", 120_000),
+                headers: ms("AGENTX_HEADERS_TIMEOUT_MS", 60_000),
+                max_answer,
+            },
         }
     }
 }
@@ -182,7 +199,7 @@ impl Turns for TurnsService {
                 .caller
                 .map(|c| crate::turn::shell::Environment::from_entries(c.vars, c.umask))
                 .unwrap_or_default(),
-            idle_timeout: self.tuning.idle_timeout,
+            limits: self.tuning.limits,
             retry_base: self.tuning.retry_base,
         };
 
@@ -325,7 +342,9 @@ impl Turns for TurnsService {
                 );
                 store.finish_oneshot(o, success);
             }
-            let _ = wire_tx.send(Ok(to_wire(finished, &oneshot_id))).await;
+            for event in to_wire(finished, &oneshot_id) {
+                let _ = wire_tx.send(Ok(event)).await;
+            }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(wire_rx))))
     }
@@ -339,8 +358,10 @@ async fn forward_events(
     oneshot_id: String,
 ) {
     while let Some(event) = events.recv().await {
-        if wire.send(Ok(to_wire(event, &oneshot_id))).await.is_err() {
-            let _ = cancel.send(true);
+        for event in to_wire(event, &oneshot_id) {
+            if wire.send(Ok(event)).await.is_err() {
+                let _ = cancel.send(true);
+            }
         }
     }
 }
@@ -353,7 +374,87 @@ fn policy(p: i32) -> Policy {
     }
 }
 
-fn to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
+/// `text` in pieces of at most `max` bytes, cut at character boundaries.
+fn pieces(text: &str, max: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while rest.len() > max {
+        let mut end = max;
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.push(rest[..end].to_owned());
+        rest = &rest[end..];
+    }
+    if !rest.is_empty() || out.is_empty() {
+        out.push(rest.to_owned());
+    }
+    out
+}
+
+/// A call's arguments as shown to agentx: whole when short, else the
+/// head of its command (or of the arguments) and the size.
+fn shown_arguments(arguments: String) -> String {
+    if arguments.len() <= WIRE_COMMAND {
+        return arguments;
+    }
+    match serde_json::from_str::<serde_json::Value>(&arguments)
+        .ok()
+        .and_then(|v| v["command"].as_str().map(str::to_owned))
+    {
+        Some(command) => serde_json::json!({
+            "command": crate::turn::head(&command, WIRE_COMMAND)
+        })
+        .to_string(),
+        None => crate::turn::head(&arguments, WIRE_COMMAND),
+    }
+}
+
+/// Engine events as wire events: one each, except long text, which goes in
+/// pieces no message limit can refuse.
+fn to_wire(event: Event, oneshot_id: &str) -> Vec<TurnEvent> {
+    use turn_event::Event as W;
+    let wrap = |event: W| TurnEvent { event: Some(event) };
+    match event {
+        Event::TextDelta(text) if text.len() > WIRE_TEXT => pieces(&text, WIRE_TEXT)
+            .into_iter()
+            .map(|piece| wrap(W::TextDelta(piece)))
+            .collect(),
+        Event::Finished {
+            status,
+            text,
+            error,
+            response_id,
+            usage,
+            cut_short,
+        } if text.len() > WIRE_TEXT => {
+            let mut out: Vec<TurnEvent> = pieces(&text, WIRE_TEXT)
+                .into_iter()
+                .map(|piece| wrap(W::AnswerChunk(piece)))
+                .collect();
+            drop(text);
+            let mut finished = one_to_wire(
+                Event::Finished {
+                    status,
+                    text: String::new(),
+                    error,
+                    response_id,
+                    usage,
+                    cut_short,
+                },
+                oneshot_id,
+            );
+            if let Some(W::Finished(f)) = &mut finished.event {
+                f.text_in_chunks = true;
+            }
+            out.push(finished);
+            out
+        }
+        other => vec![one_to_wire(other, oneshot_id)],
+    }
+}
+
+fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
     use turn_event::Event as W;
     let event = match event {
         Event::Started { session_id } => W::Started(proto::TurnStarted {
@@ -368,26 +469,29 @@ fn to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
             arguments,
         } => W::ToolCall(proto::ToolCallEvent {
             call_id,
-            name,
-            arguments,
+            name: crate::turn::head(&name, 200),
+            arguments: shown_arguments(arguments),
         }),
-        Event::ApprovalRequest { call_id, command } => {
-            W::ApprovalRequest(proto::ApprovalRequest { call_id, command })
-        }
+        Event::ApprovalRequest { call_id, command } => W::ApprovalRequest(proto::ApprovalRequest {
+            call_id,
+            command: crate::turn::head(&command, WIRE_COMMAND),
+        }),
         Event::ToolResult {
             call_id,
             exit_code,
             output,
             denied,
             timed_out,
+            not_run,
         } => W::ToolResult(proto::ToolResultEvent {
             call_id,
             exit_code,
-            output,
+            output: crate::turn::head(&output, WIRE_TEXT),
             denied,
             timed_out,
+            not_run: not_run.unwrap_or_default(),
         }),
-        Event::Notice(text) => W::Notice(text),
+        Event::Notice(text) => W::Notice(crate::turn::head(&text, WIRE_COMMAND)),
         Event::Retry {
             attempt,
             max_attempts,
@@ -397,7 +501,7 @@ fn to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
             attempt,
             max_attempts,
             delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-            reason,
+            reason: crate::turn::head(&reason, WIRE_COMMAND),
         }),
         Event::Usage(usage) => W::Usage(usage.into()),
         Event::Finished {
@@ -406,6 +510,7 @@ fn to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
             error,
             response_id,
             usage,
+            cut_short,
         } => {
             let status = match status {
                 TurnStatus::Completed => proto::TurnStatus::Completed,
@@ -419,6 +524,8 @@ fn to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
                 response_id,
                 usage: Some(usage.into()),
                 oneshot_id: oneshot_id.to_owned(),
+                text_in_chunks: false,
+                cut_short: cut_short.unwrap_or_default(),
             })
         }
     };

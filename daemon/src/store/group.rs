@@ -73,6 +73,8 @@ pub struct Change {
     pub turn_open: Option<bool>,
     pub interrupted: Option<Option<Marker>>,
     pub failed: Option<Option<Marker>>,
+    /// The answer was (Some) or was not (None) cut short by the server.
+    pub cut_short: Option<Option<Marker>>,
     /// Record a checkpoint of the resulting state (a successful turn) and
     /// make it the folder+agent's shared checkpoint.
     pub checkpoint: bool,
@@ -1048,6 +1050,9 @@ impl Group {
         }
         if let Some(marker) = change.failed {
             doc.failed = marker;
+        }
+        if let Some(marker) = change.cut_short {
+            doc.cut_short = marker;
         }
         if change.checkpoint {
             let cp = doc.checkpoint(now);

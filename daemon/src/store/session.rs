@@ -54,6 +54,9 @@ pub struct SessionDoc {
     /// The last turn failed after its retries.
     #[serde(default)]
     pub failed: Option<Marker>,
+    /// The last answer was cut short by the model server (max_output_tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_short: Option<Marker>,
     /// Successful-response checkpoints, oldest first, at most [`MAX_CHECKPOINTS`].
     #[serde(default)]
     pub checkpoints: Vec<Checkpoint>,
@@ -153,6 +156,7 @@ impl SessionDoc {
             turn_open: false,
             interrupted: None,
             failed: None,
+            cut_short: None,
             checkpoints: Vec::new(),
             rollback: None,
             base: None,

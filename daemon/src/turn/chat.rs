@@ -3,13 +3,12 @@
 //! whole conversation rebuilt from the local transcript.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use agentx_shared::conversation::{Item, Usage};
 
-use super::provider::{Call, EventStream, ModelReply, ProviderError, Settings};
+use super::provider::{Call, EventStream, Http, Limits, ModelReply, ProviderError, Settings};
 
 /// The shell tool as a Chat Completions function definition.
 fn tools() -> Value {
@@ -87,15 +86,14 @@ struct PartialCall {
 
 /// Sends one request and streams the reply; `on_delta` sees text as it arrives.
 pub async fn call(
-    http: &reqwest::Client,
+    http: &Http,
     settings: &Settings,
     body: &Value,
-    idle_timeout: Duration,
+    limits: &Limits,
     on_delta: &mut (dyn FnMut(&str) + Send),
 ) -> Result<ModelReply, ProviderError> {
-    let mut events =
-        EventStream::open(http, settings, "chat/completions", body, idle_timeout).await?;
-    let mut reader = Reader::default();
+    let mut events = EventStream::open(http, settings, "chat/completions", body, limits).await?;
+    let mut reader = Reader::with_limit(limits.max_answer);
     while let Some(event) = events.next().await? {
         if reader.event(&event.data, on_delta)? {
             break;
@@ -109,23 +107,45 @@ pub async fn call(
 pub struct Reader {
     reply: ModelReply,
     calls: BTreeMap<u64, PartialCall>,
+    /// The index of the call the last tool-call chunk went to: a chunk
+    /// without `index` continues it (some servers number only the first).
+    open_call: Option<u64>,
     finished: bool,
+    /// Bytes of text and tool-call arguments so far.
+    size: usize,
+    max: usize,
 }
 
 impl Default for Reader {
     fn default() -> Self {
+        Self::with_limit(super::provider::MAX_ANSWER)
+    }
+}
+
+impl Reader {
+    /// A reader that fails once the answer grows past `max` bytes.
+    pub fn with_limit(max: usize) -> Self {
         Self {
             reply: ModelReply {
                 usage: Usage::UNREPORTED,
                 ..ModelReply::default()
             },
             calls: BTreeMap::new(),
+            open_call: None,
             finished: false,
+            size: 0,
+            max,
         }
     }
-}
 
-impl Reader {
+    fn grow(&mut self, by: usize) -> Result<(), ProviderError> {
+        self.size = self.size.saturating_add(by);
+        if self.size > self.max {
+            return Err(super::provider::too_large(self.max));
+        }
+        Ok(())
+    }
+
     /// Takes one chunk (an event's `data:`), handing text deltas to
     /// `on_delta`; true once the stream says it is done (`[DONE]`).
     pub fn event(
@@ -162,11 +182,31 @@ impl Reader {
         for choice in chunk["choices"].as_array().into_iter().flatten() {
             let delta = &choice["delta"];
             if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+                self.grow(text.len())?;
                 self.reply.text.push_str(text);
                 on_delta(text);
             }
             for tc in delta["tool_calls"].as_array().into_iter().flatten() {
-                let index = tc["index"].as_u64().unwrap_or(self.calls.len() as u64);
+                let open_id = self
+                    .open_call
+                    .and_then(|i| self.calls.get(&i))
+                    .map(|c| c.id.as_str());
+                let starts_call = tc["id"]
+                    .as_str()
+                    .is_some_and(|id| !id.is_empty() && Some(id) != open_id);
+                let index = match (tc["index"].as_u64(), self.open_call) {
+                    (Some(index), _) => index,
+                    // No index, no new id: the rest of the open call.
+                    (None, Some(open)) if !starts_call => open,
+                    (None, _) => self
+                        .calls
+                        .keys()
+                        .next_back()
+                        .map_or(0, |k| k.saturating_add(1)),
+                };
+                self.open_call = Some(index);
+                let grown = tc["function"]["arguments"].as_str().map_or(0, str::len);
+                self.grow(grown)?;
                 let entry = self.calls.entry(index).or_default();
                 if let Some(id) = tc["id"].as_str() {
                     entry.id = id.to_owned();
@@ -178,8 +218,11 @@ impl Reader {
                     entry.arguments.push_str(args);
                 }
             }
-            if choice["finish_reason"].is_string() {
+            if let Some(reason) = choice["finish_reason"].as_str() {
                 self.finished = true;
+                if reason == "length" {
+                    self.reply.incomplete = Some("max_output_tokens".to_owned());
+                }
             }
         }
         Ok(false)
@@ -277,6 +320,63 @@ mod tests {
             }],
         );
         assert_eq!(only_calls[1]["content"], Value::Null);
+    }
+
+    fn read(chunks: &[Value]) -> ModelReply {
+        let mut reader = Reader::default();
+        for c in chunks {
+            reader.event(&c.to_string(), &mut |_| {}).unwrap();
+        }
+        reader.event("[DONE]", &mut |_| {}).unwrap();
+        reader.finish().unwrap()
+    }
+
+    fn tool_chunk(calls: Value, finish: Option<&str>) -> Value {
+        json!({"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": finish}]})
+    }
+
+    #[test]
+    fn tool_call_chunks_without_index_continue_the_open_call() {
+        let reply = read(&[
+            tool_chunk(
+                json!([{"index": 0, "id": "call_a", "type": "function", "function": {"name": "shell", "arguments": "{\"comm"}}]),
+                None,
+            ),
+            tool_chunk(json!([{"function": {"arguments": "and\":"}}]), None),
+            tool_chunk(json!([{"function": {"arguments": "\"ls\"}"}}]), None),
+            // A second call numbered only by its id.
+            tool_chunk(
+                json!([{"id": "call_b", "type": "function", "function": {"name": "shell", "arguments": "{}"}}]),
+                Some("tool_calls"),
+            ),
+        ]);
+        assert_eq!(reply.calls.len(), 2, "{:?}", reply.calls);
+        assert_eq!(reply.calls[0].call_id, "call_a");
+        assert_eq!(reply.calls[0].arguments, "{\"command\":\"ls\"}");
+        assert_eq!(reply.calls[1].call_id, "call_b");
+        assert_eq!(reply.incomplete, None);
+    }
+
+    #[test]
+    fn finish_reason_length_marks_the_answer_cut_short() {
+        let reply = read(&[
+            json!({"id": "c", "choices": [{"index": 0, "delta": {"content": "half an ans"}, "finish_reason": null}]}),
+            json!({"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}),
+        ]);
+        assert_eq!(reply.text, "half an ans");
+        assert_eq!(reply.incomplete.as_deref(), Some("max_output_tokens"));
+    }
+
+    #[test]
+    fn an_answer_past_the_limit_fails() {
+        let mut reader = Reader::with_limit(10);
+        let chunk = |t: &str| {
+            json!({"id": "c", "choices": [{"index": 0, "delta": {"content": t}}]}).to_string()
+        };
+        reader.event(&chunk("12345"), &mut |_| {}).unwrap();
+        let err = reader.event(&chunk("678901"), &mut |_| {}).unwrap_err();
+        assert!(!err.retryable());
+        assert!(err.to_string().contains("AGENTX_MAX_ANSWER_BYTES"), "{err}");
     }
 
     #[test]

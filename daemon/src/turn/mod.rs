@@ -18,7 +18,7 @@ use agentx_shared::conversation::{CallState, Item, PendingCall, Usage};
 
 use crate::store::session::{Marker, SessionDoc};
 use crate::store::{Change, GroupHandle, RollbackTarget, StoreError, TurnLease};
-use provider::{ModelReply, ProviderError, Settings};
+use provider::{Limits, ModelReply, ProviderError, Settings};
 
 pub const DEFAULT_INSTRUCTIONS: &str = "You are agentx, a coding agent working in the user's folder \
 through a terminal. Use the `shell` tool to inspect and change files and to run commands; keep \
@@ -73,6 +73,8 @@ pub enum Event {
         output: String,
         denied: bool,
         timed_out: bool,
+        /// Why the call never ran (bad arguments, unknown tool, exec failed).
+        not_run: Option<String>,
     },
     Notice(String),
     Retry {
@@ -88,6 +90,8 @@ pub enum Event {
         error: String,
         response_id: String,
         usage: Usage,
+        /// The answer was cut short by the server: its reason.
+        cut_short: Option<String>,
     },
 }
 
@@ -118,12 +122,14 @@ pub struct TurnSpec {
     pub shell_timeout: Duration,
     /// The caller's terminal, for tool commands (memory only).
     pub env: shell::Environment,
-    pub idle_timeout: Duration,
+    pub limits: Limits,
     pub retry_base: Duration,
 }
 
+/// Runs turns; holds one HTTP client per proxy setting turns came with.
+#[derive(Default)]
 pub struct Engine {
-    pub http: reqwest::Client,
+    clients: provider::Clients,
 }
 
 /// The channels of a running turn.
@@ -167,6 +173,8 @@ struct Turn<'a> {
     rechained: bool,
     /// Mirror of the document's `unsent`: what the next request carries.
     unsent: Vec<Item>,
+    /// The last answer was cut short by the server: its reason.
+    cut_short: Option<String>,
 }
 
 impl Engine {
@@ -186,6 +194,7 @@ impl Engine {
             approve_all: doc.approve_all,
             rechained: false,
             unsent: doc.unsent.clone(),
+            cut_short: None,
         };
         turn.emit(Event::Started {
             session_id: doc.id.clone(),
@@ -209,6 +218,8 @@ impl Engine {
                 (Status::Interrupted, String::new(), "interrupted".to_owned())
             }
             Err(Stop::Failed { message, retryable }) => {
+                // A server's error text can be any size; this one is shown.
+                let message = head(&message, 4096);
                 let marker = Marker {
                     message: message.clone(),
                     at: now_ms(),
@@ -230,6 +241,11 @@ impl Engine {
             error,
             response_id: turn.response_id.clone().unwrap_or_default(),
             usage: turn.usage,
+            cut_short: if status == Status::Completed {
+                turn.cut_short.take()
+            } else {
+                None
+            },
         }
     }
 }
@@ -403,11 +419,8 @@ impl Turn<'_> {
             let send = self.unsent.clone();
             let reply = self.call_model(&send).await?;
             let mut items = Vec::new();
-            if !reply.text.is_empty() {
-                items.push(Item::Assistant {
-                    text: reply.text.clone(),
-                });
-            }
+            // What status shows of the answer; the transcript keeps it whole.
+            let shown = (!reply.text.is_empty()).then(|| last_answer(&reply.text));
             let pending: Vec<PendingCall> = reply
                 .calls
                 .iter()
@@ -420,6 +433,32 @@ impl Turn<'_> {
                     output: String::new(),
                 })
                 .collect();
+            let done = reply.calls.is_empty();
+            self.cut_short = reply.incomplete.clone();
+            let cut_short = done.then(|| {
+                reply.incomplete.as_ref().map(|reason| Marker {
+                    message: format!("the answer was cut short by the model server ({reason})"),
+                    at: now_ms(),
+                    retryable: true,
+                })
+            });
+            let ModelReply {
+                id,
+                text,
+                calls,
+                usage,
+                incomplete: _,
+            } = reply;
+            let answer = if done { text.clone() } else { String::new() };
+            if !text.is_empty() {
+                items.push(Item::Assistant { text });
+            }
+            let reply = ModelReply {
+                id,
+                calls,
+                usage,
+                ..ModelReply::default()
+            };
             items.extend(reply.calls.iter().map(|c| Item::FunctionCall {
                 call_id: c.call_id.clone(),
                 name: c.name.clone(),
@@ -428,12 +467,12 @@ impl Turn<'_> {
             self.usage.add(&reply.usage);
             self.response_id = Some(reply.id.clone());
             self.unsent.clear();
-            let done = reply.calls.is_empty();
             self.commit(Change {
                 append: items,
                 response_id: Some(Some(reply.id.clone())),
                 add_usage: Some(reply.usage),
-                last_assistant: (!reply.text.is_empty()).then(|| reply.text.clone()),
+                last_assistant: shown,
+                cut_short,
                 pending_calls: Some(pending.clone()),
                 unsent: Some(Vec::new()),
                 turn_completed: done,
@@ -444,7 +483,14 @@ impl Turn<'_> {
             .await?;
             self.emit(Event::Usage(self.usage)).await;
             if done {
-                return Ok(reply.text);
+                if let Some(reason) = &self.cut_short {
+                    self.emit(Event::Notice(format!(
+                        "the answer was cut short by the model server ({reason}); it is kept — \
+                         send \"continue\" for the rest"
+                    )))
+                    .await;
+                }
+                return Ok(answer);
             }
             let outputs = self.run_tools(pending, false).await?;
             self.unsent = outputs;
@@ -494,16 +540,22 @@ impl Turn<'_> {
             let mut on_delta = move |delta: &str| {
                 let _ = events.try_send(Event::TextDelta(delta.to_owned()));
             };
-            let (http, settings, idle) = (
-                &self.engine.http,
-                &self.spec.settings,
-                self.spec.idle_timeout,
-            );
+            let proxy = std::sync::Arc::new(provider::ProxyVars::of(&self.spec.env));
+            let http = match self.engine.clients.get(&proxy) {
+                Ok(client) => provider::Http { client, proxy },
+                Err(e) => {
+                    return Err(Stop::Failed {
+                        message: e.to_string(),
+                        retryable: false,
+                    });
+                }
+            };
+            let (settings, limits) = (&self.spec.settings, &self.spec.limits);
             let call = async {
                 if chat {
-                    chat::call(http, settings, &body, idle, &mut on_delta).await
+                    chat::call(&http, settings, &body, limits, &mut on_delta).await
                 } else {
-                    responses::call(http, settings, &body, idle, &mut on_delta).await
+                    responses::call(&http, settings, &body, limits, &mut on_delta).await
                 }
             };
             let result = tokio::select! {
@@ -588,8 +640,12 @@ impl Turn<'_> {
             })
             .await;
             let was_running = resuming && call.state == CallState::Running;
+            let mut not_run = None;
             let (output, exit_code, denied, timed_out) = match parse_command(&call) {
-                Err(message) => (message, None, false, false),
+                Err((message, reason)) => {
+                    not_run = Some(reason);
+                    (message, None, false, false)
+                }
                 Ok(command) => {
                     let approved = if was_running {
                         self.approve_rerun(&call.call_id, &command).await?
@@ -631,12 +687,15 @@ impl Turn<'_> {
                                 return Err(Stop::Cancelled);
                             }
                             Ok(o) => (o.for_model(), o.exit_code, false, o.timed_out),
-                            Err(e) => (
-                                format!("could not start the command: {e}"),
-                                None,
-                                false,
-                                false,
-                            ),
+                            Err(e) => {
+                                not_run = Some(format!("could not start it: {e}"));
+                                (
+                                    format!("could not start the command: {e}"),
+                                    None,
+                                    false,
+                                    false,
+                                )
+                            }
                         }
                     }
                 }
@@ -655,6 +714,7 @@ impl Turn<'_> {
                 output,
                 denied,
                 timed_out,
+                not_run,
             })
             .await;
         }
@@ -734,26 +794,56 @@ impl Turn<'_> {
     }
 }
 
+/// Longest answer kept whole as the conversation's "last assistant
+/// message" (shown by status and in checkpoints); the transcript keeps all.
+const LAST_ANSWER: usize = 64 << 10;
+
+/// `text`, or its head and its size when it is over `max` bytes.
+pub fn head(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], text.len())
+}
+
+fn last_answer(text: &str) -> String {
+    head(text, LAST_ANSWER)
+}
+
 fn first_line(text: &str) -> String {
     let line = text.lines().next().unwrap_or("");
     line.chars().take(80).collect()
 }
 
-/// The command of a `shell` call, or the output explaining why it cannot run.
-fn parse_command(call: &PendingCall) -> Result<String, String> {
+/// The command of a `shell` call, or why it cannot run: the output for
+/// the model and a short reason for the user.
+fn parse_command(call: &PendingCall) -> Result<String, (String, String)> {
     if call.name != "shell" {
-        return Err(format!(
-            "unknown tool {:?}: the only tool is `shell`",
-            call.name
+        return Err((
+            format!("unknown tool {:?}: the only tool is `shell`", call.name),
+            format!("unknown tool {:?}", head(&call.name, 100)),
         ));
     }
-    let args: Value = serde_json::from_str(&call.arguments)
-        .map_err(|e| format!("the arguments are not valid JSON: {e}"))?;
+    let args: Value = serde_json::from_str(&call.arguments).map_err(|e| {
+        (
+            format!("the arguments are not valid JSON: {e}"),
+            format!("arguments were not valid JSON ({e})"),
+        )
+    })?;
     args["command"]
         .as_str()
         .filter(|c| !c.trim().is_empty())
         .map(str::to_owned)
-        .ok_or_else(|| "missing `command` argument".to_owned())
+        .ok_or_else(|| {
+            (
+                "missing `command` argument".to_owned(),
+                "no `command` in the arguments".to_owned(),
+            )
+        })
 }
 
 /// Attempts per model call, the first included.

@@ -1,13 +1,11 @@
 //! The OpenAI Responses API provider: builds `POST {base}/responses` bodies
 //! (streaming, stored, chained by `previous_response_id`) and reads the SSE stream.
 
-use std::time::Duration;
-
 use serde_json::{Value, json};
 
 use agentx_shared::conversation::Usage;
 
-use super::provider::{Call, EventStream, ModelReply, ProviderError, Settings};
+use super::provider::{Call, EventStream, Http, Limits, ModelReply, ProviderError, Settings};
 
 /// The function tool the model may call.
 pub fn shell_tool() -> Value {
@@ -53,14 +51,14 @@ pub fn request_body(
 
 /// Sends one request and streams the reply; `on_delta` sees text as it arrives.
 pub async fn call(
-    http: &reqwest::Client,
+    http: &Http,
     settings: &Settings,
     body: &Value,
-    idle_timeout: Duration,
+    limits: &Limits,
     on_delta: &mut (dyn FnMut(&str) + Send),
 ) -> Result<ModelReply, ProviderError> {
-    let mut events = EventStream::open(http, settings, "responses", body, idle_timeout).await?;
-    let mut reader = Reader::default();
+    let mut events = EventStream::open(http, settings, "responses", body, limits).await?;
+    let mut reader = Reader::with_limit(limits.max_answer);
     loop {
         let Some(event) = events.next().await? else {
             return Err(ProviderError::Stream(
@@ -73,15 +71,62 @@ pub async fn call(
     }
 }
 
-/// The state of one Responses stream between events.
-#[derive(Debug, Default)]
+/// The state of one Responses stream between events. The answer is held
+/// once: text deltas as they arrive, replaced by a finished message item's
+/// text only where that differs.
+#[derive(Debug)]
 pub struct Reader {
     reply: ModelReply,
-    streamed_text: String,
-    message_text: Option<String>,
+    /// Where the text of the message being streamed starts in `reply.text`.
+    item_start: usize,
+    /// Bytes of text and tool-call arguments so far.
+    size: usize,
+    max: usize,
+}
+
+impl Default for Reader {
+    fn default() -> Self {
+        Self::with_limit(super::provider::MAX_ANSWER)
+    }
 }
 
 impl Reader {
+    /// A reader that fails once the answer grows past `max` bytes.
+    pub fn with_limit(max: usize) -> Self {
+        Self {
+            reply: ModelReply::default(),
+            item_start: 0,
+            size: 0,
+            max,
+        }
+    }
+
+    fn grow(&mut self, by: usize) -> Result<(), ProviderError> {
+        self.size = self.size.saturating_add(by);
+        if self.size > self.max {
+            return Err(super::provider::too_large(self.max));
+        }
+        Ok(())
+    }
+
+    /// The reply as it ends: the id (required), usage, and what was cut short.
+    fn finish(&mut self, response: &Value) -> Result<ModelReply, ProviderError> {
+        if let Some(id) = response["id"].as_str() {
+            self.reply.id = id.to_owned();
+        }
+        self.reply.usage = if response["usage"].is_object() {
+            parse_usage(&response["usage"])
+        } else {
+            Usage::UNREPORTED
+        };
+        if self.reply.id.is_empty() {
+            return Err(ProviderError::Stream(
+                "the response ended without an id".into(),
+            ));
+        }
+        Ok(std::mem::take(&mut self.reply))
+    }
+
     /// Takes one server-sent event (its `event:` name and `data:`), handing
     /// text deltas to `on_delta`; the reply once `response.completed` arrives.
     pub fn event(
@@ -106,18 +151,23 @@ impl Reader {
             }
             "response.output_text.delta" => {
                 if let Some(delta) = data["delta"].as_str() {
-                    self.streamed_text.push_str(delta);
+                    self.grow(delta.len())?;
+                    self.reply.text.push_str(delta);
                     on_delta(delta);
                 }
             }
             "response.output_item.done" => {
                 let item = &data["item"];
                 match item["type"].as_str() {
-                    Some("function_call") => self.reply.calls.push(Call {
-                        call_id: item["call_id"].as_str().unwrap_or_default().to_owned(),
-                        name: item["name"].as_str().unwrap_or_default().to_owned(),
-                        arguments: item["arguments"].as_str().unwrap_or("{}").to_owned(),
-                    }),
+                    Some("function_call") => {
+                        let arguments = item["arguments"].as_str().unwrap_or("{}");
+                        self.grow(arguments.len())?;
+                        self.reply.calls.push(Call {
+                            call_id: item["call_id"].as_str().unwrap_or_default().to_owned(),
+                            name: item["name"].as_str().unwrap_or_default().to_owned(),
+                            arguments: arguments.to_owned(),
+                        });
+                    }
                     Some("message") => {
                         let text: String = item["content"]
                             .as_array()
@@ -126,35 +176,35 @@ impl Reader {
                             .filter(|p| p["type"] == "output_text")
                             .filter_map(|p| p["text"].as_str())
                             .collect();
-                        self.message_text
-                            .get_or_insert_with(String::new)
-                            .push_str(&text);
+                        // The finished item is the truth; deltas usually match it.
+                        let streamed = self.reply.text.get(self.item_start..).unwrap_or("");
+                        if streamed != text {
+                            self.size = self.size.saturating_sub(streamed.len());
+                            self.grow(text.len())?;
+                            self.reply.text.truncate(self.item_start);
+                            self.reply.text.push_str(&text);
+                        }
+                        self.item_start = self.reply.text.len();
                     }
                     _ => {}
                 }
             }
             "response.completed" => {
-                let response = &data["response"];
-                if let Some(id) = response["id"].as_str() {
-                    self.reply.id = id.to_owned();
-                }
-                self.reply.usage = if response["usage"].is_object() {
-                    parse_usage(&response["usage"])
-                } else {
-                    Usage::UNREPORTED
-                };
-                self.reply.text = self
-                    .message_text
-                    .take()
-                    .unwrap_or_else(|| std::mem::take(&mut self.streamed_text));
-                if self.reply.id.is_empty() {
-                    return Err(ProviderError::Stream(
-                        "response.completed carried no id".into(),
-                    ));
-                }
-                return Ok(Some(std::mem::take(&mut self.reply)));
+                return self.finish(&data["response"]).map(Some);
             }
-            "response.failed" | "response.incomplete" => {
+            "response.incomplete" => {
+                // Cut short (max_output_tokens, a content filter): keep
+                // what came, say why.
+                let response = &data["response"];
+                let reason = response["incomplete_details"]["reason"]
+                    .as_str()
+                    .unwrap_or("incomplete")
+                    .to_owned();
+                let mut reply = self.finish(response)?;
+                reply.incomplete = Some(reason);
+                return Ok(Some(reply));
+            }
+            "response.failed" => {
                 let response = &data["response"];
                 let error = &response["error"];
                 let message = error["message"]
@@ -216,6 +266,57 @@ mod tests {
         );
         let u = parse_usage(&json!({"input_tokens": 3, "output_tokens": 4}));
         assert_eq!(u.total_tokens, 7);
+    }
+
+    fn feed(reader: &mut Reader, events: &[Value]) -> Result<Option<ModelReply>, ProviderError> {
+        let mut last = None;
+        for e in events {
+            last = reader.event("", &e.to_string(), &mut |_| {})?;
+        }
+        Ok(last)
+    }
+
+    #[test]
+    fn an_incomplete_response_keeps_its_partial_answer() {
+        let mut reader = Reader::default();
+        let reply = feed(
+            &mut reader,
+            &[
+                json!({"type": "response.created", "response": {"id": "resp_1"}}),
+                json!({"type": "response.output_text.delta", "delta": "half "}),
+                json!({"type": "response.output_text.delta", "delta": "an answer"}),
+                json!({"type": "response.incomplete", "response": {"id": "resp_1",
+                    "incomplete_details": {"reason": "max_output_tokens"}}}),
+            ],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(reply.text, "half an answer");
+        assert_eq!(reply.incomplete.as_deref(), Some("max_output_tokens"));
+    }
+
+    #[test]
+    fn the_finished_item_wins_over_deltas_and_the_limit_holds() {
+        let mut reader = Reader::default();
+        let reply = feed(
+            &mut reader,
+            &[
+                json!({"type": "response.output_text.delta", "delta": "draft"}),
+                json!({"type": "response.output_item.done", "item": {"type": "message",
+                    "content": [{"type": "output_text", "text": "final"}]}}),
+                json!({"type": "response.completed", "response": {"id": "resp_2"}}),
+            ],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(reply.text, "final");
+        let mut small = Reader::with_limit(8);
+        let err = feed(
+            &mut small,
+            &[json!({"type": "response.output_text.delta", "delta": "123456789"})],
+        )
+        .unwrap_err();
+        assert!(!err.retryable(), "{err}");
     }
 
     #[test]

@@ -3,8 +3,6 @@
 //! (eventsource-stream re-parsed its whole buffer for every chunk, so one
 //! long line sent in small pieces took quadratic time).
 
-use futures_util::{Stream, StreamExt as _};
-
 /// An event or a line may not grow past this: a model server streams small
 /// deltas, and a stream that never ends a line must not eat the memory.
 pub const MAX_EVENT: usize = 16 << 20;
@@ -26,11 +24,22 @@ pub struct Decoder {
     after_cr: bool,
     /// Past the start of the stream (where a byte-order mark is dropped).
     started: bool,
+    /// The longest event or line (0: [`MAX_EVENT`]).
+    cap: usize,
     event: String,
     data: String,
 }
 
 impl Decoder {
+    /// A decoder whose events may grow to `cap` bytes (at least [`MAX_EVENT`]):
+    /// a Responses stream repeats the whole answer in its last events.
+    pub fn with_cap(cap: usize) -> Self {
+        Self {
+            cap: cap.max(MAX_EVENT),
+            ..Self::default()
+        }
+    }
+
     /// Decodes `bytes`, appending the events they complete to `out`. An
     /// error (a line that is not UTF-8, an event over [`MAX_EVENT`]) ends
     /// the stream.
@@ -62,8 +71,12 @@ impl Decoder {
             line?;
             bytes = &bytes[end + 1..];
         }
-        if self.partial.len() + self.data.len() > MAX_EVENT {
-            return Err(format!("an event over {} MiB", MAX_EVENT >> 20));
+        let cap = if self.cap == 0 { MAX_EVENT } else { self.cap };
+        if self.partial.len() + self.data.len() > cap {
+            return Err(format!(
+                "it sent an event or a line over {} MiB (a line that never ends?)",
+                cap >> 20
+            ));
         }
         Ok(())
     }
@@ -102,36 +115,6 @@ impl Decoder {
         }
         Ok(())
     }
-}
-
-/// The events of a byte stream; a transport or decoding error is the last item.
-pub fn events<S, B, E>(bytes: S) -> impl Stream<Item = Result<Event, String>> + Send
-where
-    S: Stream<Item = Result<B, E>> + Send,
-    B: AsRef<[u8]>,
-    E: std::fmt::Display,
-{
-    let mut decoder = Decoder::default();
-    let mut failed = false;
-    bytes
-        .map(move |chunk| {
-            let mut out: Vec<Result<Event, String>> = Vec::new();
-            if failed {
-                return out;
-            }
-            let mut events = Vec::new();
-            let result = match chunk {
-                Ok(chunk) => decoder.feed(chunk.as_ref(), &mut events),
-                Err(e) => Err(e.to_string()),
-            };
-            out.extend(events.into_iter().map(Ok));
-            if let Err(e) = result {
-                failed = true;
-                out.push(Err(e));
-            }
-            out
-        })
-        .flat_map(futures_util::stream::iter)
 }
 
 #[cfg(test)]
