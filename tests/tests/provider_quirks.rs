@@ -491,3 +491,29 @@ fn a_slow_stream_that_keeps_sending_bytes_is_not_idle() {
     assert!(started.elapsed() > Duration::from_secs(1));
     assert_eq!(server.heads().len(), 1);
 }
+
+// 4 -------------------------------------------------------------------------
+
+#[test]
+fn a_line_that_never_ends_fails_clearly_once() {
+    let mut env = TestEnv::new();
+    // A small answer limit keeps the event cap at its 16 MiB floor.
+    env.extra_env
+        .push(("AGENTX_MAX_ANSWER_BYTES".into(), "1000000".into()));
+    let server = RawServer::start(|stream, _| {
+        writes(
+            stream,
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\ndata: ",
+        );
+        let block = vec![b'x'; 1 << 20];
+        for _ in 0..17 {
+            writes(stream, &block);
+        }
+        fake_model::hold_silent(stream);
+    });
+    let out = run_at(&env, &format!("{}/v1", server.url()), &["exec", "hi"]);
+    assert_code(&out, 1);
+    let err = stderr(&out);
+    assert!(err.contains("an event or a line over 16 MiB"), "{err}");
+    assert_eq!(server.heads().len(), 1, "not retried: {err}");
+}
