@@ -440,29 +440,25 @@ mod tests {
         rx
     }
 
+    /// Runs `command` in `dir` with agentd's own environment, not cancelled.
+    async fn sh(command: &str, dir: &Path, timeout: Duration) -> Outcome {
+        run(command, dir, &Environment::default(), timeout, no_cancel())
+            .await
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn captures_exit_code_and_interleaved_output() {
         let dir = tempfile::tempdir().unwrap();
-        let out = run(
+        let out = sh(
             "echo out; echo err >&2; exit 3",
             dir.path(),
-            &Environment::default(),
             Duration::from_secs(5),
-            no_cancel(),
         )
-        .await
-        .unwrap();
+        .await;
         assert_eq!(out.exit_code, Some(3));
         assert_eq!(out.output, "out\nerr\n");
-        let out = run(
-            "pwd",
-            dir.path(),
-            &Environment::default(),
-            Duration::from_secs(5),
-            no_cancel(),
-        )
-        .await
-        .unwrap();
+        let out = sh("pwd", dir.path(), Duration::from_secs(5)).await;
         assert_eq!(
             out.output.trim(),
             std::fs::canonicalize(dir.path()).unwrap().to_str().unwrap()
@@ -509,15 +505,7 @@ mod tests {
     #[tokio::test]
     async fn long_output_keeps_head_and_tail() {
         let dir = tempfile::tempdir().unwrap();
-        let out = run(
-            "seq 1 100000",
-            dir.path(),
-            &Environment::default(),
-            Duration::from_secs(10),
-            no_cancel(),
-        )
-        .await
-        .unwrap();
+        let out = sh("seq 1 100000", dir.path(), Duration::from_secs(10)).await;
         assert!(out.output.starts_with("1\n2\n3\n"));
         assert!(out.output.ends_with("99999\n100000\n"));
         assert!(out.output.contains("bytes omitted"));
@@ -590,15 +578,12 @@ mod tests {
     async fn timeout_kills_everything_the_command_started() {
         let dir = tempfile::tempdir().unwrap();
         let started = std::time::Instant::now();
-        let out = run(
+        let out = sh(
             &with_background("wait"),
             dir.path(),
-            &Environment::default(),
             Duration::from_millis(1000),
-            no_cancel(),
         )
-        .await
-        .unwrap();
+        .await;
         assert!(out.timed_out);
         assert!(started.elapsed() < Duration::from_secs(5));
         assert!(out.for_model().starts_with("timed out"));
@@ -749,15 +734,12 @@ mod tests {
     #[tokio::test]
     async fn commands_start_with_a_clean_signal_state_and_report_start_errors() {
         let dir = tempfile::tempdir().unwrap();
-        let out = run(
+        let out = sh(
             "grep -E '^Sig(Blk|Ign)' /proc/self/status; kill -TERM $$",
             dir.path(),
-            &Environment::default(),
             Duration::from_secs(5),
-            no_cancel(),
         )
-        .await
-        .unwrap();
+        .await;
         assert_eq!(out.exit_code, None, "{out:?}");
         let masks: Vec<u64> = out
             .output
