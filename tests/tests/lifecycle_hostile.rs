@@ -82,7 +82,11 @@ fn a_deleted_profile_makes_agentd_exit_without_touching_its_successor() {
     let env = TestEnv::new();
     assert_code(&env.run(["daemon", "start"]), 0);
     let old = one_daemon(&env);
-    std::fs::remove_dir_all(&env.home).unwrap();
+    // As `rm -rf` would, again while agentd still adds a file under it.
+    assert!(
+        eventually(|| std::fs::remove_dir_all(&env.home).is_ok()),
+        "the profile could not be removed"
+    );
     // A new daemon starts on the new profile at once.
     assert_code(&env.run(["daemon", "start"]), 0);
     assert!(
