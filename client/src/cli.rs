@@ -84,6 +84,14 @@ pub enum Command {
         #[arg(long, conflicts_with = "json")]
         tree: bool,
     },
+    /// Push to the remote store now (remote_url), waiting at most --wait-ms.
+    Sync {
+        #[arg(long)]
+        json: bool,
+        /// How long to wait for the push (default 10000).
+        #[arg(long, value_name = "MS")]
+        wait_ms: Option<u32>,
+    },
     /// Open the chat on conversation N (1 = newest) or ID.
     Resume { target: Option<String> },
     /// Open the chat on a new conversation.

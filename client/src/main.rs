@@ -132,6 +132,7 @@ async fn run(cli: Cli) -> CliResult<()> {
             commands::library::import_command(&ctx, &file, folder.as_deref()).await
         }
         Command::Status { json } => commands::sessions::status(&ctx, json).await,
+        Command::Sync { json, wait_ms } => commands::sessions::sync(&ctx, json, wait_ms).await,
         Command::Clear { yes } => commands::sessions::clear_command(&ctx, yes).await,
         Command::New => repl::run(&ctx, Target::New(true)).await,
         Command::Resume { target } => {

@@ -13,6 +13,7 @@ mod peer;
 mod pidlock;
 #[cfg(test)]
 mod proptests;
+mod remote;
 mod search;
 mod server;
 mod services;

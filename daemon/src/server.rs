@@ -106,6 +106,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     .map_err(|e| tracing::warn!("search is off: {e}"))
     .ok();
 
+    // The remote store (off without remote_url): pushes in the background.
+    let remote = crate::remote::Remote::start(
+        &config.profile.dir,
+        config.profile.sessions_dir(),
+        &config.profile.config_file(),
+    );
+
     let uid = nix::unistd::geteuid().as_raw();
     let router = Server::builder()
         .layer(InterceptorLayer::new(PeerCheck::new(uid, served)))
@@ -113,6 +120,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .add_service(SessionsServer::new(SessionsService::new(
             Arc::clone(&store),
             snapshots.clone(),
+            remote,
         )))
         .add_service(TurnsServer::new(TurnsService::new(
             Arc::clone(&store),

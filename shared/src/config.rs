@@ -64,6 +64,37 @@ struct File {
     instructions: Option<String>,
     shell_timeout_secs: Option<u64>,
     snapshot_exclude: Option<Vec<String>>,
+    /// The remote store (PostgreSQL URL); read by agentd, see [`remote_url`].
+    remote_url: Option<String>,
+}
+
+/// The remote store's URL: `AGENTX_REMOTE_URL`, else `remote_url` in
+/// `path` (a missing file is fine). `None`: remote keeping is off.
+pub fn remote_url(path: &Path) -> Result<Option<String>, ConfigError> {
+    if let Some(url) = std::env::var("AGENTX_REMOTE_URL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        return Ok(Some(url.trim().to_owned()));
+    }
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(ConfigError::Read {
+                path: path.display().to_string(),
+                source,
+            });
+        }
+    };
+    let file = toml::from_str::<File>(&text).map_err(|e| ConfigError::Parse {
+        path: path.display().to_string(),
+        message: e.message().to_owned(),
+    })?;
+    Ok(file
+        .remote_url
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty()))
 }
 
 /// The effective configuration of one `agentx` invocation.

@@ -99,7 +99,10 @@ async fn reflection_lists_every_service_and_health_is_serving() {
 
     // A malformed request is refused clearly and the daemon keeps serving.
     let err = SessionsClient::new(channel.clone())
-        .list_sessions(ListSessionsRequest { scope: None })
+        .list_sessions(ListSessionsRequest {
+            scope: None,
+            include_remote: false,
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
@@ -109,6 +112,7 @@ async fn reflection_lists_every_service_and_health_is_serving() {
                 folder: env.work.display().to_string(),
                 agent: "../up".into(),
             }),
+            include_remote: false,
         })
         .await
         .unwrap_err();

@@ -5,7 +5,8 @@ use serde_json::{Value, json};
 
 use agentx_shared::conversation::PendingCall;
 use agentx_shared::proto::{
-    ClearSessionRequest, GetStatusRequest, ListSessionsRequest, SessionStatus, SessionSummary,
+    ClearSessionRequest, GetStatusRequest, ListSessionsRequest, RemoteState, SessionStatus,
+    SessionSummary, SyncRemoteRequest,
 };
 use agentx_shared::time::rfc3339_wire;
 
@@ -22,13 +23,33 @@ pub fn summary_json(s: &SessionSummary) -> Value {
         "updated_at": rfc3339_wire(s.updated_at.as_ref()),
         "turns": s.turns,
         "forked_from": s.forked_from.as_ref().map(|f| json!({"id": f.id, "turn": f.turn})),
+        "where": if s.location.is_empty() { "local" } else { s.location.as_str() },
+        "machine": if s.machine.is_empty() { Value::Null } else { json!(s.machine) },
     })
+}
+
+/// This folder's conversations merged with the remote store's (when one
+/// is configured), and the line to show when the remote was not reached.
+pub async fn list_with_remote(ctx: &Ctx) -> CliResult<(Vec<SessionSummary>, String)> {
+    let reply = ctx
+        .sessions()
+        .list_sessions(ListSessionsRequest {
+            scope: ctx.scope(),
+            include_remote: true,
+        })
+        .await
+        .map_err(|s| CliError::from_status("listing conversations", &s))?
+        .into_inner();
+    Ok((reply.sessions, reply.remote_note))
 }
 
 pub async fn list(ctx: &Ctx) -> CliResult<Vec<SessionSummary>> {
     Ok(ctx
         .sessions()
-        .list_sessions(ListSessionsRequest { scope: ctx.scope() })
+        .list_sessions(ListSessionsRequest {
+            scope: ctx.scope(),
+            include_remote: false,
+        })
         .await
         .map_err(|s| CliError::from_status("listing conversations", &s))?
         .into_inner()
@@ -47,8 +68,13 @@ pub fn label(s: &SessionSummary) -> String {
         .as_ref()
         .map(|f| format!("  (fork of {} @turn {})", f.id, f.turn))
         .unwrap_or_default();
+    let remote = if s.location == "remote" {
+        format!("remote: ({}) ", s.machine)
+    } else {
+        String::new()
+    };
     format!(
-        "{}  {}  {:>3} turn(s)  {title}{origin}",
+        "{remote}{}  {}  {:>3} turn(s)  {title}{origin}",
         s.id,
         crate::when::human(s.updated_at.as_ref()),
         s.turns
@@ -67,7 +93,14 @@ pub fn print_list(sessions: &[SessionSummary]) {
 }
 
 pub async fn sessions(ctx: &Ctx, as_json: bool, tree: bool) -> CliResult<()> {
-    let sessions = list(ctx).await?;
+    let (sessions, note) = if tree {
+        (list(ctx).await?, String::new())
+    } else {
+        list_with_remote(ctx).await?
+    };
+    if !note.is_empty() {
+        eprintln!("agentx: {note}");
+    }
     if tree {
         crate::commands::library::print_tree(&sessions);
     } else if as_json {
@@ -136,7 +169,84 @@ pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
         "snapshot_watch": s.snapshot_watch,
         "transcript_items": s.transcript_items,
         "daemon": {"pid": ctx.hello().pid, "version": ctx.hello().daemon_version},
+        "remote": remote_json(s.remote.as_ref()),
     })
+}
+
+/// `{state, pending, last_error, url, machine}`; `state` is "off" when
+/// no remote store is configured.
+pub fn remote_json(r: Option<&RemoteState>) -> Value {
+    let Some(r) = r.filter(|r| !r.state.is_empty()) else {
+        return json!({"state": "off", "pending": 0, "last_error": null});
+    };
+    let opt = |s: &str| if s.is_empty() { Value::Null } else { json!(s) };
+    json!({
+        "state": r.state,
+        "pending": r.pending,
+        "last_error": opt(&r.last_error),
+        "url": opt(&r.url),
+        "machine": opt(&r.machine),
+    })
+}
+
+/// `agentx sync`: push now, print what was pushed; exit 1 if the remote
+/// was not reached.
+pub async fn sync(ctx: &Ctx, as_json: bool, wait_ms: Option<u32>) -> CliResult<()> {
+    let reply = ctx
+        .sessions()
+        .sync_remote(SyncRemoteRequest {
+            wait_ms: wait_ms.unwrap_or(0),
+        })
+        .await
+        .map_err(|s| CliError::from_status("syncing with the remote store", &s))?
+        .into_inner();
+    let remote = reply.remote.unwrap_or_default();
+    if as_json {
+        println!(
+            "{}",
+            json!({
+                "reached": reply.reached,
+                "timed_out": reply.timed_out,
+                "pushed_conversations": reply.pushed_conversations,
+                "pushed_records": reply.pushed_records,
+                "remote": remote_json(Some(&remote)),
+            })
+        );
+    }
+    if remote.state == "off" || remote.state.is_empty() {
+        if !as_json {
+            println!("remote keeping is off (set remote_url in config.toml or AGENTX_REMOTE_URL)");
+        }
+        return Ok(());
+    }
+    if !as_json {
+        println!(
+            "pushed {} conversation(s), {} record(s) to {}; {} pending",
+            reply.pushed_conversations, reply.pushed_records, remote.url, remote.pending
+        );
+    }
+    if reply.reached {
+        Ok(())
+    } else if reply.timed_out {
+        Err(CliError::failed(format!(
+            "the remote store did not finish within the wait ({} pending){}",
+            remote.pending,
+            if remote.last_error.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", remote.last_error)
+            }
+        )))
+    } else {
+        Err(CliError::failed(format!(
+            "the remote store is unreachable: {}",
+            if remote.last_error.is_empty() {
+                "no answer"
+            } else {
+                remote.last_error.as_str()
+            }
+        )))
+    }
 }
 
 pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
@@ -208,6 +318,21 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
     );
     if !s.snapshot_watch.is_empty() {
         println!("watch         {}", s.snapshot_watch);
+    }
+    if let Some(r) = s
+        .remote
+        .as_ref()
+        .filter(|r| !r.state.is_empty() && r.state != "off")
+    {
+        let error = if r.last_error.is_empty() {
+            String::new()
+        } else {
+            format!(" — {}", r.last_error)
+        };
+        println!(
+            "remote        {} ({} pending) {}{error}",
+            r.state, r.pending, r.url
+        );
     }
     println!(
         "daemon        pid {}, version {}",

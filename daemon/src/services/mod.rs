@@ -82,5 +82,7 @@ pub fn summary(doc: &SessionDoc) -> SessionSummary {
                 id: f.id.clone(),
                 turn: f.turn,
             }),
+        location: String::new(),
+        machine: String::new(),
     }
 }

@@ -10,11 +10,12 @@ use agentx_shared::proto::{
     AppendShellTranscriptRequest, Checkpoint, ClearSessionReply, ClearSessionRequest, Exchange,
     FailedResponse, GetStatusRequest, ListCheckpointsReply, ListCheckpointsRequest,
     ListSessionsReply, ListSessionsRequest, OpenSessionReply, OpenSessionRequest, PendingToolCall,
-    RollbackReply, RollbackRequest, SessionStatus, Timestamp, open_session_request::Target,
-    rollback_request,
+    RollbackReply, RollbackRequest, SessionStatus, SessionSummary, SyncRemoteReply,
+    SyncRemoteRequest, Timestamp, open_session_request::Target, rollback_request,
 };
 
 use super::{group_for, session_arg, status_of, summary};
+use crate::remote::Remote;
 use crate::snapshot::service::Snapshots;
 use crate::store::session::{Marker, SessionDoc};
 use crate::store::{Change, OpenTarget, RollbackTarget, Store};
@@ -22,11 +23,91 @@ use crate::store::{Change, OpenTarget, RollbackTarget, Store};
 pub struct SessionsService {
     store: Arc<Store>,
     snapshots: Snapshots,
+    remote: Option<Arc<Remote>>,
 }
 
 impl SessionsService {
-    pub fn new(store: Arc<Store>, snapshots: Snapshots) -> Self {
-        Self { store, snapshots }
+    pub fn new(store: Arc<Store>, snapshots: Snapshots, remote: Option<Arc<Remote>>) -> Self {
+        Self {
+            store,
+            snapshots,
+            remote,
+        }
+    }
+
+    fn remote_state(&self) -> agentx_shared::proto::RemoteState {
+        self.remote
+            .as_ref()
+            .map_or_else(crate::remote::off_state, |r| r.state())
+    }
+
+    /// Local conversations merged with the remote's for this project and
+    /// agent (bounded wait): each marked local, remote or both, newest
+    /// first. On a timeout or error: local only, and one line saying so.
+    async fn merge_remote(
+        &self,
+        remote: &Remote,
+        folder: &str,
+        agent: &str,
+        local: Vec<SessionSummary>,
+    ) -> (Vec<SessionSummary>, String) {
+        let mut local = local;
+        for s in &mut local {
+            s.location = "local".to_owned();
+            s.machine = remote.machine().to_owned();
+        }
+        let project = crate::remote::project_key(std::path::Path::new(folder), remote.machine());
+        let rows = match tokio::time::timeout(
+            crate::remote::LIST_WAIT,
+            remote.list(&project, agent),
+        )
+        .await
+        {
+            Ok(Ok(rows)) => rows,
+            Ok(Err(e)) => {
+                return (
+                    local,
+                    format!(
+                        "the remote store was not reached ({e}); showing this machine's conversations only"
+                    ),
+                );
+            }
+            Err(_) => {
+                return (
+                    local,
+                    format!(
+                        "the remote store was not reached within {} ms; showing this machine's conversations only",
+                        crate::remote::LIST_WAIT.as_millis()
+                    ),
+                );
+            }
+        };
+        let mut merged = local;
+        for row in rows {
+            if let Some(s) = merged.iter_mut().find(|s| s.id == row.id) {
+                s.location = "both".to_owned();
+                s.machine = row.machine;
+                continue;
+            }
+            merged.push(SessionSummary {
+                id: row.id,
+                title: row.title,
+                folder: row.folder,
+                agent: agent.to_owned(),
+                created_at: Some(Timestamp {
+                    unix_ms: row.created_at,
+                }),
+                updated_at: Some(Timestamp {
+                    unix_ms: row.updated_at,
+                }),
+                turns: row.turns,
+                forked_from: None,
+                location: "remote".to_owned(),
+                machine: row.machine,
+            });
+        }
+        merged.sort_by_key(|s| std::cmp::Reverse(s.updated_at.map_or(0, |t| t.unix_ms)));
+        (merged, String::new())
     }
 }
 
@@ -100,10 +181,25 @@ impl Sessions for SessionsService {
         &self,
         request: Request<ListSessionsRequest>,
     ) -> Result<Response<ListSessionsReply>, Status> {
-        let (group, _) = group_for(&self.store, request.get_ref().scope.as_ref())?;
+        let req = request.into_inner();
+        let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
         let docs = group.list().await.map_err(status_of)?;
+        let local: Vec<SessionSummary> = docs.iter().map(summary).collect();
+        let (sessions, remote_note) = match (&self.remote, req.include_remote) {
+            (Some(remote), true) => {
+                let agent = req
+                    .scope
+                    .as_ref()
+                    .map(|s| s.agent.as_str())
+                    .filter(|a| !a.is_empty())
+                    .unwrap_or("default");
+                self.merge_remote(remote, &folder, agent, local).await
+            }
+            _ => (local, String::new()),
+        };
         Ok(Response::new(ListSessionsReply {
-            sessions: docs.iter().map(summary).collect(),
+            sessions,
+            remote_note,
         }))
     }
 
@@ -166,6 +262,7 @@ impl Sessions for SessionsService {
             status.snapshot_store_bytes = bytes;
             status.snapshot_watch = watch;
         }
+        status.remote = Some(self.remote_state());
         Ok(Response::new(status))
     }
 
@@ -255,5 +352,27 @@ impl Sessions for SessionsService {
             .await
             .map_err(status_of)?;
         Ok(Response::new(session_status(Some(&doc))))
+    }
+
+    async fn sync_remote(
+        &self,
+        request: Request<SyncRemoteRequest>,
+    ) -> Result<Response<SyncRemoteReply>, Status> {
+        let req = request.into_inner();
+        let Some(remote) = &self.remote else {
+            return Ok(Response::new(SyncRemoteReply {
+                remote: Some(crate::remote::off_state()),
+                ..SyncRemoteReply::default()
+            }));
+        };
+        let wait = (req.wait_ms > 0).then(|| std::time::Duration::from_millis(req.wait_ms.into()));
+        let (pushed_conversations, pushed_records, reached, timed_out) = remote.sync(wait).await;
+        Ok(Response::new(SyncRemoteReply {
+            remote: Some(remote.state()),
+            pushed_conversations,
+            pushed_records,
+            reached,
+            timed_out,
+        }))
     }
 }

@@ -526,10 +526,12 @@ impl Group {
         Ok(doc)
     }
 
-    /// Tells the search indexer a conversation changed (never waits on it).
+    /// Tells the search indexer and the remote pusher a conversation
+    /// changed (never waits on either).
     fn index_hook(&self, id: &str) {
         if self.shares_checkpoint {
             crate::search::touched(&self.dir, id);
+            crate::remote::touched(&self.dir, id);
         }
     }
 

@@ -1,0 +1,338 @@
+//! The remote store (DESIGN §10, issue 15): every conversation is also kept
+//! in PostgreSQL when `remote_url` (config.toml) or `AGENTX_REMOTE_URL` is
+//! set. Local stays the truth: the store tells us when a conversation
+//! committed ([`touched`]) and a background pusher sends the new journal
+//! records and the document's metadata, batched and idempotently (records
+//! keyed by conversation id and sequence number), retrying with backoff
+//! while the server is down. A turn never waits for it.
+//!
+//! The outbox is durable by construction: `<profile>/remote/pushed/<id>.json`
+//! records what was last pushed of each conversation (a hash of its document,
+//! its journal position and rollback count); at start every conversation
+//! whose document differs is pending again, so nothing committed locally is
+//! lost to a crash, and a record pushed twice is ignored by the server.
+//!
+//! What goes to the server: the transcript (what the user and the model said,
+//! tool outputs included), title, usage, last response id, checkpoints as
+//! transcript positions, the folder path and the machine's name. Never an
+//! API key, the environment or file contents.
+
+mod project;
+mod pusher;
+mod schema;
+mod url;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc, watch};
+use tokio_postgres::{Client, NoTls};
+
+use agentx_shared::proto::RemoteState;
+
+pub use project::project_key;
+use url::RemoteUrl;
+
+/// Why talking to the remote failed. Messages never hold the password.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RemoteError {
+    /// `remote_url` is unusable (agentd keeps working locally).
+    #[error("{0}")]
+    Config(String),
+    /// The server was not reached or refused the request.
+    #[error("{0}")]
+    Server(String),
+    /// A local file could not be read.
+    #[error("{0}")]
+    Local(String),
+}
+
+impl RemoteError {
+    fn db(e: tokio_postgres::Error) -> Self {
+        let mut text = e.to_string();
+        if let Some(db) = e.as_db_error() {
+            text = format!("{text}: {}", db.message());
+        } else if let Some(source) = std::error::Error::source(&e) {
+            text = format!("{text}: {source}");
+        }
+        Self::Server(text)
+    }
+}
+
+static NOTIFY: OnceLock<mpsc::UnboundedSender<PathBuf>> = OnceLock::new();
+
+/// A conversation in group directory `dir` committed a change: push it
+/// soon. Never blocks; a no-op when remote keeping is off.
+pub fn touched(dir: &Path, id: &str) {
+    if let Some(tx) = NOTIFY.get() {
+        let _ = tx.send(dir.join(format!("{id}.json")));
+    }
+}
+
+/// How long listing waits for the remote before answering with local only.
+pub const LIST_WAIT: Duration = Duration::from_millis(900);
+/// How long `agentx sync` waits by default.
+const SYNC_WAIT: Duration = Duration::from_secs(10);
+/// How long one connection attempt may take.
+const CONNECT_WAIT: Duration = Duration::from_secs(5);
+
+/// A remote conversation as listed.
+pub struct RemoteRow {
+    pub id: String,
+    pub title: String,
+    pub folder: String,
+    pub machine: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub turns: u32,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Documents with changes not pushed yet.
+    pending: BTreeSet<PathBuf>,
+    /// Passes started so far.
+    started: u64,
+    /// Whether any pass finished yet, and whether the last one reached
+    /// the server.
+    attempted: bool,
+    reached: bool,
+    last_error: Option<String>,
+    pushed_conversations: u64,
+    pushed_records: u64,
+}
+
+/// The remote store of this agentd.
+pub struct Remote {
+    url: Result<RemoteUrl, String>,
+    machine: String,
+    sessions_dir: PathBuf,
+    /// `<profile>/remote/pushed`.
+    pushed_dir: PathBuf,
+    inner: Mutex<Inner>,
+    /// New work for the pusher.
+    wake: Notify,
+    /// `agentx sync`: push now, skipping any backoff.
+    now: Notify,
+    /// The start number of the last finished pass.
+    passes: watch::Sender<u64>,
+    /// The connection listings use (the pusher has its own).
+    reader: Mutex<Option<Arc<Client>>>,
+}
+
+impl Remote {
+    /// Reads `remote_url` and starts the pusher. `None`: remote keeping is
+    /// off. A URL that cannot be used is reported by [`Remote::state`] and
+    /// logged (redacted); agentd goes on locally.
+    pub fn start(
+        profile_dir: &Path,
+        sessions_dir: PathBuf,
+        config_file: &Path,
+    ) -> Option<Arc<Self>> {
+        let raw = match agentx_shared::config::remote_url(config_file) {
+            Ok(Some(raw)) => raw,
+            Ok(None) => return None,
+            Err(e) => {
+                // config.toml does not parse: the client says so on every
+                // command; here the remote simply stays off.
+                tracing::warn!("remote store off: {}", url::redact_url(&e.to_string()));
+                return None;
+            }
+        };
+        let url =
+            RemoteUrl::parse(&raw, std::env::var("PGPASSWORD").ok()).map_err(|e| e.to_string());
+        let remote = Arc::new(Self {
+            url,
+            machine: project::machine_name(),
+            sessions_dir,
+            pushed_dir: profile_dir.join("remote").join("pushed"),
+            inner: Mutex::new(Inner::default()),
+            wake: Notify::new(),
+            now: Notify::new(),
+            passes: watch::Sender::new(0),
+            reader: Mutex::new(None),
+        });
+        match &remote.url {
+            Ok(url) => {
+                tracing::info!(url = %url.shown, machine = %remote.machine, "remote store on");
+                let (tx, rx) = mpsc::unbounded_channel();
+                if NOTIFY.set(tx).is_err() {
+                    tracing::warn!("remote pusher already running in this process");
+                }
+                tokio::spawn(pusher::run(Arc::clone(&remote), rx));
+            }
+            Err(e) => {
+                tracing::error!("remote store not used: {e}");
+                if let Ok(mut inner) = remote.inner.lock() {
+                    inner.attempted = true;
+                    inner.last_error = Some(e.clone());
+                }
+            }
+        }
+        Some(remote)
+    }
+
+    pub fn machine(&self) -> &str {
+        &self.machine
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> Option<T> {
+        self.inner.lock().ok().map(|mut inner| f(&mut inner))
+    }
+
+    fn mark(&self, doc: PathBuf) {
+        self.with(|inner| inner.pending.insert(doc));
+        self.wake.notify_one();
+    }
+
+    /// What `status` shows.
+    pub fn state(&self) -> RemoteState {
+        let shown = self
+            .url
+            .as_ref()
+            .map(|u| u.shown.clone())
+            .unwrap_or_default();
+        self.with(|inner| {
+            let state = if inner.pending.is_empty() && inner.attempted {
+                if inner.reached {
+                    "synced"
+                } else {
+                    "unreachable"
+                }
+            } else {
+                "pending"
+            };
+            RemoteState {
+                state: state.to_owned(),
+                pending: inner.pending.len() as u64,
+                last_error: inner.last_error.clone().unwrap_or_default(),
+                url: shown.clone(),
+                machine: self.machine.clone(),
+            }
+        })
+        .unwrap_or_default()
+    }
+
+    /// Pushes now and waits (bounded) for that pass: (pushed conversations,
+    /// pushed records, reached, timed out).
+    pub async fn sync(&self, wait: Option<Duration>) -> (u64, u64, bool, bool) {
+        let Some((started, convs, records)) =
+            self.with(|i| (i.started, i.pushed_conversations, i.pushed_records))
+        else {
+            return (0, 0, false, false);
+        };
+        if self.url.is_err() {
+            return (0, 0, false, false);
+        }
+        let mut passes = self.passes.subscribe();
+        self.now.notify_one();
+        let timed_out = tokio::time::timeout(
+            wait.unwrap_or(SYNC_WAIT),
+            passes.wait_for(|done| *done > started),
+        )
+        .await
+        .is_err();
+        self.with(|i| {
+            (
+                i.pushed_conversations - convs,
+                i.pushed_records - records,
+                i.reached && !timed_out,
+                timed_out,
+            )
+        })
+        .unwrap_or((0, 0, false, timed_out))
+    }
+
+    async fn connect(url: &RemoteUrl) -> Result<Client, RemoteError> {
+        let connecting = url.config.connect(NoTls);
+        let (mut client, connection) = match tokio::time::timeout(CONNECT_WAIT, connecting).await {
+            Ok(Ok(pair)) => pair,
+            Ok(Err(e)) => {
+                return Err(RemoteError::Server(url.redact(&format!(
+                    "cannot reach {}: {}",
+                    url.shown,
+                    RemoteError::db(e)
+                ))));
+            }
+            Err(_) => {
+                return Err(RemoteError::Server(format!(
+                    "cannot reach {}: no answer within {CONNECT_WAIT:?}",
+                    url.shown
+                )));
+            }
+        };
+        let shown = url.shown.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(url = %shown, "remote connection ended: {}", RemoteError::db(e));
+            }
+        });
+        schema::migrate(&mut client)
+            .await
+            .map_err(|e| RemoteError::Server(url.redact(&e.to_string())))?;
+        Ok(client)
+    }
+
+    /// The conversations the remote keeps for `project` and `agent`, newest
+    /// first. The caller bounds the wait.
+    pub async fn list(&self, project: &str, agent: &str) -> Result<Vec<RemoteRow>, RemoteError> {
+        let url = self
+            .url
+            .as_ref()
+            .map_err(|e| RemoteError::Config(e.clone()))?;
+        let cached = self
+            .reader
+            .lock()
+            .ok()
+            .and_then(|r| r.clone())
+            .filter(|c| !c.is_closed());
+        let client = match cached {
+            Some(c) => c,
+            None => {
+                let c = Arc::new(Self::connect(url).await?);
+                if let Ok(mut r) = self.reader.lock() {
+                    *r = Some(Arc::clone(&c));
+                }
+                c
+            }
+        };
+        let rows = client
+            .query(
+                "SELECT id, title, folder, machine,
+                        (extract(epoch FROM created_at) * 1000)::int8,
+                        (extract(epoch FROM updated_at) * 1000)::int8,
+                        turns
+                   FROM conversations
+                  WHERE project = $1 AND agent = $2
+                  ORDER BY updated_at DESC
+                  LIMIT 1000",
+                &[&project, &agent],
+            )
+            .await
+            .map_err(|e| RemoteError::Server(url.redact(&RemoteError::db(e).to_string())))?;
+        rows.iter()
+            .map(|row| {
+                Ok(RemoteRow {
+                    id: row.try_get(0)?,
+                    title: row.try_get(1)?,
+                    folder: row.try_get(2)?,
+                    machine: row.try_get(3)?,
+                    created_at: row.try_get(4)?,
+                    updated_at: row.try_get(5)?,
+                    turns: u32::try_from(row.try_get::<_, i32>(6)?).unwrap_or(0),
+                })
+            })
+            .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+            .map_err(RemoteError::db)
+    }
+}
+
+/// `status` for a daemon without a remote.
+pub fn off_state() -> RemoteState {
+    RemoteState {
+        state: "off".to_owned(),
+        ..RemoteState::default()
+    }
+}

@@ -1,0 +1,94 @@
+//! The remote schema, created and migrated by agentd: numbered migrations
+//! recorded in `schema_version`, applied under a PostgreSQL advisory lock so
+//! two daemons starting at once never race.
+
+use tokio_postgres::Client;
+
+use super::RemoteError;
+
+/// The advisory lock key ("agentx" in ASCII).
+const LOCK_KEY: i64 = 0x6167_656e_7478;
+
+/// (version, SQL), in order. Never edit a released one: add the next.
+const MIGRATIONS: &[(i32, &str)] = &[(
+    1,
+    "CREATE TABLE conversations (
+        id text PRIMARY KEY,
+        project text NOT NULL,
+        agent text NOT NULL,
+        title text NOT NULL DEFAULT '',
+        machine text NOT NULL,
+        folder text NOT NULL DEFAULT '',
+        created_at timestamptz NOT NULL,
+        updated_at timestamptz NOT NULL,
+        turns integer NOT NULL DEFAULT 0,
+        records bigint NOT NULL DEFAULT 0,
+        rollbacks bigint NOT NULL DEFAULT 0,
+        response_id text,
+        usage jsonb NOT NULL DEFAULT '{}',
+        checkpoints jsonb NOT NULL DEFAULT '[]',
+        forked_from jsonb
+    );
+    CREATE INDEX conversations_listing ON conversations (project, agent, updated_at DESC);
+    CREATE TABLE records (
+        conversation_id text NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        seq bigint NOT NULL,
+        at timestamptz,
+        item jsonb NOT NULL,
+        machine text NOT NULL,
+        PRIMARY KEY (conversation_id, seq)
+    );",
+)];
+
+/// The newest schema this agentd knows.
+pub const LATEST: i32 = 1;
+
+/// Brings the server's schema up to [`LATEST`].
+pub async fn migrate(client: &mut Client) -> Result<(), RemoteError> {
+    client
+        .batch_execute(&format!("SELECT pg_advisory_lock({LOCK_KEY})"))
+        .await
+        .map_err(RemoteError::db)?;
+    let result = apply(client).await;
+    let unlocked = client
+        .batch_execute(&format!("SELECT pg_advisory_unlock({LOCK_KEY})"))
+        .await
+        .map_err(RemoteError::db);
+    result.and(unlocked)
+}
+
+async fn apply(client: &mut Client) -> Result<(), RemoteError> {
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_version (
+                version integer PRIMARY KEY,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )",
+        )
+        .await
+        .map_err(RemoteError::db)?;
+    let current: i32 = client
+        .query_one("SELECT coalesce(max(version), 0) FROM schema_version", &[])
+        .await
+        .map_err(RemoteError::db)?
+        .try_get(0)
+        .map_err(RemoteError::db)?;
+    if current > LATEST {
+        return Err(RemoteError::Config(format!(
+            "the remote's schema is version {current}, newer than this agentd knows ({LATEST}); update agentx"
+        )));
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
+        let tx = client.transaction().await.map_err(RemoteError::db)?;
+        tx.batch_execute(sql).await.map_err(RemoteError::db)?;
+        tx.execute(
+            "INSERT INTO schema_version (version) VALUES ($1)",
+            &[version],
+        )
+        .await
+        .map_err(RemoteError::db)?;
+        tx.commit().await.map_err(RemoteError::db)?;
+        tracing::info!(version, "remote schema migrated");
+    }
+    Ok(())
+}

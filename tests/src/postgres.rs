@@ -1,0 +1,294 @@
+//! A throwaway PostgreSQL cluster for the remote-store tests (issue 15):
+//! `initdb` + `pg_ctl` from Debian's `postgresql` package on a free
+//! loopback port, its socket in a temp dir, run as the `postgres` user when
+//! the tests run as root. [`shared`] starts one per test binary (each test
+//! then uses a database of its own) and a watcher process stops it when the
+//! binary exits; [`Cluster::start`] gives a test its own (stopped on drop),
+//! for tests that stop and restart the server.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// The newest PostgreSQL server binaries installed, if any.
+pub fn bin_dir() -> Option<PathBuf> {
+    let mut dirs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            (bin.join("initdb").is_file() && bin.join("pg_ctl").is_file()).then_some((version, bin))
+        })
+        .collect();
+    dirs.sort();
+    dirs.pop().map(|(_, bin)| bin)
+}
+
+pub struct Cluster {
+    dir: Option<tempfile::TempDir>,
+    root: PathBuf,
+    bin: PathBuf,
+    pub port: u16,
+}
+
+impl Cluster {
+    /// A fresh cluster, started. `None` (after a visible skip) when the
+    /// server binaries are not installed.
+    pub fn start() -> Option<Cluster> {
+        let Some(bin) = bin_dir() else {
+            crate::skip(
+                "PostgreSQL server binaries not found under /usr/lib/postgresql (apt-get install postgresql)",
+            );
+            return None;
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("agentx-pg-")
+            .tempdir()
+            .unwrap();
+        let root = dir.path().to_path_buf();
+        std::fs::create_dir(root.join("sock")).unwrap();
+        if crate::is_root() {
+            let user = nix::unistd::User::from_name("postgres")
+                .unwrap()
+                .expect("the postgresql package creates the postgres user");
+            for p in [root.clone(), root.join("sock")] {
+                nix::unistd::chown(&p, Some(user.uid), Some(user.gid)).unwrap();
+            }
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        let cluster = Cluster {
+            dir: Some(dir),
+            root,
+            bin,
+            port: free_port(),
+        };
+        let out = cluster.run(
+            "initdb",
+            &[
+                "-D",
+                &cluster.data().display().to_string(),
+                "-A",
+                "trust",
+                "-U",
+                "agentx",
+                "--no-sync",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            crate::stderr(&out)
+        );
+        cluster.start_server();
+        Some(cluster)
+    }
+
+    fn data(&self) -> PathBuf {
+        self.root.join("data")
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) -> Output {
+        let program = self.bin.join(tool);
+        let mut cmd = if crate::is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&program);
+            c
+        } else {
+            Command::new(&program)
+        };
+        cmd.args(args)
+            .current_dir(&self.root)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn start_server(&self) {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60",
+            self.port,
+            self.root.join("sock").display()
+        );
+        let out = self.run(
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data().display().to_string(),
+                "-o",
+                &opts,
+                "-l",
+                &self.root.join("log").display().to_string(),
+                "-w",
+                "start",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "pg_ctl start failed: {}{}",
+            crate::stdout(&out),
+            std::fs::read_to_string(self.root.join("log")).unwrap_or_default()
+        );
+    }
+
+    /// Stops the server (`-m fast`).
+    pub fn stop(&self) {
+        let data = self.data().display().to_string();
+        let out = self.run("pg_ctl", &["-D", &data, "-m", "fast", "-w", "stop"]);
+        assert!(
+            out.status.success(),
+            "pg_ctl stop failed: {}",
+            crate::stderr(&out)
+        );
+    }
+
+    /// Starts it again on the same port.
+    pub fn restart(&self) {
+        self.start_server();
+    }
+
+    /// A URL for database `db` as the `agentx` superuser.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgresql://agentx@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Creates database `db` (each test uses its own).
+    pub fn create_db(&self, db: &str) {
+        self.execute("postgres", &format!("CREATE DATABASE \"{db}\""));
+    }
+
+    pub fn execute(&self, db: &str, sql: &str) {
+        let url = self.url(db);
+        let sql = sql.to_owned();
+        runtime().block_on(async move {
+            let client = connect(&url).await;
+            client.batch_execute(&sql).await.unwrap();
+        });
+    }
+
+    /// Rows of `sql` in `db`.
+    pub fn query(&self, db: &str, sql: &str) -> Vec<tokio_postgres::Row> {
+        let url = self.url(db);
+        let sql = sql.to_owned();
+        runtime().block_on(async move {
+            let client = connect(&url).await;
+            client.query(&sql, &[]).await.unwrap()
+        })
+    }
+
+    /// The first column of the first row of `sql`, as i64.
+    pub fn count(&self, db: &str, sql: &str) -> i64 {
+        self.query(db, sql)[0].get(0)
+    }
+
+    fn stop_command(&self) -> String {
+        let pg_ctl = self.bin.join("pg_ctl");
+        let data = self.data();
+        let prefix = if crate::is_root() {
+            "runuser -u postgres -- "
+        } else {
+            ""
+        };
+        format!(
+            "{prefix}{} -D {} -m fast stop",
+            pg_ctl.display(),
+            data.display()
+        )
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.dir.is_some() {
+            let data = self.data().display().to_string();
+            let _ = self.run("pg_ctl", &["-D", &data, "-m", "fast", "stop"]);
+        }
+    }
+}
+
+/// The test binary's cluster, started on first use and stopped by a
+/// watcher process when the binary exits (statics are never dropped).
+pub fn shared() -> Option<&'static Cluster> {
+    static SHARED: OnceLock<Option<Cluster>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            let mut cluster = Cluster::start()?;
+            let script = format!(
+                "while kill -0 {pid} 2>/dev/null; do sleep 0.3; done; {stop} >/dev/null 2>&1; rm -rf {root}",
+                pid = std::process::id(),
+                stop = cluster.stop_command(),
+                root = cluster.root.display(),
+            );
+            // The watcher removes the directory; Drop (never run for a
+            // static) must not.
+            if let Some(dir) = cluster.dir.take() {
+                let _ = dir.keep();
+            }
+            // It outlives this process on purpose (it stops the cluster
+            // after we exit); init reaps it.
+            #[allow(clippy::zombie_processes)]
+            let _watcher = Command::new("sh")
+                .args(["-c", &script])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            Some(cluster)
+        })
+        .as_ref()
+        .or_else(|| {
+            crate::skip("PostgreSQL server binaries not found (apt-get install postgresql)");
+            None
+        })
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// Makes `folder` a git work tree whose `origin` is `url` (`git init`
+/// when git is installed, else the two files agentd reads).
+pub fn git_repo(folder: &Path, url: &str) {
+    let git = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(folder)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new("git")
+            .args(["remote", "add", "origin", url])
+            .current_dir(folder)
+            .status()
+            .is_ok_and(|s| s.success());
+    if !git {
+        std::fs::create_dir_all(folder.join(".git")).unwrap();
+        std::fs::write(folder.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(
+            folder.join(".git/config"),
+            format!("[remote \"origin\"]\n\turl = {url}\n"),
+        )
+        .unwrap();
+    }
+}

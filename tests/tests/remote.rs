@@ -1,0 +1,344 @@
+//! The remote store (issue 15) against a real PostgreSQL cluster started by
+//! the harness (tests/src/postgres.rs): pushes after turns, no duplicate
+//! records on a re-push, the server down during turns and back, listings
+//! merged across two "machines" (profiles) sharing a git origin, a silent
+//! server never making listing hang, and the password kept out of files.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use agentx_tests::fake_model::FakeModel;
+use agentx_tests::postgres::{Cluster, git_repo, shared};
+use agentx_tests::{TEST_KEY, TestEnv, assert_code, json_out, stderr, stdout, wait_status};
+
+/// A profile ("machine") whose folder is a clone of acme/app, keeping
+/// conversations at `url`.
+fn machine(name: &str, origin: &str, url: &str) -> TestEnv {
+    let mut env = TestEnv::new();
+    git_repo(&env.work, origin);
+    env.extra_env.push(("AGENTX_REMOTE_URL".into(), url.into()));
+    env.extra_env.push(("AGENTX_MACHINE".into(), name.into()));
+    env
+}
+
+fn sync(env: &TestEnv) -> Value {
+    json_out(&env.run(["sync", "--json"]))
+}
+
+fn status(env: &TestEnv) -> Value {
+    json_out(&env.run(["status", "--json"]))
+}
+
+/// Records for `id`: (count, distinct seqs, max seq + 1).
+fn records(pg: &Cluster, db: &str, id: &str) -> (i64, i64, i64) {
+    let row = &pg.query(
+        db,
+        &format!(
+            "SELECT count(*), count(DISTINCT seq), coalesce(max(seq) + 1, 0) \
+             FROM records WHERE conversation_id = '{id}'"
+        ),
+    )[0];
+    (row.get(0), row.get(1), row.get(2))
+}
+
+#[test]
+fn turns_are_pushed_with_their_metadata_and_a_repush_adds_no_duplicate() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("t_push");
+    let env = machine(
+        "machine-a",
+        "git@github.com:acme/app.git",
+        &pg.url("t_push"),
+    );
+    let model = FakeModel::start();
+    let out = env.chat(
+        &model,
+        ["--approval", "never"],
+        "first question\nsecond question\n",
+    );
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("[turns seen: 2]"), "{}", stdout(&out));
+
+    let synced = sync(&env);
+    assert_eq!(synced["reached"], true, "{synced}");
+    let st = status(&env);
+    assert_eq!(st["remote"]["state"], "synced", "{st}");
+    assert_eq!(st["remote"]["pending"], 0, "{st}");
+    let id = st["session_id"].as_str().unwrap().to_owned();
+    let items = st["transcript_items"].as_i64().unwrap();
+    assert!(items >= 4, "{st}");
+    assert_eq!(records(pg, "t_push", &id), (items, items, items));
+
+    let rows = pg.query(
+        "t_push",
+        "SELECT project, agent, machine, title, turns, records, response_id FROM conversations",
+    );
+    assert_eq!(rows.len(), 1);
+    let project: String = rows[0].get(0);
+    assert_eq!(project, "github.com/acme/app");
+    assert_eq!(rows[0].get::<_, String>(1), "default");
+    assert_eq!(rows[0].get::<_, String>(2), "machine-a");
+    assert_eq!(rows[0].get::<_, String>(3), "first question");
+    assert_eq!(rows[0].get::<_, i32>(4), 2);
+    assert_eq!(rows[0].get::<_, i64>(5), items);
+    assert_eq!(
+        rows[0].get::<_, Option<String>>(6).as_deref(),
+        st["response_id"].as_str()
+    );
+    // What the user said is there, in order; the API key is not.
+    let texts: Vec<String> = pg
+        .query(
+            "t_push",
+            &format!("SELECT item::text FROM records WHERE conversation_id = '{id}' ORDER BY seq"),
+        )
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(texts[0].contains("first question"), "{texts:?}");
+    assert!(texts.iter().all(|t| !t.contains(TEST_KEY)));
+
+    // Forget what was pushed and restart agentd: everything is pushed
+    // again, and the server keeps exactly one copy of each record.
+    env.kill_daemons();
+    std::fs::remove_dir_all(env.home.join("remote/pushed")).unwrap();
+    let again = sync(&env);
+    assert_eq!(again["reached"], true, "{again}");
+    assert_eq!(again["pushed_records"], items, "{again}");
+    assert_eq!(records(pg, "t_push", &id), (items, items, items));
+    assert_eq!(pg.count("t_push", "SELECT count(*) FROM conversations"), 1);
+    // The schema is versioned.
+    assert_eq!(
+        pg.count("t_push", "SELECT max(version)::int8 FROM schema_version"),
+        1
+    );
+}
+
+#[test]
+fn turns_succeed_while_the_server_is_down_and_are_pushed_once_it_is_back() {
+    let Some(pg) = Cluster::start() else { return };
+    pg.create_db("t_down");
+    let env = machine(
+        "machine-a",
+        "https://github.com/acme/app",
+        &pg.url("t_down"),
+    );
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "before the outage\n"),
+        0,
+    );
+    assert_eq!(sync(&env)["reached"], true);
+
+    pg.stop();
+    let started = Instant::now();
+    let out = env.chat(&model, Vec::<&str>::new(), "during the outage\n");
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains("during the outage"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let st = wait_status(&env, |s| {
+        s["remote"]["pending"].as_u64() >= Some(1) && !s["remote"]["last_error"].is_null()
+    });
+    assert_eq!(st["remote"]["state"], "pending", "{st}");
+    let out = env.run(["sync", "--wait-ms", "3000"]);
+    assert_code(&out, 1);
+    assert!(stderr(&out).contains("unreachable"), "{}", stderr(&out));
+
+    // agentd dies too; the outbox survives it.
+    env.kill_daemons();
+    pg.restart();
+    let synced = sync(&env);
+    assert_eq!(synced["reached"], true, "{synced}");
+    let st = status(&env);
+    assert_eq!(st["remote"]["state"], "synced", "{st}");
+    let id = st["session_id"].as_str().unwrap();
+    let items = st["transcript_items"].as_i64().unwrap();
+    assert_eq!(records(&pg, "t_down", id), (items, items, items));
+    let turns = pg.count("t_down", "SELECT turns::int8 FROM conversations");
+    assert_eq!(turns, 2);
+}
+
+#[test]
+fn a_second_machine_lists_the_first_machines_conversation_as_remote() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("t_list");
+    let url = pg.url("t_list");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let b = machine("machine-b", "https://github.com/acme/app.git", &url);
+    // Another project on the same server stays out of the listing.
+    let other = machine("machine-c", "git@github.com:acme/other.git", &url);
+    let model = FakeModel::start();
+    assert_code(
+        &a.chat(&model, ["--approval", "never"], "started on a\n"),
+        0,
+    );
+    assert_code(
+        &other.chat(&model, ["--approval", "never"], "elsewhere\n"),
+        0,
+    );
+    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(sync(&other)["reached"], true);
+    let a_id = status(&a)["session_id"].as_str().unwrap().to_owned();
+
+    let listed = json_out(&b.run(["sessions", "--json"]));
+    let list = listed.as_array().unwrap();
+    assert_eq!(list.len(), 1, "{listed}");
+    assert_eq!(list[0]["id"], a_id.as_str());
+    assert_eq!(list[0]["where"], "remote");
+    assert_eq!(list[0]["machine"], "machine-a");
+    assert_eq!(list[0]["title"], "started on a");
+    assert_eq!(list[0]["turns"], 1);
+    let human = b.run(["sessions"]);
+    assert_code(&human, 0);
+    assert!(stdout(&human).contains("remote:"), "{}", stdout(&human));
+
+    // B's own conversation, once pushed, is listed on both machines.
+    assert_code(
+        &b.chat(&model, ["--approval", "never"], "started on b\n"),
+        0,
+    );
+    assert_eq!(sync(&b)["reached"], true);
+    let b_id = status(&b)["session_id"].as_str().unwrap().to_owned();
+    let listed = json_out(&b.run(["sessions", "--json"]));
+    let list = listed.as_array().unwrap();
+    assert_eq!(list.len(), 2, "{listed}");
+    assert_eq!(list[0]["id"], b_id.as_str(), "newest first: {listed}");
+    assert_eq!(list[0]["where"], "both");
+    assert_eq!(list[0]["machine"], "machine-b");
+    assert_eq!(list[1]["where"], "remote");
+    let listed = json_out(&a.run(["sessions", "--json"]));
+    let wheres: Vec<(&str, &str)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["id"].as_str().unwrap(), s["where"].as_str().unwrap()))
+        .collect();
+    assert_eq!(wheres, [(b_id.as_str(), "remote"), (a_id.as_str(), "both")]);
+}
+
+#[test]
+fn listing_with_a_silent_remote_answers_within_its_bound() {
+    // A server that accepts connections and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let env = machine(
+        "machine-a",
+        "git@github.com:acme/app.git",
+        &format!("postgresql://agentx@127.0.0.1:{port}/x"),
+    );
+    let model = FakeModel::start();
+    let started = Instant::now();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "local first\n"),
+        0,
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    let started = Instant::now();
+    let out = env.run(["sessions", "--json"]);
+    let took = started.elapsed();
+    let list = json_out(&out);
+    assert!(took < Duration::from_millis(2500), "listing took {took:?}");
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list[0]["where"], "local");
+    let note = stderr(&out);
+    assert_eq!(note.lines().count(), 1, "{note}");
+    assert!(note.contains("remote store was not reached"), "{note}");
+
+    let st = status(&env);
+    assert_eq!(st["remote"]["state"], "pending", "{st}");
+    let out = env.run(["sync", "--json", "--wait-ms", "500"]);
+    assert_code(&out, 1);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["reached"],
+        false
+    );
+}
+
+#[test]
+fn the_password_stays_out_of_the_profile_logs_and_messages() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("t_secret");
+    const PASSWORD: &str = "pw-Secret-8d1f2c";
+    // Trust authentication accepts any password: this one is sent.
+    let url = format!(
+        "postgresql://agentx:{PASSWORD}@127.0.0.1:{}/t_secret",
+        pg.port
+    );
+    let env = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "keep it secret\n"),
+        0,
+    );
+    let synced = sync(&env);
+    assert_eq!(synced["reached"], true, "{synced}");
+    let st = status(&env);
+    assert!(!st.to_string().contains(PASSWORD), "{st}");
+    assert_eq!(
+        st["remote"]["url"],
+        format!("postgresql://agentx@127.0.0.1:{}/t_secret", pg.port)
+    );
+
+    // A server that is not there: the error names it, not the password.
+    let mut down = machine(
+        "machine-a",
+        "git@github.com:acme/app.git",
+        &format!("postgresql://agentx:{PASSWORD}@127.0.0.1:1/nowhere"),
+    );
+    down.extra_env.push(("RUST_LOG".into(), "debug".into()));
+    assert_code(&down.chat(&model, ["--approval", "never"], "hello\n"), 0);
+    let out = down.run(["sync"]);
+    assert_code(&out, 1);
+    assert!(stderr(&out).contains("127.0.0.1:1"), "{}", stderr(&out));
+    let st = status(&down);
+    assert!(!st.to_string().contains(PASSWORD), "{st}");
+
+    // A non-loopback server is refused (TLS is not built yet), redacted.
+    let mut far = TestEnv::new();
+    std::fs::create_dir_all(&far.home).unwrap();
+    std::fs::set_permissions(
+        &far.home,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    std::fs::write(
+        far.home.join("config.toml"),
+        format!("remote_url = \"postgresql://u:{PASSWORD}@db.example.com/agentx\"\n"),
+    )
+    .unwrap();
+    far.extra_env.push(("AGENTX_MACHINE".into(), "far".into()));
+    assert_code(&far.chat(&model, ["--approval", "never"], "hi\n"), 0);
+    let st = status(&far);
+    assert_eq!(st["remote"]["state"], "unreachable", "{st}");
+    let error = st["remote"]["last_error"].as_str().unwrap();
+    assert!(error.contains("TLS"), "{error}");
+    assert!(!error.contains(PASSWORD), "{error}");
+
+    for env in [&env, &down, &far] {
+        env.kill_daemons();
+        // config.toml is the user's own file: they wrote it there.
+        for file in env
+            .profile_files()
+            .into_iter()
+            .filter(|f| !f.ends_with("config.toml"))
+        {
+            let bytes = std::fs::read(&file).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(PASSWORD),
+                "the password is in {}",
+                file.display()
+            );
+        }
+    }
+}
