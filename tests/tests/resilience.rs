@@ -411,6 +411,15 @@ fn killing_agentd_during_a_tool_then_continue_never_reruns_it() {
     let child = env.chat_command(&model, ["--approval", "auto"], "run the slow thing\n");
     let st = wait_status(&env, |s| s["pending_tool_calls"][0]["state"] == "running");
     assert_eq!(st["pending_tool_calls"][0]["name"], "shell");
+    // "running" is recorded before the command starts: wait until it has.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !env.work.join("log.txt").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let daemon = env.daemon_pids()[0];
     kill(Pid::from_raw(daemon), Signal::SIGKILL).unwrap();
     assert!(wait_pid_gone(daemon, Duration::from_secs(5)));
