@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 
-use agentx_tests::fake_model::FakeModel;
+use agentx_tests::fake_model::{FakeModel, Reply};
 use agentx_tests::{TEST_KEY, TestEnv, assert_code, stderr};
 
 /// A value agentd must never write anywhere.
@@ -90,6 +90,24 @@ fn a_tool_sees_the_callers_variables_path_and_umask() {
          touch made.txt\n",
     );
     assert_code(&out, 0);
+    // A one-shot that fails is retained for diagnosis: without the caller's
+    // environment in it either.
+    model.push(Reply::http_error(400, None, "nope"));
+    let mut failed = command(
+        &env,
+        &model,
+        &["exec", "--auto", "doomed"],
+        &[("CALLER_SECRET", SECRET)],
+        0o022,
+    );
+    failed.stdin(Stdio::null());
+    assert_code(&failed.output().unwrap(), 1);
+    assert!(
+        env.profile_files()
+            .iter()
+            .any(|p| p.components().any(|c| c.as_os_str() == "oneshots")),
+        "no retained one-shot state"
+    );
     let seen = std::fs::read_to_string(env.work.join("seen.txt")).unwrap();
     assert_eq!(
         seen,
