@@ -48,14 +48,22 @@ pub async fn connect(path: &Path) -> io::Result<Channel> {
         .keep_alive_while_idle(true)
         .connect_with_connector(connector)
         .await
-        .map_err(io::Error::other)
+        // The socket accepted (the kernel does so for a daemon still closing
+        // its files) but the connection broke before HTTP/2 was up: a daemon
+        // going away.
+        .map_err(|e| io::Error::new(io::ErrorKind::ConnectionAborted, e))
 }
 
 /// True when an error from [`connect`] means no daemon is listening there:
-/// the socket file is missing or refuses connections (stale).
+/// the socket file is missing or refuses connections (stale), or a daemon
+/// going away accepted and dropped the connection.
 pub fn is_not_running(err: &io::Error) -> bool {
     matches!(
         err.kind(),
-        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused | io::ErrorKind::NotADirectory
+        io::ErrorKind::NotFound
+            | io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::NotADirectory
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
     )
 }

@@ -311,7 +311,10 @@ impl Tools {
         // What the command left running in the background goes on, watched
         // by its supervisor.
         kill.armed = false;
-        if stopped {
+        // The stop flag is set before anything is killed: a command whose
+        // death (reported on the status pipe) won the race against seeing
+        // the flag was killed by the stop all the same.
+        if stopped || *stop.borrow() {
             // Everything is dead; let `stop_all` see it, and leave the turn
             // to the drain.
             drop((stop, kill));
