@@ -263,24 +263,8 @@ fn bench_turns(turns: usize) -> anyhow::Result<()> {
         let mut first_token = Vec::with_capacity(turns);
         let mut totals = Vec::with_capacity(turns);
         for i in 0..turns {
-            let start = TurnStart {
-                scope: Some(scope.clone()),
-                session_id: session.id.clone(),
-                message: format!("message {i}"),
-                approval: ApprovalPolicy::Never as i32,
-                provider: Some(provider.clone()),
-                ..TurnStart::default()
-            };
-            let (tx, rx) = tokio::sync::mpsc::channel(2);
-            tx.send(TurnInput {
-                input: Some(turn_input::Input::Start(start)),
-            })
-            .await?;
-            let t0 = Instant::now();
-            let mut events = TurnsClient::new(channel.clone())
-                .run_turn(tokio_stream::wrappers::ReceiverStream::new(rx))
-                .await?
-                .into_inner();
+            let (tx, t0, mut events) =
+                open_message(&channel, &scope, &session.id, &provider, i).await?;
             let mut first = None;
             while let Some(event) = events.message().await? {
                 match event.event {
@@ -858,15 +842,19 @@ fn bench_git(
     })
 }
 
-/// One message through agentd with a fake provider that answers with text
-/// at once (no tool call): the time until the turn is finished.
-async fn timed_message(
+/// Starts `message {i}` as a turn: the input sender (kept open until the
+/// turn ends), the instant the stream was requested, and its events.
+async fn open_message(
     channel: &tonic::transport::Channel,
     scope: &Scope,
     session: &str,
     provider: &ProviderSettings,
     i: usize,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<(
+    tokio::sync::mpsc::Sender<TurnInput>,
+    Instant,
+    tonic::Streaming<agentx_shared::proto::TurnEvent>,
+)> {
     let start = TurnStart {
         scope: Some(scope.clone()),
         session_id: session.to_owned(),
@@ -881,10 +869,23 @@ async fn timed_message(
     })
     .await?;
     let t0 = Instant::now();
-    let mut events = TurnsClient::new(channel.clone())
+    let events = TurnsClient::new(channel.clone())
         .run_turn(tokio_stream::wrappers::ReceiverStream::new(rx))
         .await?
         .into_inner();
+    Ok((tx, t0, events))
+}
+
+/// One message through agentd with a fake provider that answers with text
+/// at once (no tool call): the time until the turn is finished.
+async fn timed_message(
+    channel: &tonic::transport::Channel,
+    scope: &Scope,
+    session: &str,
+    provider: &ProviderSettings,
+    i: usize,
+) -> anyhow::Result<Duration> {
+    let (tx, t0, mut events) = open_message(channel, scope, session, provider, i).await?;
     while let Some(event) = events.message().await? {
         if let Some(turn_event::Event::Finished(f)) = event.event {
             if f.status != agentx_shared::proto::TurnStatus::Completed as i32 {
