@@ -138,24 +138,6 @@ fn generate(home: &Path, root: &Path) -> anyhow::Result<(u64, Vec<PathBuf>)> {
     Ok((bytes, folders))
 }
 
-fn dir_bytes(path: &Path) -> u64 {
-    let mut total = 0;
-    for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
-        let p = entry.path();
-        match entry.file_type() {
-            Ok(t) if t.is_dir() => total += dir_bytes(&p),
-            Ok(t) if t.is_file() => total += entry.metadata().map(|m| m.len()).unwrap_or(0),
-            _ => {}
-        }
-    }
-    total
-}
-
-fn median(mut v: Vec<Duration>) -> f64 {
-    v.sort_unstable();
-    v[v.len() / 2].as_secs_f64() * 1000.0
-}
-
 pub fn bench_search() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -235,7 +217,7 @@ pub fn bench_search() -> anyhow::Result<()> {
         }
         anyhow::Ok((build, all, scoped, cli))
     })?;
-    let index_bytes = dir_bytes(&env.home.join("search"));
+    let index_bytes = crate::dir_bytes(&env.home.join("search"));
 
     // The baseline: a plain scan of the same transcript files.
     let sessions = env.home.join("sessions");
@@ -281,20 +263,20 @@ pub fn bench_search() -> anyhow::Result<()> {
     );
     println!(
         "query, every folder (gRPC)     median {:>8.2} ms",
-        median(samples_all)
+        crate::median_ms(samples_all)
     );
     println!(
         "query, one folder (gRPC)       median {:>8.2} ms",
-        median(samples_scoped)
+        crate::median_ms(samples_scoped)
     );
     println!(
         "agentx search --all (process)  median {:>8.2} ms",
-        median(cli)
+        crate::median_ms(cli)
     );
     println!(
         "{tool} {} (same files)       median {:>8.2} ms",
         args.join(" "),
-        median(scan)
+        crate::median_ms(scan)
     );
     let _ = env.run(["daemon", "stop"]);
     Ok(())
