@@ -75,17 +75,24 @@ fn current_umask() -> Option<u32> {
     u32::from_str_radix(line.trim(), 8).ok()
 }
 
+/// What a user is told when agentd stopped during their turn.
+const STOPPED_DURING_TURN: &str = "agentd stopped during the turn; it is kept as interrupted — `agentx` will offer to continue it";
+
 /// A turn's stream that broke: agentd stopped or died mid-turn (its state
 /// is on disk, marked interrupted), or it answered with an error.
 pub fn cut_short(status: &tonic::Status) -> CliError {
     use tonic::Code;
     match status.code() {
-        Code::Unavailable | Code::Cancelled | Code::Unknown => CliError::unreachable(
-            "agentd stopped during the turn; it is kept as interrupted — `agentx` will offer \
-             to continue it",
-        ),
+        Code::Unavailable | Code::Cancelled | Code::Unknown => {
+            CliError::unreachable(STOPPED_DURING_TURN)
+        }
         _ => CliError::from_status("the turn", status),
     }
+}
+
+/// Whether a finished turn ended because agentd stopped.
+pub fn daemon_stopped(finished: &TurnFinished) -> bool {
+    finished.end_kind == agentx_shared::proto::TurnEndKind::DaemonStopped as i32
 }
 
 /// Runs a turn to its `finished` event.
@@ -263,6 +270,9 @@ async fn ask_approval(ui: &mut Ui) -> approval_decision::Decision {
 pub fn check(finished: &TurnFinished) -> CliResult<()> {
     match TurnStatus::try_from(finished.status) {
         Ok(TurnStatus::Completed) => Ok(()),
+        Ok(TurnStatus::Interrupted) if daemon_stopped(finished) => {
+            Err(CliError::unreachable(STOPPED_DURING_TURN))
+        }
         Ok(TurnStatus::Interrupted) => Err(CliError::failed("the turn was interrupted")),
         _ => Err(CliError::failed(format!(
             "the turn failed: {}",

@@ -18,6 +18,7 @@ mod search;
 mod server;
 mod services;
 mod snapshot;
+mod stopping;
 mod store;
 mod turn;
 

@@ -173,6 +173,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // The listener is closed by now or within a moment; new clients must not
     // find a socket nobody will answer on.
     remove_owned_socket(owned_path.as_ref());
+    // Running turns end now, each with a record and an after-snapshot.
+    crate::stopping::begin();
 
     // Tool commands die with their whole process trees now: a turn running
     // one records it as interrupted and ends, so its RPC drains too.

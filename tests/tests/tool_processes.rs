@@ -7,7 +7,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::{TestEnv, assert_code, stdout, wait_pid_gone};
+use agentx_tests::{TestEnv, assert_code, stderr, stdout, wait_pid_gone};
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -81,13 +81,51 @@ fn stopping_agentd_kills_everything_its_tool_started_at_once() {
     // Killed at once, not when the drain gives up on the turn (4 s).
     assert_never_late(&env, pid);
     assert_code(&stop.join().unwrap(), 0);
-    let _ = client.wait_with_output();
+    let out = client.wait_with_output().unwrap();
+    assert_code(&out, 3);
+    assert!(
+        stderr(&out).contains("agentd stopped during the turn; it is kept as interrupted"),
+        "{}",
+        stderr(&out)
+    );
 
-    // The call is kept as it was when agentd stopped: running, interrupted;
-    // `agentx` will offer to continue and not run it again.
+    // The kill is recorded: the call finished as killed by the stop (with
+    // what it printed), the turn interrupted; `agentx` will offer to
+    // continue, and the model will be told what happened.
     let out = env.run(["status", "--json"]);
     assert_code(&out, 0);
     let st: Value = serde_json::from_str(&stdout(&out)).unwrap();
-    assert_eq!(st["pending_tool_calls"][0]["state"], "running", "{st}");
-    assert!(st["interrupted"].is_object(), "{st}");
+    let call = &st["pending_tool_calls"][0];
+    assert_eq!(call["state"], "finished", "{st}");
+    assert!(
+        call["output"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("killed: agentd stopped")),
+        "{st}"
+    );
+    assert_eq!(
+        st["interrupted"]["message"], "agentd stopped during the turn",
+        "{st}"
+    );
+
+    // The folder was snapshotted after the kill: undo takes back what the
+    // tool wrote before it died, and leaves alone what the user wrote since
+    // (without that snapshot, undo could not tell the two apart).
+    assert!(env.work.join("bgpid").exists());
+    std::fs::write(env.work.join("mine.txt"), "written after the stop\n").unwrap();
+    let out = env.run(["undo", "--yes"]);
+    assert_code(&out, 0);
+    assert!(
+        !env.work.join("bgpid").exists(),
+        "undo left the killed tool's file: {}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.work.join("mine.txt"))
+            .ok()
+            .as_deref(),
+        Some("written after the stop\n"),
+        "undo took back a file the user wrote after the turn: {}",
+        stderr(&out)
+    );
 }

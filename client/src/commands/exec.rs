@@ -216,6 +216,13 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
                 }
                 return match status {
                     "completed" => Ok(()),
+                    "interrupted" if crate::turn::daemon_stopped(&f) => {
+                        Err(CliError::unreachable(format!(
+                            "agentd stopped during the one-shot; its state is kept as {} \
+                             (agentx oneshots)",
+                            f.oneshot_id
+                        )))
+                    }
                     "interrupted" => Err(CliError::failed(format!(
                         "the one-shot was interrupted; its state is kept as {} (agentx oneshots)",
                         f.oneshot_id

@@ -207,6 +207,17 @@ impl Turns for TurnsService {
         let (input_tx, input_rx) = mpsc::channel::<Input>(16);
         let (cancel_tx, cancel_rx) = watch::channel(false);
         let cancel_tx = Arc::new(cancel_tx);
+        // A graceful stop of agentd ends the turn as a cancel does, at once:
+        // its tool is killed, the turn recorded, the after-snapshot taken.
+        let stop_cancel = Arc::clone(&cancel_tx);
+        tokio::spawn(async move {
+            tokio::select! {
+                () = crate::stopping::wait() => {
+                    let _ = stop_cancel.send(true);
+                }
+                () = stop_cancel.closed() => {}
+            }
+        });
 
         // Client → turn: approvals and cancellation. A broken stream means
         // the client is gone: cancel. A clean half-close changes nothing.
@@ -512,10 +523,12 @@ fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
             usage,
             cut_short,
         } => {
-            let status = match status {
-                TurnStatus::Completed => proto::TurnStatus::Completed,
-                TurnStatus::Failed => proto::TurnStatus::Failed,
-                TurnStatus::Interrupted => proto::TurnStatus::Interrupted,
+            use proto::TurnEndKind as Kind;
+            let (status, end_kind) = match status {
+                TurnStatus::Completed => (proto::TurnStatus::Completed, Kind::Unspecified),
+                TurnStatus::Failed => (proto::TurnStatus::Failed, Kind::Unspecified),
+                TurnStatus::Interrupted => (proto::TurnStatus::Interrupted, Kind::Cancelled),
+                TurnStatus::Stopped => (proto::TurnStatus::Interrupted, Kind::DaemonStopped),
             };
             W::Finished(proto::TurnFinished {
                 status: status as i32,
@@ -526,6 +539,7 @@ fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
                 oneshot_id: oneshot_id.to_owned(),
                 text_in_chunks: false,
                 cut_short: cut_short.unwrap_or_default(),
+                end_kind: end_kind as i32,
             })
         }
     };

@@ -48,7 +48,10 @@ pub enum Input {
 pub enum Status {
     Completed,
     Failed,
+    /// Cancelled by the client.
     Interrupted,
+    /// Ended because agentd began to stop; kept as interrupted.
+    Stopped,
 }
 
 /// What a turn reports as it goes.
@@ -204,8 +207,14 @@ impl Engine {
         let (status, text, error) = match result {
             Ok(text) => (Status::Completed, text, String::new()),
             Err(Stop::Cancelled) => {
+                // A graceful stop cancels every turn; the record says which.
+                let stopped = crate::stopping::requested();
                 let marker = Marker {
-                    message: "cancelled before it finished".into(),
+                    message: if stopped {
+                        "agentd stopped during the turn".into()
+                    } else {
+                        "cancelled before it finished".into()
+                    },
                     at: now_ms(),
                     retryable: true,
                 };
@@ -214,8 +223,15 @@ impl Engine {
                     interrupted: Some(Some(marker)),
                     ..Change::default()
                 };
-                let _ = turn.group.commit(&turn.session, change).await;
-                (Status::Interrupted, String::new(), "interrupted".to_owned())
+                if let Err(e) = turn.group.commit(&turn.session, change).await {
+                    tracing::warn!("could not record the interrupted turn: {e}");
+                }
+                if stopped {
+                    let error = "agentd stopped during the turn".to_owned();
+                    (Status::Stopped, String::new(), error)
+                } else {
+                    (Status::Interrupted, String::new(), "interrupted".to_owned())
+                }
             }
             Err(Stop::Failed { message, retryable }) => {
                 // A server's error text can be any size; this one is shown.
@@ -230,7 +246,9 @@ impl Engine {
                     failed: Some(Some(marker)),
                     ..Change::default()
                 };
-                let _ = turn.group.commit(&turn.session, change).await;
+                if let Err(e) = turn.group.commit(&turn.session, change).await {
+                    tracing::warn!("could not record the failed turn: {e}");
+                }
                 (Status::Failed, String::new(), message)
             }
         };

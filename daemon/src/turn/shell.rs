@@ -25,12 +25,16 @@ pub struct Outcome {
     pub output: String,
     pub timed_out: bool,
     pub cancelled: bool,
+    /// Killed (or never started) because agentd is stopping; `cancelled` too.
+    pub stopped: bool,
 }
 
 impl Outcome {
     /// What the model is told.
     pub fn for_model(&self) -> String {
-        let status = if self.timed_out {
+        let status = if self.stopped {
+            "killed: agentd stopped while it ran".to_owned()
+        } else if self.timed_out {
             "timed out (killed)".to_owned()
         } else if self.cancelled {
             "cancelled by the user (killed)".to_owned()
@@ -118,9 +122,8 @@ impl Bounded {
 /// Runs the command; a `true` on `cancel` kills it (and all it started).
 ///
 /// When agentd stops ([`stop_all`]) the command and all it started are
-/// killed at once, and this never returns: the turn is cut by the drain,
-/// and its call stays recorded as running, that is interrupted, as after a
-/// crash (`agentx` offers to continue and does not run it again).
+/// killed at once and the outcome says `stopped` (a command asked to run
+/// after that is not started): the turn records it and ends as interrupted.
 pub async fn run(
     command: &str,
     cwd: &Path,
@@ -181,9 +184,14 @@ impl Tools {
         mut cancel: watch::Receiver<bool>,
     ) -> std::io::Result<Outcome> {
         let mut stop = self.stop.subscribe();
-        if *stop.borrow_and_update() {
-            drop(stop);
-            return std::future::pending().await;
+        if *stop.borrow_and_update() || crate::stopping::requested() {
+            return Ok(Outcome {
+                exit_code: None,
+                output: "not run: agentd is stopping".to_owned(),
+                timed_out: false,
+                cancelled: true,
+                stopped: true,
+            });
         }
         let (reader, writer) = std::io::pipe()?;
         // The supervisor (see `supervisor`) runs `/bin/sh -c COMMAND` by
@@ -314,17 +322,15 @@ impl Tools {
         // The stop flag is set before anything is killed: a command whose
         // death (reported on the status pipe) won the race against seeing
         // the flag was killed by the stop all the same.
-        if stopped || *stop.borrow() {
-            // Everything is dead; let `stop_all` see it, and leave the turn
-            // to the drain.
-            drop((stop, kill));
-            return std::future::pending().await;
-        }
+        let stopped = stopped || *stop.borrow() || crate::stopping::requested();
+        // Let `stop_all` see this command gone.
+        drop((stop, kill));
         Ok(Outcome {
             exit_code: status.flatten(),
             output: output.finish(),
             timed_out,
-            cancelled,
+            cancelled: cancelled || stopped,
+            stopped,
         })
     }
 }
@@ -670,25 +676,28 @@ mod tests {
         for pid in lingering.into_iter().chain(running_pids) {
             assert!(!alive(pid), "{pid} survived the stop");
         }
-        // The turn's call is left as it was (running, so interrupted): the
-        // drain cuts the turn.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!task.is_finished());
-        task.abort();
+        // The running call returns what it printed, marked as stopped.
+        let out = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(out.stopped && out.cancelled, "{out:?}");
+        assert_eq!(out.output, "partial\n");
+        assert!(out.for_model().starts_with("killed: agentd stopped"));
+        // Nothing starts after the stop.
         let later = tempfile::tempdir().unwrap();
-        let env = Environment::default();
-        let never = tools.run(
-            "touch ran",
-            later.path(),
-            &env,
-            Duration::from_secs(5),
-            no_cancel(),
-        );
-        assert!(
-            tokio::time::timeout(Duration::from_millis(300), never)
-                .await
-                .is_err()
-        );
+        let never = tools
+            .run(
+                "touch ran",
+                later.path(),
+                &Environment::default(),
+                Duration::from_secs(5),
+                no_cancel(),
+            )
+            .await
+            .unwrap();
+        assert!(never.stopped && never.exit_code.is_none(), "{never:?}");
         assert!(!later.path().join("ran").exists());
     }
 
