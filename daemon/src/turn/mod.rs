@@ -5,20 +5,21 @@ pub mod chat;
 pub mod context;
 pub mod provider;
 pub mod responses;
+mod retry;
 pub mod shell;
 pub mod sse;
+mod tools;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 
 use agentx_shared::conversation::{CallState, Item, PendingCall, Usage};
 
 use crate::store::session::{Marker, SessionDoc};
 use crate::store::{Change, GroupHandle, RollbackTarget, StoreError, TurnLease};
-use provider::{Limits, ModelReply, ProviderError, Settings};
+use provider::{Limits, ModelReply, Settings};
 
 pub const DEFAULT_INSTRUCTIONS: &str = "You are agentx, a coding agent working in the user's folder \
 through a terminal. Use the `shell` tool to inspect and change files and to run commands; keep \
@@ -203,7 +204,14 @@ impl Engine {
             session_id: doc.id.clone(),
         })
         .await;
-        let result = turn.drive(doc, &lease).await;
+        // One span per turn: every line the engine logs names its conversation.
+        let span = tracing::info_span!(
+            "turn",
+            session = %doc.id,
+            provider = ?turn.spec.settings.kind,
+            model = %turn.spec.settings.model,
+        );
+        let result = tracing::Instrument::instrument(turn.drive(doc, &lease), span).await;
         let (status, text, error) = match result {
             Ok(text) => (Status::Completed, text, String::new()),
             Err(Stop::Cancelled) => {
@@ -286,21 +294,6 @@ impl Turn<'_> {
             message: message.into(),
             retryable: false,
         }
-    }
-
-    /// Outputs for calls an earlier turn left open, without running anything.
-    fn settle_without_running(pending: &[PendingCall]) -> Vec<Item> {
-        pending
-            .iter()
-            .map(|c| Item::FunctionOutput {
-                call_id: c.call_id.clone(),
-                output: if c.state == CallState::Finished {
-                    c.output.clone()
-                } else {
-                    context::ABORTED.to_owned()
-                },
-            })
-            .collect()
     }
 
     async fn drive(&mut self, mut doc: SessionDoc, lease: &TurnLease) -> Result<String, Stop> {
@@ -519,297 +512,6 @@ impl Turn<'_> {
             .await?;
         }
     }
-
-    /// One model call, starting a new chain once if the server lost ours and
-    /// retrying recoverable failures with bounded exponential backoff.
-    async fn call_model(&mut self, send: &[Item]) -> Result<ModelReply, Stop> {
-        let mut failures = 0u32;
-        let mut cancel = self.io.cancel.clone();
-        let chat = self.spec.settings.kind == provider::Kind::Chat;
-        loop {
-            // Responses chains on the server's copy; Chat Completions (and a
-            // Responses chain that must restart) gets the whole conversation.
-            let (previous, full) = match (&self.response_id, chat) {
-                (Some(id), false) => (Some(id.clone()), None),
-                _ => {
-                    let transcript = self.group.transcript(&self.session).await?;
-                    (None, Some(context::normalize(&transcript)))
-                }
-            };
-            let body = if chat {
-                let items = full.unwrap_or_default();
-                chat::request_body(
-                    &self.spec.settings,
-                    chat::messages(&self.spec.instructions, &items),
-                )
-            } else {
-                let input: Vec<Value> = match full {
-                    Some(items) => items.iter().map(context::to_input).collect(),
-                    None => send.iter().map(context::to_input).collect(),
-                };
-                responses::request_body(
-                    &self.spec.settings,
-                    &self.spec.instructions,
-                    previous.as_deref(),
-                    input,
-                )
-            };
-            let events = self.io.events.clone();
-            let mut on_delta = move |delta: &str| {
-                let _ = events.try_send(Event::TextDelta(delta.to_owned()));
-            };
-            let proxy = std::sync::Arc::new(provider::ProxyVars::of(&self.spec.env));
-            let http = match self.engine.clients.get(&proxy) {
-                Ok(client) => provider::Http { client, proxy },
-                Err(e) => {
-                    return Err(Stop::Failed {
-                        message: e.to_string(),
-                        retryable: false,
-                    });
-                }
-            };
-            let (settings, limits) = (&self.spec.settings, &self.spec.limits);
-            let call = async {
-                if chat {
-                    chat::call(&http, settings, &body, limits, &mut on_delta).await
-                } else {
-                    responses::call(&http, settings, &body, limits, &mut on_delta).await
-                }
-            };
-            let result = tokio::select! {
-                r = call => r,
-                _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
-            };
-            match result {
-                Ok(reply) => return Ok(reply),
-                Err(e) if e.lost_response_id() && previous.is_some() && !self.rechained => {
-                    self.rechained = true;
-                    self.response_id = None;
-                    self.commit(Change {
-                        response_id: Some(None),
-                        ..Change::default()
-                    })
-                    .await?;
-                    self.emit(Event::Notice(
-                        "the server no longer knows this conversation's last response; \
-                         starting a new chain from the saved conversation"
-                            .to_owned(),
-                    ))
-                    .await;
-                }
-                Err(e) if e.retryable() && failures + 1 < MAX_ATTEMPTS => {
-                    failures += 1;
-                    let delay = backoff(self.spec.retry_base, failures, e.retry_after());
-                    let reason = match e.retry_after() {
-                        Some(asked) if asked > delay => format!(
-                            "{e}; the server asked to wait {}s, waiting at most {}s",
-                            asked.as_secs(),
-                            delay.as_secs()
-                        ),
-                        _ => e.to_string(),
-                    };
-                    self.emit(Event::Retry {
-                        attempt: failures + 1,
-                        max_attempts: MAX_ATTEMPTS,
-                        delay,
-                        reason,
-                    })
-                    .await;
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
-                    }
-                }
-                Err(e) => {
-                    return Err(Stop::Failed {
-                        message: describe(&e, failures),
-                        retryable: e.retryable(),
-                    });
-                }
-            }
-        }
-    }
-
-    /// Runs (or declines) each call in order; returns their outputs, committed.
-    /// With `resuming`, calls already finished keep their output and calls
-    /// that were running when interrupted run again only on an explicit yes.
-    async fn run_tools(
-        &mut self,
-        mut pending: Vec<PendingCall>,
-        resuming: bool,
-    ) -> Result<Vec<Item>, Stop> {
-        if let Some(mut gate) = self.io.tools_gate.take() {
-            let mut cancel = self.io.cancel.clone();
-            tokio::select! {
-                // A dropped sender also opens the gate: the snapshot is over.
-                _ = gate.wait_for(|open| *open) => {}
-                _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
-            }
-        }
-        for i in 0..pending.len() {
-            let call = pending[i].clone();
-            if call.state == CallState::Finished {
-                continue;
-            }
-            self.emit(Event::ToolCall {
-                call_id: call.call_id.clone(),
-                name: call.name.clone(),
-                arguments: call.arguments.clone(),
-            })
-            .await;
-            let was_running = resuming && call.state == CallState::Running;
-            let mut not_run = None;
-            let (output, exit_code, denied, timed_out) = match parse_command(&call) {
-                Err((message, reason)) => {
-                    not_run = Some(reason);
-                    (message, None, false, false)
-                }
-                Ok(command) => {
-                    let approved = if was_running {
-                        self.approve_rerun(&call.call_id, &command).await?
-                    } else {
-                        self.approve(&call.call_id, &command).await?
-                    };
-                    if !approved {
-                        let output = if was_running {
-                            "interrupted while running and not run again (it may have partly run)"
-                        } else {
-                            "the user declined to run this command"
-                        };
-                        (output.to_owned(), None, true, false)
-                    } else {
-                        pending[i].state = CallState::Running;
-                        self.commit(Change {
-                            pending_calls: Some(pending.clone()),
-                            ..Change::default()
-                        })
-                        .await?;
-                        let outcome = shell::run(
-                            &command,
-                            &self.spec.folder,
-                            &self.spec.env,
-                            self.spec.shell_timeout,
-                            self.io.cancel.clone(),
-                        )
-                        .await;
-                        match outcome {
-                            Ok(o) if o.cancelled => {
-                                pending[i].state = CallState::Finished;
-                                pending[i].exit_code = o.exit_code;
-                                pending[i].output = o.for_model();
-                                self.commit(Change {
-                                    pending_calls: Some(pending.clone()),
-                                    ..Change::default()
-                                })
-                                .await?;
-                                return Err(Stop::Cancelled);
-                            }
-                            Ok(o) => (o.for_model(), o.exit_code, false, o.timed_out),
-                            Err(e) => {
-                                not_run = Some(format!("could not start it: {e}"));
-                                (
-                                    format!("could not start the command: {e}"),
-                                    None,
-                                    false,
-                                    false,
-                                )
-                            }
-                        }
-                    }
-                }
-            };
-            pending[i].state = CallState::Finished;
-            pending[i].exit_code = exit_code;
-            pending[i].output = output.clone();
-            self.commit(Change {
-                pending_calls: Some(pending.clone()),
-                ..Change::default()
-            })
-            .await?;
-            self.emit(Event::ToolResult {
-                call_id: call.call_id.clone(),
-                exit_code,
-                output,
-                denied,
-                timed_out,
-                not_run,
-            })
-            .await;
-        }
-        let outputs: Vec<Item> = pending
-            .iter()
-            .map(|c| Item::FunctionOutput {
-                call_id: c.call_id.clone(),
-                output: c.output.clone(),
-            })
-            .collect();
-        self.commit(Change {
-            append: outputs.clone(),
-            pending_calls: Some(Vec::new()),
-            ..Change::default()
-        })
-        .await?;
-        Ok(outputs)
-    }
-
-    /// A call that was running when the turn died may have had effects:
-    /// only an explicit answer from the user runs it again.
-    async fn approve_rerun(&mut self, call_id: &str, command: &str) -> Result<bool, Stop> {
-        if self.spec.policy != Policy::Ask {
-            return Ok(false);
-        }
-        let saved = self.approve_all;
-        self.approve_all = false;
-        let command =
-            format!("{command}   (it was running when the turn was interrupted: run it again?)");
-        let answer = self.approve(call_id, &command).await;
-        self.approve_all = saved;
-        answer
-    }
-
-    /// Whether to run a command under the policy, asking the client if needed.
-    async fn approve(&mut self, call_id: &str, command: &str) -> Result<bool, Stop> {
-        match self.spec.policy {
-            Policy::Auto => return Ok(true),
-            Policy::Never => return Ok(false),
-            Policy::Ask if self.approve_all => return Ok(true),
-            Policy::Ask => {}
-        }
-        self.emit(Event::ApprovalRequest {
-            call_id: call_id.to_owned(),
-            command: command.to_owned(),
-        })
-        .await;
-        let mut cancel = self.io.cancel.clone();
-        loop {
-            let input = tokio::select! {
-                input = self.io.inputs.recv() => input,
-                _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
-            };
-            match input {
-                None => return Err(Stop::Cancelled),
-                Some(Input::Approval {
-                    call_id: id,
-                    decision,
-                }) if id == call_id => {
-                    return match decision {
-                        Decision::Yes => Ok(true),
-                        Decision::No => Ok(false),
-                        Decision::Always => {
-                            self.approve_all = true;
-                            self.commit(Change {
-                                approve_all: Some(true),
-                                ..Change::default()
-                            })
-                            .await?;
-                            Ok(true)
-                        }
-                    };
-                }
-                Some(Input::Approval { .. }) => {} // an answer to another call: ignore
-            }
-        }
-    }
 }
 
 /// Longest answer kept whole as the conversation's "last assistant
@@ -835,55 +537,4 @@ fn last_answer(text: &str) -> String {
 fn first_line(text: &str) -> String {
     let line = text.lines().next().unwrap_or("");
     line.chars().take(80).collect()
-}
-
-/// The command of a `shell` call, or why it cannot run: the output for
-/// the model and a short reason for the user.
-fn parse_command(call: &PendingCall) -> Result<String, (String, String)> {
-    if call.name != "shell" {
-        return Err((
-            format!("unknown tool {:?}: the only tool is `shell`", call.name),
-            format!("unknown tool {:?}", head(&call.name, 100)),
-        ));
-    }
-    let args: Value = serde_json::from_str(&call.arguments).map_err(|e| {
-        (
-            format!("the arguments are not valid JSON: {e}"),
-            format!("arguments were not valid JSON ({e})"),
-        )
-    })?;
-    args["command"]
-        .as_str()
-        .filter(|c| !c.trim().is_empty())
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            (
-                "missing `command` argument".to_owned(),
-                "no `command` in the arguments".to_owned(),
-            )
-        })
-}
-
-/// Attempts per model call, the first included.
-const MAX_ATTEMPTS: u32 = 4;
-
-/// `min(base · 2^(n-1), 16 · base)` with ±25 % jitter (base 0.5 s: at most
-/// 8 s), or the server's Retry-After (capped at 60 s) when it gave one.
-fn backoff(base: Duration, failures: u32, retry_after: Option<Duration>) -> Duration {
-    if let Some(after) = retry_after {
-        return after.min(Duration::from_secs(60));
-    }
-    let base = base.as_secs_f64();
-    let base = (base * 2f64.powi(i32::try_from(failures).unwrap_or(8) - 1)).min(16.0 * base);
-    use std::hash::{BuildHasher as _, RandomState};
-    let jitter = (RandomState::new().hash_one(failures) % 1000) as f64 / 1000.0; // 0..1
-    Duration::from_secs_f64(base * (0.75 + 0.5 * jitter))
-}
-
-fn describe(e: &ProviderError, retries: u32) -> String {
-    if retries > 0 {
-        format!("{e} (after {} attempts)", retries + 1)
-    } else {
-        e.to_string()
-    }
 }

@@ -1,0 +1,176 @@
+//! One model call with its retries: bounded exponential backoff for
+//! recoverable failures, and a new chain once when the server lost ours.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use agentx_shared::conversation::Item;
+
+use super::provider::{self, ModelReply, ProviderError};
+use super::{Event, Stop, Turn};
+use super::{chat, context, responses};
+use crate::store::Change;
+
+impl Turn<'_> {
+    /// One model call, starting a new chain once if the server lost ours and
+    /// retrying recoverable failures with bounded exponential backoff.
+    pub(super) async fn call_model(&mut self, send: &[Item]) -> Result<ModelReply, Stop> {
+        let mut failures = 0u32;
+        let mut cancel = self.io.cancel.clone();
+        let chat = self.spec.settings.kind == provider::Kind::Chat;
+        loop {
+            // Responses chains on the server's copy; Chat Completions (and a
+            // Responses chain that must restart) gets the whole conversation.
+            let (previous, full) = match (&self.response_id, chat) {
+                (Some(id), false) => (Some(id.clone()), None),
+                _ => {
+                    let transcript = self.group.transcript(&self.session).await?;
+                    (None, Some(context::normalize(&transcript)))
+                }
+            };
+            let body = if chat {
+                let items = full.unwrap_or_default();
+                chat::request_body(
+                    &self.spec.settings,
+                    chat::messages(&self.spec.instructions, &items),
+                )
+            } else {
+                let input: Vec<Value> = match full {
+                    Some(items) => items.iter().map(context::to_input).collect(),
+                    None => send.iter().map(context::to_input).collect(),
+                };
+                responses::request_body(
+                    &self.spec.settings,
+                    &self.spec.instructions,
+                    previous.as_deref(),
+                    input,
+                )
+            };
+            let events = self.io.events.clone();
+            let mut on_delta = move |delta: &str| {
+                let _ = events.try_send(Event::TextDelta(delta.to_owned()));
+            };
+            let proxy = std::sync::Arc::new(provider::ProxyVars::of(&self.spec.env));
+            let http = match self.engine.clients.get(&proxy) {
+                Ok(client) => provider::Http { client, proxy },
+                Err(e) => {
+                    return Err(Stop::Failed {
+                        message: e.to_string(),
+                        retryable: false,
+                    });
+                }
+            };
+            let (settings, limits) = (&self.spec.settings, &self.spec.limits);
+            let call = async {
+                if chat {
+                    chat::call(&http, settings, &body, limits, &mut on_delta).await
+                } else {
+                    responses::call(&http, settings, &body, limits, &mut on_delta).await
+                }
+            };
+            let attempt = tracing::debug_span!("model call", attempt = failures + 1);
+            let result = tokio::select! {
+                r = tracing::Instrument::instrument(call, attempt) => r,
+                _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
+            };
+            match result {
+                Ok(reply) => return Ok(reply),
+                Err(e) if e.lost_response_id() && previous.is_some() && !self.rechained => {
+                    self.rechained = true;
+                    self.response_id = None;
+                    self.commit(Change {
+                        response_id: Some(None),
+                        ..Change::default()
+                    })
+                    .await?;
+                    self.emit(Event::Notice(
+                        "the server no longer knows this conversation's last response; \
+                         starting a new chain from the saved conversation"
+                            .to_owned(),
+                    ))
+                    .await;
+                }
+                Err(e) if e.retryable() && failures + 1 < MAX_ATTEMPTS => {
+                    failures += 1;
+                    let delay = backoff(self.spec.retry_base, failures, e.retry_after());
+                    let reason = match e.retry_after() {
+                        Some(asked) if asked > delay => format!(
+                            "{e}; the server asked to wait {}s, waiting at most {}s",
+                            asked.as_secs(),
+                            delay.as_secs()
+                        ),
+                        _ => e.to_string(),
+                    };
+                    self.emit(Event::Retry {
+                        attempt: failures + 1,
+                        max_attempts: MAX_ATTEMPTS,
+                        delay,
+                        reason,
+                    })
+                    .await;
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
+                    }
+                }
+                Err(e) => {
+                    return Err(Stop::Failed {
+                        message: describe(&e, failures),
+                        retryable: e.retryable(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Attempts per model call, the first included.
+const MAX_ATTEMPTS: u32 = 4;
+
+/// `min(base · 2^(n-1), 16 · base)` with ±25 % jitter (base 0.5 s: at most
+/// 8 s), or the server's Retry-After (capped at 60 s) when it gave one.
+fn backoff(base: Duration, failures: u32, retry_after: Option<Duration>) -> Duration {
+    if let Some(after) = retry_after {
+        return after.min(Duration::from_secs(60));
+    }
+    let base = base.as_secs_f64();
+    let base = (base * 2f64.powi(i32::try_from(failures).unwrap_or(8) - 1)).min(16.0 * base);
+    use std::hash::{BuildHasher as _, RandomState};
+    let jitter = (RandomState::new().hash_one(failures) % 1000) as f64 / 1000.0; // 0..1
+    Duration::from_secs_f64(base * (0.75 + 0.5 * jitter))
+}
+
+fn describe(e: &ProviderError, retries: u32) -> String {
+    if retries > 0 {
+        format!("{e} (after {} attempts)", retries + 1)
+    } else {
+        e.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_the_base_within_jitter_and_caps_at_sixteen_bases() {
+        let base = Duration::from_millis(500);
+        for (failures, nominal) in [(1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (5, 8.0), (9, 8.0)] {
+            let got = backoff(base, failures, None).as_secs_f64();
+            assert!(
+                (nominal * 0.75..=nominal * 1.25).contains(&got),
+                "failure {failures}: {got} s, nominal {nominal} s"
+            );
+        }
+    }
+
+    #[test]
+    fn a_servers_retry_after_wins_but_is_capped() {
+        let base = Duration::from_millis(500);
+        let after = Some(Duration::from_secs(3));
+        assert_eq!(backoff(base, 1, after), Duration::from_secs(3));
+        let huge = Some(Duration::from_secs(3600));
+        assert_eq!(backoff(base, 1, huge), Duration::from_secs(60));
+    }
+}

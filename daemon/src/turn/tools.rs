@@ -1,0 +1,278 @@
+//! Tool calls within a turn: each call approved (or declined) under the
+//! policy, run in the caller's environment, and committed before the next.
+
+use agentx_shared::conversation::{CallState, Item, PendingCall};
+
+use serde_json::Value;
+
+use super::{Decision, Event, Input, Policy, Stop, Turn, context, head, shell};
+use crate::store::Change;
+
+impl Turn<'_> {
+    /// Outputs for calls an earlier turn left open, without running anything.
+    pub(super) fn settle_without_running(pending: &[PendingCall]) -> Vec<Item> {
+        pending
+            .iter()
+            .map(|c| Item::FunctionOutput {
+                call_id: c.call_id.clone(),
+                output: if c.state == CallState::Finished {
+                    c.output.clone()
+                } else {
+                    context::ABORTED.to_owned()
+                },
+            })
+            .collect()
+    }
+
+    /// Runs (or declines) each call in order; returns their outputs, committed.
+    /// With `resuming`, calls already finished keep their output and calls
+    /// that were running when interrupted run again only on an explicit yes.
+    pub(super) async fn run_tools(
+        &mut self,
+        mut pending: Vec<PendingCall>,
+        resuming: bool,
+    ) -> Result<Vec<Item>, Stop> {
+        if let Some(mut gate) = self.io.tools_gate.take() {
+            let mut cancel = self.io.cancel.clone();
+            tokio::select! {
+                // A dropped sender also opens the gate: the snapshot is over.
+                _ = gate.wait_for(|open| *open) => {}
+                _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
+            }
+        }
+        for i in 0..pending.len() {
+            let call = pending[i].clone();
+            if call.state == CallState::Finished {
+                continue;
+            }
+            self.emit(Event::ToolCall {
+                call_id: call.call_id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            })
+            .await;
+            let was_running = resuming && call.state == CallState::Running;
+            let mut not_run = None;
+            let (output, exit_code, denied, timed_out) = match parse_command(&call) {
+                Err((message, reason)) => {
+                    not_run = Some(reason);
+                    (message, None, false, false)
+                }
+                Ok(command) => {
+                    let approved = if was_running {
+                        self.approve_rerun(&call.call_id, &command).await?
+                    } else {
+                        self.approve(&call.call_id, &command).await?
+                    };
+                    if !approved {
+                        let output = if was_running {
+                            "interrupted while running and not run again (it may have partly run)"
+                        } else {
+                            "the user declined to run this command"
+                        };
+                        (output.to_owned(), None, true, false)
+                    } else {
+                        pending[i].state = CallState::Running;
+                        self.commit(Change {
+                            pending_calls: Some(pending.clone()),
+                            ..Change::default()
+                        })
+                        .await?;
+                        let outcome = shell::run(
+                            &command,
+                            &self.spec.folder,
+                            &self.spec.env,
+                            self.spec.shell_timeout,
+                            self.io.cancel.clone(),
+                        )
+                        .await;
+                        match outcome {
+                            Ok(o) if o.cancelled => {
+                                pending[i].state = CallState::Finished;
+                                pending[i].exit_code = o.exit_code;
+                                pending[i].output = o.for_model();
+                                self.commit(Change {
+                                    pending_calls: Some(pending.clone()),
+                                    ..Change::default()
+                                })
+                                .await?;
+                                return Err(Stop::Cancelled);
+                            }
+                            Ok(o) => (o.for_model(), o.exit_code, false, o.timed_out),
+                            Err(e) => {
+                                not_run = Some(format!("could not start it: {e}"));
+                                (
+                                    format!("could not start the command: {e}"),
+                                    None,
+                                    false,
+                                    false,
+                                )
+                            }
+                        }
+                    }
+                }
+            };
+            pending[i].state = CallState::Finished;
+            pending[i].exit_code = exit_code;
+            pending[i].output = output.clone();
+            self.commit(Change {
+                pending_calls: Some(pending.clone()),
+                ..Change::default()
+            })
+            .await?;
+            self.emit(Event::ToolResult {
+                call_id: call.call_id.clone(),
+                exit_code,
+                output,
+                denied,
+                timed_out,
+                not_run,
+            })
+            .await;
+        }
+        let outputs: Vec<Item> = pending
+            .iter()
+            .map(|c| Item::FunctionOutput {
+                call_id: c.call_id.clone(),
+                output: c.output.clone(),
+            })
+            .collect();
+        self.commit(Change {
+            append: outputs.clone(),
+            pending_calls: Some(Vec::new()),
+            ..Change::default()
+        })
+        .await?;
+        Ok(outputs)
+    }
+
+    /// A call that was running when the turn died may have had effects:
+    /// only an explicit answer from the user runs it again.
+    async fn approve_rerun(&mut self, call_id: &str, command: &str) -> Result<bool, Stop> {
+        if self.spec.policy != Policy::Ask {
+            return Ok(false);
+        }
+        let saved = self.approve_all;
+        self.approve_all = false;
+        let command =
+            format!("{command}   (it was running when the turn was interrupted: run it again?)");
+        let answer = self.approve(call_id, &command).await;
+        self.approve_all = saved;
+        answer
+    }
+
+    /// Whether to run a command under the policy, asking the client if needed.
+    async fn approve(&mut self, call_id: &str, command: &str) -> Result<bool, Stop> {
+        match self.spec.policy {
+            Policy::Auto => return Ok(true),
+            Policy::Never => return Ok(false),
+            Policy::Ask if self.approve_all => return Ok(true),
+            Policy::Ask => {}
+        }
+        self.emit(Event::ApprovalRequest {
+            call_id: call_id.to_owned(),
+            command: command.to_owned(),
+        })
+        .await;
+        let mut cancel = self.io.cancel.clone();
+        loop {
+            let input = tokio::select! {
+                input = self.io.inputs.recv() => input,
+                _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
+            };
+            match input {
+                None => return Err(Stop::Cancelled),
+                Some(Input::Approval {
+                    call_id: id,
+                    decision,
+                }) if id == call_id => {
+                    return match decision {
+                        Decision::Yes => Ok(true),
+                        Decision::No => Ok(false),
+                        Decision::Always => {
+                            self.approve_all = true;
+                            self.commit(Change {
+                                approve_all: Some(true),
+                                ..Change::default()
+                            })
+                            .await?;
+                            Ok(true)
+                        }
+                    };
+                }
+                Some(Input::Approval { .. }) => {} // an answer to another call: ignore
+            }
+        }
+    }
+}
+
+/// The command of a `shell` call, or why it cannot run: the output for
+/// the model and a short reason for the user.
+fn parse_command(call: &PendingCall) -> Result<String, (String, String)> {
+    if call.name != "shell" {
+        return Err((
+            format!("unknown tool {:?}: the only tool is `shell`", call.name),
+            format!("unknown tool {:?}", head(&call.name, 100)),
+        ));
+    }
+    let args: Value = serde_json::from_str(&call.arguments).map_err(|e| {
+        (
+            format!("the arguments are not valid JSON: {e}"),
+            format!("arguments were not valid JSON ({e})"),
+        )
+    })?;
+    args["command"]
+        .as_str()
+        .filter(|c| !c.trim().is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            (
+                "missing `command` argument".to_owned(),
+                "no `command` in the arguments".to_owned(),
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(name: &str, arguments: &str) -> PendingCall {
+        PendingCall {
+            call_id: "c1".into(),
+            name: name.into(),
+            arguments: arguments.into(),
+            state: CallState::NotStarted,
+            exit_code: None,
+            output: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_shell_call_yields_its_command() {
+        let got = parse_command(&call("shell", r#"{"command":"ls -la"}"#));
+        assert_eq!(got, Ok("ls -la".to_owned()));
+    }
+
+    #[test]
+    fn calls_that_cannot_run_say_why_to_the_model_and_the_user() {
+        let unknown = parse_command(&call("python", "{}")).unwrap_err();
+        assert!(
+            unknown.0.contains("the only tool is `shell`"),
+            "{unknown:?}"
+        );
+        let bad = parse_command(&call("shell", "{not json")).unwrap_err();
+        assert!(
+            bad.0.starts_with("the arguments are not valid JSON"),
+            "{bad:?}"
+        );
+        for args in [r#"{}"#, r#"{"command":"   "}"#, r#"{"command":3}"#] {
+            let missing = parse_command(&call("shell", args)).unwrap_err();
+            assert_eq!(missing.0, "missing `command` argument", "{args}");
+        }
+        // A hostile tool name is cut for the user's line.
+        let long = "x".repeat(10_000);
+        let (_, shown) = parse_command(&call(&long, "{}")).unwrap_err();
+        assert!(shown.len() < 200, "{}", shown.len());
+    }
+}
