@@ -215,7 +215,7 @@ pub fn pid_lock_held(path: &Path) -> bool {
 }
 
 /// The `agentd` binary to start: AGENTX_AGENTD, next to this executable, or on PATH.
-fn agentd_binary() -> CliResult<PathBuf> {
+pub fn agentd_binary() -> CliResult<PathBuf> {
     if let Some(path) = std::env::var_os("AGENTX_AGENTD").filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
         if path.is_file() {

@@ -13,7 +13,6 @@ mod ui;
 mod usage;
 mod when;
 
-use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::Parser as _;
@@ -160,19 +159,4 @@ async fn run(cli: Cli) -> CliResult<()> {
         Command::Oneshots { json, action } => commands::oneshots::run(&ctx, json, action).await,
         Command::Daemon { .. } | Command::Completions { .. } | Command::Man => Ok(()),
     }
-}
-
-/// Asks a yes/no question on the terminal; without one, refuses to guess.
-pub fn confirm(question: &str) -> CliResult<bool> {
-    if !std::io::stdin().is_terminal() {
-        return Err(CliError::usage(format!(
-            "{question} — no terminal to ask on: pass --yes to confirm"
-        )));
-    }
-    eprint!("{question} [y/N] ");
-    let mut answer = String::new();
-    std::io::stdin()
-        .read_line(&mut answer)
-        .map_err(|e| CliError::failed(e.to_string()))?;
-    Ok(matches!(answer.trim().to_lowercase().as_str(), "y" | "yes"))
 }

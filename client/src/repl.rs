@@ -396,7 +396,7 @@ impl Chat<'_> {
             }
             ("clear", _) => {
                 if self.ui.interactive
-                    && !crate::confirm("delete this conversation's stored state?")?
+                    && !crate::ui::confirm("delete this conversation's stored state?")?
                 {
                     return Ok(Flow::Continue);
                 }

@@ -164,3 +164,18 @@ impl Ui {
         eprintln!("{line}");
     }
 }
+
+/// Asks a yes/no question on the terminal; without one, refuses to guess.
+pub fn confirm(question: &str) -> crate::error::CliResult<bool> {
+    if !std::io::stdin().is_terminal() {
+        return Err(crate::error::CliError::usage(format!(
+            "{question} — no terminal to ask on: pass --yes to confirm"
+        )));
+    }
+    eprint!("{question} [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .map_err(|e| crate::error::CliError::failed(e.to_string()))?;
+    Ok(matches!(answer.trim().to_lowercase().as_str(), "y" | "yes"))
+}

@@ -177,19 +177,8 @@ fn user_unit_dir() -> CliResult<PathBuf> {
 
 /// The agentd binary the units should run (absolute, resolved).
 fn agentd_path() -> CliResult<PathBuf> {
-    let exe = std::env::current_exe()
-        .map_err(|err| CliError::failed(format!("cannot locate agentx itself: {err}")))?;
-    let candidate = std::env::var_os("AGENTX_AGENTD")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| exe.parent().map(|d| d.join("agentd")))
-        .filter(|p| p.is_file())
-        .ok_or_else(|| {
-            CliError::failed(
-                "no agentd binary next to agentx: install it (cargo install --path daemon) \
-                 or set AGENTX_AGENTD",
-            )
-        })?;
+    // The same search as auto-start: what the units run is what agentx starts.
+    let candidate = crate::connect::agentd_binary().map_err(|e| CliError::failed(e.message))?;
     std::fs::canonicalize(&candidate)
         .map_err(|err| CliError::failed(format!("cannot resolve {}: {err}", candidate.display())))
 }

@@ -372,7 +372,7 @@ pub async fn clear_command(ctx: &Ctx, yes: bool) -> CliResult<()> {
         return Ok(());
     }
     if !yes
-        && !crate::confirm(&format!(
+        && !crate::ui::confirm(&format!(
             "delete conversation {} ({} turns)?",
             s.session_id, s.turns
         ))?

@@ -168,7 +168,7 @@ pub async fn restore(ctx: &Ctx, what: Restore, yes: bool, force: bool) -> CliRes
                     "{verb} needs --yes when not run from a terminal"
                 )));
             }
-            if !crate::confirm(&format!("{verb} these changes?"))? {
+            if !crate::ui::confirm(&format!("{verb} these changes?"))? {
                 println!("nothing changed");
                 return Ok(());
             }

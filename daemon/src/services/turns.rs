@@ -471,7 +471,6 @@ fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
         Event::Started { session_id } => W::Started(proto::TurnStarted {
             session_id,
             oneshot_id: oneshot_id.to_owned(),
-            ..Default::default()
         }),
         Event::TextDelta(text) => W::TextDelta(text),
         Event::ToolCall {
