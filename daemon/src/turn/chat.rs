@@ -12,13 +12,12 @@ use super::provider::{Call, EventStream, Http, Limits, ModelReply, ProviderError
 
 /// The shell tool as a Chat Completions function definition.
 fn tools() -> Value {
-    let tool = super::responses::shell_tool();
     json!([{
         "type": "function",
         "function": {
-            "name": tool["name"],
-            "description": tool["description"],
-            "parameters": tool["parameters"],
+            "name": super::shell::NAME,
+            "description": super::shell::DESCRIPTION,
+            "parameters": super::shell::parameters(),
         }
     }])
 }

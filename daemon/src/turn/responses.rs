@@ -7,21 +7,13 @@ use agentx_shared::conversation::Usage;
 
 use super::provider::{Call, EventStream, Http, Limits, ModelReply, ProviderError, Settings};
 
-/// The function tool the model may call.
-pub fn shell_tool() -> Value {
+/// The shell tool as a Responses function tool.
+fn shell_tool() -> Value {
     json!({
         "type": "function",
-        "name": "shell",
-        "description": "Run a shell command (sh -c) in the user's folder and return its exit code \
-                        and combined stdout/stderr (long output is cut in the middle).",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "The command line to run."}
-            },
-            "required": ["command"],
-            "additionalProperties": false
-        },
+        "name": super::shell::NAME,
+        "description": super::shell::DESCRIPTION,
+        "parameters": super::shell::parameters(),
         "strict": true
     })
 }

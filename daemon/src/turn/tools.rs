@@ -209,7 +209,7 @@ impl Turn<'_> {
 /// The command of a `shell` call, or why it cannot run: the output for
 /// the model and a short reason for the user.
 fn parse_command(call: &PendingCall) -> Result<String, (String, String)> {
-    if call.name != "shell" {
+    if call.name != shell::NAME {
         return Err((
             format!("unknown tool {:?}: the only tool is `shell`", call.name),
             format!("unknown tool {:?}", head(&call.name, 100)),
