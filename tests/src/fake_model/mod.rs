@@ -1,0 +1,515 @@
+//! A fake OpenAI Responses server on 127.0.0.1 for end-to-end tests: real
+//! HTTP/1.1 and SSE, stateful `previous_response_id` chains, scripted replies.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::Response;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::schema::validate_create_response;
+
+mod chat;
+mod client;
+mod plan;
+mod raw;
+mod sse;
+
+pub use client::*;
+use plan::*;
+pub use raw::*;
+use sse::*;
+
+/// Token usage reported on every completed response.
+pub fn usage() -> Value {
+    json!({
+        "input_tokens": 10,
+        // `cache_write_tokens` is required by the schema's ResponseUsage.
+        "input_tokens_details": {"cached_tokens": 2, "cache_write_tokens": 0},
+        "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 1},
+        "total_tokens": 15
+    })
+}
+
+/// One scripted answer, consumed by one `POST /v1/responses`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// An assistant message.
+    Text(String),
+    /// One `function_call` item. A `Value::String` is sent verbatim as the
+    /// `arguments` string (so a test can send malformed JSON); any other
+    /// value is serialised.
+    ToolCall { name: String, arguments: Value },
+    /// Several function calls in one response.
+    ToolCalls(Vec<(String, Value)>),
+    /// An HTTP error answered before any other check (as a rate limiter or
+    /// an overloaded front end would).
+    HttpError {
+        status: u16,
+        body: Value,
+        headers: Vec<(String, String)>,
+    },
+    /// `response.created`, then an SSE `error` event with this data (a
+    /// `"type":"error"` field is added when missing), then the stream ends.
+    StreamError(Value),
+    /// `response.created` and a couple of text deltas, then the stream ends
+    /// without `response.completed`.
+    Truncated,
+    /// `response.created`, then this long a pause, then the default reply.
+    Stall(Duration),
+    /// This text, then the answer ends cut short: Responses sends
+    /// `response.incomplete` (reason `max_output_tokens`, stored and
+    /// chainable like a completed one), Chat `finish_reason: "length"`.
+    Incomplete(String),
+}
+
+impl Reply {
+    pub fn text(text: impl Into<String>) -> Reply {
+        Reply::Text(text.into())
+    }
+
+    pub fn tool_call(name: impl Into<String>, arguments: Value) -> Reply {
+        Reply::ToolCall {
+            name: name.into(),
+            arguments,
+        }
+    }
+
+    /// An HTTP error with an OpenAI-style `{"error":{...}}` body.
+    pub fn http_error(status: u16, code: Option<&str>, message: &str) -> Reply {
+        Reply::HttpError {
+            status,
+            body: error_body("invalid_request_error", None, code, message),
+            headers: Vec::new(),
+        }
+    }
+}
+
+/// One request as the fake received it.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    pub method: String,
+    pub path: String,
+    /// Header names are lowercase, in the order received.
+    pub headers: Vec<(String, String)>,
+    /// The JSON body; a body that is not JSON is kept as a string (and gets
+    /// an `invalid JSON: ...` entry in `schema_errors`), an empty one is `null`.
+    pub body: Value,
+    /// What `validate_create_response` found (empty when valid, and for
+    /// requests to other paths).
+    pub schema_errors: Vec<String>,
+}
+
+impl RecordedRequest {
+    /// The first header of that (case-insensitive) name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A fake OpenAI Responses API on `127.0.0.1`; stops when dropped.
+///
+/// [`FakeModel::start`] binds an ephemeral port and serves `POST /v1/responses`
+/// from its own thread and tokio runtime. Every request is recorded with the
+/// errors the official schema finds in its body
+/// ([`crate::schema::validate_create_response`]); a body the schema rejects
+/// gets HTTP 400, as do the chain errors of the real API (unknown previous
+/// response, a function call without its output, an output without its call).
+///
+/// A response is stored (when `store` is not `false`) just before its
+/// `response.completed` event is sent, so a stream that errors, is truncated
+/// or loses its client leaves nothing to chain from. With an empty script the
+/// reply is `echo: <last user text> [turns seen: N]`, N counting the user
+/// messages along the whole chain plus this input, so a test can prove the
+/// model saw history (the last user text comes from this input, or from the
+/// chain when this input has none, e.g. only tool outputs). A user text
+/// `CALL <command>` in this input (with an empty script) gets a `shell` call
+/// running that command.
+///
+/// [`post_json`] and [`HttpReply::events`] are a tiny blocking client for tests.
+pub struct FakeModel {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<FakeState>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, FakeState> {
+        // A panic elsewhere must not take the fake down with it.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[derive(Default)]
+struct FakeState {
+    script: VecDeque<Reply>,
+    requests: Vec<RecordedRequest>,
+    responses: HashMap<String, Stored>,
+    next_response: u64,
+    next_item: u64,
+    event_delay: Duration,
+    /// Benchmark mode: constant work per request (see [`FakeModel::set_lean`]).
+    lean: bool,
+    /// Requests whose last user text contains this stall this long.
+    stall_marker: Option<(String, Duration)>,
+    /// Chat Completions: leave usage out of the stream.
+    chat_no_usage: bool,
+    /// Chat Completions: send the whole answer in one chunk.
+    chat_one_chunk: bool,
+    open_streams: usize,
+    completed: usize,
+}
+
+/// What the fake remembers of a completed, stored response.
+#[derive(Debug, Clone)]
+struct Stored {
+    previous: Option<String>,
+    input: Vec<Value>,
+    output: Vec<Value>,
+}
+
+impl FakeModel {
+    /// Binds `127.0.0.1:0` and serves from a new thread.
+    pub fn start() -> FakeModel {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        listener.set_nonblocking(true).expect("set_nonblocking");
+        let addr = listener.local_addr().expect("local_addr");
+        let shared = Arc::new(Shared::default());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let app = Router::new()
+            .fallback(handle)
+            .layer(DefaultBodyLimit::max(256 << 20))
+            .with_state(Arc::clone(&shared));
+        let thread = std::thread::Builder::new()
+            .name(format!("fake-model-{}", addr.port()))
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("tokio runtime");
+                rt.block_on(async move {
+                    use axum::serve::ListenerExt as _;
+                    // Real providers disable Nagle; without it every small SSE
+                    // write waits on the client's delayed ACK (~40 ms).
+                    let listener = tokio::net::TcpListener::from_std(listener)
+                        .expect("tokio listener")
+                        .tap_io(|tcp| {
+                            let _ = tcp.set_nodelay(true);
+                        });
+                    tokio::select! {
+                        result = axum::serve(listener, app) => {
+                            if let Err(e) = result {
+                                eprintln!("fake model server failed: {e}");
+                            }
+                        }
+                        _ = stopped => {}
+                    }
+                });
+                // Dropping the runtime cancels open connections and streams.
+            })
+            .expect("spawn fake model thread");
+        FakeModel {
+            shared,
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT/v1/responses`
+    pub fn responses_url(&self) -> String {
+        format!("{}/responses", self.base_url())
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Appends a reply to the script (FIFO; one per `POST /v1/responses`
+    /// that passes the schema and chain checks, or any one for `HttpError`).
+    pub fn push(&self, reply: Reply) {
+        self.shared.lock().script.push_back(reply);
+    }
+
+    /// Scripted replies not consumed yet.
+    pub fn pending_replies(&self) -> usize {
+        self.shared.lock().script.len()
+    }
+
+    /// Every request received, in order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// Waits until at least `n` requests arrived; false on timeout.
+    pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.shared.lock().requests.len() >= n {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Forgets every stored response: a later `previous_response_id` gets the
+    /// real `previous_response_not_found` 400.
+    pub fn forget_response_ids(&self) {
+        self.shared.lock().responses.clear();
+    }
+
+    /// Ids of the responses currently stored.
+    pub fn stored_response_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.shared.lock().responses.keys().cloned().collect();
+        ids.sort_by_key(|id| id.trim_start_matches("resp_").parse::<u64>().unwrap_or(0));
+        ids
+    }
+
+    /// Sleep between SSE events (default 0).
+    /// Benchmark mode: no schema check, no request log, no chain walk —
+    /// every request costs the same however long the conversation is, and
+    /// the reply is always `ok`. Unknown previous ids still get the 400.
+    pub fn set_lean(&self, lean: bool) {
+        self.shared.lock().lean = lean;
+    }
+
+    /// Unscripted requests whose last user message contains `marker` stall
+    /// for `d` before answering (so a test can kill chosen clients mid-turn).
+    pub fn stall_when_prompt_contains(&self, marker: &str, d: Duration) {
+        self.shared.lock().stall_marker = Some((marker.to_owned(), d));
+    }
+
+    /// Chat Completions: omit usage (as some local servers do).
+    pub fn set_chat_no_usage(&self, v: bool) {
+        self.shared.lock().chat_no_usage = v;
+    }
+
+    /// Chat Completions: stream each answer as one big chunk.
+    pub fn set_chat_one_chunk(&self, v: bool) {
+        self.shared.lock().chat_one_chunk = v;
+    }
+
+    pub fn set_event_delay(&self, d: Duration) {
+        self.shared.lock().event_delay = d;
+    }
+
+    /// SSE streams still being written (a client that hung up is noticed at
+    /// the next event or, during a stall, at once).
+    pub fn open_streams(&self) -> usize {
+        self.shared.lock().open_streams
+    }
+
+    /// Streams that reached `response.completed`.
+    pub fn completed_responses(&self) -> usize {
+        self.shared.lock().completed
+    }
+}
+
+impl Drop for FakeModel {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Request handling
+
+fn error_body(kind: &str, param: Option<&str>, code: Option<&str>, message: &str) -> Value {
+    json!({"error": {"type": kind, "param": param, "code": code, "message": message}})
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut resp = Response::new(Body::from(body.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn bad_request(param: Option<&str>, code: Option<&str>, message: &str) -> Response {
+    json_response(
+        StatusCode::BAD_REQUEST,
+        &error_body("invalid_request_error", param, code, message),
+    )
+}
+
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path().to_owned();
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_ascii_lowercase(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let is_responses = method == Method::POST && path == "/v1/responses";
+    let is_chat = method == Method::POST && path == "/v1/chat/completions";
+    let parsed: Result<Value, String> = if body.is_empty() && !is_responses && !is_chat {
+        Ok(Value::Null)
+    } else {
+        serde_json::from_slice(&body).map_err(|e| e.to_string())
+    };
+    let lean = shared.lock().lean;
+    let (body_value, schema_errors) = match &parsed {
+        Ok(_) if lean => (Value::Null, Vec::new()),
+        Ok(v) if is_responses => (
+            v.clone(),
+            validate_create_response(v).err().unwrap_or_default(),
+        ),
+        Ok(v) if is_chat => (v.clone(), chat::validate(v)),
+        Ok(v) => (v.clone(), Vec::new()),
+        Err(e) => (
+            Value::String(String::from_utf8_lossy(&body).into_owned()),
+            vec![format!("invalid JSON: {e}")],
+        ),
+    };
+    let mut state = shared.lock();
+    if !lean {
+        state.requests.push(RecordedRequest {
+            method: method.to_string(),
+            path: path.clone(),
+            headers,
+            body: body_value,
+            schema_errors: schema_errors.clone(),
+        });
+    }
+    if is_chat {
+        return chat::handle(&shared, state, parsed, &schema_errors);
+    }
+    if !is_responses {
+        return json_response(
+            StatusCode::NOT_FOUND,
+            &error_body(
+                "invalid_request_error",
+                None,
+                Some("unknown_url"),
+                &format!("Unknown request URL: {method} {path}."),
+            ),
+        );
+    }
+    let body = match parsed {
+        Ok(body) => body,
+        Err(e) => {
+            return bad_request(
+                None,
+                None,
+                &format!("We could not parse the JSON body of your request: {e}"),
+            );
+        }
+    };
+    if let Some(first) = schema_errors.first() {
+        return bad_request(None, None, &format!("schema: {first}"));
+    }
+    // Scripted HTTP errors come before any semantic check.
+    if let Some(Reply::HttpError { .. }) = state.script.front()
+        && let Some(Reply::HttpError {
+            status,
+            body,
+            headers,
+        }) = state.script.pop_front()
+    {
+        return scripted_error(status, &body, &headers);
+    }
+    if body.get("stream").and_then(Value::as_bool) != Some(true) {
+        return bad_request(
+            Some("stream"),
+            None,
+            "The fake model only streams: send \"stream\": true.",
+        );
+    }
+    let plan = match plan_response(&mut state, &body) {
+        Ok(plan) => plan,
+        Err(resp) => return *resp,
+    };
+    let (sse, resp) = open_sse(&shared, state);
+    tokio::spawn(async move {
+        // Ok or Err(Closed): either way the stream is over.
+        let _ = run_stream(sse, plan).await;
+    });
+    resp
+}
+
+/// Counts an open stream and makes the SSE writer and the response it feeds.
+fn open_sse(shared: &Arc<Shared>, mut state: MutexGuard<'_, FakeState>) -> (Sse, Response) {
+    let delay = state.event_delay;
+    state.open_streams += 1;
+    drop(state);
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let sse = Sse {
+        tx,
+        seq: 0,
+        delay,
+        shared: Arc::clone(shared),
+    };
+    let mut resp = Response::new(Body::from_stream(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+    ));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    (sse, resp)
+}
+
+fn reject(param: Option<&str>, code: Option<&str>, message: &str) -> Box<Response> {
+    Box::new(bad_request(param, code, message))
+}
+
+fn scripted_error(status: u16, body: &Value, headers: &[(String, String)]) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = json_response(status, body);
+    for (name, value) in headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            resp.headers_mut().append(name, value);
+        }
+    }
+    resp
+}
