@@ -18,12 +18,10 @@ use agentx_shared::proto::{
 
 use super::{group_for, session_arg, status_of};
 use crate::snapshot::service::Snapshots;
-use crate::snapshot::{Owner, Phase};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::turn::provider::Settings;
-use crate::turn::{
-    Decision, Engine, Event, Input, Io, Mode, Policy, Status as TurnStatus, TurnSpec,
-};
+use crate::turn::run::{Runner, Start};
+use crate::turn::{Decision, Engine, Event, Input, Mode, Policy, Status as TurnStatus, TurnSpec};
 
 /// Default limit for one shell command.
 const SHELL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -37,9 +35,8 @@ const WIRE_COMMAND: usize = 64 << 10;
 
 pub struct TurnsService {
     store: Arc<Store>,
-    engine: Arc<Engine>,
+    runner: Runner,
     tuning: Tuning,
-    snapshots: Snapshots,
 }
 
 /// Timing knobs, from the daemon's environment: `AGENTX_RETRY_BASE_MS`
@@ -86,10 +83,13 @@ impl TurnsService {
         snapshots: Snapshots,
     ) -> Self {
         Self {
+            runner: Runner {
+                store: Arc::clone(&store),
+                engine,
+                snapshots,
+            },
             store,
-            engine,
             tuning,
-            snapshots,
         }
     }
 }
@@ -112,39 +112,8 @@ impl Turns for TurnsService {
                 "the first turn message must be `start`",
             ));
         };
-        let mode = match proto::Resolve::try_from(start.resolve) {
-            Ok(proto::Resolve::None) | Err(_) => {
-                if start.message.trim().is_empty() {
-                    return Err(Status::invalid_argument("the message is empty"));
-                }
-                Mode::Message(start.message.clone())
-            }
-            Ok(proto::Resolve::RetryRequest) => Mode::RetryRequest,
-            Ok(proto::Resolve::RetryMessage) => Mode::RetryMessage,
-            Ok(proto::Resolve::Continue) => Mode::Continue,
-            Ok(proto::Resolve::NewChain) => Mode::NewChain,
-        };
-        if start.message.len() > MAX_MESSAGE {
-            return Err(Status::invalid_argument(format!(
-                "the message is over {} KiB",
-                MAX_MESSAGE / 1024
-            )));
-        }
-        let provider = start.provider.clone().unwrap_or_default();
-        if provider.base_url.is_empty() || provider.model.is_empty() {
-            return Err(Status::invalid_argument(
-                "provider base_url and model are required",
-            ));
-        }
-        let kind = match provider.provider.as_str() {
-            "" | "responses" => crate::turn::provider::Kind::Responses,
-            "chat" => crate::turn::provider::Kind::Chat,
-            other => {
-                return Err(Status::invalid_argument(format!(
-                    "unknown provider {other:?}: use `responses` or `chat`"
-                )));
-            }
-        };
+        let mode = mode_of(&start)?;
+        let settings = settings_of(start.provider.clone().unwrap_or_default())?;
         let (group, folder) = group_for(&self.store, start.scope.as_ref())?;
         let mut session = session_arg(&start.session_id)?;
         let mut policy = policy(start.approval);
@@ -179,12 +148,7 @@ impl Turns for TurnsService {
             folder: PathBuf::from(folder),
             mode,
             local_shell: start.local_shell_transcript,
-            settings: Settings {
-                kind,
-                base_url: provider.base_url.trim_end_matches('/').to_owned(),
-                model: provider.model,
-                api_key: Some(provider.api_key).filter(|k| !k.is_empty()),
-            },
+            settings,
             policy,
             instructions: if start.instructions.is_empty() {
                 crate::turn::DEFAULT_INSTRUCTIONS.to_owned()
@@ -203,175 +167,126 @@ impl Turns for TurnsService {
             retry_base: self.tuning.retry_base,
         };
 
-        let (event_tx, event_rx) = mpsc::channel::<Event>(512);
         let (input_tx, input_rx) = mpsc::channel::<Input>(16);
-        let (cancel_tx, cancel_rx) = watch::channel(false);
-        let cancel_tx = Arc::new(cancel_tx);
-        // A graceful stop of agentd ends the turn as a cancel does, at once:
-        // its tool is killed, the turn recorded, the after-snapshot taken.
-        let stop_cancel = Arc::clone(&cancel_tx);
-        tokio::spawn(async move {
-            tokio::select! {
-                () = crate::stopping::wait() => {
-                    let _ = stop_cancel.send(true);
-                }
-                () = stop_cancel.closed() => {}
-            }
-        });
+        let cancel_tx = Arc::new(watch::channel(false).0);
 
-        // Client → turn: approvals and cancellation. A broken stream means
-        // the client is gone: cancel. A clean half-close changes nothing.
-        let pump_cancel = Arc::clone(&cancel_tx);
-        tokio::spawn(async move {
-            loop {
-                match inputs.message().await {
-                    Ok(Some(TurnInput {
-                        input: Some(turn_input::Input::Approval(a)),
-                    })) => {
-                        let decision = match approval_decision::Decision::try_from(a.decision) {
-                            Ok(approval_decision::Decision::Yes) => Decision::Yes,
-                            Ok(approval_decision::Decision::Always) => Decision::Always,
-                            _ => Decision::No,
-                        };
-                        let _ = input_tx
-                            .send(Input::Approval {
-                                call_id: a.call_id,
-                                decision,
-                            })
-                            .await;
-                    }
-                    Ok(Some(TurnInput {
-                        input: Some(turn_input::Input::Cancel(true)),
-                    })) => {
-                        let _ = pump_cancel.send(true);
-                    }
-                    Ok(Some(_)) => {}
-                    Ok(None) => return,
-                    Err(_) => {
-                        let _ = pump_cancel.send(true);
-                        return;
-                    }
-                }
-            }
-        });
+        tokio::spawn(pump_inputs(inputs, input_tx, Arc::clone(&cancel_tx)));
 
-        let (wire_tx, wire_rx) = mpsc::channel::<Result<TurnEvent, Status>>(512);
-        let engine = Arc::clone(&self.engine);
-        let store = Arc::clone(&self.store);
         let oneshot_id = oneshot.as_ref().map(|o| o.id.clone()).unwrap_or_default();
-        let snapshots = self.snapshots.clone();
-        let snap_folder = spec.folder.clone();
-        let label = match &spec.mode {
-            Mode::Message(m) => m.lines().next().unwrap_or("").chars().take(60).collect(),
-            Mode::RetryRequest | Mode::NewChain => "retry".to_owned(),
-            Mode::RetryMessage => "retry of the last message".to_owned(),
-            Mode::Continue => "continue the interrupted turn".to_owned(),
+        let start = Start {
+            group,
+            session,
+            spec,
+            oneshot,
         };
-        tokio::spawn(async move {
-            let lease = match group.begin_turn(session).await {
-                Ok(lease) => lease,
-                Err(e) => {
-                    if let Some(o) = &oneshot {
-                        store.finish_oneshot(o, false);
-                    }
-                    let _ = wire_tx.send(Err(status_of(e))).await;
-                    return;
-                }
-            };
-            // Before the message: the folder as it was, so /undo can put it back.
-            let session_id = lease.doc.id.clone();
-            // Restores of this folder refuse until the turn (and its
-            // "after" snapshot) is over.
-            let _busy = snapshots.busy().enter(
-                &snap_folder,
-                if oneshot_id.is_empty() {
-                    format!("a turn of conversation {session_id}")
-                } else {
-                    format!("one-shot {oneshot_id}")
-                },
-            );
-            let pair = format!(
-                "{session_id}-{}",
-                agentx_shared::time::unix_ms(std::time::SystemTime::now())
-            );
-            let owner = |phase| Owner {
-                session: session_id.clone(),
-                phase,
-                pair: pair.clone(),
-                label: label.clone(),
-            };
-            // The model call does not touch the folder, so it starts at once;
-            // only tools wait until the "before" snapshot is durable.
-            let (gate_tx, gate_rx) = watch::channel(false);
-            let before = {
-                let (snapshots, folder, owner, events) = (
-                    snapshots.clone(),
-                    snap_folder.clone(),
-                    owner(Phase::Before),
-                    event_tx.clone(),
-                );
-                tokio::spawn(async move {
-                    let result = snapshots.take(&folder, owner).await;
-                    if let Err(e) = &result
-                        && !e.contains("are off in")
-                    {
-                        let _ = events
-                            .send(Event::Notice(format!(
-                                "no snapshot before this message (undo will not cover it): {e}"
-                            )))
-                            .await;
-                    }
-                    let _ = gate_tx.send(true);
-                    result.is_ok()
-                })
-            };
-            let io = Io {
-                events: event_tx,
-                inputs: input_rx,
-                cancel: cancel_rx,
-                tools_gate: Some(gate_rx),
-            };
-            let forward = forward_events(
-                event_rx,
-                wire_tx.clone(),
-                Arc::clone(&cancel_tx),
-                oneshot_id.clone(),
-            );
-            let (finished, ()) = tokio::join!(engine.run(group, lease, spec, io), forward);
-            // After the turn, whatever its outcome: what the message changed.
-            let snapped = before.await.unwrap_or(false);
-            if snapped && let Err(e) = snapshots.take(&snap_folder, owner(Phase::After)).await {
-                tracing::warn!("snapshot after the turn failed: {e}");
-            }
-            if let Some(o) = &oneshot {
-                let success = matches!(
-                    finished,
-                    Event::Finished {
-                        status: TurnStatus::Completed,
-                        ..
-                    }
-                );
-                store.finish_oneshot(o, success);
-            }
-            for event in to_wire(finished, &oneshot_id) {
-                let _ = wire_tx.send(Ok(event)).await;
-            }
-        });
+        let events = self.runner.start(start, input_rx, cancel_tx);
+        let (wire_tx, wire_rx) = mpsc::channel::<Result<TurnEvent, Status>>(512);
+        tokio::spawn(to_client(events, wire_tx, oneshot_id));
         Ok(Response::new(Box::pin(ReceiverStream::new(wire_rx))))
     }
 }
 
-/// Converts engine events to wire events; a vanished client cancels the turn.
-async fn forward_events(
-    mut events: mpsc::Receiver<Event>,
-    wire: mpsc::Sender<Result<TurnEvent, Status>>,
+/// The engine's mode for a start: a message, or how to settle a failed or
+/// interrupted turn.
+fn mode_of(start: &proto::TurnStart) -> Result<Mode, Status> {
+    let mode = match proto::Resolve::try_from(start.resolve) {
+        Ok(proto::Resolve::None) | Err(_) => {
+            if start.message.trim().is_empty() {
+                return Err(Status::invalid_argument("the message is empty"));
+            }
+            Mode::Message(start.message.clone())
+        }
+        Ok(proto::Resolve::RetryRequest) => Mode::RetryRequest,
+        Ok(proto::Resolve::RetryMessage) => Mode::RetryMessage,
+        Ok(proto::Resolve::Continue) => Mode::Continue,
+        Ok(proto::Resolve::NewChain) => Mode::NewChain,
+    };
+    if start.message.len() > MAX_MESSAGE {
+        return Err(Status::invalid_argument(format!(
+            "the message is over {} KiB",
+            MAX_MESSAGE / 1024
+        )));
+    }
+    Ok(mode)
+}
+
+/// The model server a start names.
+fn settings_of(provider: proto::ProviderSettings) -> Result<Settings, Status> {
+    if provider.base_url.is_empty() || provider.model.is_empty() {
+        return Err(Status::invalid_argument(
+            "provider base_url and model are required",
+        ));
+    }
+    let kind = match provider.provider.as_str() {
+        "" | "responses" => crate::turn::provider::Kind::Responses,
+        "chat" => crate::turn::provider::Kind::Chat,
+        other => {
+            return Err(Status::invalid_argument(format!(
+                "unknown provider {other:?}: use `responses` or `chat`"
+            )));
+        }
+    };
+    Ok(Settings {
+        kind,
+        base_url: provider.base_url.trim_end_matches('/').to_owned(),
+        model: provider.model,
+        api_key: Some(provider.api_key).filter(|k| !k.is_empty()),
+    })
+}
+
+/// Client → turn: approvals and cancellation. A broken stream means the
+/// client is gone: cancel. A clean half-close changes nothing.
+async fn pump_inputs(
+    mut inputs: Streaming<TurnInput>,
+    input_tx: mpsc::Sender<Input>,
     cancel: Arc<watch::Sender<bool>>,
+) {
+    loop {
+        match inputs.message().await {
+            Ok(Some(TurnInput {
+                input: Some(turn_input::Input::Approval(a)),
+            })) => {
+                let decision = match approval_decision::Decision::try_from(a.decision) {
+                    Ok(approval_decision::Decision::Yes) => Decision::Yes,
+                    Ok(approval_decision::Decision::Always) => Decision::Always,
+                    _ => Decision::No,
+                };
+                let approval = Input::Approval {
+                    call_id: a.call_id,
+                    decision,
+                };
+                let _ = input_tx.send(approval).await;
+            }
+            Ok(Some(TurnInput {
+                input: Some(turn_input::Input::Cancel(true)),
+            })) => {
+                let _ = cancel.send(true);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return,
+            Err(_) => {
+                let _ = cancel.send(true);
+                return;
+            }
+        }
+    }
+}
+
+/// Domain events to the wire. When the client is gone this stops, and the
+/// runner, finding nobody to tell, cancels the turn.
+async fn to_client(
+    mut events: mpsc::Receiver<Result<Event, StoreError>>,
+    wire_tx: mpsc::Sender<Result<TurnEvent, Status>>,
     oneshot_id: String,
 ) {
     while let Some(event) = events.recv().await {
-        for event in to_wire(event, &oneshot_id) {
-            if wire.send(Ok(event)).await.is_err() {
-                let _ = cancel.send(true);
+        let wire: Vec<Result<TurnEvent, Status>> = match event {
+            Ok(event) => to_wire(event, &oneshot_id).into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(status_of(e))],
+        };
+        for item in wire {
+            if wire_tx.send(item).await.is_err() {
+                return;
             }
         }
     }

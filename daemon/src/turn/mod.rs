@@ -6,6 +6,7 @@ pub mod context;
 pub mod provider;
 pub mod responses;
 mod retry;
+pub mod run;
 pub mod shell;
 pub mod sse;
 mod tools;

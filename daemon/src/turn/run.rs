@@ -1,0 +1,177 @@
+//! One turn from start to finish around the engine: the conversation leased,
+//! the folder snapshotted before (tools wait for it) and after, one-shots settled.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+
+use super::{Engine, Event, Input, Io, Mode, Status, TurnSpec};
+use crate::snapshot::service::Snapshots;
+use crate::snapshot::{Owner, Phase};
+use crate::store::oneshot::Oneshot;
+use crate::store::{GroupHandle, Store, StoreError};
+
+/// Room for events a slow client has not read yet.
+const EVENT_BACKLOG: usize = 512;
+
+/// Starts turns: owns what a turn needs beyond the engine.
+#[derive(Clone)]
+pub struct Runner {
+    pub store: Arc<Store>,
+    pub engine: Arc<Engine>,
+    pub snapshots: Snapshots,
+}
+
+/// A turn, validated, ready to start.
+pub struct Start {
+    pub group: GroupHandle,
+    /// The conversation to continue (`None`: the folder's current one).
+    pub session: Option<String>,
+    pub spec: TurnSpec,
+    pub oneshot: Option<Oneshot>,
+}
+
+impl Runner {
+    /// Runs the turn in the background. Its events come on the returned
+    /// channel, `Finished` last (after the after-snapshot); an error means
+    /// the turn could not begin. `cancel` ends it (as does agentd stopping).
+    pub fn start(
+        &self,
+        start: Start,
+        inputs: mpsc::Receiver<Input>,
+        cancel: Arc<watch::Sender<bool>>,
+    ) -> mpsc::Receiver<Result<Event, StoreError>> {
+        let (out, rx) = mpsc::channel(EVENT_BACKLOG);
+        // Subscribed before anything waits on the channel closing.
+        let io = (inputs, cancel.subscribe());
+        tokio::spawn(end_on_stop(Arc::clone(&cancel)));
+        tokio::spawn(self.clone().run(start, io, cancel, out));
+        rx
+    }
+
+    async fn run(
+        self,
+        start: Start,
+        (inputs, cancelled): (mpsc::Receiver<Input>, watch::Receiver<bool>),
+        cancel: Arc<watch::Sender<bool>>,
+        out: mpsc::Sender<Result<Event, StoreError>>,
+    ) {
+        let Start {
+            group,
+            session,
+            spec,
+            oneshot,
+        } = start;
+        let lease = match group.begin_turn(session).await {
+            Ok(lease) => lease,
+            Err(e) => {
+                if let Some(o) = &oneshot {
+                    self.store.finish_oneshot(o, false);
+                }
+                let _ = out.send(Err(e)).await;
+                return;
+            }
+        };
+        let folder = spec.folder.clone();
+        let session_id = lease.doc.id.clone();
+        // Restores of this folder refuse until the turn (and its "after"
+        // snapshot) is over.
+        let _busy = self.snapshots.busy().enter(
+            &folder,
+            match &oneshot {
+                None => format!("a turn of conversation {session_id}"),
+                Some(o) => format!("one-shot {}", o.id),
+            },
+        );
+        let pair = format!(
+            "{session_id}-{}",
+            agentx_shared::time::unix_ms(std::time::SystemTime::now())
+        );
+        let label = label(&spec.mode);
+        let owner = |phase| Owner {
+            session: session_id.clone(),
+            phase,
+            pair: pair.clone(),
+            label: label.clone(),
+        };
+        let (events, mut engine_events) = mpsc::channel::<Event>(EVENT_BACKLOG);
+        // The model call does not touch the folder, so it starts at once;
+        // only tools wait until the "before" snapshot is durable.
+        let (gate_tx, gate_rx) = watch::channel(false);
+        let before = {
+            let (snapshots, folder, owner, events) = (
+                self.snapshots.clone(),
+                folder.clone(),
+                owner(Phase::Before),
+                events.clone(),
+            );
+            tokio::spawn(async move {
+                let result = snapshots.take(&folder, owner).await;
+                if let Err(e) = &result
+                    && !e.contains("are off in")
+                {
+                    let _ = events
+                        .send(Event::Notice(format!(
+                            "no snapshot before this message (undo will not cover it): {e}"
+                        )))
+                        .await;
+                }
+                let _ = gate_tx.send(true);
+                result.is_ok()
+            })
+        };
+        let io = Io {
+            events,
+            inputs,
+            cancel: cancelled,
+            tools_gate: Some(gate_rx),
+        };
+        let forward = async {
+            while let Some(event) = engine_events.recv().await {
+                // A client that went away cancels the turn.
+                if out.send(Ok(event)).await.is_err() {
+                    let _ = cancel.send(true);
+                }
+            }
+        };
+        let (finished, ()) = tokio::join!(self.engine.run(group, lease, spec, io), forward);
+        // After the turn, whatever its outcome: what the message changed.
+        if before.await.unwrap_or(false)
+            && let Err(e) = self.snapshots.take(&folder, owner(Phase::After)).await
+        {
+            tracing::warn!("snapshot after the turn failed: {e}");
+        }
+        if let Some(o) = &oneshot {
+            let success = matches!(
+                finished,
+                Event::Finished {
+                    status: Status::Completed,
+                    ..
+                }
+            );
+            self.store.finish_oneshot(o, success);
+        }
+        let _ = out.send(Ok(finished)).await;
+    }
+}
+
+/// A graceful stop of agentd ends the turn as a cancel does, at once: its
+/// tool is killed, the turn recorded, the after-snapshot taken.
+async fn end_on_stop(cancel: Arc<watch::Sender<bool>>) {
+    tokio::select! {
+        () = crate::stopping::wait() => {
+            let _ = cancel.send(true);
+        }
+        () = cancel.closed() => {}
+    }
+}
+
+/// How the turn's snapshots are labelled in `agentx snapshots`.
+fn label(mode: &Mode) -> String {
+    match mode {
+        Mode::Message(m) => m.lines().next().unwrap_or("").chars().take(60).collect(),
+        Mode::RetryRequest | Mode::NewChain => "retry".to_owned(),
+        Mode::RetryMessage => "retry of the last message".to_owned(),
+        Mode::Continue => "continue the interrupted turn".to_owned(),
+    }
+}
