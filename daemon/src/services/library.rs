@@ -32,10 +32,7 @@ const MAX_TITLE: usize = 200;
 pub const MAX_IMPORT_BYTES: usize = 64 * 1024 * 1024;
 
 fn agent_of(scope: Option<&agentx_shared::proto::Scope>) -> String {
-    scope
-        .map(|s| s.agent.clone())
-        .filter(|a| !a.is_empty())
-        .unwrap_or_else(|| "default".into())
+    super::agent_name(scope.map_or("", |s| s.agent.as_str())).to_owned()
 }
 
 #[tonic::async_trait]

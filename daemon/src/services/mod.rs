@@ -12,7 +12,7 @@ use std::path::Path;
 
 use tonic::Status;
 
-use agentx_shared::proto::{Scope, SessionSummary};
+use agentx_shared::proto::{self, SessionSummary};
 
 use crate::store::session::SessionDoc;
 use crate::store::{GroupHandle, Store, StoreError};
@@ -26,30 +26,61 @@ pub fn status_of(e: StoreError) -> Status {
     }
 }
 
-/// The group actor for a request's scope, after validating it.
-pub fn group_for(store: &Store, scope: Option<&Scope>) -> Result<(GroupHandle, String), Status> {
-    let scope =
-        scope.ok_or_else(|| Status::invalid_argument("missing scope (folder and agent)"))?;
-    let agent = if scope.agent.is_empty() {
-        "default"
+/// The agent of a request that names none.
+const DEFAULT_AGENT: &str = "default";
+
+/// The agent a request names, or the default one.
+pub fn agent_name(agent: &str) -> &str {
+    if agent.is_empty() {
+        DEFAULT_AGENT
     } else {
-        scope.agent.as_str()
-    };
-    let folder = Path::new(&scope.folder);
-    if !folder.is_absolute() {
-        return Err(Status::invalid_argument(format!(
-            "folder {:?} must be an absolute path",
-            scope.folder
-        )));
+        agent
     }
-    if !folder.is_dir() {
+}
+
+/// A request's folder (absolute) and agent (the default one when unnamed),
+/// validated once at the edge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    pub folder: String,
+    pub agent: String,
+}
+
+impl TryFrom<Option<&proto::Scope>> for Scope {
+    type Error = Status;
+
+    fn try_from(scope: Option<&proto::Scope>) -> Result<Self, Status> {
+        let scope =
+            scope.ok_or_else(|| Status::invalid_argument("missing scope (folder and agent)"))?;
+        if !Path::new(&scope.folder).is_absolute() {
+            return Err(Status::invalid_argument(format!(
+                "folder {:?} must be an absolute path",
+                scope.folder
+            )));
+        }
+        Ok(Self {
+            folder: scope.folder.clone(),
+            agent: agent_name(&scope.agent).to_owned(),
+        })
+    }
+}
+
+/// The group actor for a request's scope, after validating it.
+pub fn group_for(
+    store: &Store,
+    scope: Option<&proto::Scope>,
+) -> Result<(GroupHandle, String), Status> {
+    let scope = Scope::try_from(scope)?;
+    if !Path::new(&scope.folder).is_dir() {
         return Err(Status::failed_precondition(format!(
             "folder {} does not exist",
             scope.folder
         )));
     }
-    let group = store.group(&scope.folder, agent).map_err(status_of)?;
-    Ok((group, scope.folder.clone()))
+    let group = store
+        .group(&scope.folder, &scope.agent)
+        .map_err(status_of)?;
+    Ok((group, scope.folder))
 }
 
 /// Session ids in requests: empty means "current"; otherwise a safe name.

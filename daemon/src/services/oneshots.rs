@@ -39,9 +39,7 @@ fn summary(info: &OneshotInfo) -> OneshotSummary {
 /// Folder and agent of a request, validated.
 fn scope_of(store: &Store, scope: Option<&Scope>) -> Result<(String, String), Status> {
     let (_, folder) = group_for(store, scope)?;
-    let agent = scope.map(|s| s.agent.as_str()).unwrap_or_default();
-    let agent = if agent.is_empty() { "default" } else { agent };
-    Ok((folder, agent.to_owned()))
+    Ok((folder, super::Scope::try_from(scope)?.agent))
 }
 
 #[tonic::async_trait]

@@ -187,13 +187,8 @@ impl Sessions for SessionsService {
         let local: Vec<SessionSummary> = docs.iter().map(summary).collect();
         let (sessions, remote_note) = match (&self.remote, req.include_remote) {
             (Some(remote), true) => {
-                let agent = req
-                    .scope
-                    .as_ref()
-                    .map(|s| s.agent.as_str())
-                    .filter(|a| !a.is_empty())
-                    .unwrap_or("default");
-                self.merge_remote(remote, &folder, agent, local).await
+                let agent = super::Scope::try_from(req.scope.as_ref())?.agent;
+                self.merge_remote(remote, &folder, &agent, local).await
             }
             _ => (local, String::new()),
         };

@@ -127,15 +127,10 @@ impl Turns for TurnsService {
             if policy == Policy::Ask {
                 policy = Policy::Never;
             }
-            let agent = start
-                .scope
-                .as_ref()
-                .map(|s| s.agent.as_str())
-                .unwrap_or_default();
-            let agent = if agent.is_empty() { "default" } else { agent };
+            let agent = super::Scope::try_from(start.scope.as_ref())?.agent;
             let oneshot = self
                 .store
-                .start_oneshot(&folder, agent, start.client_pid, &start.message)
+                .start_oneshot(&folder, &agent, start.client_pid, &start.message)
                 .await
                 .map_err(status_of)?;
             session = Some(oneshot.id.clone());
