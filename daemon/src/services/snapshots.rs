@@ -13,8 +13,8 @@ use agentx_shared::proto::{
 
 use super::group_for;
 use crate::snapshot::restore::{Action, Planned};
-use crate::snapshot::service::Snapshots;
-use crate::snapshot::{Owner, Phase, RewindTo, Snap};
+use crate::snapshot::service::{Failure, Snapshots};
+use crate::snapshot::{Owner, Phase, RewindTo, Snap, SnapError};
 use crate::store::Store;
 
 pub struct SnapshotsService {
@@ -28,14 +28,15 @@ impl SnapshotsService {
     }
 }
 
-/// Snapshot errors as statuses: "off here" and "no such" are the caller's.
-pub fn snap_status(message: String) -> Status {
-    if message.contains("are off in") || message.contains("is running in this folder") {
-        Status::failed_precondition(message)
-    } else if message.starts_with("no ") {
-        Status::not_found(message)
-    } else {
-        Status::internal(message)
+/// Snapshot errors as statuses: "off here", "busy" and "no such" are the
+/// caller's; a failing store is ours.
+pub fn snap_status(e: Failure) -> Status {
+    let message = e.to_string();
+    match &*e {
+        SnapError::Home(_) | SnapError::Busy(_) => Status::failed_precondition(message),
+        SnapError::NotFound(_) => Status::not_found(message),
+        SnapError::Closed => Status::unavailable(message),
+        SnapError::Io(_) => Status::internal(message),
     }
 }
 

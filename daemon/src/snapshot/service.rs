@@ -11,13 +11,17 @@ use tokio::sync::oneshot;
 
 use super::{Owner, Snap, SnapError, SnapshotStore};
 
-type Work = Box<dyn FnOnce(&mut Result<SnapshotStore, String>) + Send>;
+type Work = Box<dyn FnOnce(&mut Result<SnapshotStore, Failure>) + Send>;
+
+/// Why a snapshot request failed; shared, since one scan answers everyone
+/// waiting on the same folder.
+pub type Failure = Arc<SnapError>;
 
 enum Job {
     Take {
         folder: PathBuf,
         owner: Owner,
-        reply: oneshot::Sender<Result<Snap, String>>,
+        reply: oneshot::Sender<Result<Snap, Failure>>,
     },
     Other(Work),
 }
@@ -106,7 +110,7 @@ impl Snapshots {
         std::thread::Builder::new()
             .name("snapshots".into())
             .spawn(move || {
-                let mut store = SnapshotStore::open(&root, home, config).map_err(|e| e.to_string());
+                let mut store = SnapshotStore::open(&root, home, config).map_err(Arc::new);
                 let mut backlog: VecDeque<Job> = VecDeque::new();
                 loop {
                     let job = match backlog.pop_front() {
@@ -145,7 +149,7 @@ impl Snapshots {
                             }
                             let owners = waiting.iter().map(|(o, _)| o.clone()).collect();
                             let result = match &mut store {
-                                Ok(s) => s.take(&folder, owners).map_err(|e| e.to_string()),
+                                Ok(s) => s.take(&folder, owners).map_err(Arc::new),
                                 Err(e) => Err(e.clone()),
                             };
                             for (_, reply) in waiting {
@@ -167,7 +171,7 @@ impl Snapshots {
     }
 
     /// Takes (or joins) a snapshot of `folder`; returns once it is durable.
-    pub async fn take(&self, folder: &Path, owner: Owner) -> Result<Snap, String> {
+    pub async fn take(&self, folder: &Path, owner: Owner) -> Result<Snap, Failure> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Job::Take {
@@ -175,26 +179,26 @@ impl Snapshots {
                 owner,
                 reply,
             })
-            .map_err(|_| SnapError::Closed.to_string())?;
-        rx.await.map_err(|_| SnapError::Closed.to_string())?
+            .map_err(|_| Arc::new(SnapError::Closed))?;
+        rx.await.map_err(|_| Arc::new(SnapError::Closed))?
     }
 
     /// Runs `f` on the store's thread.
     pub async fn call<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut SnapshotStore) -> Result<T, SnapError> + Send + 'static,
-    ) -> Result<T, String> {
+    ) -> Result<T, Failure> {
         let (reply, rx) = oneshot::channel();
         let work: Work = Box::new(move |store| {
             let result = match store {
-                Ok(s) => f(s).map_err(|e| e.to_string()),
+                Ok(s) => f(s).map_err(Arc::new),
                 Err(e) => Err(e.clone()),
             };
             let _ = reply.send(result);
         });
         self.tx
             .send(Job::Other(work))
-            .map_err(|_| SnapError::Closed.to_string())?;
-        rx.await.map_err(|_| SnapError::Closed.to_string())?
+            .map_err(|_| Arc::new(SnapError::Closed))?;
+        rx.await.map_err(|_| Arc::new(SnapError::Closed))?
     }
 }

@@ -7,7 +7,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::{Engine, Event, Input, Io, Mode, Status, TurnSpec};
 use crate::snapshot::service::Snapshots;
-use crate::snapshot::{Owner, Phase};
+use crate::snapshot::{Owner, Phase, SnapError};
 use crate::store::oneshot::Oneshot;
 use crate::store::{GroupHandle, Store, StoreError};
 
@@ -108,7 +108,7 @@ impl Runner {
             tokio::spawn(async move {
                 let result = snapshots.take(&folder, owner).await;
                 if let Err(e) = &result
-                    && !e.contains("are off in")
+                    && !matches!(**e, SnapError::Home(_))
                 {
                     let _ = events
                         .send(Event::Notice(format!(
