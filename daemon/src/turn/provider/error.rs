@@ -1,0 +1,281 @@
+//! A failed model call, classified: a lost response id, retryable (with
+//! the server's Retry-After), or final; its causes named for the user.
+
+use std::time::Duration;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProviderError {
+    #[error("{message}")]
+    Http {
+        status: u16,
+        code: Option<String>,
+        param: Option<String>,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    #[error("{0}")]
+    Connect(String),
+    #[error("{0}")]
+    Stream(String),
+    /// The server answered in a way another attempt cannot fix.
+    #[error("{0}")]
+    Protocol(String),
+    #[error("the model reported an error: {message}")]
+    Model {
+        code: Option<String>,
+        message: String,
+    },
+}
+
+impl ProviderError {
+    /// A request that failed before its response headers; `proxy` is the
+    /// proxy it went through, if any (named, as it may be the culprit).
+    pub fn from_reqwest(base_url: &str, proxy: Option<&str>, e: &reqwest::Error) -> Self {
+        let cause = causes(e);
+        if let Some(proxy) = proxy {
+            return Self::Connect(format!(
+                "cannot reach the model server at {base_url} through the proxy {proxy}: {cause} \
+                 (check HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / NO_PROXY)"
+            ));
+        }
+        if e.is_connect() {
+            Self::Connect(format!(
+                "cannot reach the model server at {base_url}: {cause} \
+                 (check AGENTX_BASE_URL and that the server runs)"
+            ))
+        } else if e.is_timeout() {
+            Self::Connect(format!("the model server at {base_url} timed out"))
+        } else {
+            Self::Connect(format!("request to {base_url} failed: {cause}"))
+        }
+    }
+
+    /// A response body that broke mid-stream.
+    pub fn from_body(e: &reqwest::Error) -> Self {
+        let reset = io_kind(e).is_some_and(|k| {
+            matches!(
+                k,
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+            )
+        });
+        if reset {
+            Self::Stream("the model server reset the connection mid-answer".into())
+        } else {
+            Self::Stream(format!(
+                "the stream from the model server broke: {}",
+                causes(e)
+            ))
+        }
+    }
+
+    /// An HTTP error status with the provider's JSON error body (if any).
+    pub fn from_http(status: u16, body: &str, retry_after: Option<Duration>) -> Self {
+        let parsed: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+        let error = if parsed["error"].is_object() {
+            &parsed["error"]
+        } else {
+            &parsed
+        };
+        let code = error["code"].as_str().map(str::to_owned);
+        let param = error["param"].as_str().map(str::to_owned);
+        let detail = error["message"]
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| parsed["error"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| body.chars().take(200).collect());
+        let message = match status {
+            401 => format!(
+                "the model server rejected the API key (401): {detail}; set OPENAI_API_KEY or AGENTX_API_KEY"
+            ),
+            403 => format!("the model server refused access (403): {detail}"),
+            404 => format!(
+                "the model server answered 404 Not Found: {detail} (check AGENTX_BASE_URL and AGENTX_MODEL)"
+            ),
+            _ => format!("the model server answered {status}: {detail}"),
+        };
+        Self::Http {
+            status,
+            code,
+            param,
+            message,
+            retry_after,
+        }
+    }
+
+    /// Names the server in an HTTP error (local servers: which one failed).
+    pub fn at(self, base_url: &str) -> Self {
+        match self {
+            Self::Http {
+                status,
+                code,
+                param,
+                message,
+                retry_after,
+            } => Self::Http {
+                status,
+                code,
+                param,
+                message: format!("{message} (model server {base_url})"),
+                retry_after,
+            },
+            other => other,
+        }
+    }
+
+    /// The server no longer knows `previous_response_id`: start a new chain.
+    pub fn lost_response_id(&self) -> bool {
+        let Self::Http {
+            status,
+            code,
+            param,
+            message,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        if code.as_deref() == Some("previous_response_not_found") {
+            return true;
+        }
+        let lowered = message.to_lowercase();
+        matches!(status, 400 | 404)
+            && (param.as_deref() == Some("previous_response_id")
+                || lowered.contains("previous response")
+                || lowered.contains("previous_response_id"))
+    }
+
+    /// Worth another attempt after a pause.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Self::Http { status, code, .. } => {
+                let final_code = matches!(
+                    code.as_deref(),
+                    Some(
+                        "context_length_exceeded" | "insufficient_quota" | "invalid_request_error"
+                    )
+                );
+                !final_code && matches!(status, 408 | 409 | 429 | 500..=599)
+            }
+            Self::Connect(_) | Self::Stream(_) => true,
+            Self::Protocol(_) => false,
+            Self::Model { code, .. } => matches!(
+                code.as_deref(),
+                Some("server_error" | "rate_limit_exceeded" | "server_is_overloaded")
+            ),
+        }
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// `retry-after-ms`, else `Retry-After` in seconds or as an HTTP date
+/// (a date in the past means "now").
+pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+    }
+    let value = get("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return Some(Duration::from_secs_f64(secs.max(0.0)));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// An error and its sources, innermost last, without repeats
+/// ("error sending request: client error (Connect): tcp connect error: Connection refused").
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = err.source();
+    }
+    parts.join(": ")
+}
+
+/// The kind of the I/O error under `e`, if one is.
+fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        next = err.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_takes_milliseconds_seconds_and_http_dates() {
+        use reqwest::header::{HeaderMap, HeaderValue};
+        let headers = |pairs: &[(&'static str, String)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, HeaderValue::from_str(v).unwrap());
+            }
+            h
+        };
+        let ms = headers(&[
+            ("retry-after-ms", "1500".into()),
+            ("retry-after", "9".into()),
+        ]);
+        assert_eq!(retry_after(&ms), Some(Duration::from_millis(1500)));
+        let secs = headers(&[("retry-after", "7".into())]);
+        assert_eq!(retry_after(&secs), Some(Duration::from_secs(7)));
+        let in_30s = std::time::SystemTime::now() + Duration::from_secs(30);
+        let date = headers(&[("retry-after", httpdate::fmt_http_date(in_30s))]);
+        let wait = retry_after(&date).unwrap();
+        assert!(
+            wait > Duration::from_secs(27) && wait <= Duration::from_secs(30),
+            "{wait:?}"
+        );
+        let past = headers(&[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT".into())]);
+        assert_eq!(retry_after(&past), Some(Duration::ZERO));
+        let junk = headers(&[("retry-after", "soon".into())]);
+        assert_eq!(retry_after(&junk), None);
+    }
+
+    #[test]
+    fn lost_ids_are_recognised_in_every_known_shape() {
+        let official = r#"{"error":{"type":"invalid_request_error","param":"previous_response_id","code":"previous_response_not_found","message":"Previous response with id 'resp_1' not found."}}"#;
+        assert!(ProviderError::from_http(400, official, None).lost_response_id());
+        let bare = r#"{"error":{"message":"Invalid `previous_response_id`."}}"#;
+        assert!(ProviderError::from_http(400, bare, None).lost_response_id());
+        let vllm = r#"{"error":{"message":"Previous response resp_1 not found"}}"#;
+        assert!(ProviderError::from_http(404, vllm, None).lost_response_id());
+        let other = r#"{"error":{"message":"bad input","param":"input"}}"#;
+        assert!(!ProviderError::from_http(400, other, None).lost_response_id());
+    }
+
+    #[test]
+    fn retry_classification() {
+        assert!(ProviderError::from_http(429, "{}", None).retryable());
+        assert!(ProviderError::from_http(503, "", None).retryable());
+        assert!(!ProviderError::from_http(400, "{}", None).retryable());
+        assert!(!ProviderError::from_http(401, "{}", None).retryable());
+        let quota = r#"{"error":{"code":"insufficient_quota","message":"x"}}"#;
+        assert!(!ProviderError::from_http(429, quota, None).retryable());
+    }
+}

@@ -1,0 +1,394 @@
+//! The HTTP side of a model call: per-turn proxies, a bounded cache of
+//! clients, and the event stream with its idle timer and size limit.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{Stream, StreamExt as _};
+
+use super::super::sse::{self, Event};
+use super::*;
+
+/// Proxy settings of one turn: `http_proxy`, `https_proxy`, `all_proxy`
+/// and `no_proxy` (lowercase first, then uppercase), from the caller's
+/// environment, or agentd's own when the caller sent none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct ProxyVars {
+    pub http: Option<String>,
+    pub https: Option<String>,
+    pub all: Option<String>,
+    pub no: Option<String>,
+}
+
+impl ProxyVars {
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Self {
+        let pick = |lower: &str, upper: &str| {
+            get(lower)
+                .or_else(|| get(upper))
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        Self {
+            http: pick("http_proxy", "HTTP_PROXY"),
+            https: pick("https_proxy", "HTTPS_PROXY"),
+            all: pick("all_proxy", "ALL_PROXY"),
+            no: pick("no_proxy", "NO_PROXY"),
+        }
+    }
+
+    /// From a turn's environment (agentd's own when it is empty).
+    pub fn of(env: &crate::turn::shell::Environment) -> Self {
+        if env.vars.is_empty() {
+            return Self::from_lookup(|name| std::env::var(name).ok());
+        }
+        Self::from_lookup(|name| {
+            env.vars
+                .iter()
+                .rev()
+                .find(|(k, _)| k.as_os_str() == name)
+                .and_then(|(_, v)| v.to_str().map(str::to_owned))
+        })
+    }
+
+    /// The proxy a request to `url` goes through (for messages; reqwest
+    /// decides for the request itself).
+    pub fn for_url(&self, url: &str) -> Option<&str> {
+        let (scheme, rest) = url.split_once("://")?;
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        let host = match authority.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or(""),
+            None => authority.split(':').next().unwrap_or(""),
+        }
+        .to_ascii_lowercase();
+        if let Some(no) = &self.no {
+            for entry in no.split(',').map(str::trim) {
+                let entry = entry.trim_start_matches('.').to_ascii_lowercase();
+                if entry == "*"
+                    || (!entry.is_empty()
+                        && (host == entry || host.ends_with(&format!(".{entry}"))))
+                {
+                    return None;
+                }
+            }
+        }
+        match scheme {
+            "https" => self.https.as_deref().or(self.all.as_deref()),
+            _ => self.http.as_deref().or(self.all.as_deref()),
+        }
+    }
+
+    fn client(&self) -> Result<reqwest::Client, ProviderError> {
+        let no = || reqwest::NoProxy::from_string(self.no.as_deref().unwrap_or(""));
+        let bad = |name: &str, e: reqwest::Error| {
+            ProviderError::Protocol(format!("the proxy setting {name} is not usable: {e}"))
+        };
+        // 301/302/303 would turn the POST into a GET: stop and say so;
+        // 307/308 keep the method and are followed.
+        let redirects = reqwest::redirect::Policy::custom(|attempt| {
+            if attempt.previous().len() >= 10 {
+                attempt.error("more than 10 redirects")
+            } else if matches!(attempt.status().as_u16(), 301..=303) {
+                attempt.stop()
+            } else {
+                attempt.follow()
+            }
+        });
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .tcp_nodelay(true)
+            .redirect(redirects)
+            .no_proxy();
+        if let Some(url) = &self.http {
+            let proxy = reqwest::Proxy::http(url).map_err(|e| bad("HTTP_PROXY", e))?;
+            builder = builder.proxy(proxy.no_proxy(no()));
+        }
+        if let Some(url) = &self.https {
+            let proxy = reqwest::Proxy::https(url).map_err(|e| bad("HTTPS_PROXY", e))?;
+            builder = builder.proxy(proxy.no_proxy(no()));
+        }
+        if let Some(url) = &self.all {
+            let proxy = reqwest::Proxy::all(url).map_err(|e| bad("ALL_PROXY", e))?;
+            builder = builder.proxy(proxy.no_proxy(no()));
+        }
+        builder
+            .build()
+            .map_err(|e| ProviderError::Protocol(format!("cannot set up the HTTP client: {e}")))
+    }
+}
+
+/// One HTTP client per distinct proxy setting (a client keeps its
+/// connection pool), the most recently used few kept.
+#[derive(Default)]
+pub struct Clients {
+    cache: Mutex<VecDeque<(ProxyVars, reqwest::Client)>>,
+}
+
+/// Distinct proxy settings whose clients are kept.
+const CLIENTS_KEPT: usize = 8;
+
+impl Clients {
+    pub fn get(&self, proxy: &ProxyVars) -> Result<reqwest::Client, ProviderError> {
+        let mut cache = self
+            .cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = cache.iter().position(|(k, _)| k == proxy)
+            && let Some(entry) = cache.remove(i)
+        {
+            let client = entry.1.clone();
+            cache.push_back(entry);
+            return Ok(client);
+        }
+        let client = proxy.client()?;
+        cache.push_back((proxy.clone(), client.clone()));
+        while cache.len() > CLIENTS_KEPT {
+            cache.pop_front();
+        }
+        Ok(client)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.cache.lock().map_or(0, |c| c.len())
+    }
+}
+
+/// How a turn reaches its model server.
+pub struct Http {
+    pub client: reqwest::Client,
+    pub proxy: Arc<ProxyVars>,
+}
+
+type Bytes = Pin<Box<dyn Stream<Item = Result<tonic::codegen::Bytes, reqwest::Error>> + Send>>;
+
+/// An open server-sent-event stream from a model server.
+pub struct EventStream {
+    bytes: Bytes,
+    decoder: sse::Decoder,
+    gunzip: Option<flate2::write::GzDecoder<Vec<u8>>>,
+    queue: VecDeque<Event>,
+    done: bool,
+    idle: Duration,
+}
+
+/// A stream the decoder gave up on: another attempt would fare no better.
+fn unusable(e: String) -> ProviderError {
+    ProviderError::Protocol(format!("the model server's stream is unusable: {e}"))
+}
+
+/// The first bytes of a body, for messages.
+fn head_of(body: &str) -> String {
+    let flat: String = body.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut head: String = flat.chars().take(200).collect();
+    if head.len() < flat.len() {
+        head.push('…');
+    }
+    head
+}
+
+impl EventStream {
+    /// POSTs `body` to `{base_url}/{path}` (bearer key if any) and opens the
+    /// stream; an HTTP error comes back classified and naming the server.
+    pub async fn open(
+        http: &Http,
+        settings: &Settings,
+        path: &str,
+        body: &serde_json::Value,
+        limits: &Limits,
+    ) -> Result<Self, ProviderError> {
+        let url = format!("{}/{path}", settings.base_url);
+        let mut request = http
+            .client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream")
+            .header("accept-encoding", "identity")
+            .body(body.to_string());
+        if let Some(key) = settings.api_key.as_deref().filter(|k| !k.is_empty()) {
+            request = request.bearer_auth(key);
+        }
+        let proxy = http.proxy.for_url(&url);
+        let response = match tokio::time::timeout(limits.headers, request.send()).await {
+            Err(_) => {
+                return Err(ProviderError::Connect(format!(
+                    "the model server at {} sent no response headers within {}s \
+                     (AGENTX_HEADERS_TIMEOUT_MS)",
+                    settings.base_url,
+                    limits.headers.as_secs_f64()
+                )));
+            }
+            Ok(sent) => {
+                sent.map_err(|e| ProviderError::from_reqwest(&settings.base_url, proxy, &e))?
+            }
+        };
+        let status = response.status();
+        if matches!(status.as_u16(), 301..=303) {
+            let to = response
+                .headers()
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("?")
+                .to_owned();
+            return Err(ProviderError::Protocol(format!(
+                "the model server redirected POST {url} to {to} with {status}, which turns the \
+                 request into a GET and loses it; set AGENTX_BASE_URL to the new address"
+            )));
+        }
+        if !status.is_success() {
+            let retry_after = retry_after(response.headers());
+            let text = response.text().await.unwrap_or_default();
+            return Err(
+                ProviderError::from_http(status.as_u16(), &text, retry_after)
+                    .at(&settings.base_url),
+            );
+        }
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| v.trim().to_ascii_lowercase())
+        };
+        let content_type = header("content-type").unwrap_or_default();
+        if content_type.contains("json") || content_type.starts_with("text/html") {
+            let text = response.text().await.unwrap_or_default();
+            let parsed: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            let detail = parsed["error"]["message"]
+                .as_str()
+                .or_else(|| parsed["error"].as_str())
+                .map_or_else(|| head_of(&text), str::to_owned);
+            return Err(ProviderError::Protocol(format!(
+                "the model server at {} answered {status} with {content_type} instead of an \
+                 event stream (text/event-stream): {detail}",
+                settings.base_url
+            )));
+        }
+        let gunzip = match header("content-encoding").as_deref() {
+            None | Some("identity") => None,
+            Some("gzip" | "x-gzip") => Some(flate2::write::GzDecoder::new(Vec::new())),
+            Some(other) => {
+                return Err(ProviderError::Protocol(format!(
+                    "the model server at {} sent the stream with content-encoding {other}, \
+                     which agentx cannot decode (it asks for identity)",
+                    settings.base_url
+                )));
+            }
+        };
+        Ok(Self {
+            bytes: Box::pin(response.bytes_stream()),
+            decoder: sse::Decoder::with_cap(limits.max_answer.saturating_mul(2)),
+            gunzip,
+            queue: VecDeque::new(),
+            done: false,
+            idle: limits.idle,
+        })
+    }
+
+    fn feed(&mut self, chunk: &[u8]) -> Result<(), ProviderError> {
+        use std::io::Write as _;
+        let mut out = Vec::new();
+        let result = match &mut self.gunzip {
+            None => self.decoder.feed(chunk, &mut out),
+            Some(gz) => {
+                gz.write_all(chunk).map_err(|e| {
+                    ProviderError::Protocol(format!("the gzip-encoded stream is corrupt: {e}"))
+                })?;
+                let plain = std::mem::take(gz.get_mut());
+                self.decoder.feed(&plain, &mut out)
+            }
+        };
+        self.queue.extend(out);
+        result.map_err(unusable)
+    }
+
+    /// The next event with data (`None` when the stream ends); a stream
+    /// that sends no byte for the idle timeout is broken.
+    pub async fn next(&mut self) -> Result<Option<Event>, ProviderError> {
+        loop {
+            while let Some(event) = self.queue.pop_front() {
+                if !event.data.trim().is_empty() {
+                    return Ok(Some(event));
+                }
+            }
+            if self.done {
+                return Ok(None);
+            }
+            let next = tokio::time::timeout(self.idle, self.bytes.next())
+                .await
+                .map_err(|_| {
+                    ProviderError::Stream(format!(
+                        "no data from the model for {}s",
+                        self.idle.as_secs_f64()
+                    ))
+                })?;
+            match next {
+                None => {
+                    self.done = true;
+                    if let Some(gz) = self.gunzip.take() {
+                        let plain = gz.finish().map_err(|e| {
+                            ProviderError::Protocol(format!(
+                                "the gzip-encoded stream is corrupt: {e}"
+                            ))
+                        })?;
+                        let mut out = Vec::new();
+                        let result = self.decoder.feed(&plain, &mut out);
+                        self.queue.extend(out);
+                        result.map_err(unusable)?;
+                    }
+                }
+                Some(Err(e)) => return Err(ProviderError::from_body(&e)),
+                Some(Ok(chunk)) => self.feed(&chunk)?,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxies_are_picked_per_url_and_clients_cached_per_setting() {
+        let vars = |pairs: &[(&str, &str)]| {
+            let pairs: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            ProxyVars::from_lookup(move |name| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+            })
+        };
+        let p = vars(&[
+            ("HTTPS_PROXY", "http://upper:1"),
+            ("https_proxy", "http://lower:1"),
+            ("ALL_PROXY", "http://all:1"),
+            ("NO_PROXY", "localhost,.internal"),
+        ]);
+        assert_eq!(
+            p.for_url("https://api.openai.com/v1"),
+            Some("http://lower:1")
+        );
+        assert_eq!(p.for_url("http://api.openai.com/v1"), Some("http://all:1"));
+        assert_eq!(p.for_url("http://localhost:8080/v1"), None);
+        assert_eq!(p.for_url("https://llm.internal/v1"), None);
+        assert_eq!(vars(&[]).for_url("https://x/v1"), None);
+
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let clients = Clients::default();
+        for n in 0..20 {
+            clients
+                .get(&vars(&[("HTTP_PROXY", &format!("http://p{n}:1"))]))
+                .unwrap();
+        }
+        assert_eq!(clients.len(), CLIENTS_KEPT);
+        clients
+            .get(&vars(&[("HTTP_PROXY", "http://p19:1")]))
+            .unwrap();
+        assert_eq!(clients.len(), CLIENTS_KEPT);
+    }
+}
