@@ -114,6 +114,17 @@ fn a_server_that_never_sends_headers_is_retried_then_fails() {
 // 2 -------------------------------------------------------------------------
 
 /// `n` bytes of varied text (lines, multi-byte characters).
+/// A test env for multi-megabyte payloads: the stream-idle timer is long.
+/// Megabyte-sized events from a debug-built fake model on a loaded 2-core
+/// machine can leave seconds between bytes; stall detection has its own
+/// tests (11), and these test size, not timing.
+fn big_env() -> TestEnv {
+    let mut env = TestEnv::new();
+    env.extra_env
+        .push(("AGENTX_STREAM_IDLE_MS".into(), "120000".into()));
+    env
+}
+
 fn big_text(n: usize) -> String {
     let line = "the quick brown fox — jumps over the lazy dog 0123456789\n";
     let mut text = line.repeat(n / line.len() + 1);
@@ -127,7 +138,7 @@ fn big_text(n: usize) -> String {
 
 #[test]
 fn a_5_mb_answer_arrives_whole_in_text_and_json() {
-    let env = TestEnv::new();
+    let env = big_env();
     let model = FakeModel::start();
     let answer = big_text(5_000_000);
     model.push(Reply::text(answer.clone()));
@@ -155,7 +166,7 @@ fn a_5_mb_answer_arrives_whole_in_text_and_json() {
 
 #[test]
 fn two_3_mb_answers_leave_the_conversation_openable() {
-    let env = TestEnv::new();
+    let env = big_env();
     let model = FakeModel::start();
     let answer = big_text(3_000_000);
     model.push(Reply::text(answer.clone()));

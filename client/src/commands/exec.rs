@@ -4,27 +4,16 @@
 
 use std::io::{IsTerminal as _, Read as _, Write as _};
 
-use serde_json::{Value, json};
-
+use agentx_shared::proto::turn_event::Event;
 use agentx_shared::proto::{
-    ApprovalDecision, ApprovalPolicy, TurnStart, TurnStatus, Usage, approval_decision, turn_event,
+    ApprovalDecision, ApprovalPolicy, TurnFinished, TurnStart, TurnStatus, approval_decision,
     turn_input,
 };
 
+use super::exec_events::JsonEvent;
 use crate::cli::Approval;
 use crate::context::{Ctx, provider_settings};
 use crate::error::{CliError, CliResult};
-
-fn usage_json(u: Option<&Usage>) -> Value {
-    crate::usage::json(&u.copied().unwrap_or_default())
-}
-
-/// Writes one JSON event line.
-fn emit(event: &Value) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{event}");
-    let _ = out.flush();
-}
 
 pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
     let prompt = if prompt == "-" {
@@ -64,10 +53,13 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
 
     let input = crate::turn::input;
     let (tx, mut events) = crate::turn::open(&ctx.channel(), start, "the one-shot").await?;
-    let stream = !as_json && std::io::stdout().is_terminal();
-    let mut mid_line = false;
+    let mut out = Output {
+        as_json,
+        stream: !as_json && std::io::stdout().is_terminal(),
+        mid_line: false,
+        answer: String::new(),
+    };
     let mut cancelled = false;
-    let mut answer = String::new();
     loop {
         let message = tokio::select! {
             m = events.message() => m,
@@ -97,32 +89,8 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
                 });
             }
         };
-        use turn_event::Event;
         match event.event {
             None => {}
-            Some(Event::Started(s)) if as_json => {
-                emit(&json!({"type": "started", "oneshot_id": s.oneshot_id}));
-            }
-            Some(Event::Started(_)) => {}
-            Some(Event::TextDelta(delta)) => {
-                if as_json {
-                    emit(&json!({"type": "text_delta", "delta": delta}));
-                } else if stream {
-                    print!("{delta}");
-                    let _ = std::io::stdout().flush();
-                    mid_line = !delta.ends_with('\n');
-                }
-            }
-            Some(Event::AnswerChunk(piece)) => answer.push_str(&piece),
-            Some(Event::ToolCall(c)) => {
-                if as_json {
-                    emit(
-                        &json!({"type": "tool_call", "call_id": c.call_id, "name": c.name, "arguments": c.arguments}),
-                    );
-                } else {
-                    eprintln!("» {}: {}", c.name, crate::turn::shown_call(&c.arguments));
-                }
-            }
             Some(Event::ApprovalRequest(r)) => {
                 // Never asked for a one-shot; answer no should it happen.
                 let answer = ApprovalDecision {
@@ -131,108 +99,128 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
                 };
                 let _ = tx.send(input(turn_input::Input::Approval(answer))).await;
             }
-            Some(Event::ToolResult(r)) => {
-                if as_json {
-                    let mut event = json!({"type": "tool_result", "call_id": r.call_id, "exit_code": r.exit_code,
-                        "output": r.output, "denied": r.denied, "timed_out": r.timed_out});
-                    if !r.not_run.is_empty() {
-                        event["not_run"] = json!(r.not_run);
-                    }
-                    emit(&event);
-                } else if !r.not_run.is_empty() {
-                    eprintln!("  ↳ not run: {}", r.not_run);
-                } else if r.denied {
-                    eprintln!("  ↳ denied (one-shots run tools only with --auto)");
-                } else {
-                    let status = r
-                        .exit_code
-                        .map_or("killed".to_owned(), |c| format!("exit {c}"));
-                    eprintln!(
-                        "  ↳ {status}, {} line(s) of output",
-                        r.output.lines().count()
-                    );
-                }
+            Some(Event::Finished(f)) => return out.finished(f),
+            Some(event) => out.show(&event),
+        }
+    }
+}
+
+/// Where a one-shot's events go: JSON lines, or the answer on stdout and
+/// activity on stderr.
+struct Output {
+    as_json: bool,
+    /// stdout is a terminal: the answer streams as it comes.
+    stream: bool,
+    mid_line: bool,
+    /// The answer when it comes in pieces.
+    answer: String,
+}
+
+impl Output {
+    /// An event in the middle of the turn.
+    fn show(&mut self, event: &Event) {
+        if let Event::AnswerChunk(piece) = event {
+            self.answer.push_str(piece);
+            return;
+        }
+        if self.as_json {
+            if let Some(line) = JsonEvent::of(event) {
+                line.emit();
             }
-            Some(Event::Notice(text)) => {
-                if as_json {
-                    emit(&json!({"type": "notice", "message": text}));
-                } else {
-                    eprintln!("agentx: {text}");
-                }
+            return;
+        }
+        match event {
+            Event::TextDelta(delta) if self.stream => {
+                print!("{delta}");
+                let _ = std::io::stdout().flush();
+                self.mid_line = !delta.ends_with('\n');
             }
-            Some(Event::Retry(r)) => {
-                if as_json {
-                    emit(
-                        &json!({"type": "retry", "attempt": r.attempt, "max_attempts": r.max_attempts,
-                        "delay_ms": r.delay_ms, "reason": r.reason}),
-                    );
-                } else {
-                    if mid_line {
-                        println!();
-                        mid_line = false;
-                    }
-                    eprintln!(
-                        "agentx: retrying {}/{} in {:.1}s: {}",
-                        r.attempt,
-                        r.max_attempts,
-                        r.delay_ms as f64 / 1000.0,
-                        r.reason
-                    );
-                }
+            Event::ToolCall(c) => {
+                eprintln!("» {}: {}", c.name, crate::turn::shown_call(&c.arguments));
             }
-            Some(Event::Usage(_)) => {}
-            Some(Event::Finished(mut f)) => {
-                if f.text_in_chunks {
-                    f.text = std::mem::take(&mut answer);
-                }
-                let status = match TurnStatus::try_from(f.status) {
-                    Ok(TurnStatus::Completed) => "completed",
-                    Ok(TurnStatus::Interrupted) => "interrupted",
-                    _ => "failed",
-                };
-                if as_json {
-                    let mut result = json!({"type": "result", "status": status, "text": f.text,
-                        "oneshot_id": f.oneshot_id, "usage": usage_json(f.usage.as_ref())});
-                    if !f.error.is_empty() {
-                        result["error"] = json!(f.error);
-                    }
-                    if !f.cut_short.is_empty() {
-                        result["cut_short"] = json!(f.cut_short);
-                    }
-                    emit(&result);
-                } else if stream {
-                    if mid_line {
-                        println!();
-                    }
-                } else if status == "completed" {
-                    let mut out = std::io::stdout().lock();
-                    let _ = out.write_all(f.text.as_bytes());
-                    if !f.text.ends_with('\n') {
-                        let _ = out.write_all(b"\n");
-                    }
-                }
-                if !as_json && !f.cut_short.is_empty() {
-                    eprintln!("{}", crate::turn::cut_short_line(&f.cut_short));
-                }
-                return match status {
-                    "completed" => Ok(()),
-                    "interrupted" if crate::turn::daemon_stopped(&f) => {
-                        Err(CliError::unreachable(format!(
-                            "agentd stopped during the one-shot; its state is kept as {} \
-                             (agentx oneshots)",
-                            f.oneshot_id
-                        )))
-                    }
-                    "interrupted" => Err(CliError::failed(format!(
-                        "the one-shot was interrupted; its state is kept as {} (agentx oneshots)",
-                        f.oneshot_id
-                    ))),
-                    _ => Err(CliError::failed(format!(
-                        "the one-shot failed: {}; its state is kept as {} (agentx oneshots)",
-                        f.error, f.oneshot_id
-                    ))),
-                };
+            Event::ToolResult(r) if !r.not_run.is_empty() => {
+                eprintln!("  ↳ not run: {}", r.not_run);
             }
+            Event::ToolResult(r) if r.denied => {
+                eprintln!("  ↳ denied (one-shots run tools only with --auto)");
+            }
+            Event::ToolResult(r) => {
+                let status = r
+                    .exit_code
+                    .map_or("killed".to_owned(), |c| format!("exit {c}"));
+                eprintln!(
+                    "  ↳ {status}, {} line(s) of output",
+                    r.output.lines().count()
+                );
+            }
+            Event::Notice(text) => eprintln!("agentx: {text}"),
+            Event::Retry(r) => {
+                if self.mid_line {
+                    println!();
+                    self.mid_line = false;
+                }
+                eprintln!(
+                    "agentx: retrying {}/{} in {:.1}s: {}",
+                    r.attempt,
+                    r.max_attempts,
+                    r.delay_ms as f64 / 1000.0,
+                    r.reason
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// The result: printed, and the exit status it means.
+    fn finished(&mut self, mut f: TurnFinished) -> CliResult<()> {
+        if f.text_in_chunks {
+            f.text = std::mem::take(&mut self.answer);
+        }
+        let status = match TurnStatus::try_from(f.status) {
+            Ok(TurnStatus::Completed) => "completed",
+            Ok(TurnStatus::Interrupted) => "interrupted",
+            _ => "failed",
+        };
+        if self.as_json {
+            JsonEvent::Result {
+                status,
+                text: &f.text,
+                oneshot_id: &f.oneshot_id,
+                usage: crate::usage::json(&f.usage.unwrap_or_default()),
+                error: &f.error,
+                cut_short: &f.cut_short,
+            }
+            .emit();
+        } else if self.stream {
+            if self.mid_line {
+                println!();
+            }
+        } else if status == "completed" {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(f.text.as_bytes());
+            if !f.text.ends_with('\n') {
+                let _ = out.write_all(b"\n");
+            }
+        }
+        if !self.as_json && !f.cut_short.is_empty() {
+            eprintln!("{}", crate::turn::cut_short_line(&f.cut_short));
+        }
+        match status {
+            "completed" => Ok(()),
+            "interrupted" if crate::turn::daemon_stopped(&f) => {
+                Err(CliError::unreachable(format!(
+                    "agentd stopped during the one-shot; its state is kept as {} (agentx oneshots)",
+                    f.oneshot_id
+                )))
+            }
+            "interrupted" => Err(CliError::failed(format!(
+                "the one-shot was interrupted; its state is kept as {} (agentx oneshots)",
+                f.oneshot_id
+            ))),
+            _ => Err(CliError::failed(format!(
+                "the one-shot failed: {}; its state is kept as {} (agentx oneshots)",
+                f.error, f.oneshot_id
+            ))),
         }
     }
 }

@@ -3,6 +3,7 @@
 pub mod checkpoints;
 pub mod daemon;
 pub mod exec;
+mod exec_events;
 pub mod library;
 pub mod oneshots;
 pub mod sessions;
