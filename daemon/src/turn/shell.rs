@@ -112,44 +112,7 @@ impl Tools {
             });
         }
         let (reader, writer) = std::io::pipe()?;
-        // The supervisor (see `supervisor`) runs `/bin/sh -c COMMAND` by
-        // absolute path: the caller's PATH must not decide which shell runs.
-        // It gets the command's environment, umask and folder, and `sh`
-        // inherits them: nothing of agentd's leaks in.
-        let mut cmd = supervisor::command(command, std::process::id());
-        if !env.vars.is_empty() {
-            cmd.env_clear()
-                .envs(env.vars.iter().cloned())
-                .env("PWD", cwd);
-        }
-        if let Some(mask) = env.umask {
-            let mask = nix::sys::stat::Mode::from_bits_truncate(mask as nix::libc::mode_t);
-            // SAFETY: umask is async-signal-safe and only affects the child.
-            unsafe {
-                cmd.pre_exec(move || {
-                    nix::sys::stat::umask(mask);
-                    Ok(())
-                });
-            }
-        }
-        // SAFETY: prctl is async-signal-safe; it only sets a flag of the
-        // child. The supervisor catches the signal and kills the command
-        // with everything it started: nothing outlives a killed agentd.
-        // (The "parent" is this runtime worker thread, which lives as long
-        // as agentd does.)
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
-                    .map_err(std::io::Error::from)
-            });
-        }
-        cmd.current_dir(cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(writer))
-            // Away from agentd's group: a Ctrl-C meant for agentd in a
-            // terminal reaches the supervisor only through agentd.
-            .process_group(0);
+        let cmd = spawn_command(command, cwd, env, writer);
         let mut cmd = tokio::process::Command::from(cmd);
         let spawned = cmd.spawn();
         // The command keeps its copy of the pipe's write end: drop it, or
@@ -199,17 +162,7 @@ impl Tools {
                         // Background children may hold the pipe open: give
                         // the output a moment to drain, then stop reading.
                         if !eof {
-                            let grace = tokio::time::sleep(Duration::from_millis(200));
-                            tokio::pin!(grace);
-                            loop {
-                                tokio::select! {
-                                    read = pipe.read(&mut buf) => match read {
-                                        Ok(0) | Err(_) => break,
-                                        Ok(n) => output.push(&buf[..n]),
-                                    },
-                                    () = &mut grace => break,
-                                }
-                            }
+                            drain_briefly(&mut pipe, &mut output, &mut buf).await;
                             eof = true;
                         }
                     }
@@ -251,6 +204,76 @@ impl Tools {
             stopped,
         })
     }
+}
+
+/// Reads what is left of the output for a moment: background children may
+/// hold the pipe open long after the command itself is done.
+async fn drain_briefly(
+    pipe: &mut tokio::net::unix::pipe::Receiver,
+    output: &mut Bounded,
+    buf: &mut [u8],
+) {
+    let grace = tokio::time::sleep(Duration::from_millis(200));
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            read = pipe.read(buf) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => output.push(&buf[..n]),
+            },
+            () = &mut grace => return,
+        }
+    }
+}
+
+/// The supervisor's command for `command`: in `cwd`, with the caller's
+/// environment and umask, output to `writer`, and a death signal that
+/// takes everything down with agentd.
+fn spawn_command(
+    command: &str,
+    cwd: &Path,
+    env: &Environment,
+    writer: std::io::PipeWriter,
+) -> std::process::Command {
+    // The supervisor (see `supervisor`) runs `/bin/sh -c COMMAND` by
+    // absolute path: the caller's PATH must not decide which shell runs.
+    // It gets the command's environment, umask and folder, and `sh`
+    // inherits them: nothing of agentd's leaks in.
+    let mut cmd = supervisor::command(command, std::process::id());
+    if !env.vars.is_empty() {
+        cmd.env_clear()
+            .envs(env.vars.iter().cloned())
+            .env("PWD", cwd);
+    }
+    if let Some(mask) = env.umask {
+        let mask = nix::sys::stat::Mode::from_bits_truncate(mask as nix::libc::mode_t);
+        // SAFETY: umask is async-signal-safe and only affects the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::stat::umask(mask);
+                Ok(())
+            });
+        }
+    }
+    // SAFETY: prctl is async-signal-safe; it only sets a flag of the
+    // child. The supervisor catches the signal and kills the command
+    // with everything it started: nothing outlives a killed agentd.
+    // (The "parent" is this runtime worker thread, which lives as long
+    // as agentd does.)
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+                .map_err(std::io::Error::from)
+        });
+    }
+    cmd.current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(writer))
+        // Away from agentd's group: a Ctrl-C meant for agentd in a
+        // terminal reaches the supervisor only through agentd.
+        .process_group(0);
+    cmd
 }
 
 /// The supervisor's one line: `Ok(exit code)` (`None`: a signal, or no
