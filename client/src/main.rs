@@ -138,7 +138,7 @@ async fn run(cli: Cli) -> CliResult<()> {
             let target = match target {
                 None => Target::Latest(true),
                 Some(t) => match t.parse::<u32>() {
-                    Ok(n) => Target::Index(n),
+                    Ok(n) => commands::sessions::nth(&ctx, n).await?,
                     Err(_) => Target::Id(t),
                 },
             };

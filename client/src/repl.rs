@@ -172,17 +172,22 @@ impl Chat<'_> {
             resolve: resolve as i32,
             caller: None,
         };
-        let finished = match turn::run(&self.ctx.channel(), start.clone(), &mut self.ui).await {
-            // agentd was stopped, restarted or replaced since the last
-            // message, and nothing of this one reached it: reconnect (the
-            // start-up waits for a stopping daemon) and send it once more.
-            Err(e) if e.not_started => {
-                self.ctx.reconnect().await?;
-                self.ui.info("agentx: reconnected to agentd");
-                turn::run(&self.ctx.channel(), start, &mut self.ui).await?
-            }
-            other => other?,
-        };
+        let (finished, ran_on) =
+            match turn::run(&self.ctx.channel(), start.clone(), &mut self.ui).await {
+                // agentd was stopped, restarted or replaced since the last
+                // message, and nothing of this one reached it: reconnect (the
+                // start-up waits for a stopping daemon) and send it once more.
+                Err(e) if e.not_started => {
+                    self.ctx.reconnect().await?;
+                    self.ui.info("agentx: reconnected to agentd");
+                    turn::run(&self.ctx.channel(), start, &mut self.ui).await?
+                }
+                other => other?,
+            };
+        if ran_on != self.session.id {
+            // agentd continued this machine's fork (it said why).
+            self.session.id = ran_on;
+        }
         if finished.status == TurnStatus::Failed as i32 && self.ui.interactive {
             self.ui
                 .info(&format!("agentx: the turn failed: {}", finished.error));
@@ -289,8 +294,9 @@ impl Chat<'_> {
 
     async fn clear(&mut self) -> CliResult<()> {
         let old = self.session.id.clone();
-        self.session = sessions::clear(self.ctx, &old).await?;
-        println!("cleared {old}; new conversation {}", self.session.id);
+        let (fresh, line) = sessions::clear(self.ctx, &old).await?;
+        self.session = fresh;
+        println!("{line}");
         Ok(())
     }
 
@@ -330,7 +336,10 @@ impl Chat<'_> {
                 self.session = opened.session;
             }
             ("resume", None) => {
-                let list = sessions::list(self.ctx).await?;
+                let (list, note) = sessions::list_with_remote(self.ctx).await?;
+                if !note.is_empty() {
+                    self.ui.info(&format!("agentx: {note}"));
+                }
                 if self.ui.interactive && !list.is_empty() {
                     let labels: Vec<String> = list.iter().map(sessions::label).collect();
                     let Some(index) = crate::picker::pick(
@@ -340,8 +349,8 @@ impl Chat<'_> {
                     else {
                         return Ok(Flow::Continue);
                     };
-                    let opened =
-                        open(self.ctx, Target::Index(index as u32 + 1), &mut self.ui).await?;
+                    let id = list[index].id.clone();
+                    let opened = open(self.ctx, Target::Id(id), &mut self.ui).await?;
                     self.session = opened.session.clone();
                     self.settle(opened).await?;
                     return Ok(Flow::Continue);
@@ -355,7 +364,8 @@ impl Chat<'_> {
                 let index = n
                     .parse::<u32>()
                     .map_err(|_| CliError::usage(format!("/resume takes a number, not {n:?}")))?;
-                let opened = open(self.ctx, Target::Index(index), &mut self.ui).await?;
+                let target = sessions::nth(self.ctx, index).await?;
+                let opened = open(self.ctx, target, &mut self.ui).await?;
                 self.session = opened.session.clone();
                 self.settle(opened).await?;
             }
@@ -395,9 +405,13 @@ impl Chat<'_> {
                 self.turn(None, resolve).await?;
             }
             ("clear", _) => {
-                if self.ui.interactive
-                    && !crate::ui::confirm("delete this conversation's stored state?")?
-                {
+                let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
+                let question = if status.remote_copy {
+                    "delete this conversation's stored state here and its copy on the remote store?"
+                } else {
+                    "delete this conversation's stored state?"
+                };
+                if self.ui.interactive && !crate::ui::confirm(question)? {
                     return Ok(Flow::Continue);
                 }
                 self.clear().await?;

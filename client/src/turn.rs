@@ -95,8 +95,15 @@ pub fn daemon_stopped(finished: &TurnFinished) -> bool {
     finished.end_kind == agentx_shared::proto::TurnEndKind::DaemonStopped as i32
 }
 
-/// Runs a turn to its `finished` event.
-pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<TurnFinished> {
+/// Runs a turn to its `finished` event; also returns the conversation it
+/// ran on (agentd may continue a fork instead: the remote store's rule for
+/// two machines at once).
+pub async fn run(
+    channel: &Channel,
+    start: TurnStart,
+    ui: &mut Ui,
+) -> CliResult<(TurnFinished, String)> {
+    let mut ran_on = start.session_id.clone();
     let send = input;
     ui.start_waiting("thinking…");
     let (tx, mut events) = match open(channel, start, "the turn").await {
@@ -134,7 +141,12 @@ pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<
         };
         use turn_event::Event;
         match event.event {
-            Some(Event::Started(_)) | Some(Event::Usage(_)) | None => {}
+            Some(Event::Started(started)) => {
+                if !started.session_id.is_empty() {
+                    ran_on = started.session_id;
+                }
+            }
+            Some(Event::Usage(_)) | None => {}
             Some(Event::TextDelta(delta)) => ui.text(&delta),
             Some(Event::AnswerChunk(piece)) => answer.push_str(&piece),
             Some(Event::ToolCall(call)) => {
@@ -201,7 +213,7 @@ pub async fn run(channel: &Channel, start: TurnStart, ui: &mut Ui) -> CliResult<
                 if !finished.cut_short.is_empty() {
                     ui.info(&cut_short_line(&finished.cut_short));
                 }
-                return Ok(finished);
+                return Ok((finished, ran_on));
             }
         }
     }

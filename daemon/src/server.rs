@@ -112,6 +112,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.profile.sessions_dir(),
         &config.profile.config_file(),
     );
+    crate::remote::pull::attach_store(&store);
 
     let uid = nix::unistd::geteuid().as_raw();
     let router = Server::builder()

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use agentx_shared::conversation::PendingCall;
 use agentx_shared::proto::{
     ClearSessionRequest, GetStatusRequest, ListSessionsRequest, RemoteState, SessionStatus,
-    SessionSummary, SyncRemoteRequest,
+    SessionSummary, SyncRemoteRequest, open_session_request::Target,
 };
 use agentx_shared::time::rfc3339_wire;
 
@@ -41,6 +41,29 @@ pub async fn list_with_remote(ctx: &Ctx) -> CliResult<(Vec<SessionSummary>, Stri
         .map_err(|s| CliError::from_status("listing conversations", &s))?
         .into_inner();
     Ok((reply.sessions, reply.remote_note))
+}
+
+/// The conversation numbered `n` (1 = newest) in the list `agentx
+/// sessions` shows: this machine's and the remote store's.
+pub async fn nth(ctx: &Ctx, n: u32) -> CliResult<Target> {
+    if n == 0 {
+        return Err(CliError::usage(
+            "conversation numbers start at 1 (the newest)",
+        ));
+    }
+    let (list, note) = list_with_remote(ctx).await?;
+    if !note.is_empty() {
+        eprintln!("agentx: {note}");
+    }
+    let count = list.len();
+    list.into_iter()
+        .nth(n as usize - 1)
+        .map(|s| Target::Id(s.id))
+        .ok_or_else(|| {
+            CliError::failed(format!(
+                "no conversation {n}: this folder has {count} (1 is the newest)"
+            ))
+        })
 }
 
 pub async fn list(ctx: &Ctx) -> CliResult<Vec<SessionSummary>> {
@@ -170,6 +193,7 @@ pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
         "transcript_items": s.transcript_items,
         "daemon": {"pid": ctx.hello().pid, "version": ctx.hello().daemon_version},
         "remote": remote_json(s.remote.as_ref()),
+        "remote_copy": s.remote_copy,
     })
 }
 
@@ -210,6 +234,12 @@ pub async fn sync(ctx: &Ctx, as_json: bool, wait_ms: Option<u32>) -> CliResult<(
                 "pushed_conversations": reply.pushed_conversations,
                 "pushed_records": reply.pushed_records,
                 "remote": remote_json(Some(&remote)),
+                "forks": reply.forks.iter().map(|f| json!({
+                    "id": f.id,
+                    "fork_id": f.fork_id,
+                    "title": f.title,
+                    "machine": f.machine,
+                })).collect::<Vec<_>>(),
             })
         );
     }
@@ -218,6 +248,9 @@ pub async fn sync(ctx: &Ctx, as_json: bool, wait_ms: Option<u32>) -> CliResult<(
             println!("remote keeping is off (set remote_url in config.toml or AGENTX_REMOTE_URL)");
         }
         return Ok(());
+    }
+    for fork in &reply.forks {
+        eprintln!("agentx: {}", fork.message);
     }
     if !as_json {
         println!(
@@ -351,17 +384,39 @@ pub async fn status(ctx: &Ctx, as_json: bool) -> CliResult<()> {
     Ok(())
 }
 
-pub async fn clear(ctx: &Ctx, session_id: &str) -> CliResult<SessionSummary> {
-    ctx.sessions()
+/// Clears a conversation: the fresh one and the line saying what went
+/// (here, and on the remote store when it kept a copy).
+pub async fn clear(ctx: &Ctx, session_id: &str) -> CliResult<(SessionSummary, String)> {
+    let reply = ctx
+        .sessions()
         .clear_session(ClearSessionRequest {
             scope: ctx.scope(),
             session_id: session_id.to_owned(),
         })
         .await
         .map_err(|s| CliError::from_status("clearing the conversation", &s))?
-        .into_inner()
+        .into_inner();
+    let fresh = reply
         .session
-        .ok_or_else(|| CliError::failed("agentd returned no conversation"))
+        .ok_or_else(|| CliError::failed("agentd returned no conversation"))?;
+    let cleared = if session_id.is_empty() {
+        "the conversation".to_owned()
+    } else {
+        session_id.to_owned()
+    };
+    let line = match reply.remote.as_str() {
+        "deleted" => format!(
+            "cleared {cleared} here and on the remote store; new conversation {}",
+            fresh.id
+        ),
+        "later" => format!(
+            "cleared {cleared} here; the remote store was not reached ({}), its copy is deleted \
+             once it is back; new conversation {}",
+            reply.remote_note, fresh.id
+        ),
+        _ => format!("cleared {cleared}; new conversation {}", fresh.id),
+    };
+    Ok((fresh, line))
 }
 
 /// `agentx clear`: asks first unless --yes (and refuses to guess without a terminal).
@@ -371,16 +426,21 @@ pub async fn clear_command(ctx: &Ctx, yes: bool) -> CliResult<()> {
         println!("no conversation to clear");
         return Ok(());
     }
+    let also = if s.remote_copy {
+        " here and its copy on the remote store"
+    } else {
+        ""
+    };
     if !yes
         && !crate::ui::confirm(&format!(
-            "delete conversation {} ({} turns)?",
+            "delete conversation {} ({} turns){also}?",
             s.session_id, s.turns
         ))?
     {
         println!("nothing changed");
         return Ok(());
     }
-    let fresh = clear(ctx, &s.session_id).await?;
-    println!("cleared {}; new conversation {}", s.session_id, fresh.id);
+    let (_, line) = clear(ctx, &s.session_id).await?;
+    println!("{line}");
     Ok(())
 }

@@ -17,7 +17,10 @@
 //! transcript positions, the folder path and the machine's name. Never an
 //! API key, the environment or file contents.
 
+pub mod clear;
+mod copy;
 mod project;
+pub mod pull;
 mod pusher;
 mod schema;
 mod url;
@@ -162,6 +165,7 @@ impl Remote {
                     tracing::warn!("remote pusher already running in this process");
                 }
                 tokio::spawn(pusher::run(Arc::clone(&remote), rx));
+                pull::activate(&remote);
             }
             Err(e) => {
                 tracing::error!("remote store not used: {e}");

@@ -21,14 +21,15 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// Records per INSERT statement.
 const BATCH: usize = 1000;
 
-/// What was last pushed of one conversation.
+/// What was last pushed of one conversation (or pulled: what is known to
+/// be on the server).
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Pushed {
+pub(super) struct Pushed {
     /// blake3 of the document pushed.
-    hash: String,
-    items: u64,
-    bytes: u64,
-    rollbacks: u64,
+    pub hash: String,
+    pub items: u64,
+    pub bytes: u64,
+    pub rollbacks: u64,
 }
 
 /// One conversation's push, read from its files.
@@ -39,6 +40,10 @@ struct Push {
     project: String,
     /// Start over: the journal was rewritten (rollback) since the last push.
     reset: bool,
+    /// The server's record count as last pushed or pulled (`None`: never).
+    known: Option<u64>,
+    /// The first record pushed.
+    start: u64,
     /// (seq, at ms, item JSON) from the first unpushed record.
     records: Vec<(i64, i64, String)>,
 }
@@ -112,16 +117,41 @@ async fn pass(remote: &Arc<Remote>, client: &mut Option<Client>) -> Result<(), R
         .url
         .as_ref()
         .map_err(|e| RemoteError::Config(e.clone()))?;
-    let todo: Vec<PathBuf> = remote
-        .with(|i| i.pending.iter().cloned().collect())
-        .unwrap_or_default();
     if client.as_ref().is_none_or(Client::is_closed) {
         *client = Some(Remote::connect(url).await?);
     }
-    let Some(c) = client.as_mut() else {
-        return Ok(());
-    };
+    if let Some(c) = client.as_ref() {
+        super::clear::flush(remote, c).await?;
+    }
+    // A conflict settled in the first round leaves new work (the fork, the
+    // rest of ours) for a second one.
+    for _round in 0..2 {
+        let todo: Vec<PathBuf> = remote
+            .with(|i| i.pending.iter().cloned().collect())
+            .unwrap_or_default();
+        if !push_all(remote, client, todo).await? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Pushes each of `todo`; `true` when a conflict was settled on the way.
+async fn push_all(
+    remote: &Arc<Remote>,
+    client: &mut Option<Client>,
+    todo: Vec<PathBuf>,
+) -> Result<bool, RemoteError> {
+    let url = remote
+        .url
+        .as_ref()
+        .map_err(|e| RemoteError::Config(e.clone()))?;
+    let mut settled = false;
     for doc_path in todo {
+        let Some(c) = client.as_mut() else {
+            return Ok(settled);
+        };
+        let _sync = super::pull::SYNC.lock().await;
         let reader = Arc::clone(remote);
         let path = doc_path.clone();
         let read = tokio::task::spawn_blocking(move || read_push(&reader, &path))
@@ -136,11 +166,27 @@ async fn pass(remote: &Arc<Remote>, client: &mut Option<Client>) -> Result<(), R
             Err(RetryLater) => continue,
         };
         let records = push.records.len() as u64;
-        if let Err(e) = send(c, &remote.machine, &push).await {
-            if c.is_closed() {
-                *client = None;
+        match send(c, &remote.machine, &push).await {
+            Ok(Sent::Pushed) => {}
+            Ok(Sent::Conflict) => {
+                // Another machine changed it since: bring theirs in (a
+                // fork of ours when both went on), then push again.
+                tracing::info!(id = %push.id, "remote: changed elsewhere since the last push");
+                super::pull::settle_for_pusher(remote, &doc_path).await?;
+                settled = true;
+                continue;
             }
-            return Err(RemoteError::Server(url.redact(&e.to_string())));
+            Ok(Sent::Gone) => {
+                let _ = std::fs::remove_file(remote.pushed_dir.join(format!("{}.json", push.id)));
+                settled = true;
+                continue;
+            }
+            Err(e) => {
+                if c.is_closed() {
+                    *client = None;
+                }
+                return Err(RemoteError::Server(url.redact(&e.to_string())));
+            }
         }
         let state = Pushed {
             hash: push.hash.clone(),
@@ -165,25 +211,25 @@ async fn pass(remote: &Arc<Remote>, client: &mut Option<Client>) -> Result<(), R
         });
         tracing::debug!(id = %push.id, records, "pushed to the remote");
     }
-    Ok(())
+    Ok(settled)
 }
 
 /// The document changed under us (a rollback while reading): try again on
 /// the next notification or pass.
 struct RetryLater;
 
-fn current_hash(doc: &Path) -> Option<String> {
+pub(super) fn current_hash(doc: &Path) -> Option<String> {
     std::fs::read(doc)
         .ok()
         .map(|b| blake3::hash(&b).to_hex().to_string())
 }
 
-fn load_pushed(dir: &Path, id: &str) -> Option<Pushed> {
+pub(super) fn load_pushed(dir: &Path, id: &str) -> Option<Pushed> {
     let bytes = std::fs::read(dir.join(format!("{id}.json"))).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 
-fn save_pushed(path: &Path, state: &Pushed) -> std::io::Result<()> {
+pub(super) fn save_pushed(path: &Path, state: &Pushed) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         agentx_shared::profile::create_private_dir(dir)?;
     }
@@ -208,7 +254,11 @@ fn read_push(remote: &Remote, doc_path: &Path) -> Result<Option<Push>, RetryLate
     if doc.base.is_some() {
         return Ok(None); // a one-shot's state: one-shots stay local
     }
-    let prev = load_pushed(&remote.pushed_dir, &doc.id).unwrap_or_default();
+    let known = load_pushed(&remote.pushed_dir, &doc.id);
+    if known.is_none() && doc.journal_items == 0 {
+        return Ok(None); // nothing said yet: listed elsewhere once it has
+    }
+    let prev = known.clone().unwrap_or_default();
     if prev.hash == hash {
         return Ok(None);
     }
@@ -252,6 +302,8 @@ fn read_push(remote: &Remote, doc_path: &Path) -> Result<Option<Push>, RetryLate
         doc,
         project,
         reset,
+        known: known.map(|k| k.items),
+        start: from_items,
         records,
     }))
 }
@@ -283,8 +335,70 @@ fn read_records(
     Ok(out)
 }
 
+/// How a push ended.
+enum Sent {
+    Pushed,
+    /// The server's copy went on (or was rewritten) elsewhere since this
+    /// machine last pushed or pulled it: nothing was changed.
+    Conflict,
+    /// The server no longer has it (cleared elsewhere) and this push would
+    /// start past record 0: push it whole.
+    Gone,
+}
+
+/// The sequence check, under the conversation row's lock: a push extends
+/// the server's copy only from where this machine last left it.
+async fn in_sequence(
+    tx: &tokio_postgres::Transaction<'_>,
+    push: &Push,
+) -> Result<Option<Sent>, RemoteError> {
+    let row = tx
+        .query_opt(
+            "SELECT records FROM conversations WHERE id = $1 FOR UPDATE",
+            &[&push.doc.id],
+        )
+        .await
+        .map_err(RemoteError::db)?;
+    let Some(row) = row else {
+        return Ok((push.start > 0 && !push.reset).then_some(Sent::Gone));
+    };
+    let theirs = row.try_get::<_, i64>(0).map_err(RemoteError::db)?.max(0) as u64;
+    let ok = if push.reset {
+        push.known == Some(theirs)
+    } else {
+        // Records the server has past `start` must be ours (a push that
+        // landed before a crash): checked record by record on insert.
+        theirs >= push.start && theirs <= push.doc.journal_items
+    };
+    Ok((!ok).then_some(Sent::Conflict))
+}
+
+/// Whether every record of `chunk` is on the server as ours.
+async fn all_ours(
+    tx: &tokio_postgres::Transaction<'_>,
+    id: &str,
+    seqs: &[i64],
+    ats: &[i64],
+    items: &[&str],
+) -> Result<bool, RemoteError> {
+    let same: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM records r
+               JOIN unnest($2::int8[], $3::int8[], $4::text[]) AS m (seq, at, item)
+                 ON r.seq = m.seq
+              WHERE r.conversation_id = $1 AND r.item = m.item::jsonb
+                AND r.at IS NOT DISTINCT FROM to_timestamp(m.at::float8 / 1000)",
+            &[&id, &seqs, &ats, &items],
+        )
+        .await
+        .map_err(RemoteError::db)?
+        .try_get(0)
+        .map_err(RemoteError::db)?;
+    Ok(same == seqs.len() as i64)
+}
+
 /// Pushes one conversation in one transaction.
-async fn send(client: &mut Client, machine: &str, push: &Push) -> Result<(), RemoteError> {
+async fn send(client: &mut Client, machine: &str, push: &Push) -> Result<Sent, RemoteError> {
     let doc = &push.doc;
     let usage = serde_json::to_string(&doc.usage).map_err(|e| RemoteError::Local(e.to_string()))?;
     let checkpoints: Vec<serde_json::Value> = doc
@@ -296,6 +410,9 @@ async fn send(client: &mut Client, machine: &str, push: &Push) -> Result<(), Rem
                 "turns": cp.turns,
                 "response_id": cp.response_id,
                 "created_at": cp.created_at,
+                "usage": cp.usage,
+                "last_user": cp.last_user,
+                "last_assistant": cp.last_assistant,
             })
         })
         .collect();
@@ -308,6 +425,9 @@ async fn send(client: &mut Client, machine: &str, push: &Push) -> Result<(), Rem
     let records = i64::try_from(doc.journal_items).unwrap_or(i64::MAX);
     let rollbacks = i64::try_from(doc.rollbacks).unwrap_or(i64::MAX);
     let tx = client.transaction().await.map_err(RemoteError::db)?;
+    if let Some(not_now) = in_sequence(&tx, push).await? {
+        return Ok(not_now);
+    }
     tx.execute(
         "INSERT INTO conversations (id, project, agent, title, machine, folder,
                 created_at, updated_at, turns, records, rollbacks, response_id,
@@ -361,9 +481,13 @@ async fn send(client: &mut Client, machine: &str, push: &Push) -> Result<(), Rem
         )
         .await
         .map_err(RemoteError::db)?;
+        if !all_ours(&tx, &doc.id, &seqs, &ats, &items).await? {
+            // Another machine's record holds one of these places.
+            return Ok(Sent::Conflict);
+        }
     }
     tx.commit().await.map_err(RemoteError::db)?;
-    Ok(())
+    Ok(Sent::Pushed)
 }
 
 /// Every conversation document under the sessions directory whose content

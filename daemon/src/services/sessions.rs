@@ -10,12 +10,13 @@ use agentx_shared::proto::{
     AppendShellTranscriptRequest, Checkpoint, ClearSessionReply, ClearSessionRequest, Exchange,
     FailedResponse, GetStatusRequest, ListCheckpointsReply, ListCheckpointsRequest,
     ListSessionsReply, ListSessionsRequest, OpenSessionReply, OpenSessionRequest, PendingToolCall,
-    RollbackReply, RollbackRequest, SessionStatus, SessionSummary, SyncRemoteReply,
+    RemoteFork, RollbackReply, RollbackRequest, SessionStatus, SessionSummary, SyncRemoteReply,
     SyncRemoteRequest, Timestamp, open_session_request::Target, rollback_request,
 };
 
 use super::{group_for, session_arg, status_of, summary};
 use crate::remote::Remote;
+use crate::remote::clear::Deleted;
 use crate::snapshot::service::Snapshots;
 use crate::store::session::{Marker, SessionDoc};
 use crate::store::{Change, OpenTarget, RollbackTarget, Store};
@@ -108,6 +109,42 @@ impl SessionsService {
         }
         merged.sort_by_key(|s| std::cmp::Reverse(s.updated_at.map_or(0, |t| t.unix_ms)));
         (merged, String::new())
+    }
+}
+
+impl SessionsService {
+    /// Opening a conversation this machine does not have: when the remote
+    /// store keeps it (same project and agent), it is pulled here first.
+    async fn open_remote(
+        &self,
+        group: &crate::store::GroupHandle,
+        scope: Option<&agentx_shared::proto::Scope>,
+        id: &str,
+        not_here: String,
+    ) -> Result<crate::store::Opened, Status> {
+        let Some(remote) = &self.remote else {
+            return Err(Status::not_found(not_here));
+        };
+        let scope = super::Scope::try_from(scope)?;
+        crate::remote::pull::open_remote(
+            remote,
+            &self.store,
+            group,
+            &scope.folder,
+            &scope.agent,
+            id,
+        )
+        .await
+        .map_err(|e| match e {
+            crate::remote::RemoteError::Config(m) => Status::not_found(m),
+            other => Status::unavailable(format!(
+                "conversation {id} is not here; the remote store: {other}"
+            )),
+        })?;
+        group
+            .open(OpenTarget::Id(id.to_owned()))
+            .await
+            .map_err(status_of)
     }
 }
 
@@ -217,7 +254,18 @@ impl Sessions for SessionsService {
                 session_arg(&id)?.ok_or_else(|| Status::invalid_argument("empty id"))?,
             ),
         };
-        let opened = group.open(target).await.map_err(status_of)?;
+        let wanted = match &target {
+            OpenTarget::Id(id) => Some(id.clone()),
+            _ => None,
+        };
+        let opened = match (group.open(target).await, wanted) {
+            (Err(crate::store::StoreError::NotFound(why)), Some(id)) => {
+                self.open_remote(&group, req.scope.as_ref(), &id, why)
+                    .await?
+            }
+            (other, _) => other.map_err(status_of)?,
+        };
+        crate::remote::pull::opened(&opened.doc.id);
         Ok(Response::new(OpenSessionReply {
             session: Some(summary(&opened.doc)),
             recent: opened
@@ -258,6 +306,10 @@ impl Sessions for SessionsService {
             status.snapshot_watch = watch;
         }
         status.remote = Some(self.remote_state());
+        status.remote_copy = self
+            .remote
+            .as_ref()
+            .is_some_and(|r| crate::remote::pull::has_copy(r, &status.session_id));
         Ok(Response::new(status))
     }
 
@@ -267,12 +319,21 @@ impl Sessions for SessionsService {
     ) -> Result<Response<ClearSessionReply>, Status> {
         let req = request.into_inner();
         let (group, _) = group_for(&self.store, req.scope.as_ref())?;
-        let fresh = group
-            .clear(session_arg(&req.session_id)?)
-            .await
-            .map_err(status_of)?;
+        let session = session_arg(&req.session_id)?;
+        let cleared = group.get(session.clone()).await.map_err(status_of)?;
+        let fresh = group.clear(session).await.map_err(status_of)?;
+        let (remote, remote_note) = match (&self.remote, cleared) {
+            (Some(r), Some(doc)) => match crate::remote::clear::delete(r, &doc.id).await {
+                Deleted::NoCopy => (String::new(), String::new()),
+                Deleted::Done => ("deleted".to_owned(), String::new()),
+                Deleted::Later(why) => ("later".to_owned(), why),
+            },
+            _ => (String::new(), String::new()),
+        };
         Ok(Response::new(ClearSessionReply {
             session: Some(summary(&fresh)),
+            remote,
+            remote_note,
         }))
     }
 
@@ -368,6 +429,16 @@ impl Sessions for SessionsService {
             pushed_records,
             reached,
             timed_out,
+            forks: crate::remote::pull::unreported_forks()
+                .into_iter()
+                .map(|f| RemoteFork {
+                    message: f.line(),
+                    id: f.from,
+                    fork_id: f.to,
+                    title: f.title,
+                    machine: f.other,
+                })
+                .collect(),
         }))
     }
 }

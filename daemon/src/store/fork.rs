@@ -293,3 +293,55 @@ pub async fn import(
     let doc = adopt(group, dir, doc).await?;
     Ok((doc, renamed_from))
 }
+
+/// Keeps the whole local line of `parent` as a new conversation forked at
+/// `turn` and titled `title` (its own turns went elsewhere on another
+/// machine meanwhile). Asked under the parent's lease, so its journal
+/// stands still. A fork already made of exactly this line (a crash before
+/// the parent was replaced) is returned instead of a second one.
+pub async fn keep_as_fork(
+    group: &GroupHandle,
+    dir: &Path,
+    parent: &SessionDoc,
+    turn: u32,
+    title: String,
+) -> Result<SessionDoc, StoreError> {
+    let made = group.list().await?.into_iter().find(|d| {
+        d.forked_from.as_ref().is_some_and(|f| f.id == parent.id)
+            && d.title == title
+            && d.journal_items == parent.journal_items
+            && d.journal_bytes == parent.journal_bytes
+    });
+    if let Some(doc) = made {
+        return Ok(doc);
+    }
+    let id = free_id(dir);
+    let from = SessionPaths::new(dir, &parent.id);
+    let to = SessionPaths::new(dir, &id);
+    let mut journal = Vec::new();
+    if parent.journal_bytes > 0 {
+        std::fs::File::open(&from.journal)?
+            .take(parent.journal_bytes)
+            .read_to_end(&mut journal)?;
+    }
+    if journal.len() as u64 != parent.journal_bytes {
+        return Err(StoreError::Io(format!(
+            "{} is shorter than its document says",
+            from.journal.display()
+        )));
+    }
+    durable::write_atomic(&to.journal, &journal)?;
+    let mut doc = parent.clone();
+    doc.id = id;
+    doc.title = title;
+    doc.created_at = now_ms();
+    doc.updated_at = doc.created_at.max(parent.updated_at);
+    doc.rollback = None;
+    doc.rollbacks = 0;
+    doc.base = None;
+    doc.forked_from = Some(ForkOrigin {
+        id: parent.id.clone(),
+        turn,
+    });
+    adopt(group, dir, doc).await
+}

@@ -139,6 +139,20 @@ pub(super) enum Msg {
     ),
     Shared(oneshot::Sender<Option<SharedCheckpoint>>),
     Adopt(Box<SessionDoc>, oneshot::Sender<Result<(), StoreError>>),
+    /// Like `BeginTurn` for one conversation, but never waits: `None` when
+    /// a turn runs on it.
+    TryBeginTurn(
+        String,
+        oneshot::Sender<Result<Option<SessionDoc>, StoreError>>,
+    ),
+    /// Makes a conversation equal the remote's copy (asked under its lease).
+    Absorb(
+        String,
+        Box<super::pulled::Pulled>,
+        oneshot::Sender<Result<SessionDoc, StoreError>>,
+    ),
+    /// Makes `to` current where `from` is.
+    Repoint(String, String, oneshot::Sender<Result<(), StoreError>>),
 }
 
 /// A request and the real folder it is about.
@@ -257,6 +271,34 @@ impl GroupHandle {
     /// Makes a prepared conversation document durable in this group.
     pub async fn adopt(&self, doc: SessionDoc) -> Result<(), StoreError> {
         self.ask(|tx| Msg::Adopt(Box::new(doc), tx)).await?
+    }
+
+    /// The right to run on conversation `id` now, or `None` when a turn
+    /// holds it (never waits).
+    pub async fn try_begin_turn(&self, id: &str) -> Result<Option<TurnLease>, StoreError> {
+        let doc = self
+            .ask(|tx| Msg::TryBeginTurn(id.to_owned(), tx))
+            .await??;
+        Ok(doc.map(|doc| TurnLease {
+            doc,
+            handle: self.clone(),
+        }))
+    }
+
+    /// Makes the leased conversation equal the remote's copy, durably.
+    pub async fn absorb(
+        &self,
+        lease: &TurnLease,
+        pulled: super::pulled::Pulled,
+    ) -> Result<SessionDoc, StoreError> {
+        let id = lease.doc.id.clone();
+        self.ask(|tx| Msg::Absorb(id, Box::new(pulled), tx)).await?
+    }
+
+    /// Makes `to` the current conversation of this folder if `from` is.
+    pub async fn repoint(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        let (from, to) = (from.to_owned(), to.to_owned());
+        self.ask(|tx| Msg::Repoint(from, to, tx)).await?
     }
 
     /// The shared checkpoint one-shots branch from, if any.
@@ -392,6 +434,38 @@ impl Group {
             }
             Msg::Shared(reply) => {
                 let _ = reply.send(self.read_shared(folder));
+            }
+            Msg::TryBeginTurn(id, reply) => {
+                let result = self.session(folder, &id).map(|s| s.doc.clone());
+                let result = match result {
+                    Ok(_) if self.running.contains(&id) => Ok(None),
+                    Ok(doc) => {
+                        self.running.insert(id);
+                        Ok(Some(doc))
+                    }
+                    Err(e) => Err(e),
+                };
+                let _ = reply.send(result);
+            }
+            Msg::Absorb(id, pulled, reply) => {
+                let result = self.session(folder, &id).and_then(|s| {
+                    super::pulled::apply(s, *pulled)?;
+                    Ok(s.doc.clone())
+                });
+                if result.is_ok() {
+                    self.index_hook(&id);
+                }
+                let _ = reply.send(result);
+            }
+            Msg::Repoint(from, to, reply) => {
+                let result = if self.current_id(folder).as_deref() == Some(from.as_str()) {
+                    self.session(folder, &to)
+                        .map(drop)
+                        .and_then(|()| self.set_current(folder, &to))
+                } else {
+                    Ok(())
+                };
+                let _ = reply.send(result);
             }
             Msg::Adopt(doc, reply) => {
                 let result = if doc.folder != folder {

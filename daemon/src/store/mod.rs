@@ -6,13 +6,14 @@ pub(crate) mod durable;
 pub mod fork;
 mod group;
 pub mod oneshot;
+pub mod pulled;
 pub mod session;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-pub use group::{Change, GroupHandle, OpenTarget, RollbackTarget, TurnLease};
+pub use group::{Change, GroupHandle, OpenTarget, Opened, RollbackTarget, TurnLease};
 
 use agentx_shared::folder::{check_component, folder_key};
 

@@ -1,0 +1,406 @@
+//! Pulling from the remote store: a remote-only conversation brought into
+//! this machine's store (same id), and, before each turn on a conversation
+//! that is also remote, the records other machines added since. When both
+//! machines went on from one point, this machine's line is kept as a fork
+//! (new id, title marked) and the conversation takes the remote's line:
+//! never interleaved, never lost.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_postgres::Client;
+
+use super::copy::{self, RemoteCopy};
+use super::pusher::{Pushed, current_hash, load_pushed, save_pushed};
+use super::{Remote, RemoteError};
+use crate::store::session::{SessionDoc, SessionPaths};
+use crate::store::{GroupHandle, Store, StoreError, TurnLease};
+use crate::turn::Event;
+
+/// How long a turn waits for the remote before going on locally.
+pub const PULL_WAIT: Duration = Duration::from_millis(1500);
+/// How long opening a remote-only conversation may wait for it.
+const OPEN_WAIT: Duration = Duration::from_secs(15);
+
+static ACTIVE: OnceLock<Arc<Remote>> = OnceLock::new();
+static STORE: OnceLock<Arc<Store>> = OnceLock::new();
+/// Held while one conversation is pushed or pulled, so the pusher and a
+/// pull never work on the same conversation at once.
+pub(super) static SYNC: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Forks made here that the user has not been told of yet.
+static FORKS: Mutex<Vec<ForkNote>> = Mutex::new(Vec::new());
+
+/// A conversation whose local line was kept as a fork.
+#[derive(Debug, Clone)]
+pub struct ForkNote {
+    pub from: String,
+    pub to: String,
+    pub title: String,
+    /// The machine whose turns the conversation kept.
+    pub other: String,
+    /// Already shown by `agentx sync`.
+    reported: bool,
+}
+
+impl ForkNote {
+    pub fn line(&self) -> String {
+        format!(
+            "conversation {} was also continued on {} at the same time: this machine's turns \
+             are kept as a fork, {} ({:?}), which goes on here; {} has {}'s turns (agentx resume {})",
+            self.from, self.other, self.to, self.title, self.from, self.other, self.from
+        )
+    }
+}
+
+pub(super) fn activate(remote: &Arc<Remote>) {
+    let _ = ACTIVE.set(Arc::clone(remote));
+}
+
+/// Gives the remote store the conversation store it pulls into.
+pub fn attach_store(store: &Arc<Store>) {
+    let _ = STORE.set(Arc::clone(store));
+}
+
+/// Forks not shown by `agentx sync` yet (the next turn on the forked
+/// conversation still continues the fork and says so).
+pub fn unreported_forks() -> Vec<ForkNote> {
+    let Ok(mut forks) = FORKS.lock() else {
+        return Vec::new();
+    };
+    forks
+        .iter_mut()
+        .filter(|f| !f.reported)
+        .map(|f| {
+            f.reported = true;
+            f.clone()
+        })
+        .collect()
+}
+
+/// The user opened conversation `id` themselves: its fork is no longer
+/// continued in its place.
+pub fn opened(id: &str) {
+    let _ = take_fork_of(id);
+}
+
+fn take_fork_of(id: &str) -> Option<ForkNote> {
+    let mut forks = FORKS.lock().ok()?;
+    let at = forks.iter().position(|f| f.from == id)?;
+    Some(forks.remove(at))
+}
+
+/// Whether this machine has pushed or pulled conversation `id`.
+pub fn has_copy(remote: &Remote, id: &str) -> bool {
+    remote.pushed_dir.join(format!("{id}.json")).exists()
+}
+
+/// The listing connection, (re)made when needed.
+pub(super) async fn reader(remote: &Remote) -> Result<Arc<Client>, RemoteError> {
+    let url = remote
+        .url
+        .as_ref()
+        .map_err(|e| RemoteError::Config(e.clone()))?;
+    let cached = remote
+        .reader
+        .lock()
+        .ok()
+        .and_then(|r| r.clone())
+        .filter(|c| !c.is_closed());
+    if let Some(c) = cached {
+        return Ok(c);
+    }
+    let c = Arc::new(Remote::connect(url).await?);
+    if let Ok(mut r) = remote.reader.lock() {
+        *r = Some(Arc::clone(&c));
+    }
+    Ok(c)
+}
+
+/// Records what is now known to be on the server for `doc`: the pusher
+/// pushes from there. `hash`: the document as pushed ("" when its
+/// metadata still has to go).
+fn remember(remote: &Remote, doc: &SessionDoc, items: u64, bytes: u64, hash: String) {
+    let state = Pushed {
+        hash,
+        items,
+        bytes,
+        rollbacks: doc.rollbacks,
+    };
+    let path = remote.pushed_dir.join(format!("{}.json", doc.id));
+    if let Err(e) = save_pushed(&path, &state) {
+        tracing::warn!("remote: cannot record the state of {}: {e}", doc.id);
+    }
+}
+
+fn doc_hash(dir: &Path, id: &str) -> String {
+    current_hash(&SessionPaths::new(dir, id).doc).unwrap_or_default()
+}
+
+/// `agentx resume ID` of a conversation this machine does not have: pulls
+/// the remote's copy into `group` (folder `folder`) under the same id.
+pub async fn open_remote(
+    remote: &Remote,
+    store: &Store,
+    group: &GroupHandle,
+    folder: &str,
+    agent: &str,
+    id: &str,
+) -> Result<SessionDoc, RemoteError> {
+    let project = super::project_key(Path::new(folder), &remote.machine);
+    let read = async {
+        let client = reader(remote).await?;
+        copy::read_remote(&client, id, 0).await
+    };
+    let copy = match tokio::time::timeout(OPEN_WAIT, read).await {
+        Ok(copy) => copy?,
+        Err(_) => {
+            return Err(RemoteError::Server(format!(
+                "the remote store did not answer within {} s",
+                OPEN_WAIT.as_secs()
+            )));
+        }
+    };
+    let copy = copy.ok_or_else(|| {
+        RemoteError::Config(format!("no conversation {id} here or on the remote store"))
+    })?;
+    if copy.project != project || copy.agent != agent {
+        return Err(RemoteError::Config(format!(
+            "conversation {id} belongs to {} (agent {}), not to this folder ({project}, agent {agent})",
+            copy.project, copy.agent
+        )));
+    }
+    let dir = store.group_dir(folder, agent);
+    let pulled = copy::pulled(&[], 0, &copy)?;
+    let mut doc = SessionDoc::new(
+        id.to_owned(),
+        folder.to_owned(),
+        agent.to_owned(),
+        copy.created_at,
+    );
+    doc.forked_from = copy.forked_from.clone();
+    doc.journal_items = pulled.items;
+    doc.journal_bytes = pulled.lines.len() as u64;
+    let meta = pulled.meta;
+    doc.title = meta.title;
+    doc.response_id = meta.response_id;
+    doc.usage = meta.usage;
+    doc.turns = meta.turns;
+    doc.checkpoints = meta.checkpoints;
+    doc.last_user = meta.last_user;
+    doc.last_assistant = meta.last_assistant;
+    doc.updated_at = meta.updated_at.max(copy.created_at);
+    let local = |e: StoreError| RemoteError::Local(e.to_string());
+    let _sync = SYNC.lock().await;
+    agentx_shared::profile::create_private_dir(&dir)
+        .map_err(|e| RemoteError::Local(e.to_string()))?;
+    crate::store::durable::write_atomic(&SessionPaths::new(&dir, id).journal, &pulled.lines)
+        .map_err(|e| RemoteError::Local(e.to_string()))?;
+    group.adopt(doc.clone()).await.map_err(local)?;
+    crate::search::touched(&dir, id);
+    remember(
+        remote,
+        &doc,
+        doc.journal_items,
+        doc.journal_bytes,
+        doc_hash(&dir, id),
+    );
+    tracing::info!(id, records = doc.journal_items, from = %copy.machine, "pulled a conversation from the remote");
+    Ok(doc)
+}
+
+/// Before a turn: brings in what other machines added to the leased
+/// conversation (bounded wait). Returns the lease to run on: another one
+/// when this machine's line was kept as a fork. Notices go to `out`.
+pub async fn before_turn(
+    group: &GroupHandle,
+    lease: TurnLease,
+    out: &mpsc::Sender<Result<Event, StoreError>>,
+) -> TurnLease {
+    let Some(remote) = ACTIVE.get() else {
+        return lease;
+    };
+    if lease.doc.base.is_some() || !has_copy(remote, &lease.doc.id) {
+        return lease;
+    }
+    let id = lease.doc.id.clone();
+    let settled = tokio::time::timeout(PULL_WAIT, async {
+        let _sync = SYNC.lock().await;
+        let client = reader(remote).await?;
+        let fetched = fetch(remote, &client, &lease.doc).await?;
+        Ok::<_, RemoteError>((fetched, _sync))
+    })
+    .await;
+    let note = match settled {
+        Err(_) => Some(format!(
+            "the remote store was not reached within {} ms; this turn goes on with this machine's copy",
+            PULL_WAIT.as_millis()
+        )),
+        Ok(Err(e)) => Some(format!(
+            "the remote store was not reached ({e}); this turn goes on with this machine's copy"
+        )),
+        Ok(Ok((None, _sync))) => None,
+        Ok(Ok((Some(copy), _sync))) => match settle(remote, group, &lease, copy).await {
+            Ok(()) => None,
+            Err(e) => Some(format!("could not bring in the remote's turns: {e}")),
+        },
+    };
+    if let Some(note) = note {
+        tracing::warn!(id = %id, "{note}");
+        let _ = out.send(Ok(Event::Notice(note))).await;
+    }
+    let Some(fork) = take_fork_of(&id) else {
+        return lease;
+    };
+    let _ = out.send(Ok(Event::Notice(fork.line()))).await;
+    // The fork is new here: no turn holds it, so this does not wait.
+    match group.begin_turn(Some(fork.to.clone())).await {
+        Ok(forked) => forked,
+        Err(e) => {
+            tracing::warn!("remote: cannot continue fork {}: {e}", fork.to);
+            lease
+        }
+    }
+}
+
+/// The remote copy of `doc` when other machines changed it since this one
+/// last pushed or pulled (`None`: nothing to bring in).
+async fn fetch(
+    remote: &Remote,
+    client: &Client,
+    doc: &SessionDoc,
+) -> Result<Option<RemoteCopy>, RemoteError> {
+    let known = load_pushed(&remote.pushed_dir, &doc.id);
+    let Some(records) = copy::remote_records(client, &doc.id).await? else {
+        return Ok(None);
+    };
+    if known.as_ref().is_some_and(|k| k.items == records) {
+        return Ok(None);
+    }
+    // Compare from the last record both were known to share; from the
+    // start when either side was rewritten since.
+    let from = match &known {
+        Some(k)
+            if k.items > 0
+                && k.rollbacks == doc.rollbacks
+                && records >= k.items
+                && doc.journal_items >= k.items =>
+        {
+            k.items - 1
+        }
+        _ => 0,
+    };
+    copy::read_remote(client, &doc.id, from).await
+}
+
+/// Makes the leased conversation agree with `copy`: nothing to do, push
+/// ours, take theirs, or keep ours as a fork and take theirs.
+pub(super) async fn settle(
+    remote: &Remote,
+    group: &GroupHandle,
+    lease: &TurnLease,
+    mut copy: RemoteCopy,
+) -> Result<(), RemoteError> {
+    let local_err = |e: StoreError| RemoteError::Local(e.to_string());
+    let doc = group
+        .get(Some(lease.doc.id.clone()))
+        .await
+        .map_err(local_err)?
+        .ok_or_else(|| RemoteError::Local(format!("conversation {} is gone", lease.doc.id)))?;
+    let dir = STORE
+        .get()
+        .map(|s| s.group_dir(&doc.folder, &doc.agent))
+        .ok_or_else(|| RemoteError::Local("the remote store has no local store".into()))?;
+    let paths = SessionPaths::new(&dir, &doc.id);
+    let local = copy::read_local(&paths.journal, doc.journal_bytes)
+        .map_err(|e| RemoteError::Local(e.to_string()))?;
+    let mut shared = copy::shared_prefix(&local, &copy.lines, copy.from);
+    if copy.from > 0 && shared <= copy.from {
+        // Even the last record known to be shared differs: compare all.
+        let again = async {
+            let client = reader(remote).await?;
+            copy::read_remote(&client, &doc.id, 0).await
+        };
+        copy = tokio::time::timeout(PULL_WAIT, again)
+            .await
+            .map_err(|_| RemoteError::Server("the remote store stopped answering".into()))??
+            .ok_or_else(|| RemoteError::Server(format!("{} left the remote", doc.id)))?;
+        shared = copy::shared_prefix(&local, &copy.lines, 0);
+    }
+    let (mine, theirs) = (doc.journal_items, copy.records);
+    if shared == theirs {
+        // Theirs is a prefix of ours (or the same): push ours from there.
+        let bytes = shared
+            .checked_sub(1)
+            .and_then(|i| local.get(usize::try_from(i).ok()?))
+            .map_or(0, |(_, end)| *end);
+        remember(remote, &doc, shared, bytes, String::new());
+        remote.mark(paths.doc.clone());
+        return Ok(());
+    }
+    if shared < mine {
+        // Both went on: ours is kept as a fork first.
+        let title = format!("{} (fork on {})", doc.title, remote.machine);
+        let turn = copy::turns_at(&doc, shared);
+        let fork = crate::store::fork::keep_as_fork(group, &dir, &doc, turn, title.clone())
+            .await
+            .map_err(local_err)?;
+        remote.mark(SessionPaths::new(&dir, &fork.id).doc);
+        group.repoint(&doc.id, &fork.id).await.map_err(local_err)?;
+        let note = ForkNote {
+            from: doc.id.clone(),
+            to: fork.id.clone(),
+            title,
+            other: copy.machine.clone(),
+            reported: false,
+        };
+        tracing::warn!("remote: {}", note.line());
+        if let Ok(mut forks) = FORKS.lock() {
+            forks.retain(|f| f.from != note.from);
+            forks.push(note);
+        }
+    }
+    let pulled = copy::pulled(&local, shared, &copy)?;
+    let now = group.absorb(lease, pulled).await.map_err(local_err)?;
+    remember(
+        remote,
+        &now,
+        now.journal_items,
+        now.journal_bytes,
+        doc_hash(&dir, &now.id),
+    );
+    tracing::info!(id = %now.id, records = now.journal_items - shared, from = %copy.machine, "pulled records from the remote");
+    Ok(())
+}
+
+/// The pusher found `doc_path`'s conversation changed on the server by
+/// someone else: settle it now unless a turn holds it (that turn's pull
+/// does it, or the next push once it ends). The caller holds [`SYNC`].
+pub(super) async fn settle_for_pusher(remote: &Remote, doc_path: &Path) -> Result<(), RemoteError> {
+    let Some(store) = STORE.get() else {
+        return Ok(());
+    };
+    let doc: SessionDoc = match std::fs::read(doc_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+    {
+        Some(doc) => doc,
+        None => return Ok(()),
+    };
+    let group = store
+        .group(&doc.folder, &doc.agent)
+        .map_err(|e| RemoteError::Local(e.to_string()))?;
+    let Some(lease) = group
+        .try_begin_turn(&doc.id)
+        .await
+        .map_err(|e| RemoteError::Local(e.to_string()))?
+    else {
+        return Ok(());
+    };
+    let client = reader(remote).await?;
+    match copy::read_remote(&client, &doc.id, 0).await? {
+        Some(copy) => settle(remote, &group, &lease, copy).await,
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,438 @@
+//! Continuing conversations across machines through the remote store
+//! (issue 15) against a real PostgreSQL cluster (tests/src/postgres.rs):
+//! started on A, continued on B (the model sees everything), back on A;
+//! agentd killed mid-push; two machines going on from one point (one
+//! fork, nothing interleaved); 50 one-shots; /clear deleting both copies.
+
+use std::sync::mpsc;
+
+use serde_json::Value;
+
+use agentx_tests::fake_model::FakeModel;
+use agentx_tests::postgres::{Cluster, git_repo, shared};
+use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
+
+/// A profile ("machine") whose folder is a clone of `origin`, keeping
+/// conversations at `url`.
+fn machine(name: &str, origin: &str, url: &str) -> TestEnv {
+    let mut env = TestEnv::new();
+    git_repo(&env.work, origin);
+    env.extra_env.push(("AGENTX_REMOTE_URL".into(), url.into()));
+    env.extra_env.push(("AGENTX_MACHINE".into(), name.into()));
+    env
+}
+
+/// Points `env`'s agentd at another server (it reads the URL at start).
+fn set_url(env: &mut TestEnv, url: &str) {
+    env.kill_daemons();
+    for (k, v) in &mut env.extra_env {
+        if k == "AGENTX_REMOTE_URL" {
+            *v = url.to_owned();
+        }
+    }
+}
+
+fn sync(env: &TestEnv) -> Value {
+    let out = env.run(["sync", "--json"]);
+    assert_code(&out, 0);
+    json_out(&out)
+}
+
+fn status(env: &TestEnv) -> Value {
+    json_out(&env.run(["status", "--json"]))
+}
+
+fn texts(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
+    pg.query(
+        db,
+        &format!("SELECT item->>'text' FROM records WHERE conversation_id = '{id}' ORDER BY seq"),
+    )
+    .iter()
+    .filter_map(|r| r.get::<_, Option<String>>(0))
+    .collect()
+}
+
+/// (records, distinct seqs, max seq + 1) of `id` on the server.
+fn records(pg: &Cluster, db: &str, id: &str) -> (i64, i64, i64) {
+    let row = &pg.query(
+        db,
+        &format!(
+            "SELECT count(*), count(DISTINCT seq), coalesce(max(seq) + 1, 0) \
+             FROM records WHERE conversation_id = '{id}'"
+        ),
+    )[0];
+    (row.get(0), row.get(1), row.get(2))
+}
+
+#[test]
+fn a_conversation_started_on_a_continues_on_b_with_its_whole_context_and_back_on_a() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("c_continue");
+    let url = pg.url("c_continue");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let b = machine("machine-b", "https://github.com/acme/app", &url);
+    let model_a = FakeModel::start();
+    let model_b = FakeModel::start();
+    assert_code(
+        &a.chat(&model_a, ["--approval", "never"], "first on a\n"),
+        0,
+    );
+    assert_eq!(sync(&a)["reached"], true);
+    let st = status(&a);
+    let id = st["session_id"].as_str().unwrap().to_owned();
+    let a_response = st["response_id"].as_str().unwrap().to_owned();
+
+    // B lists it as remote only, and continues it by its number.
+    let listed = json_out(&b.run(["sessions", "--json"]));
+    assert_eq!(listed[0]["id"], id.as_str(), "{listed}");
+    assert_eq!(listed[0]["where"], "remote", "{listed}");
+    let out = b.chat(
+        &model_b,
+        ["resume", "1", "--approval", "never"],
+        "then on b\n",
+    );
+    assert_code(&out, 0);
+    // B's model server does not know A's chain: the saved id was tried
+    // first, then the whole transcript was sent.
+    assert!(
+        stdout(&out).contains("echo: then on b [turns seen: 2]"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let requests = model_b.requests();
+    assert_eq!(
+        requests[0].body["previous_response_id"],
+        a_response.as_str()
+    );
+    let last = &requests.last().unwrap().body;
+    assert!(last["previous_response_id"].is_null(), "{last}");
+    let input = last["input"].to_string();
+    assert!(input.contains("first on a"), "{input}");
+    assert!(input.contains("echo: first on a"), "{input}");
+    let st = status(&b);
+    assert_eq!(st["session_id"], id.as_str(), "{st}");
+    assert_eq!(st["turns"], 2, "{st}");
+    assert_eq!(st["title"], "first on a", "{st}");
+    assert!(st["checkpoints"].as_u64() >= Some(2), "{st}");
+    assert_eq!(sync(&b)["reached"], true);
+    let listed = json_out(&b.run(["sessions", "--json"]));
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["where"], "both", "{listed}");
+
+    // Back on A: B's turn is pulled before A's next one.
+    model_a.forget_response_ids();
+    let out = a.chat(&model_a, ["--approval", "never"], "back on a\n");
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains("echo: back on a [turns seen: 3]"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let b_response = st["response_id"].as_str().unwrap();
+    let requests = model_a.requests();
+    let first_back = &requests[requests.len() - 2].body;
+    assert_eq!(first_back["previous_response_id"], b_response);
+    let input = requests.last().unwrap().body["input"].to_string();
+    assert!(input.contains("then on b"), "{input}");
+    assert_eq!(sync(&a)["reached"], true);
+    let st = status(&a);
+    assert_eq!(st["turns"], 3, "{st}");
+    let items = st["transcript_items"].as_i64().unwrap();
+    assert_eq!(records(pg, "c_continue", &id), (items, items, items));
+    let said: Vec<String> = texts(pg, "c_continue", &id);
+    let users: Vec<&str> = said
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !t.starts_with("echo"))
+        .collect();
+    assert_eq!(users, ["first on a", "then on b", "back on a"]);
+    let machines = pg.query(
+        "c_continue",
+        &format!(
+            "SELECT DISTINCT machine FROM records WHERE conversation_id = '{id}' ORDER BY machine"
+        ),
+    );
+    let machines: Vec<String> = machines.iter().map(|r| r.get(0)).collect();
+    assert_eq!(machines, ["machine-a", "machine-b"]);
+}
+
+#[test]
+fn two_machines_going_on_from_one_point_make_exactly_one_fork() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("c_fork");
+    let url = pg.url("c_fork");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let mut b = machine("machine-b", "git@github.com:acme/app.git", &url);
+    let model = FakeModel::start();
+    assert_code(
+        &a.chat(&model, ["--approval", "never"], "common start\n"),
+        0,
+    );
+    assert_eq!(sync(&a)["reached"], true);
+    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    // B takes the conversation (opening it pulls it; no message).
+    let out = b.chat(&model, ["resume", id.as_str()], "");
+    assert_code(&out, 0);
+    assert_eq!(status(&b)["session_id"], id.as_str());
+
+    // B goes on without reaching the server: one line says so.
+    set_url(&mut b, "postgresql://agentx@127.0.0.1:1/nowhere");
+    let out = b.chat(&model, ["--approval", "never"], "b's own turn\n");
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("echo: b's own turn [turns seen: 2]"));
+    let said = stderr(&out);
+    let notes: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("remote store was not reached"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{said}");
+    // Meanwhile A goes on from the same point, and pushes first.
+    assert_code(
+        &a.chat(&model, ["--approval", "never"], "a's second turn\n"),
+        0,
+    );
+    assert_eq!(sync(&a)["reached"], true);
+    let a_items = status(&a)["transcript_items"].as_i64().unwrap();
+
+    // B is back: its push fails the sequence check and its turns become
+    // a fork; the user sees one line.
+    set_url(&mut b, &url);
+    let out = b.run(["sync", "--json"]);
+    assert_code(&out, 0);
+    let synced = json_out(&out);
+    let forks = synced["forks"].as_array().unwrap();
+    assert_eq!(forks.len(), 1, "{synced}");
+    assert_eq!(forks[0]["id"], id.as_str());
+    assert_eq!(forks[0]["machine"], "machine-a");
+    let fork_id = forks[0]["fork_id"].as_str().unwrap().to_owned();
+    let said = stderr(&out);
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(said.contains("kept as a fork"), "{said}");
+
+    let check = || {
+        let rows = pg.query(
+            "c_fork",
+            "SELECT id, title, forked_from->>'id' FROM conversations ORDER BY id",
+        );
+        assert_eq!(rows.len(), 2, "exactly the conversation and one fork");
+        let fork = rows
+            .iter()
+            .find(|r| r.get::<_, String>(0) == fork_id)
+            .unwrap();
+        assert_eq!(fork.get::<_, String>(1), "common start (fork on machine-b)");
+        assert_eq!(
+            fork.get::<_, Option<String>>(2).as_deref(),
+            Some(id.as_str())
+        );
+        // Never interleaved: each line holds its own turns only.
+        let theirs = texts(pg, "c_fork", &id);
+        assert!(theirs.iter().any(|t| t == "a's second turn"), "{theirs:?}");
+        assert!(!theirs.iter().any(|t| t.contains("b's own")), "{theirs:?}");
+        assert_eq!(records(pg, "c_fork", &id), (a_items, a_items, a_items));
+        let ours: Vec<String> = texts(pg, "c_fork", &fork_id)
+            .into_iter()
+            .filter(|t| !t.starts_with("echo"))
+            .collect();
+        assert!(
+            ours.starts_with(&["common start".into(), "b's own turn".into()]),
+            "{ours:?}"
+        );
+        assert!(!ours.iter().any(|t| t.starts_with("a's")), "{ours:?}");
+        let (n, distinct, end) = records(pg, "c_fork", &fork_id);
+        assert_eq!((n, distinct), (end, end));
+    };
+    check();
+    // B keeps both: the conversation with A's turns, and its own line,
+    // which this folder continues.
+    let st = status(&b);
+    assert_eq!(st["session_id"], fork_id.as_str(), "{st}");
+    let out = b.chat(&model, ["--approval", "never"], "b goes on\n");
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains("echo: b goes on [turns seen: 3]"),
+        "{}",
+        stdout(&out)
+    );
+    let out = b.chat(&model, ["resume", id.as_str()], "");
+    assert_code(&out, 0);
+    let st = status(&b);
+    assert_eq!(st["session_id"], id.as_str());
+    assert_eq!(st["transcript_items"], a_items, "{st}");
+    // Nothing more comes of it on either machine.
+    assert_eq!(sync(&b)["forks"], Value::Array(Vec::new()));
+    assert_eq!(sync(&a)["forks"], Value::Array(Vec::new()));
+    check();
+}
+
+/// Holds an exclusive lock on the records table until told to let go.
+fn lock_records(url: String) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (release, released) = mpsc::channel::<()>();
+    let (locked_tx, locked) = mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            client
+                .batch_execute("BEGIN; LOCK TABLE records IN ACCESS EXCLUSIVE MODE")
+                .await
+                .unwrap();
+            locked_tx.send(()).unwrap();
+            tokio::task::spawn_blocking(move || released.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            client.batch_execute("ROLLBACK").await.unwrap();
+        });
+    });
+    locked.recv().unwrap();
+    (release, holder)
+}
+
+#[test]
+fn agentd_killed_mid_push_loses_nothing_and_duplicates_nothing() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("c_kill");
+    let url = pg.url("c_kill");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let model = FakeModel::start();
+    assert_code(&a.chat(&model, ["--approval", "never"], "one\n"), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+
+    // The next push blocks inside its transaction; agentd is killed there.
+    let (release, holder) = lock_records(url.clone());
+    assert_code(&a.chat(&model, ["--approval", "never"], "two\n"), 0);
+    while pg.count(
+        "c_kill",
+        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+         WHERE NOT l.granted AND c.relname = 'records'",
+    ) == 0
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    a.kill_daemons();
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    assert_eq!(sync(&a)["reached"], true);
+    let items = status(&a)["transcript_items"].as_i64().unwrap();
+    assert_eq!(items, 4);
+    assert_eq!(records(pg, "c_kill", &id), (items, items, items));
+
+    // Killed after a push committed but before agentd recorded it: the
+    // outbox still says the older position, and the push is repeated.
+    let pushed = a.home.join(format!("remote/pushed/{id}.json"));
+    let before = std::fs::read(&pushed).unwrap();
+    assert_code(&a.chat(&model, ["--approval", "never"], "three\n"), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    a.kill_daemons();
+    std::fs::write(&pushed, before).unwrap();
+    let again = sync(&a);
+    assert_eq!(again["reached"], true, "{again}");
+    assert_eq!(again["forks"], Value::Array(Vec::new()), "{again}");
+    let items = status(&a)["transcript_items"].as_i64().unwrap();
+    assert_eq!(items, 6);
+    assert_eq!(records(pg, "c_kill", &id), (items, items, items));
+    let users: Vec<String> = texts(pg, "c_kill", &id)
+        .into_iter()
+        .filter(|t| !t.starts_with("echo"))
+        .collect();
+    assert_eq!(users, ["one", "two", "three"]);
+    assert_eq!(pg.count("c_kill", "SELECT count(*) FROM conversations"), 1);
+}
+
+#[test]
+fn fifty_one_shots_with_the_remote_on_behave_as_before_and_stay_local() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("c_oneshots");
+    let a = machine(
+        "machine-a",
+        "git@github.com:acme/app.git",
+        &pg.url("c_oneshots"),
+    );
+    let model = FakeModel::start();
+    assert_code(&a.chat(&model, ["--approval", "never"], "interactive\n"), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    let children: Vec<_> = (0..50)
+        .map(|i| a.chat_command(&model, ["exec".to_owned(), format!("prompt {i}")], ""))
+        .collect();
+    for (i, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        assert_code(&out, 0);
+        assert_eq!(
+            stdout(&out),
+            format!("echo: prompt {i} [turns seen: 2]\n"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let left = json_out(&a.run(["oneshots", "--json"]));
+    assert_eq!(left, Value::Array(Vec::new()));
+    let synced = sync(&a);
+    assert_eq!(synced["reached"], true, "{synced}");
+    assert_eq!(
+        pg.count("c_oneshots", "SELECT count(*) FROM conversations"),
+        1
+    );
+    assert_eq!(pg.count("c_oneshots", "SELECT count(*) FROM records"), 2);
+    let st = status(&a);
+    assert_eq!(st["remote"]["state"], "synced", "{st}");
+    assert_eq!(st["turns"], 1, "{st}");
+}
+
+#[test]
+fn clear_deletes_the_remote_copy_too_and_says_so() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("c_clear");
+    let url = pg.url("c_clear");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let model = FakeModel::start();
+    assert_code(&a.chat(&model, ["--approval", "never"], "doomed\n"), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(status(&a)["remote_copy"], true);
+    let out = a.chat(&model, Vec::<&str>::new(), "/clear\n");
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains(&format!("cleared {id} here and on the remote store")),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(pg.count("c_clear", "SELECT count(*) FROM conversations"), 0);
+    assert_eq!(pg.count("c_clear", "SELECT count(*) FROM records"), 0);
+
+    // With the server out of reach the copy goes once it is back.
+    assert_code(&a.chat(&model, ["--approval", "never"], "doomed too\n"), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    let second = status(&a)["session_id"].as_str().unwrap().to_owned();
+    let mut a = a;
+    set_url(&mut a, "postgresql://agentx@127.0.0.1:1/nowhere");
+    let out = a.run(["clear", "--yes"]);
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains("its copy is deleted once it is back"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(pg.count("c_clear", "SELECT count(*) FROM conversations"), 1);
+    set_url(&mut a, &url);
+    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(
+        pg.count(
+            "c_clear",
+            &format!("SELECT count(*) FROM conversations WHERE id = '{second}'")
+        ),
+        0
+    );
+    // A conversation never kept remotely is cleared as before.
+    let out = a.run(["clear", "--yes"]);
+    assert_code(&out, 0);
+    assert!(!stdout(&out).contains("remote"), "{}", stdout(&out));
+}
