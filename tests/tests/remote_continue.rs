@@ -310,12 +310,17 @@ fn agentd_killed_mid_push_loses_nothing_and_duplicates_nothing() {
     // The next push blocks inside its transaction; agentd is killed there.
     let (release, holder) = lock_records(url.clone());
     assert_code(&a.chat(&model, ["--approval", "never"], "two\n"), 0);
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while pg.count(
         "c_kill",
         "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
          WHERE NOT l.granted AND c.relname = 'records'",
     ) == 0
     {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "agentd's push never reached the locked records table"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     a.kill_daemons();
