@@ -153,13 +153,170 @@ impl Cluster {
         format!("postgresql://agentx@127.0.0.1:{}/{db}", self.port)
     }
 
+    /// A login role `user` with `password` (SCRAM) owning a new database
+    /// `db`, which only password authentication admits over TCP: its
+    /// `pg_hba.conf` line goes before the cluster's `trust` ones.
+    pub fn add_password_role(&self, user: &str, password: &str, db: &str) {
+        self.execute(
+            "postgres",
+            &format!(
+                "SET password_encryption = 'scram-sha-256';
+                 CREATE ROLE \"{user}\" LOGIN PASSWORD '{password}'"
+            ),
+        );
+        self.execute(
+            "postgres",
+            &format!("CREATE DATABASE \"{db}\" OWNER \"{user}\""),
+        );
+        self.prepend_hba(&format!("host all {user} 127.0.0.1/32 scram-sha-256"));
+    }
+
+    /// Puts `line` first in `pg_hba.conf` (first match wins) and reloads.
+    pub fn prepend_hba(&self, line: &str) {
+        let hba = self.data().join("pg_hba.conf");
+        let old = std::fs::read_to_string(&hba).unwrap();
+        std::fs::write(&hba, format!("{line}\n{old}")).unwrap();
+        self.reload();
+    }
+
+    /// Turns TLS on with a certificate for `localhost` and `127.0.0.1`
+    /// signed by a new CA (openssl); returns the CA's PEM file.
+    pub fn enable_tls(&self) -> PathBuf {
+        let dir = self.root.join("tls");
+        std::fs::create_dir_all(&dir).unwrap();
+        let openssl = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .stdin(Stdio::null())
+                .output()
+                .expect("openssl is installed");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                crate::stderr(&out)
+            );
+        };
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=agentx test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ]);
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ]);
+        std::fs::write(
+            dir.join("ext.cnf"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+            "-out",
+            "server.pem",
+        ]);
+        std::fs::set_permissions(
+            dir.join("server.key"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        if crate::is_root() {
+            let user = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+            for f in ["", "server.key", "server.pem"] {
+                nix::unistd::chown(&dir.join(f), Some(user.uid), Some(user.gid)).unwrap();
+            }
+        }
+        for (name, value) in [
+            (
+                "ssl_cert_file",
+                dir.join("server.pem").display().to_string(),
+            ),
+            ("ssl_key_file", dir.join("server.key").display().to_string()),
+            ("ssl", "on".to_owned()),
+        ] {
+            self.execute("postgres", &format!("ALTER SYSTEM SET {name} = '{value}'"));
+        }
+        self.reload();
+        dir.join("ca.pem")
+    }
+
+    /// Makes the server re-read its configuration (`pg_ctl reload`) and
+    /// waits until new connections see it (the postmaster reloads on
+    /// SIGHUP, asynchronously; `pg_conf_load_time` moves when it did).
+    pub fn reload(&self) {
+        let loaded = |c: &Cluster| -> String {
+            c.query("postgres", "SELECT pg_conf_load_time()::text")[0].get(0)
+        };
+        let before = loaded(self);
+        let data = self.data().display().to_string();
+        let out = self.run("pg_ctl", &["-D", &data, "reload"]);
+        assert!(
+            out.status.success(),
+            "pg_ctl reload failed: {}",
+            crate::stderr(&out)
+        );
+        let mut tries = 0;
+        while loaded(self) == before {
+            tries += 1;
+            assert!(tries < 1000, "the server did not reload its configuration");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     /// Creates database `db` (each test uses its own).
     pub fn create_db(&self, db: &str) {
         self.execute("postgres", &format!("CREATE DATABASE \"{db}\""));
     }
 
+    /// The harness's own connections go through the Unix socket, so that
+    /// `pg_hba.conf` rules for TCP (what agentd uses) never lock it out.
+    fn admin_url(&self, db: &str) -> String {
+        let sock = self
+            .root
+            .join("sock")
+            .display()
+            .to_string()
+            .replace('/', "%2F");
+        format!("postgresql://agentx@{sock}:{}/{db}", self.port)
+    }
+
     pub fn execute(&self, db: &str, sql: &str) {
-        let url = self.url(db);
+        let url = self.admin_url(db);
         let sql = sql.to_owned();
         runtime().block_on(async move {
             let client = connect(&url).await;
@@ -169,7 +326,7 @@ impl Cluster {
 
     /// Rows of `sql` in `db`.
     pub fn query(&self, db: &str, sql: &str) -> Vec<tokio_postgres::Row> {
-        let url = self.url(db);
+        let url = self.admin_url(db);
         let sql = sql.to_owned();
         runtime().block_on(async move {
             let client = connect(&url).await;

@@ -304,25 +304,21 @@ fn the_password_stays_out_of_the_profile_logs_and_messages() {
     let st = status(&down);
     assert!(!st.to_string().contains(PASSWORD), "{st}");
 
-    // A non-loopback server is refused (TLS is not built yet), redacted.
-    let mut far = TestEnv::new();
-    std::fs::create_dir_all(&far.home).unwrap();
-    std::fs::set_permissions(
-        &far.home,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .unwrap();
-    std::fs::write(
-        far.home.join("config.toml"),
-        format!("remote_url = \"postgresql://u:{PASSWORD}@db.example.com/agentx\"\n"),
-    )
-    .unwrap();
-    far.extra_env.push(("AGENTX_MACHINE".into(), "far".into()));
+    // A server that does not speak the TLS asked for: the error says so,
+    // redacted.
+    let far = machine(
+        "far",
+        "git@github.com:acme/app.git",
+        &format!(
+            "postgresql://u:{PASSWORD}@127.0.0.1:{}/t_secret?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
+            pg.port
+        ),
+    );
     assert_code(&far.chat(&model, ["--approval", "never"], "hi\n"), 0);
-    let st = status(&far);
-    assert_eq!(st["remote"]["state"], "unreachable", "{st}");
+    let st = wait_status(&far, |s| s["remote"]["last_error"].as_str() != Some(""));
+    assert_eq!(st["remote"]["state"], "pending", "{st}");
     let error = st["remote"]["last_error"].as_str().unwrap();
-    assert!(error.contains("TLS"), "{error}");
+    assert!(error.contains("sslrootcert /nonexistent/ca.pem"), "{error}");
     assert!(!error.contains(PASSWORD), "{error}");
 
     for env in [&env, &down, &far] {
@@ -341,4 +337,150 @@ fn the_password_stays_out_of_the_profile_logs_and_messages() {
             );
         }
     }
+}
+
+/// A password file as libpq reads it: `PGPASSFILE` or `~/.pgpass`, only
+/// when no one else can read it.
+fn pgpass_file(dir: &std::path::Path, line: &str, mode: u32) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join(".pgpass");
+    std::fs::write(&path, format!("# agentx test\n{line}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+#[test]
+fn a_password_from_pgpass_authenticates_and_a_readable_file_is_ignored() {
+    let Some(pg) = shared() else { return };
+    const PASSWORD: &str = "pgpass-Secret-51c7e0";
+    pg.add_password_role("pw_user", PASSWORD, "t_pgpass");
+    let url = format!("postgresql://pw_user@127.0.0.1:{}/t_pgpass", pg.port);
+    let line = format!("127.0.0.1:{}:t_pgpass:pw_user:{PASSWORD}", pg.port);
+    let model = FakeModel::start();
+
+    // ~/.pgpass (mode 0600) of the user agentd runs as.
+    let mut a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let home = a.work.parent().unwrap().join("home");
+    pgpass_file(&home, &line, 0o600);
+    a.extra_env
+        .push(("HOME".into(), home.display().to_string()));
+    assert_code(&a.chat(&model, ["--approval", "never"], "from pgpass\n"), 0);
+    let synced = sync(&a);
+    assert_eq!(synced["reached"], true, "{synced}");
+    // agentd connected as pw_user: it created the schema.
+    let owner = pg.query(
+        "t_pgpass",
+        "SELECT tableowner::text FROM pg_tables WHERE tablename = 'conversations'",
+    );
+    assert_eq!(owner[0].get::<_, String>(0), "pw_user");
+
+    // PGPASSFILE naming a file others can read: ignored, as libpq does,
+    // so the server refuses the connection.
+    let mut b = machine("machine-b", "git@github.com:acme/app.git", &url);
+    let dir = b.work.parent().unwrap().join("elsewhere");
+    let file = pgpass_file(&dir, &line, 0o644);
+    b.extra_env
+        .push(("PGPASSFILE".into(), file.display().to_string()));
+    assert_code(&b.chat(&model, ["--approval", "never"], "no password\n"), 0);
+    let out = b.run(["sync", "--json", "--wait-ms", "3000"]);
+    assert_code(&out, 1);
+    let st = wait_status(&b, |s| {
+        !s["remote"]["last_error"].as_str().unwrap_or("").is_empty()
+    });
+    let error = st["remote"]["last_error"].as_str().unwrap();
+    assert!(error.contains("password"), "{error}");
+
+    // Made private, the same file is used (agentd reads it when it starts).
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    b.kill_daemons();
+    let synced = sync(&b);
+    assert_eq!(synced["reached"], true, "{synced}");
+    assert_eq!(
+        pg.count("t_pgpass", "SELECT count(*) FROM conversations"),
+        2
+    );
+    for env in [&a, &b] {
+        env.kill_daemons();
+        for file in env.profile_files() {
+            let bytes = std::fs::read(&file).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(PASSWORD),
+                "the password is in {}",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn tls_is_used_and_checked_as_sslmode_says() {
+    let Some(pg) = Cluster::start() else { return };
+    let ca = pg.enable_tls();
+    pg.create_db("t_tls");
+    // The server refuses plaintext to this database: reaching it means TLS.
+    pg.prepend_hba("hostnossl t_tls all all reject");
+    let base = format!("postgresql://agentx@localhost:{}/t_tls", pg.port);
+    let model = FakeModel::start();
+    let tls_sessions = || {
+        pg.count(
+            "postgres",
+            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.application_name = 'agentd' AND s.ssl",
+        )
+    };
+
+    // verify-full against the test CA: reached, over TLS.
+    let a = machine(
+        "machine-a",
+        "git@github.com:acme/app.git",
+        &format!("{base}?sslmode=verify-full&sslrootcert={}", ca.display()),
+    );
+    assert_code(&a.chat(&model, ["--approval", "never"], "over tls\n"), 0);
+    let synced = sync(&a);
+    assert_eq!(synced["reached"], true, "{synced}");
+    assert!(tls_sessions() >= 1);
+    assert!(
+        pg.count(
+            "t_tls",
+            "SELECT count(*) FROM records WHERE seq = 0 AND item::text LIKE '%over tls%'"
+        ) == 1
+    );
+
+    // The system's roots do not know the test CA: refused, and said why.
+    let b = machine(
+        "machine-b",
+        "git@github.com:acme/app.git",
+        &format!("{base}?sslmode=verify-full&sslrootcert=system"),
+    );
+    assert_code(&b.chat(&model, ["--approval", "never"], "unverified\n"), 0);
+    assert_code(&b.run(["sync", "--wait-ms", "3000"]), 1);
+    let st = wait_status(&b, |s| {
+        !s["remote"]["last_error"].as_str().unwrap_or("").is_empty()
+    });
+    let error = st["remote"]["last_error"].as_str().unwrap();
+    assert!(error.contains("certificate"), "{error}");
+
+    // require: encrypted without checking the certificate, as in libpq.
+    let c = machine(
+        "machine-c",
+        "git@github.com:acme/app.git",
+        &format!("{base}?sslmode=require&sslrootcert=system"),
+    );
+    assert_code(
+        &c.chat(&model, ["--approval", "never"], "encrypted only\n"),
+        0,
+    );
+    let synced = sync(&c);
+    assert_eq!(synced["reached"], true, "{synced}");
+    assert_eq!(pg.count("t_tls", "SELECT count(*) FROM conversations"), 2);
+    // Plaintext is refused (the rule above holds).
+    let plain = machine(
+        "machine-d",
+        "git@github.com:acme/app.git",
+        &format!("{base}?sslmode=disable"),
+    );
+    assert_code(&plain.chat(&model, ["--approval", "never"], "plain\n"), 0);
+    assert_code(&plain.run(["sync", "--wait-ms", "3000"]), 1);
 }

@@ -19,10 +19,12 @@
 
 pub mod clear;
 mod copy;
+mod pgpass;
 mod project;
 pub mod pull;
 mod pusher;
 mod schema;
+mod tls;
 mod url;
 
 use std::collections::BTreeSet;
@@ -31,7 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc, watch};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use agentx_shared::proto::RemoteState;
 
@@ -144,8 +146,7 @@ impl Remote {
                 return None;
             }
         };
-        let url =
-            RemoteUrl::parse(&raw, std::env::var("PGPASSWORD").ok()).map_err(|e| e.to_string());
+        let url = RemoteUrl::parse(&raw, url::Env::from_process()).map_err(|e| e.to_string());
         let remote = Arc::new(Self {
             url,
             machine: project::machine_name(),
@@ -250,10 +251,16 @@ impl Remote {
     }
 
     async fn connect(url: &RemoteUrl) -> Result<Client, RemoteError> {
-        let connecting = url.config.connect(NoTls);
+        let connecting = tls::connect(&url.config, &url.tls);
         let (mut client, connection) = match tokio::time::timeout(CONNECT_WAIT, connecting).await {
-            Ok(Ok(pair)) => pair,
-            Ok(Err(e)) => {
+            Ok(Err(setup)) => {
+                return Err(RemoteError::Config(format!(
+                    "remote_url {}: {setup}",
+                    url.shown
+                )));
+            }
+            Ok(Ok(Ok(pair))) => pair,
+            Ok(Ok(Err(e))) => {
                 return Err(RemoteError::Server(url.redact(&format!(
                     "cannot reach {}: {}",
                     url.shown,
