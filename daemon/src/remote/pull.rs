@@ -21,6 +21,8 @@ use crate::turn::Event;
 
 /// How long a turn waits for the remote before going on locally.
 pub const PULL_WAIT: Duration = Duration::from_millis(1500);
+/// When a turn holds a conversation the pusher must settle: look again.
+const BUSY_AGAIN: Duration = Duration::from_secs(1);
 /// How long opening a remote-only conversation may wait for it.
 const OPEN_WAIT: Duration = Duration::from_secs(15);
 
@@ -396,6 +398,15 @@ pub(super) async fn settle_for_pusher(remote: &Remote, doc_path: &Path) -> Resul
         .await
         .map_err(|e| RemoteError::Local(e.to_string()))?
     else {
+        // A turn holds it (its own pull settles it first); look again
+        // shortly in case that turn was just ending.
+        if let Some(remote) = ACTIVE.get() {
+            let (remote, path) = (Arc::clone(remote), doc_path.to_path_buf());
+            tokio::spawn(async move {
+                tokio::time::sleep(BUSY_AGAIN).await;
+                remote.mark(path);
+            });
+        }
         return Ok(());
     };
     let client = reader(remote).await?;
