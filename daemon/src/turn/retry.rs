@@ -20,55 +20,8 @@ impl Turn<'_> {
         let mut cancel = self.io.cancel.clone();
         let chat = self.spec.settings.kind == provider::Kind::Chat;
         loop {
-            // Responses chains on the server's copy; Chat Completions (and a
-            // Responses chain that must restart) gets the whole conversation.
-            let (previous, full) = match (&self.response_id, chat) {
-                (Some(id), false) => (Some(id.clone()), None),
-                _ => {
-                    let transcript = self.group.transcript(&self.session).await?;
-                    (None, Some(context::normalize(&transcript)))
-                }
-            };
-            let body = if chat {
-                let items = full.unwrap_or_default();
-                chat::request_body(
-                    &self.spec.settings,
-                    chat::messages(&self.spec.instructions, &items),
-                )
-            } else {
-                let input: Vec<Value> = match full {
-                    Some(items) => items.iter().map(context::to_input).collect(),
-                    None => send.iter().map(context::to_input).collect(),
-                };
-                responses::request_body(
-                    &self.spec.settings,
-                    &self.spec.instructions,
-                    previous.as_deref(),
-                    input,
-                )
-            };
-            let events = self.io.events.clone();
-            let mut on_delta = move |delta: &str| {
-                let _ = events.try_send(Event::TextDelta(delta.to_owned()));
-            };
-            let proxy = std::sync::Arc::new(provider::ProxyVars::of(&self.spec.env));
-            let http = match self.engine.clients.get(&proxy) {
-                Ok(client) => provider::Http { client, proxy },
-                Err(e) => {
-                    return Err(Stop::Failed {
-                        message: e.to_string(),
-                        retryable: false,
-                    });
-                }
-            };
-            let (settings, limits) = (&self.spec.settings, &self.spec.limits);
-            let call = async {
-                if chat {
-                    chat::call(&http, settings, &body, limits, &mut on_delta).await
-                } else {
-                    responses::call(&http, settings, &body, limits, &mut on_delta).await
-                }
-            };
+            let (body, chained) = self.request_body(send, chat).await?;
+            let call = self.send_once(&body, chat);
             let attempt = tracing::debug_span!("model call", attempt = failures + 1);
             let result = tokio::select! {
                 r = tracing::Instrument::instrument(call, attempt) => r,
@@ -76,7 +29,7 @@ impl Turn<'_> {
             };
             match result {
                 Ok(reply) => return Ok(reply),
-                Err(e) if e.lost_response_id() && previous.is_some() && !self.rechained => {
+                Err(e) if e.lost_response_id() && chained && !self.rechained => {
                     self.rechained = true;
                     self.response_id = None;
                     self.commit(Change {
@@ -121,6 +74,49 @@ impl Turn<'_> {
                     });
                 }
             }
+        }
+    }
+
+    /// The body of the next request, and whether it chains on a response id.
+    /// Responses chains on the server's copy; Chat Completions (and a
+    /// Responses chain that must restart) gets the whole conversation.
+    async fn request_body(&self, send: &[Item], chat: bool) -> Result<(Value, bool), Stop> {
+        let (previous, full) = match (&self.response_id, chat) {
+            (Some(id), false) => (Some(id.clone()), None),
+            _ => {
+                let transcript = self.group.transcript(&self.session).await?;
+                (None, Some(context::normalize(&transcript)))
+            }
+        };
+        let (settings, instructions) = (&self.spec.settings, &self.spec.instructions);
+        let body = if chat {
+            let items = full.unwrap_or_default();
+            chat::request_body(settings, chat::messages(instructions, &items))
+        } else {
+            let input: Vec<Value> = match full {
+                Some(items) => items.iter().map(context::to_input).collect(),
+                None => send.iter().map(context::to_input).collect(),
+            };
+            responses::request_body(settings, instructions, previous.as_deref(), input)
+        };
+        Ok((body, previous.is_some()))
+    }
+
+    /// One attempt: the request sent through the turn's proxy settings,
+    /// text deltas passed on as they come.
+    async fn send_once(&self, body: &Value, chat: bool) -> Result<ModelReply, ProviderError> {
+        let events = self.io.events.clone();
+        let mut on_delta = move |delta: &str| {
+            let _ = events.try_send(Event::TextDelta(delta.to_owned()));
+        };
+        let proxy = std::sync::Arc::new(provider::ProxyVars::of(&self.spec.env));
+        let client = self.engine.clients.get(&proxy)?;
+        let http = provider::Http { client, proxy };
+        let (settings, limits) = (&self.spec.settings, &self.spec.limits);
+        if chat {
+            chat::call(&http, settings, body, limits, &mut on_delta).await
+        } else {
+            responses::call(&http, settings, body, limits, &mut on_delta).await
         }
     }
 }

@@ -52,66 +52,13 @@ impl Turn<'_> {
             })
             .await;
             let was_running = resuming && call.state == CallState::Running;
-            let mut not_run = None;
-            let (output, exit_code, denied, timed_out) = match parse_command(&call) {
-                Err((message, reason)) => {
-                    not_run = Some(reason);
-                    (message, None, false, false)
-                }
-                Ok(command) => {
-                    let approved = if was_running {
-                        self.approve_rerun(&call.call_id, &command).await?
-                    } else {
-                        self.approve(&call.call_id, &command).await?
-                    };
-                    if !approved {
-                        let output = if was_running {
-                            "interrupted while running and not run again (it may have partly run)"
-                        } else {
-                            "the user declined to run this command"
-                        };
-                        (output.to_owned(), None, true, false)
-                    } else {
-                        pending[i].state = CallState::Running;
-                        self.commit(Change {
-                            pending_calls: Some(pending.clone()),
-                            ..Change::default()
-                        })
-                        .await?;
-                        let outcome = shell::run(
-                            &command,
-                            &self.spec.folder,
-                            &self.spec.env,
-                            self.spec.shell_timeout,
-                            self.io.cancel.clone(),
-                        )
-                        .await;
-                        match outcome {
-                            Ok(o) if o.cancelled => {
-                                pending[i].state = CallState::Finished;
-                                pending[i].exit_code = o.exit_code;
-                                pending[i].output = o.for_model();
-                                self.commit(Change {
-                                    pending_calls: Some(pending.clone()),
-                                    ..Change::default()
-                                })
-                                .await?;
-                                return Err(Stop::Cancelled);
-                            }
-                            Ok(o) => (o.for_model(), o.exit_code, false, o.timed_out),
-                            Err(e) => {
-                                not_run = Some(format!("could not start it: {e}"));
-                                (
-                                    format!("could not start the command: {e}"),
-                                    None,
-                                    false,
-                                    false,
-                                )
-                            }
-                        }
-                    }
-                }
-            };
+            let Ran {
+                output,
+                exit_code,
+                denied,
+                timed_out,
+                not_run,
+            } = self.run_call(&mut pending, i, was_running).await?;
             pending[i].state = CallState::Finished;
             pending[i].exit_code = exit_code;
             pending[i].output = output.clone();
@@ -144,6 +91,76 @@ impl Turn<'_> {
         })
         .await?;
         Ok(outputs)
+    }
+
+    /// Runs one call if it may run (approved, well-formed); what it gave.
+    /// A cancel (or agentd stopping) while it runs is recorded, then ends
+    /// the turn.
+    async fn run_call(
+        &mut self,
+        pending: &mut [PendingCall],
+        i: usize,
+        was_running: bool,
+    ) -> Result<Ran, Stop> {
+        let call = pending[i].clone();
+        let command = match parse_command(&call) {
+            Err((message, reason)) => return Ok(Ran::not_run(message, reason)),
+            Ok(command) => command,
+        };
+        let approved = if was_running {
+            self.approve_rerun(&call.call_id, &command).await?
+        } else {
+            self.approve(&call.call_id, &command).await?
+        };
+        if !approved {
+            let output = if was_running {
+                "interrupted while running and not run again (it may have partly run)"
+            } else {
+                "the user declined to run this command"
+            };
+            return Ok(Ran {
+                denied: true,
+                ..Ran::not_run(output.to_owned(), String::new())
+            });
+        }
+        pending[i].state = CallState::Running;
+        self.commit(Change {
+            pending_calls: Some(pending.to_vec()),
+            ..Change::default()
+        })
+        .await?;
+        let outcome = shell::run(
+            &command,
+            &self.spec.folder,
+            &self.spec.env,
+            self.spec.shell_timeout,
+            self.io.cancel.clone(),
+        )
+        .await;
+        match outcome {
+            Ok(o) if o.cancelled => {
+                pending[i].state = CallState::Finished;
+                pending[i].exit_code = o.exit_code;
+                pending[i].output = o.for_model();
+                self.commit(Change {
+                    pending_calls: Some(pending.to_vec()),
+                    ..Change::default()
+                })
+                .await?;
+                Err(Stop::Cancelled)
+            }
+            Ok(o) => Ok(Ran {
+                output: o.for_model(),
+                exit_code: o.exit_code,
+                denied: false,
+                timed_out: o.timed_out,
+                not_run: None,
+            }),
+            Err(e) => Ok(Ran::not_run(
+                format!("could not start the command: {e}"),
+                format!("could not start it: {e}"),
+            )),
+        }
     }
 
     /// A call that was running when the turn died may have had effects:
@@ -202,6 +219,30 @@ impl Turn<'_> {
                 }
                 Some(Input::Approval { .. }) => {} // an answer to another call: ignore
             }
+        }
+    }
+}
+
+/// What one call gave: its output for the model and how it went.
+struct Ran {
+    output: String,
+    exit_code: Option<i32>,
+    denied: bool,
+    timed_out: bool,
+    /// Why it never ran (bad arguments, could not start).
+    not_run: Option<String>,
+}
+
+impl Ran {
+    /// A call that did not run: `output` for the model, `reason` for the
+    /// user (empty: none shown).
+    fn not_run(output: String, reason: String) -> Self {
+        Self {
+            output,
+            exit_code: None,
+            denied: false,
+            timed_out: false,
+            not_run: Some(reason).filter(|r| !r.is_empty()),
         }
     }
 }
