@@ -117,7 +117,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let uid = nix::unistd::geteuid().as_raw();
     let router = Server::builder()
         .layer(InterceptorLayer::new(PeerCheck::new(uid, served)))
-        .add_service(DaemonServer::new(DaemonService::new(Arc::clone(&info))))
+        .add_service(DaemonServer::new(DaemonService::new(
+            Arc::clone(&info),
+            remote.clone(),
+        )))
         .add_service(SessionsServer::new(SessionsService::new(
             Arc::clone(&store),
             snapshots.clone(),

@@ -46,7 +46,9 @@ fn status_never_starts_and_start_stop_do_what_they_say() {
     assert_eq!(status["socket"], env.socket().display().to_string());
     assert_eq!(status["profile"], env.home.display().to_string());
     assert!(status["uptime_ms"].is_u64());
+    assert_eq!(status["remote"]["state"], "off", "{status}");
     let text = stdout(&env.run(["daemon", "status"]));
+    assert!(text.contains("remote:   off"), "{text}");
     for field in ["pid:", "version:", "uptime:", "socket:", "profile:"] {
         assert!(text.contains(field), "{field} missing in {text}");
     }

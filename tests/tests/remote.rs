@@ -147,6 +147,20 @@ fn turns_succeed_while_the_server_is_down_and_are_pushed_once_it_is_back() {
     let out = env.run(["sync", "--wait-ms", "3000"]);
     assert_code(&out, 1);
     assert!(stderr(&out).contains("unreachable"), "{}", stderr(&out));
+    // `agentx daemon status` shows the remote too.
+    let daemon = json_out(&env.run(["daemon", "status", "--json"]));
+    assert_eq!(daemon["remote"]["state"], "pending", "{daemon}");
+    assert!(daemon["remote"]["pending"].as_u64() >= Some(1), "{daemon}");
+    let error = daemon["remote"]["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("127.0.0.1:{}", pg.port)),
+        "{daemon}"
+    );
+    let human = env.run(["daemon", "status"]);
+    assert_code(&human, 0);
+    let text = stdout(&human);
+    assert!(text.contains("remote:   pending ("), "{text}");
+    assert!(text.contains("last error: "), "{text}");
 
     // agentd dies too; the outbox survives it.
     env.kill_daemons();
@@ -155,6 +169,16 @@ fn turns_succeed_while_the_server_is_down_and_are_pushed_once_it_is_back() {
     assert_eq!(synced["reached"], true, "{synced}");
     let st = status(&env);
     assert_eq!(st["remote"]["state"], "synced", "{st}");
+    let daemon = json_out(&env.run(["daemon", "status", "--json"]));
+    assert_eq!(daemon["remote"]["state"], "synced", "{daemon}");
+    assert_eq!(daemon["remote"]["pending"], 0, "{daemon}");
+    assert!(daemon["remote"]["last_error"].is_null(), "{daemon}");
+    let text = stdout(&env.run(["daemon", "status"]));
+    assert!(
+        text.contains("remote:   synced (0 pending) postgresql://agentx@127.0.0.1"),
+        "{text}"
+    );
+    assert!(!text.contains("last error"), "{text}");
     let id = st["session_id"].as_str().unwrap();
     let items = st["transcript_items"].as_i64().unwrap();
     assert_eq!(records(&pg, "t_down", id), (items, items, items));

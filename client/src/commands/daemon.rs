@@ -112,6 +112,7 @@ async fn status(profile: &Profile, json: bool) -> CliResult<()> {
                 "profile": reply.profile_dir,
                 "log": reply.log_path,
                 "rpcs_served": reply.rpcs_served,
+                "remote": super::sessions::remote_json(reply.remote.as_ref()),
             })
         );
         return Ok(());
@@ -139,7 +140,27 @@ async fn status(profile: &Profile, json: bool) -> CliResult<()> {
     if !reply.log_path.is_empty() {
         println!("  log:      {}", reply.log_path);
     }
+    println!("  remote:   {}", remote_line(reply.remote.as_ref()));
+    if let Some(error) = reply
+        .remote
+        .as_ref()
+        .map(|r| &r.last_error)
+        .filter(|e| !e.is_empty())
+    {
+        println!("            last error: {error}");
+    }
     Ok(())
+}
+
+/// `synced (0 pending) postgresql://user@host:5432/db as laptop`, or `off`.
+fn remote_line(remote: Option<&agentx_shared::proto::RemoteState>) -> String {
+    match remote.filter(|r| !r.state.is_empty() && r.state != "off") {
+        None => "off (set remote_url in config.toml or AGENTX_REMOTE_URL)".to_owned(),
+        Some(r) => format!(
+            "{} ({} pending) {} as {}",
+            r.state, r.pending, r.url, r.machine
+        ),
+    }
 }
 
 /// Writes `agentd.service` and `agentd.socket` with this installation's

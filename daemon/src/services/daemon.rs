@@ -33,11 +33,12 @@ pub struct DaemonInfo {
 
 pub struct DaemonService {
     info: Arc<DaemonInfo>,
+    remote: Option<Arc<crate::remote::Remote>>,
 }
 
 impl DaemonService {
-    pub fn new(info: Arc<DaemonInfo>) -> Self {
-        Self { info }
+    pub fn new(info: Arc<DaemonInfo>, remote: Option<Arc<crate::remote::Remote>>) -> Self {
+        Self { info, remote }
     }
 }
 
@@ -94,6 +95,11 @@ impl Daemon for DaemonService {
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
             rpcs_served: info.served.load(Ordering::Relaxed),
+            remote: Some(
+                self.remote
+                    .as_ref()
+                    .map_or_else(crate::remote::off_state, |r| r.state()),
+            ),
         }))
     }
 
