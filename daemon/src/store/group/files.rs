@@ -1,0 +1,310 @@
+//! The directory's files as the actor reads and writes them: loading its
+//! conversations (rebuilt or quarantined when corrupt) and the pointer files.
+
+use super::*;
+
+impl Group {
+    /// Reads one of the directory's pointer files (`current.json`,
+    /// `shared.json`). A missing file is empty; one that does not parse is
+    /// quarantined (kept aside as `.corrupt-<ms>`), reported once, and read
+    /// as empty, so the next write starts it afresh instead of failing or
+    /// silently overwriting it. Any other read error is returned.
+    pub(super) fn read_pointer<T: serde::de::DeserializeOwned + Default>(
+        &mut self,
+        name: &str,
+    ) -> Result<T, StoreError> {
+        let path = self.dir.join(name);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(T::default()),
+            Err(e) => return Err(e.into()),
+        };
+        match serde_json::from_slice(&bytes) {
+            Ok(value) => Ok(value),
+            Err(reason) => {
+                let moved = match durable::quarantine(&path) {
+                    Ok(to) => format!("moved aside to {}", to.display()),
+                    Err(e) => format!("could not be moved aside: {e}"),
+                };
+                tracing::warn!(file = %path.display(), %reason, "quarantined a corrupt pointer file");
+                let what = if name == "shared.json" {
+                    "one-shots branch from the current conversation's latest checkpoint until \
+                     the next turn records a new one"
+                } else {
+                    "the newest conversation is current"
+                };
+                self.notices.push((
+                    None,
+                    format!(
+                        "{} was unreadable ({reason}); it was {moved}, and {what}",
+                        path.display()
+                    ),
+                ));
+                Ok(T::default())
+            }
+        }
+    }
+
+    /// The shared checkpoint of `folder`. When none is recorded (never, or
+    /// `shared.json` was lost to corruption) one-shots branch from the
+    /// latest checkpoint of the folder's current conversation instead of
+    /// starting with no context.
+    pub(super) fn read_shared(&mut self, folder: &str) -> Option<SharedCheckpoint> {
+        if !self.shares_checkpoint {
+            return None;
+        }
+        let file: SharedFile = match self.read_pointer("shared.json") {
+            Ok(file) => file,
+            Err(e) => {
+                tracing::warn!("cannot read {}/shared.json: {e}", self.dir.display());
+                SharedFile::default()
+            }
+        };
+        if let Some(shared) = file.shared.get(folder) {
+            return Some(shared.clone());
+        }
+        let id = self.current_id(folder)?;
+        let doc = &self.sessions.get(&id)?.doc;
+        let cp = doc.checkpoints.last()?;
+        Some(SharedCheckpoint {
+            session_id: doc.id.clone(),
+            response_id: cp.response_id.clone(),
+            journal_items: cp.journal_items,
+            journal_bytes: cp.journal_bytes,
+            rollbacks: doc.rollbacks,
+            at: cp.created_at,
+        })
+    }
+
+    /// Makes `doc`'s current state its folder+agent's shared checkpoint.
+    pub(super) fn write_shared(&mut self, doc: &SessionDoc) -> Result<(), StoreError> {
+        if !self.shares_checkpoint {
+            return Ok(());
+        }
+        let mut file: SharedFile = self.read_pointer("shared.json")?;
+        file.shared.insert(
+            doc.folder.clone(),
+            SharedCheckpoint {
+                session_id: doc.id.clone(),
+                response_id: doc.response_id.clone(),
+                journal_items: doc.journal_items,
+                journal_bytes: doc.journal_bytes,
+                rollbacks: doc.rollbacks,
+                at: now_ms(),
+            },
+        );
+        let bytes = serde_json::to_vec(&file).map_err(|e| StoreError::Io(e.to_string()))?;
+        durable::write_atomic(&self.dir.join("shared.json"), &bytes)?;
+        Ok(())
+    }
+
+    /// Reads every conversation of the directory (all real folders of its
+    /// key). A conversation whose state document is unreadable is rebuilt
+    /// from its transcript when that is readable (see
+    /// [`Session::rebuild`]); otherwise both files are quarantined.
+    /// `requester`: the folder whose request caused the load.
+    pub(super) fn load(&mut self, requester: &str) {
+        self.loaded = true;
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) => {
+                self.notices
+                    .push((None, format!("cannot read {}: {e}", self.dir.display())));
+                return;
+            }
+        };
+        let mut bad = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".json")
+                || name == "current.json"
+                || name == "shared.json"
+                || name.starts_with('.')
+            {
+                continue;
+            }
+            match Session::load(&path) {
+                Ok(mut session) => {
+                    if session.doc.turn_open {
+                        // agentd died during this turn: what it recorded stands.
+                        session.doc.turn_open = false;
+                        session.doc.interrupted = Some(Marker {
+                            message: "agentd stopped during the turn".into(),
+                            at: now_ms(),
+                            retryable: true,
+                        });
+                        if let Err(e) = session.save() {
+                            self.notices.push((
+                                Some(session.doc.folder.clone()),
+                                format!("cannot update {}: {e}", path.display()),
+                            ));
+                        }
+                    }
+                    self.sessions.insert(session.doc.id.clone(), session);
+                }
+                Err(LoadError::Corrupt {
+                    path: bad_path,
+                    reason,
+                }) => {
+                    bad.push((path, bad_path, reason));
+                }
+                Err(LoadError::Io(e)) => {
+                    self.notices
+                        .push((None, format!("cannot read {}: {e}", path.display())));
+                }
+            }
+        }
+        let current: CurrentFile = self.read_pointer("current.json").unwrap_or_else(|e| {
+            tracing::warn!("cannot read {}/current.json: {e}", self.dir.display());
+            CurrentFile::default()
+        });
+        let shared: SharedFile = if self.shares_checkpoint {
+            self.read_pointer("shared.json").unwrap_or_default()
+        } else {
+            SharedFile::default()
+        };
+        for (doc_path, bad_path, reason) in bad {
+            let id = doc_path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if !self.shares_checkpoint || id.is_empty() || self.sessions.contains_key(&id) {
+                self.quarantine(&doc_path, &bad_path, &reason);
+                continue;
+            }
+            let folder = self.owner_of(&id, &current, &shared, requester);
+            let rollbacks = shared
+                .shared
+                .values()
+                .find(|s| s.session_id == id)
+                .map_or(0, |s| s.rollbacks);
+            match self.rebuild(&doc_path, &id, &folder, rollbacks, &reason) {
+                Ok(session) => {
+                    self.sessions.insert(id, session);
+                }
+                Err(why) => {
+                    tracing::warn!(file = %doc_path.display(), %why, "cannot rebuild a conversation");
+                    self.quarantine(&doc_path, &bad_path, &reason);
+                }
+            }
+        }
+        self.current = current
+            .current
+            .into_iter()
+            .filter(|(folder, id)| {
+                self.sessions
+                    .get(id)
+                    .is_some_and(|s| &s.doc.folder == folder)
+            })
+            .collect();
+    }
+
+    /// The real folder a conversation whose document is unreadable belongs
+    /// to: the one a pointer file names it for, else the only real folder
+    /// this directory is known to hold, else the folder asking.
+    pub(super) fn owner_of(
+        &self,
+        id: &str,
+        current: &CurrentFile,
+        shared: &SharedFile,
+        requester: &str,
+    ) -> String {
+        let named = current
+            .current
+            .iter()
+            .find(|(_, cur)| cur.as_str() == id)
+            .map(|(folder, _)| folder)
+            .or_else(|| {
+                shared
+                    .shared
+                    .iter()
+                    .find(|(_, s)| s.session_id == id)
+                    .map(|(folder, _)| folder)
+            });
+        if let Some(folder) = named {
+            return folder.clone();
+        }
+        let known: HashSet<&String> = self
+            .sessions
+            .values()
+            .map(|s| &s.doc.folder)
+            .chain(current.current.keys())
+            .chain(shared.shared.keys())
+            .collect();
+        match known.into_iter().collect::<Vec<_>>().as_slice() {
+            [only] => (*only).clone(),
+            _ => requester.to_owned(),
+        }
+    }
+
+    /// Rebuilds conversation `id` from its journal: keeps the unreadable
+    /// document (and any cut journal tail) aside, writes the rebuilt one,
+    /// and leaves one notice.
+    pub(super) fn rebuild(
+        &mut self,
+        doc_path: &std::path::Path,
+        id: &str,
+        folder: &str,
+        rollbacks: u64,
+        reason: &str,
+    ) -> Result<Session, String> {
+        let rebuilt = Session::rebuild(&self.dir, id, folder, &self.agent, rollbacks)
+            .map_err(|e| e.to_string())?;
+        // Copy first, then replace: a crash in between leaves the bad
+        // document in place (rebuilt again next time), never no document.
+        let kept = durable::quarantine_copy(doc_path).map_err(|e| e.to_string())?;
+        let tail = rebuilt.keep_cut_tail(now_ms()).map_err(|e| e.to_string())?;
+        let mut session = rebuilt.session;
+        session.save().map_err(|e| e.to_string())?;
+        tracing::warn!(file = %doc_path.display(), %reason, "rebuilt a conversation from its transcript");
+        let tail_note = tail
+            .map(|t| {
+                format!(
+                    "; its transcript's unreadable tail was cut and kept as {}",
+                    t.display()
+                )
+            })
+            .unwrap_or_default();
+        self.notices.push((
+            Some(folder.to_owned()),
+            format!(
+                "conversation {id} ({:?}) had an unreadable state file ({reason}); it was rebuilt \
+                 from its transcript ({} turns) and the bad file kept as {}{tail_note}; its usage \
+                 totals, server response chain, approvals and rollback backup were lost",
+                session.doc.title,
+                session.doc.turns,
+                kept.display()
+            ),
+        ));
+        Ok(session)
+    }
+
+    pub(super) fn quarantine(
+        &mut self,
+        doc: &std::path::Path,
+        bad: &std::path::Path,
+        reason: &str,
+    ) {
+        let mut moved = Vec::new();
+        for path in [doc.to_path_buf(), doc.with_extension("jsonl")] {
+            if path.exists() {
+                match durable::quarantine(&path) {
+                    Ok(to) => moved.push(to.display().to_string()),
+                    Err(e) => moved.push(format!("(could not move {}: {e})", path.display())),
+                }
+            }
+        }
+        tracing::warn!(file = %bad.display(), %reason, "quarantined a corrupt conversation");
+        self.notices.push((
+            None,
+            format!(
+                "a conversation file was unreadable ({}: {reason}); it was moved aside to {} and a \
+                 fresh conversation continues",
+                bad.display(),
+                moved.join(", ")
+            ),
+        ));
+    }
+}

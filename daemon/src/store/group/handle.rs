@@ -1,0 +1,286 @@
+//! The request side of a group actor: what callers send (`Msg`, `Change`,
+//! targets), the handle that sends it, and the lease a running turn holds.
+
+use super::*;
+
+pub(in crate::store) fn now_ms() -> i64 {
+    agentx_shared::time::unix_ms(SystemTime::now())
+}
+
+/// A fresh conversation id: time-ordered, unique, safe as a file name.
+pub(in crate::store) fn new_id() -> String {
+    use std::hash::{BuildHasher as _, RandomState};
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let salt = RandomState::new().hash_one((nanos, std::process::id()));
+    format!("{:011x}-{:06x}", now_ms(), salt & 0xff_ffff)
+}
+
+pub enum OpenTarget {
+    Latest,
+    /// 1 is the newest.
+    Index(u32),
+    Id(String),
+    New,
+}
+
+/// What opening a conversation returns.
+pub struct Opened {
+    pub doc: SessionDoc,
+    /// The last few (user, assistant) exchanges, oldest first.
+    pub recent: Vec<(String, String)>,
+    pub notices: Vec<String>,
+}
+
+/// A set of field updates applied (and made durable) in one step.
+#[derive(Default, Debug)]
+pub struct Change {
+    pub append: Vec<Item>,
+    pub response_id: Option<Option<String>>,
+    pub add_usage: Option<Usage>,
+    pub last_user: Option<String>,
+    pub last_assistant: Option<String>,
+    pub pending_calls: Option<Vec<PendingCall>>,
+    pub clear_pending_shell: bool,
+    pub add_pending_shell: Option<String>,
+    pub turn_completed: bool,
+    pub approve_all: Option<bool>,
+    pub unsent: Option<Vec<Item>>,
+    pub turn_open: Option<bool>,
+    pub interrupted: Option<Option<Marker>>,
+    pub failed: Option<Option<Marker>>,
+    /// The answer was (Some) or was not (None) cut short by the server.
+    pub cut_short: Option<Option<Marker>>,
+    /// Record a checkpoint of the resulting state (a successful turn) and
+    /// make it the folder+agent's shared checkpoint.
+    pub checkpoint: bool,
+    /// A new title (a rename; does not move the conversation in the list).
+    pub title: Option<String>,
+}
+
+pub enum RollbackTarget {
+    /// 1 is the newest checkpoint.
+    Index(u32),
+    /// Back to before the first message (used to retry a first turn).
+    Origin,
+    Undo,
+}
+
+/// The branch point one-shots start from: a successful interactive turn or
+/// a rollback of this folder+agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedCheckpoint {
+    pub session_id: String,
+    pub response_id: Option<String>,
+    pub journal_items: u64,
+    pub journal_bytes: u64,
+    /// The conversation's rollback count when this was recorded.
+    #[serde(default)]
+    pub rollbacks: u64,
+    pub at: i64,
+}
+
+pub(in crate::store) enum Msg {
+    List(oneshot::Sender<Vec<SessionDoc>>),
+    Open(OpenTarget, oneshot::Sender<Result<Opened, StoreError>>),
+    Get(
+        Option<String>,
+        oneshot::Sender<Result<Option<SessionDoc>, StoreError>>,
+    ),
+    Clear(
+        Option<String>,
+        oneshot::Sender<Result<SessionDoc, StoreError>>,
+    ),
+    BeginTurn(
+        Option<String>,
+        oneshot::Sender<Result<SessionDoc, StoreError>>,
+    ),
+    EndTurn(String),
+    Commit(
+        String,
+        Box<Change>,
+        oneshot::Sender<Result<SessionDoc, StoreError>>,
+    ),
+    Transcript(String, oneshot::Sender<Result<Vec<Item>, StoreError>>),
+    Checkpoints(
+        Option<String>,
+        oneshot::Sender<Result<Vec<Checkpoint>, StoreError>>,
+    ),
+    /// The bool: asked by the turn that holds the conversation.
+    Rollback(
+        Option<String>,
+        RollbackTarget,
+        bool,
+        oneshot::Sender<Result<SessionDoc, StoreError>>,
+    ),
+    Shared(oneshot::Sender<Option<SharedCheckpoint>>),
+    Adopt(Box<SessionDoc>, oneshot::Sender<Result<(), StoreError>>),
+    /// Like `BeginTurn` for one conversation, but never waits: `None` when
+    /// a turn runs on it.
+    TryBeginTurn(
+        String,
+        oneshot::Sender<Result<Option<SessionDoc>, StoreError>>,
+    ),
+    /// Makes a conversation equal the remote's copy (asked under its lease).
+    Absorb(
+        String,
+        Box<crate::store::pulled::Pulled>,
+        oneshot::Sender<Result<SessionDoc, StoreError>>,
+    ),
+    /// Makes `to` current where `from` is.
+    Repoint(String, String, oneshot::Sender<Result<(), StoreError>>),
+}
+
+/// A request and the real folder it is about.
+pub(in crate::store) type Envelope = (String, Msg);
+
+/// The actor's mailbox; the registry in `Store` keeps weak ones.
+pub(in crate::store) type Mailbox = mpsc::UnboundedSender<Envelope>;
+pub(in crate::store) type WeakMailbox = mpsc::WeakUnboundedSender<Envelope>;
+
+/// Cheap, cloneable address of a group actor, for one real folder. While
+/// any handle lives the actor does; the last one dropped ends it.
+#[derive(Clone)]
+pub struct GroupHandle {
+    tx: Mailbox,
+    folder: String,
+}
+
+/// The right to run a turn on one conversation; dropping it lets the next
+/// waiting turn start.
+pub struct TurnLease {
+    pub doc: SessionDoc,
+    handle: GroupHandle,
+}
+
+impl Drop for TurnLease {
+    fn drop(&mut self) {
+        let _ = self.handle.send(Msg::EndTurn(self.doc.id.clone()));
+    }
+}
+
+impl GroupHandle {
+    pub(in crate::store) fn new(tx: Mailbox, folder: String) -> Self {
+        Self { tx, folder }
+    }
+
+    fn send(&self, msg: Msg) -> Result<(), StoreError> {
+        self.tx
+            .send((self.folder.clone(), msg))
+            .map_err(|_| StoreError::Closed)
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Msg) -> Result<T, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(make(tx))?;
+        rx.await.map_err(|_| StoreError::Closed)
+    }
+
+    /// Conversations of this folder and agent, newest first.
+    pub async fn list(&self) -> Result<Vec<SessionDoc>, StoreError> {
+        self.ask(Msg::List).await
+    }
+
+    pub async fn open(&self, target: OpenTarget) -> Result<Opened, StoreError> {
+        self.ask(|tx| Msg::Open(target, tx)).await?
+    }
+
+    /// The named conversation, or the current one (`None` when there is none).
+    pub async fn get(&self, session: Option<String>) -> Result<Option<SessionDoc>, StoreError> {
+        self.ask(|tx| Msg::Get(session, tx)).await?
+    }
+
+    /// Deletes a conversation's files and returns the fresh one replacing it.
+    pub async fn clear(&self, session: Option<String>) -> Result<SessionDoc, StoreError> {
+        self.ask(|tx| Msg::Clear(session, tx)).await?
+    }
+
+    /// Waits until no other turn runs on the conversation, then holds it.
+    pub async fn begin_turn(&self, session: Option<String>) -> Result<TurnLease, StoreError> {
+        let doc = self.ask(|tx| Msg::BeginTurn(session, tx)).await??;
+        Ok(TurnLease {
+            doc,
+            handle: self.clone(),
+        })
+    }
+
+    /// Applies a change; returns once it is on disk.
+    pub async fn commit(&self, session: &str, change: Change) -> Result<SessionDoc, StoreError> {
+        self.ask(|tx| Msg::Commit(session.to_owned(), Box::new(change), tx))
+            .await?
+    }
+
+    /// The committed local transcript.
+    pub async fn transcript(&self, session: &str) -> Result<Vec<Item>, StoreError> {
+        self.ask(|tx| Msg::Transcript(session.to_owned(), tx))
+            .await?
+    }
+
+    /// Checkpoints, oldest first.
+    pub async fn checkpoints(
+        &self,
+        session: Option<String>,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        self.ask(|tx| Msg::Checkpoints(session, tx)).await?
+    }
+
+    /// Restores a checkpoint (or undoes the last rollback); returns the new state.
+    pub async fn rollback(
+        &self,
+        session: Option<String>,
+        target: RollbackTarget,
+    ) -> Result<SessionDoc, StoreError> {
+        self.ask(|tx| Msg::Rollback(session, target, false, tx))
+            .await?
+    }
+
+    /// A rollback by the turn that holds the conversation (a retry).
+    pub async fn rollback_in_turn(
+        &self,
+        lease: &TurnLease,
+        target: RollbackTarget,
+    ) -> Result<SessionDoc, StoreError> {
+        let id = Some(lease.doc.id.clone());
+        self.ask(|tx| Msg::Rollback(id, target, true, tx)).await?
+    }
+
+    /// Makes a prepared conversation document durable in this group.
+    pub async fn adopt(&self, doc: SessionDoc) -> Result<(), StoreError> {
+        self.ask(|tx| Msg::Adopt(Box::new(doc), tx)).await?
+    }
+
+    /// The right to run on conversation `id` now, or `None` when a turn
+    /// holds it (never waits).
+    pub async fn try_begin_turn(&self, id: &str) -> Result<Option<TurnLease>, StoreError> {
+        let doc = self
+            .ask(|tx| Msg::TryBeginTurn(id.to_owned(), tx))
+            .await??;
+        Ok(doc.map(|doc| TurnLease {
+            doc,
+            handle: self.clone(),
+        }))
+    }
+
+    /// Makes the leased conversation equal the remote's copy, durably.
+    pub async fn absorb(
+        &self,
+        lease: &TurnLease,
+        pulled: crate::store::pulled::Pulled,
+    ) -> Result<SessionDoc, StoreError> {
+        let id = lease.doc.id.clone();
+        self.ask(|tx| Msg::Absorb(id, Box::new(pulled), tx)).await?
+    }
+
+    /// Makes `to` the current conversation of this folder if `from` is.
+    pub async fn repoint(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        let (from, to) = (from.to_owned(), to.to_owned());
+        self.ask(|tx| Msg::Repoint(from, to, tx)).await?
+    }
+
+    /// The shared checkpoint one-shots branch from, if any.
+    pub async fn shared(&self) -> Result<Option<SharedCheckpoint>, StoreError> {
+        self.ask(Msg::Shared).await
+    }
+}
