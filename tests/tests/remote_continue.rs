@@ -441,3 +441,69 @@ fn clear_deletes_the_remote_copy_too_and_says_so() {
     assert_code(&out, 0);
     assert!(!stdout(&out).contains("remote"), "{}", stdout(&out));
 }
+
+#[test]
+fn a_repl_still_on_the_conversation_continues_the_fork_and_says_so_once() {
+    use std::io::{BufRead as _, Write as _};
+    let Some(pg) = shared() else { return };
+    pg.create_db("c_redirect");
+    let url = pg.url("c_redirect");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let mut b = machine("machine-b", "git@github.com:acme/app.git", &url);
+    let model = FakeModel::start();
+    assert_code(
+        &a.chat(&model, ["--approval", "never"], "common start\n"),
+        0,
+    );
+    assert_eq!(sync(&a)["reached"], true);
+    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_code(&b.chat(&model, ["resume", id.as_str()], ""), 0);
+
+    // B's REPL stays open on the conversation; its first turn is offline.
+    set_url(&mut b, "postgresql://agentx@127.0.0.1:1/nowhere");
+    let mut repl = b
+        .agentx(["--approval", "never"])
+        .env("AGENTX_BASE_URL", model.base_url())
+        .env("AGENTX_MODEL", "fake-model")
+        .env("OPENAI_API_KEY", agentx_tests::TEST_KEY)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = repl.stdin.take().unwrap();
+    let mut answers = std::io::BufReader::new(repl.stdout.take().unwrap()).lines();
+    writeln!(input, "b one").unwrap();
+    let answer = answers.next().unwrap().unwrap();
+    assert_eq!(answer, "echo: b one [turns seen: 2]");
+    // A goes on meanwhile; B's agentd comes back online and forks.
+    assert_code(&a.chat(&model, ["--approval", "never"], "a two\n"), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    set_url(&mut b, &url);
+    let synced = sync(&b);
+    let fork_id = synced["forks"][0]["fork_id"].as_str().unwrap().to_owned();
+
+    // The REPL's next message goes on with B's own line, the fork.
+    writeln!(input, "b two").unwrap();
+    drop(input);
+    let answer = answers.next().unwrap().unwrap();
+    assert_eq!(answer, "echo: b two [turns seen: 3]");
+    let out = repl.wait_with_output().unwrap();
+    assert_code(&out, 0);
+    let said = stderr(&out);
+    let lines: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("kept as a fork"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{said}");
+    assert!(lines[0].contains(&fork_id), "{said}");
+    assert_eq!(sync(&b)["reached"], true);
+    let ours: Vec<String> = texts(pg, "c_redirect", &fork_id);
+    assert!(ours.iter().any(|t| t == "b two"), "{ours:?}");
+    let theirs = texts(pg, "c_redirect", &id);
+    assert!(!theirs.iter().any(|t| t.starts_with("b ")), "{theirs:?}");
+    assert_eq!(
+        pg.count("c_redirect", "SELECT count(*) FROM conversations"),
+        2
+    );
+}
