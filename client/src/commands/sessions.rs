@@ -366,6 +366,9 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
             "remote        {} ({} pending) {}{error}",
             r.state, r.pending, r.url
         );
+        if s.remote_copy {
+            println!("              this conversation is kept there too");
+        }
     }
     println!(
         "daemon        pid {}, version {}",

@@ -343,7 +343,9 @@ pub(super) async fn settle(
     }
     if shared < mine {
         // Both went on: ours is kept as a fork first.
-        let title = format!("{} (fork on {})", doc.title, remote.machine);
+        let title = format!("{} (fork on {})", doc.title, remote.machine)
+            .trim_start()
+            .to_owned();
         let turn = copy::turns_at(&doc, shared);
         let fork = crate::store::fork::keep_as_fork(group, &dir, &doc, turn, title.clone())
             .await
