@@ -17,12 +17,15 @@ use agentx_shared::proto::{self, SessionSummary};
 use crate::store::session::SessionDoc;
 use crate::store::{GroupHandle, Store, StoreError};
 
+/// Store errors as statuses, in one place: what the caller asked for is
+/// missing or wrong, or agentd's storage failed, or it is going away.
 pub fn status_of(e: StoreError) -> Status {
+    let message = e.to_string();
     match e {
-        StoreError::NotFound(m) => Status::not_found(m),
-        StoreError::Invalid(m) => Status::invalid_argument(m),
-        StoreError::Io(m) => Status::internal(format!("storage error: {m}")),
-        StoreError::Closed => Status::unavailable("agentd is shutting down"),
+        StoreError::NotFound(_) => Status::not_found(message),
+        StoreError::Invalid(_) => Status::invalid_argument(message),
+        StoreError::Disk(_) | StoreError::Io(_) => Status::internal(message),
+        StoreError::Closed => Status::unavailable(message),
     }
 }
 

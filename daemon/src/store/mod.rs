@@ -24,6 +24,10 @@ pub enum StoreError {
     NotFound(String),
     #[error("{0}")]
     Invalid(String),
+    /// A file operation failed; the OS error is kept as the source.
+    #[error("storage error: {0}")]
+    Disk(#[source] std::sync::Arc<std::io::Error>),
+    /// Stored data that cannot be written or read back as it should.
     #[error("storage error: {0}")]
     Io(String),
     #[error("agentd is shutting down")]
@@ -32,7 +36,7 @@ pub enum StoreError {
 
 impl From<std::io::Error> for StoreError {
     fn from(e: std::io::Error) -> Self {
-        Self::Io(e.to_string())
+        Self::Disk(std::sync::Arc::new(e))
     }
 }
 
