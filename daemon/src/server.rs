@@ -124,7 +124,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .add_service(SessionsServer::new(SessionsService::new(
             Arc::clone(&store),
             snapshots.clone(),
-            remote,
+            remote.clone(),
         )))
         .add_service(TurnsServer::new(TurnsService::new(
             Arc::clone(&store),
@@ -143,6 +143,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             LibraryServer::new(crate::services::library::LibraryService::new(
                 Arc::clone(&store),
                 search,
+                remote.clone(),
             ))
             .max_decoding_message_size(crate::services::library::MAX_IMPORT_BYTES)
             .max_encoding_message_size(crate::services::library::MAX_IMPORT_BYTES),

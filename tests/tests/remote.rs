@@ -22,6 +22,26 @@ fn machine(name: &str, origin: &str, url: &str) -> TestEnv {
     env
 }
 
+/// `agentx search --json ARGS` until `ok` holds for its hits (the local
+/// index follows commits in the background); the last run's output.
+fn search_until(
+    env: &TestEnv,
+    args: &[&str],
+    ok: impl Fn(&[Value]) -> bool,
+) -> std::process::Output {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut all = vec!["search", "--json"];
+        all.extend_from_slice(args);
+        let out = env.run(&all);
+        if json_out(&out).as_array().is_some_and(|hits| ok(hits)) {
+            return out;
+        }
+        assert!(Instant::now() < deadline, "search {args:?} never matched");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 fn sync(env: &TestEnv) -> Value {
     json_out(&env.run(["sync", "--json"]))
 }
@@ -108,9 +128,10 @@ fn turns_are_pushed_with_their_metadata_and_a_repush_adds_no_duplicate() {
     assert_eq!(records(pg, "t_push", &id), (items, items, items));
     assert_eq!(pg.count("t_push", "SELECT count(*) FROM conversations"), 1);
     // The schema is versioned.
+    assert!(pg.count("t_push", "SELECT max(version)::int8 FROM schema_version") >= 2);
     assert_eq!(
         pg.count("t_push", "SELECT max(version)::int8 FROM schema_version"),
-        1
+        pg.count("t_push", "SELECT count(*) FROM schema_version")
     );
 }
 
@@ -278,6 +299,20 @@ fn listing_with_a_silent_remote_answers_within_its_bound() {
     let note = stderr(&out);
     assert_eq!(note.lines().count(), 1, "{note}");
     assert!(note.contains("remote store was not reached"), "{note}");
+
+    // Search too: this machine's hits, and one line saying the remote
+    // was not reached within its bound (it never answers).
+    let out = search_until(&env, &["local"], |hits| hits.len() == 1);
+    let hits = json_out(&out);
+    assert_eq!(hits[0]["where"], "local");
+    let note = stderr(&out);
+    let note: Vec<&str> = note.lines().filter(|l| l.contains("remote")).collect();
+    assert_eq!(note.len(), 1, "{note:?}");
+    let note = note[0];
+    assert!(
+        note.contains("remote store was not reached within"),
+        "{note}"
+    );
 
     let st = status(&env);
     assert_eq!(st["remote"]["state"], "pending", "{st}");
@@ -507,4 +542,104 @@ fn tls_is_used_and_checked_as_sslmode_says() {
     );
     assert_code(&plain.chat(&model, ["--approval", "never"], "plain\n"), 0);
     assert_code(&plain.run(["sync", "--wait-ms", "3000"]), 1);
+}
+
+#[test]
+fn search_finds_remote_only_conversations_of_the_project_marked_remote() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("t_search");
+    let url = pg.url("t_search");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let b = machine("machine-b", "https://github.com/acme/app", &url);
+    let other = machine("machine-c", "git@github.com:acme/other.git", &url);
+    let model = FakeModel::start();
+    assert_code(
+        &a.chat(
+            &model,
+            ["--approval", "never"],
+            "plan the quokka migration\nthen the zebra rollout for quokka users\n",
+        ),
+        0,
+    );
+    assert_code(
+        &other.chat(
+            &model,
+            ["--approval", "never"],
+            "quokka in another project\n",
+        ),
+        0,
+    );
+    assert_code(
+        &b.chat(&model, ["--approval", "never"], "a local quokka note\n"),
+        0,
+    );
+    for env in [&a, &other, &b] {
+        assert_eq!(sync(env)["reached"], true);
+    }
+    let a_id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    let b_id = status(&b)["session_id"].as_str().unwrap().to_owned();
+
+    // B's index has caught up with its own conversation.
+    search_until(&b, &["note"], |hits| hits.len() == 1);
+    let out = b.run(["search", "zebra", "--json"]);
+    assert_code(&out, 0);
+    assert_eq!(stderr(&out), "", "no note when the remote answered");
+    let hits = json_out(&out);
+    let hits = hits.as_array().unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    let hit = &hits[0];
+    assert_eq!(hit["session_id"], a_id.as_str());
+    assert_eq!(hit["where"], "remote");
+    assert_eq!(hit["machine"], "machine-a");
+    assert_eq!(hit["turn"], 2, "{hit}");
+    assert_eq!(hit["title"], "plan the quokka migration");
+    let snippet = hit["snippet"].as_str().unwrap();
+    assert!(snippet.contains("zebra rollout"), "{snippet}");
+    let marked: Vec<&str> = hit["highlights"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &snippet[r[0].as_u64().unwrap() as usize..r[1].as_u64().unwrap() as usize])
+        .collect();
+    assert_eq!(marked, ["zebra"], "{hit}");
+
+    // Local and remote together; the other project only with --all; B's
+    // own conversation (also on the server) only once, as local.
+    let ids = |args: &[&str]| -> Vec<(String, String)> {
+        let hits = json_out(&b.run(args));
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["session_id"].as_str().unwrap().to_owned(),
+                    h["where"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let scoped = ids(&["search", "quokka", "--json"]);
+    assert!(
+        scoped.contains(&(b_id.clone(), "local".into())),
+        "{scoped:?}"
+    );
+    assert!(
+        scoped.contains(&(a_id.clone(), "remote".into())),
+        "{scoped:?}"
+    );
+    assert!(
+        scoped.iter().all(|(id, w)| id != &b_id || w == "local"),
+        "{scoped:?}"
+    );
+    let other_id = status(&other)["session_id"].as_str().unwrap().to_owned();
+    assert!(!scoped.iter().any(|(id, _)| id == &other_id), "{scoped:?}");
+    let all = ids(&["search", "quokka", "--all", "--json"]);
+    assert!(all.contains(&(other_id, "remote".into())), "{all:?}");
+
+    // Human output marks remote hits and names their machine.
+    let human = b.run(["search", "zebra"]);
+    assert_code(&human, 0);
+    let text = stdout(&human);
+    assert!(text.contains(&format!("remote: {a_id}")), "{text}");
+    assert!(text.contains("on machine-a"), "{text}");
 }

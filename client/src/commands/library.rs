@@ -157,6 +157,7 @@ pub fn hit_json(h: &SearchHit) -> Value {
         "highlights": h.highlights.iter().map(|r| json!([r.start, r.end])).collect::<Vec<_>>(),
         "score": h.score,
         "where": h.r#where,
+        "machine": if h.machine.is_empty() { Value::Null } else { json!(h.machine) },
     })
 }
 
@@ -173,6 +174,9 @@ pub async fn search(ctx: &Ctx, text: &str, all: bool, limit: u32) -> CliResult<V
         .into_inner();
     if reply.indexing {
         eprintln!("agentx: the search index is still catching up; results may be incomplete");
+    }
+    if !reply.remote_note.is_empty() {
+        eprintln!("agentx: {}", reply.remote_note);
     }
     Ok(reply.hits)
 }
@@ -206,8 +210,9 @@ pub fn print_hits(ctx: &Ctx, hits: &[SearchHit]) {
             crate::when::human(h.at.as_ref()),
             h.title
         );
-        let elsewhere = h.folder != ctx.scope.folder || h.agent != ctx.scope.agent;
-        if elsewhere {
+        if h.r#where == "remote" {
+            println!("     {} (agent {}, on {})", h.folder, h.agent, h.machine);
+        } else if h.folder != ctx.scope.folder || h.agent != ctx.scope.agent {
             println!("     {} (agent {})", h.folder, h.agent);
         }
         println!("     {}", marked(&h.snippet, h, open, close));

@@ -24,6 +24,7 @@ mod project;
 pub mod pull;
 mod pusher;
 mod schema;
+mod search;
 mod tls;
 mod url;
 
@@ -38,6 +39,7 @@ use tokio_postgres::Client;
 use agentx_shared::proto::RemoteState;
 
 pub use project::project_key;
+pub use search::RemoteHit;
 use url::RemoteUrl;
 
 /// Why talking to the remote failed. Messages never hold the password.

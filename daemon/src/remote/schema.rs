@@ -10,9 +10,10 @@ use super::RemoteError;
 const LOCK_KEY: i64 = 0x6167_656e_7478;
 
 /// (version, SQL), in order. Never edit a released one: add the next.
-const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    "CREATE TABLE conversations (
+const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        "CREATE TABLE conversations (
         id text PRIMARY KEY,
         project text NOT NULL,
         agent text NOT NULL,
@@ -38,10 +39,26 @@ const MIGRATIONS: &[(i32, &str)] = &[(
         machine text NOT NULL,
         PRIMARY KEY (conversation_id, seq)
     );",
-)];
+    ),
+    (
+        2,
+        // Full-text search (issue 17): what was said and tool outputs, and
+        // titles; 'simple' (no stemming), as the local index.
+        "ALTER TABLE records ADD COLUMN search tsvector GENERATED ALWAYS AS (
+            to_tsvector('simple'::regconfig,
+                coalesce(item->>'text', '') || ' ' || coalesce(item->>'arguments', '')
+                || ' ' || coalesce(item->>'output', ''))
+        ) STORED;
+        CREATE INDEX records_search ON records USING gin (search);
+        ALTER TABLE conversations ADD COLUMN title_search tsvector GENERATED ALWAYS AS (
+            to_tsvector('simple'::regconfig, title)
+        ) STORED;
+        CREATE INDEX conversations_title_search ON conversations USING gin (title_search);",
+    ),
+];
 
 /// The newest schema this agentd knows.
-pub const LATEST: i32 = 1;
+pub const LATEST: i32 = 2;
 
 /// Brings the server's schema up to [`LATEST`].
 pub async fn migrate(client: &mut Client) -> Result<(), RemoteError> {

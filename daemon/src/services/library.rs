@@ -12,18 +12,105 @@ use agentx_shared::proto::{
 };
 
 use super::{group_for, session_arg, status_of, summary};
+use crate::remote::{Remote, RemoteError};
 use crate::search::SearchIndex;
 use crate::store::{Change, Store, fork};
 
 pub struct LibraryService {
     store: Arc<Store>,
     search: Option<Arc<SearchIndex>>,
+    remote: Option<Arc<Remote>>,
 }
 
 impl LibraryService {
-    pub fn new(store: Arc<Store>, search: Option<Arc<SearchIndex>>) -> Self {
-        Self { store, search }
+    pub fn new(
+        store: Arc<Store>,
+        search: Option<Arc<SearchIndex>>,
+        remote: Option<Arc<Remote>>,
+    ) -> Self {
+        Self {
+            store,
+            search,
+            remote,
+        }
     }
+
+    /// Remote-only conversations' hits (bounded wait), or the one line
+    /// saying the remote was not reached.
+    async fn search_remote(
+        &self,
+        remote: Arc<Remote>,
+        query: String,
+        scope: Option<(String, String)>,
+        limit: usize,
+    ) -> Result<Vec<SearchHit>, String> {
+        let group_dir = scope.as_ref().map(|(f, a)| self.store.group_dir(f, a));
+        let searching = async {
+            let lister = Arc::clone(&remote);
+            let local = tokio::task::spawn_blocking(move || lister.local_ids(group_dir.as_deref()))
+                .await
+                .map_err(|e| RemoteError::Local(e.to_string()))?;
+            let key = scope.as_ref().map(|(folder, agent)| {
+                (
+                    crate::remote::project_key(std::path::Path::new(folder), remote.machine()),
+                    agent.as_str(),
+                )
+            });
+            let key = key.as_ref().map(|(p, a)| (p.as_str(), *a));
+            remote.search(&query, key, &local, limit).await
+        };
+        match tokio::time::timeout(crate::remote::LIST_WAIT, searching).await {
+            Ok(Ok(hits)) => Ok(hits.into_iter().map(remote_hit).collect()),
+            Ok(Err(e)) => Err(format!(
+                "the remote store was not reached ({e}); showing this machine's matches only"
+            )),
+            Err(_) => Err(format!(
+                "the remote store was not reached within {} ms; showing this machine's matches only",
+                crate::remote::LIST_WAIT.as_millis()
+            )),
+        }
+    }
+}
+
+fn remote_hit(h: crate::remote::RemoteHit) -> SearchHit {
+    SearchHit {
+        session_id: h.session_id,
+        folder: h.folder,
+        agent: h.agent,
+        title: h.title,
+        turn: h.turn,
+        at: Some(Timestamp { unix_ms: h.at }),
+        snippet: h.snippet,
+        highlights: highlights(h.highlights),
+        score: h.score,
+        r#where: "remote".into(),
+        machine: h.machine,
+    }
+}
+
+fn highlights(ranges: Vec<(usize, usize)>) -> Vec<Highlight> {
+    ranges
+        .into_iter()
+        .map(|(start, end)| Highlight {
+            start: u32::try_from(start).unwrap_or(u32::MAX),
+            end: u32::try_from(end).unwrap_or(u32::MAX),
+        })
+        .collect()
+}
+
+/// Local and remote hits in one list, best first: each scored relative to
+/// the best of its own engine (tantivy's and PostgreSQL's scales differ).
+fn merge(local: Vec<SearchHit>, remote: Vec<SearchHit>, limit: usize) -> Vec<SearchHit> {
+    fn relative(hits: Vec<SearchHit>) -> Vec<(f32, SearchHit)> {
+        let best = hits.iter().map(|h| h.score).fold(0.0_f32, f32::max);
+        hits.into_iter()
+            .map(|h| (if best > 0.0 { h.score / best } else { 0.0 }, h))
+            .collect()
+    }
+    let mut all = relative(local);
+    all.extend(relative(remote));
+    all.sort_by(|a, b| b.0.total_cmp(&a.0));
+    all.into_iter().take(limit).map(|(_, h)| h).collect()
 }
 
 /// Longest title kept, in characters.
@@ -106,46 +193,60 @@ impl Library for LibraryService {
             req.limit.min(1000)
         } as usize;
         let started = std::time::Instant::now();
+        let remote = self
+            .remote
+            .clone()
+            .map(|remote| self.search_remote(remote, req.query.clone(), scope.clone(), limit));
         let (search, query) = (Arc::clone(&search), req.query);
-        let (hits, search) = tokio::task::spawn_blocking(move || {
+        let local = tokio::task::spawn_blocking(move || {
             let scope = scope.as_ref().map(|(f, a)| (f.as_str(), a.as_str()));
             (search.search(&query, scope, limit), search)
-        })
-        .await
-        .map_err(|e| Status::internal(e.to_string()))?;
+        });
+        let (local, remote) = match remote {
+            Some(remote) => {
+                let (local, remote) = tokio::join!(local, remote);
+                (local, Some(remote))
+            }
+            None => (local.await, None),
+        };
+        let (hits, search) = local.map_err(|e| Status::internal(e.to_string()))?;
         let hits = hits.map_err(|e| match e {
             crate::search::SearchError::Query(m) => Status::invalid_argument(m),
             other => Status::internal(other.to_string()),
         })?;
-        // Hook point for the remote store: remote-only conversations of the
-        // project would be searched here and appended with `where: "remote"`.
+        let machine = self
+            .remote
+            .as_ref()
+            .map(|r| r.machine().to_owned())
+            .unwrap_or_default();
+        let hits: Vec<SearchHit> = hits
+            .into_iter()
+            .map(|h| SearchHit {
+                session_id: h.session_id,
+                folder: h.folder,
+                agent: h.agent,
+                title: h.title,
+                turn: h.turn,
+                at: Some(Timestamp { unix_ms: h.at }),
+                snippet: h.snippet,
+                highlights: highlights(h.highlights),
+                score: h.score,
+                r#where: "local".into(),
+                machine: machine.clone(),
+            })
+            .collect();
+        let (hits, remote_note) = match remote {
+            Some(Ok(remote_hits)) => (merge(hits, remote_hits, limit), String::new()),
+            Some(Err(note)) => (hits, note),
+            None => (hits, String::new()),
+        };
         let (indexing, indexed_sessions) = search.progress();
         Ok(Response::new(SearchReply {
-            hits: hits
-                .into_iter()
-                .map(|h| SearchHit {
-                    session_id: h.session_id,
-                    folder: h.folder,
-                    agent: h.agent,
-                    title: h.title,
-                    turn: h.turn,
-                    at: Some(Timestamp { unix_ms: h.at }),
-                    snippet: h.snippet,
-                    highlights: h
-                        .highlights
-                        .into_iter()
-                        .map(|(start, end)| Highlight {
-                            start: u32::try_from(start).unwrap_or(u32::MAX),
-                            end: u32::try_from(end).unwrap_or(u32::MAX),
-                        })
-                        .collect(),
-                    score: h.score,
-                    r#where: "local".into(),
-                })
-                .collect(),
+            hits,
             indexing,
             indexed_sessions,
             took_micros: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            remote_note,
         }))
     }
 

@@ -1,0 +1,203 @@
+//! Full-text search of the remote store (issue 17): PostgreSQL's own
+//! (`tsvector` columns with GIN indexes, `ts_rank`, `ts_headline`) over the
+//! conversations this machine does not hold, of one project and agent or all.
+
+use std::path::{Path, PathBuf};
+
+use super::{Remote, RemoteError};
+
+/// Marks around a match in `ts_headline`'s output (never in real text).
+const START: char = '\u{1}';
+const STOP: char = '\u{2}';
+
+/// One remote hit: a message or tool output (turn ≥ 1) or a title (turn 0).
+#[derive(Debug, Clone)]
+pub struct RemoteHit {
+    pub session_id: String,
+    pub folder: String,
+    pub agent: String,
+    pub title: String,
+    pub machine: String,
+    pub turn: u32,
+    pub at: i64,
+    pub snippet: String,
+    /// Byte ranges of `snippet` that matched.
+    pub highlights: Vec<(usize, usize)>,
+    pub score: f32,
+}
+
+/// Best records and titles first; the turn, time and snippet only for them.
+const QUERY: &str = "
+WITH q AS (SELECT websearch_to_tsquery('simple', $1) AS q),
+top AS (
+    (SELECT c.id, NULL::int8 AS seq, ts_rank(c.title_search, q.q) AS rank
+       FROM conversations c, q
+      WHERE c.title_search @@ q.q
+        AND ($2::text IS NULL OR (c.project = $2 AND c.agent = $3))
+        AND NOT (c.id = ANY($4::text[]))
+     UNION ALL
+     SELECT r.conversation_id, r.seq, ts_rank(r.search, q.q)
+       FROM records r JOIN conversations c ON c.id = r.conversation_id, q
+      WHERE r.search @@ q.q
+        AND ($2::text IS NULL OR (c.project = $2 AND c.agent = $3))
+        AND NOT (c.id = ANY($4::text[])))
+    ORDER BY rank DESC
+    LIMIT $5
+)
+SELECT c.id, c.folder, c.agent, c.title, c.machine, top.rank::float4,
+       CASE WHEN top.seq IS NULL THEN 0 ELSE (
+           SELECT count(*) FROM records u
+            WHERE u.conversation_id = c.id AND u.seq <= top.seq AND u.item->>'type' = 'user'
+       ) END::int8,
+       (extract(epoch FROM coalesce(r.at, c.updated_at)) * 1000)::int8,
+       ts_headline('simple',
+           CASE WHEN top.seq IS NULL THEN c.title
+                ELSE coalesce(r.item->>'text', r.item->>'output', r.item->>'arguments', '') END,
+           q.q, $6)
+  FROM top JOIN conversations c ON c.id = top.id
+  LEFT JOIN records r ON r.conversation_id = top.id AND r.seq = top.seq, q
+ ORDER BY top.rank DESC, c.id, top.seq";
+
+impl Remote {
+    /// The best `limit` hits for `text` among conversations not in `local`:
+    /// of `scope` (project key, agent), or everywhere. One hit per turn.
+    /// The caller bounds the wait.
+    pub async fn search(
+        &self,
+        text: &str,
+        scope: Option<(&str, &str)>,
+        local: &[String],
+        limit: usize,
+    ) -> Result<Vec<RemoteHit>, RemoteError> {
+        let client = super::pull::reader(self).await?;
+        let (project, agent) = scope.unzip();
+        // Several records of one turn may match: fetch more, keep the best.
+        let fetch = i64::try_from(limit.saturating_mul(3)).unwrap_or(i64::MAX);
+        let options =
+            format!("StartSel={START}, StopSel={STOP}, MaxWords=30, MinWords=12, MaxFragments=1");
+        let rows = client
+            .query(QUERY, &[&text, &project, &agent, &local, &fetch, &options])
+            .await
+            .map_err(|e| self.server_error(e))?;
+        let mut hits: Vec<RemoteHit> = Vec::new();
+        for row in rows {
+            let hit = hit_of(&row).map_err(|e| self.server_error(e))?;
+            if !hits
+                .iter()
+                .any(|h| h.session_id == hit.session_id && h.turn == hit.turn)
+            {
+                hits.push(hit);
+            }
+        }
+        hits.truncate(limit);
+        Ok(hits)
+    }
+
+    /// Ids of the conversations this machine holds: in `group_dir`
+    /// (`<sessions>/<folder-key>/<agent>`), or in every group. Blocking.
+    pub fn local_ids(&self, group_dir: Option<&Path>) -> Vec<String> {
+        let groups: Vec<PathBuf> = match group_dir {
+            Some(dir) => vec![dir.to_path_buf()],
+            None => subdirs(&self.sessions_dir)
+                .iter()
+                .flat_map(|folder| subdirs(folder))
+                .collect(),
+        };
+        let mut ids = Vec::new();
+        for group in groups {
+            for entry in std::fs::read_dir(&group).into_iter().flatten().flatten() {
+                let name = entry.file_name();
+                let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                    continue;
+                };
+                if !matches!(id, "current" | "shared") && !id.contains('.') {
+                    ids.push(id.to_owned());
+                }
+            }
+        }
+        ids
+    }
+
+    fn server_error(&self, e: tokio_postgres::Error) -> RemoteError {
+        let text = RemoteError::db(e).to_string();
+        RemoteError::Server(match &self.url {
+            Ok(url) => url.redact(&text),
+            Err(_) => text,
+        })
+    }
+}
+
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect()
+}
+
+fn hit_of(row: &tokio_postgres::Row) -> Result<RemoteHit, tokio_postgres::Error> {
+    let (snippet, highlights) = marked(&row.try_get::<_, String>(8)?);
+    Ok(RemoteHit {
+        session_id: row.try_get(0)?,
+        folder: row.try_get(1)?,
+        agent: row.try_get(2)?,
+        title: row.try_get(3)?,
+        machine: row.try_get(4)?,
+        score: row.try_get(5)?,
+        turn: u32::try_from(row.try_get::<_, i64>(6)?).unwrap_or(u32::MAX),
+        at: row.try_get(7)?,
+        snippet,
+        highlights,
+    })
+}
+
+/// `ts_headline` output without its marks, and the byte ranges they held.
+fn marked(headline: &str) -> (String, Vec<(usize, usize)>) {
+    let mut text = String::with_capacity(headline.len());
+    let mut ranges = Vec::new();
+    let mut open = None;
+    for c in headline.chars() {
+        match c {
+            START => open = Some(text.len()),
+            STOP => {
+                if let Some(start) = open.take()
+                    && start < text.len()
+                {
+                    ranges.push((start, text.len()));
+                }
+            }
+            c => text.push(c),
+        }
+    }
+    let ranges = shift(&text, ranges);
+    (text.trim().to_owned(), ranges)
+}
+
+/// Ranges of `text` moved to its trimmed form.
+fn shift(text: &str, ranges: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+    let lead = text.len() - text.trim_start().len();
+    let end = text.trim_end().len();
+    ranges
+        .into_iter()
+        .filter_map(|(s, e)| {
+            let (s, e) = (s.max(lead), e.min(end));
+            (s < e).then(|| (s - lead, e - lead))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_become_byte_ranges_of_the_plain_snippet() {
+        let (text, ranges) = marked("  the \u{1}héron\u{2} flew to \u{1}Zürich\u{2} ");
+        assert_eq!(text, "the héron flew to Zürich");
+        let words: Vec<&str> = ranges.iter().map(|&(s, e)| &text[s..e]).collect();
+        assert_eq!(words, ["héron", "Zürich"]);
+        assert_eq!(marked("no match"), ("no match".to_owned(), Vec::new()));
+    }
+}
