@@ -507,3 +507,38 @@ fn a_repl_still_on_the_conversation_continues_the_fork_and_says_so_once() {
         2
     );
 }
+
+#[test]
+fn a_turn_on_a_remote_conversation_goes_on_locally_when_the_server_is_silent() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("c_silent");
+    let mut a = machine(
+        "machine-a",
+        "git@github.com:acme/app.git",
+        &pg.url("c_silent"),
+    );
+    let model = FakeModel::start();
+    assert_code(&a.chat(&model, ["--approval", "never"], "kept\n"), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    // A server that accepts connections and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    set_url(&mut a, &format!("postgresql://agentx@127.0.0.1:{port}/x"));
+    let out = a.chat(&model, ["--approval", "never"], "still here\n");
+    assert_code(&out, 0);
+    assert_eq!(stdout(&out), "echo: still here [turns seen: 2]\n");
+    let said = stderr(&out);
+    let notes: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("remote store was not reached"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{said}");
+    assert!(notes[0].contains("within 1500 ms"), "{said}");
+    assert_eq!(status(&a)["turns"], 2);
+}
