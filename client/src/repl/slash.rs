@@ -1,0 +1,190 @@
+//! The REPL's slash commands: one method per command family, and the help
+//! text that lists them.
+
+use agentx_shared::proto::Resolve;
+use agentx_shared::proto::open_session_request::Target;
+
+use super::{Chat, Flow, open};
+use crate::commands::checkpoints::{self, Pick};
+use crate::commands::{library, sessions, snapshots};
+use crate::error::{CliError, CliResult};
+
+const HELP: &str = "\
+messages are sent to the model; lines starting with / are commands:
+  /new              start a new conversation (the old one stays listed)
+  /resume [N]       pick a conversation (arrows or its number), or continue the Nth (1 = newest)
+  /fork [N]         continue in a new conversation from checkpoint N (default: the newest)
+  /rename TITLE     give this conversation a title
+  /search TEXT      search this folder's conversations (messages, tool output, titles)
+  /status           this conversation's state
+  /checkpoints      this conversation's checkpoints (1 = newest)
+  /rollback [N]     restore a checkpoint (a picker without N); files are untouched
+  /rollback undo    revert the last rollback
+  /retry            send the last failed or interrupted turn again
+  /retry new-chain  ... starting a new server-side chain from the saved conversation
+  /undo [force]     put back what the last message changed (shows the list first)
+  /rewind [N|ID]    list snapshots, or put the folder back as snapshot N had it
+  /clear            delete this conversation's stored state and start fresh
+  /help             this list
+  /exit             leave (also Ctrl-D)
+  !COMMAND          run COMMAND here in your terminal; its output goes with your next message";
+
+impl Chat<'_> {
+    /// Runs `/name args`.
+    pub(super) async fn slash(&mut self, command: &str) -> CliResult<Flow> {
+        let mut words = command.split_whitespace();
+        let name = words.next().unwrap_or("");
+        let arg = words.next();
+        let rest = command.trim_start()[name.len()..].trim();
+        match (name, arg) {
+            ("exit" | "quit" | "q", _) => return Ok(Flow::Exit),
+            ("help" | "?", _) => println!("{HELP}"),
+            ("fork", n) => self.fork(n).await?,
+            ("rename", None) => return Err(CliError::usage("/rename needs a title")),
+            ("rename", Some(_)) => {
+                let renamed = library::rename(self.ctx, &self.session.id, rest).await?;
+                self.session.title = renamed.title.clone();
+                println!("renamed: {}", renamed.title);
+            }
+            ("search", None) => return Err(CliError::usage("/search needs some text")),
+            ("search", Some(_)) => {
+                let hits = library::search(self.ctx, rest, false, 20).await?;
+                library::print_hits(self.ctx, &hits);
+            }
+            ("new", _) => {
+                let opened = open(self.ctx, Target::New(true), &mut self.ui).await?;
+                self.session = opened.session;
+            }
+            ("resume", None) => self.pick_and_resume().await?,
+            ("resume", Some(n)) => {
+                let index = n
+                    .parse::<u32>()
+                    .map_err(|_| CliError::usage(format!("/resume takes a number, not {n:?}")))?;
+                let target = sessions::nth(self.ctx, index).await?;
+                self.resume(target).await?;
+            }
+            ("status", _) => {
+                let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
+                sessions::print_status(self.ctx, &status);
+            }
+            ("checkpoints", _) => {
+                let cps = checkpoints::list(self.ctx, &self.session.id).await?;
+                checkpoints::print_list(&cps);
+            }
+            ("rollback", arg) => self.rollback_command(arg).await?,
+            ("retry", arg) => self.retry_command(arg).await?,
+            ("clear", _) => self.clear_command().await?,
+            ("undo", arg) => {
+                let force = arg == Some("force");
+                let yes = !self.ui.interactive;
+                let what = snapshots::Restore::Undo(self.session.id.clone());
+                snapshots::restore(self.ctx, what, yes, force).await?;
+            }
+            ("rewind", None) => snapshots::rewind(self.ctx, None, false, false).await?,
+            ("rewind", Some(n)) => {
+                let yes = !self.ui.interactive;
+                snapshots::restore(self.ctx, snapshots::rewind_target(n), yes, false).await?;
+            }
+            _ => {
+                return Err(CliError::usage(format!(
+                    "unknown command /{name}; /help lists the commands"
+                )));
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// `/fork [N]`: continue in a new conversation from checkpoint N.
+    async fn fork(&mut self, n: Option<&str>) -> CliResult<()> {
+        let n = match n {
+            None => 0,
+            Some(n) => n.parse::<u32>().map_err(|_| {
+                CliError::usage(format!("/fork takes a checkpoint number, not {n:?}"))
+            })?,
+        };
+        let forked = library::fork(self.ctx, &self.session.id, n).await?;
+        println!("{}", library::describe_fork(&forked));
+        let opened = open(self.ctx, Target::Id(forked.id), &mut self.ui).await?;
+        self.session = opened.session;
+        Ok(())
+    }
+
+    /// `/resume`: a picker at a terminal, else the numbered list.
+    async fn pick_and_resume(&mut self) -> CliResult<()> {
+        let (list, note) = sessions::list_with_remote(self.ctx).await?;
+        if !note.is_empty() {
+            self.ui.info(&format!("agentx: {note}"));
+        }
+        if self.ui.interactive && !list.is_empty() {
+            let labels: Vec<String> = list.iter().map(sessions::label).collect();
+            let picked =
+                crate::picker::pick("resume (arrows or a number, Enter, Esc = cancel)", &labels)?;
+            if let Some(index) = picked {
+                self.resume(Target::Id(list[index].id.clone())).await?;
+            }
+            return Ok(());
+        }
+        sessions::print_list(&list);
+        if !list.is_empty() {
+            println!("/resume N continues conversation N");
+        }
+        Ok(())
+    }
+
+    /// Opens `target` here and settles what it left pending.
+    async fn resume(&mut self, target: Target) -> CliResult<()> {
+        let opened = open(self.ctx, target, &mut self.ui).await?;
+        self.session = opened.session.clone();
+        self.settle(opened).await
+    }
+
+    /// `/rollback [N|undo]`.
+    async fn rollback_command(&mut self, arg: Option<&str>) -> CliResult<()> {
+        match arg {
+            None => self.rollback(Pick::Choose).await,
+            Some("undo") => {
+                let status = checkpoints::rollback(self.ctx, &self.session.id, Pick::Undo).await?;
+                if let Some(status) = status {
+                    println!("rollback undone: back at turn {}", status.turns);
+                }
+                Ok(())
+            }
+            Some(n) => {
+                let index = n.parse::<u32>().map_err(|_| {
+                    CliError::usage(format!("/rollback takes a number or `undo`, not {n:?}"))
+                })?;
+                self.rollback(Pick::Index(index)).await
+            }
+        }
+    }
+
+    /// `/retry [new-chain]`: the failed request again, or the interrupted message.
+    async fn retry_command(&mut self, arg: Option<&str>) -> CliResult<()> {
+        let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
+        let resolve = match arg {
+            Some("new-chain") => Resolve::NewChain,
+            Some(other) => {
+                return Err(CliError::usage(format!(
+                    "/retry takes nothing or `new-chain`, not {other:?}"
+                )));
+            }
+            None if status.failed.is_some() => Resolve::RetryRequest,
+            None => Resolve::RetryMessage,
+        };
+        self.turn(None, resolve).await
+    }
+
+    /// `/clear`, confirmed at a terminal (saying when the remote copy goes too).
+    async fn clear_command(&mut self) -> CliResult<()> {
+        let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
+        let question = if status.remote_copy {
+            "delete this conversation's stored state here and its copy on the remote store?"
+        } else {
+            "delete this conversation's stored state?"
+        };
+        if self.ui.interactive && !crate::ui::confirm(question)? {
+            return Ok(());
+        }
+        self.clear().await
+    }
+}
