@@ -7,8 +7,8 @@ use tonic::transport::Channel;
 
 use agentx_shared::proto::turns_client::TurnsClient;
 use agentx_shared::proto::{
-    ApprovalDecision, CallerEnvironment, TurnEvent, TurnFinished, TurnInput, TurnStart, TurnStatus,
-    approval_decision, turn_event, turn_input,
+    ApprovalDecision, CallerEnvironment, RetryNotice, ToolResultEvent, TurnEvent, TurnFinished,
+    TurnInput, TurnStart, TurnStatus, approval_decision, turn_event, turn_input,
 };
 
 use crate::error::{CliError, CliResult};
@@ -167,56 +167,69 @@ pub async fn run(
                 ui.start_waiting("working…");
             }
             Some(Event::ToolResult(result)) => {
-                if !result.not_run.is_empty() {
-                    ui.info(&format!("  ↳ not run: {}", result.not_run));
-                    ui.start_waiting("thinking…");
-                    continue;
-                }
-                let status = if result.denied {
-                    "declined".to_owned()
-                } else if result.timed_out {
-                    "timed out".to_owned()
-                } else {
-                    match result.exit_code {
-                        Some(code) => format!("exit {code}"),
-                        None => "killed".to_owned(),
-                    }
-                };
-                let lines = result.output.lines().count();
-                ui.info(&format!("  ↳ {status}, {lines} line(s) of output"));
+                show_tool_result(ui, &result);
                 ui.start_waiting("thinking…");
             }
             Some(Event::Notice(text)) => ui.info(&format!("agentx: {text}")),
-            Some(Event::Retry(r)) => {
-                if ui.streamed {
-                    ui.info("agentx: (the answer above was cut off)");
-                    ui.streamed = false;
-                }
-                ui.info(&format!(
-                    "agentx: retrying {}/{} in {:.1}s: {}",
-                    r.attempt,
-                    r.max_attempts,
-                    r.delay_ms as f64 / 1000.0,
-                    r.reason
-                ));
-            }
-            Some(Event::Finished(mut finished)) => {
-                ui.stop_waiting();
-                ui.end_text();
-                ui.streamed = false;
-                if finished.text_in_chunks {
-                    finished.text = std::mem::take(&mut answer);
-                }
-                if finished.status == TurnStatus::Completed as i32 {
-                    ui.answer(&finished.text);
-                }
-                if !finished.cut_short.is_empty() {
-                    ui.info(&cut_short_line(&finished.cut_short));
-                }
-                return Ok((finished, ran_on));
+            Some(Event::Retry(r)) => show_retry(ui, &r),
+            Some(Event::Finished(finished)) => {
+                return Ok((show_finished(ui, finished, answer), ran_on));
             }
         }
     }
+}
+
+/// One line for a tool call's result.
+fn show_tool_result(ui: &mut Ui, result: &ToolResultEvent) {
+    if !result.not_run.is_empty() {
+        ui.info(&format!("  ↳ not run: {}", result.not_run));
+        return;
+    }
+    let status = if result.denied {
+        "declined".to_owned()
+    } else if result.timed_out {
+        "timed out".to_owned()
+    } else {
+        match result.exit_code {
+            Some(code) => format!("exit {code}"),
+            None => "killed".to_owned(),
+        }
+    };
+    let lines = result.output.lines().count();
+    ui.info(&format!("  ↳ {status}, {lines} line(s) of output"));
+}
+
+/// A retry, saying so when part of an answer was already shown.
+fn show_retry(ui: &mut Ui, r: &RetryNotice) {
+    if ui.streamed {
+        ui.info("agentx: (the answer above was cut off)");
+        ui.streamed = false;
+    }
+    ui.info(&format!(
+        "agentx: retrying {}/{} in {:.1}s: {}",
+        r.attempt,
+        r.max_attempts,
+        r.delay_ms as f64 / 1000.0,
+        r.reason
+    ));
+}
+
+/// The end of the turn shown: the answer (whole, when it came in pieces)
+/// and whether it was cut short.
+fn show_finished(ui: &mut Ui, mut finished: TurnFinished, answer: String) -> TurnFinished {
+    ui.stop_waiting();
+    ui.end_text();
+    ui.streamed = false;
+    if finished.text_in_chunks {
+        finished.text = answer;
+    }
+    if finished.status == TurnStatus::Completed as i32 {
+        ui.answer(&finished.text);
+    }
+    if !finished.cut_short.is_empty() {
+        ui.info(&cut_short_line(&finished.cut_short));
+    }
+    finished
 }
 
 /// The `command` argument of a shell call, for display.
