@@ -195,6 +195,10 @@ pub async fn open_remote(
     doc.updated_at = meta.updated_at.max(copy.created_at);
     let local = |e: StoreError| RemoteError::Local(e.to_string());
     let _sync = SYNC.lock().await;
+    // Opened twice at once: the first one pulled it already.
+    if let Ok(Some(here)) = group.get(Some(id.to_owned())).await {
+        return Ok(here);
+    }
     agentx_shared::profile::create_private_dir(&dir)
         .map_err(|e| RemoteError::Local(e.to_string()))?;
     crate::store::durable::write_atomic(&SessionPaths::new(&dir, id).journal, &pulled.lines)
