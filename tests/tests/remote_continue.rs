@@ -264,6 +264,17 @@ fn two_machines_going_on_from_one_point_make_exactly_one_fork() {
     assert_eq!(sync(&b)["forks"], Value::Array(Vec::new()));
     assert_eq!(sync(&a)["forks"], Value::Array(Vec::new()));
     check();
+    // A lists B's fork as remote, under its marked title.
+    let listed = json_out(&a.run(["sessions", "--json"]));
+    let fork = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == fork_id.as_str())
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(fork["where"], "remote", "{listed}");
+    assert_eq!(fork["machine"], "machine-b", "{listed}");
+    assert_eq!(fork["title"], "common start (fork on machine-b)");
 }
 
 /// Holds an exclusive lock on the records table until told to let go.
