@@ -100,28 +100,13 @@ impl Runner {
         // The model call does not touch the folder, so it starts at once;
         // only tools wait until the "before" snapshot is durable.
         let (gate_tx, gate_rx) = watch::channel(false);
-        let before = {
-            let (snapshots, folder, owner, events) = (
-                self.snapshots.clone(),
-                folder.clone(),
-                owner(Phase::Before),
-                events.clone(),
-            );
-            tokio::spawn(async move {
-                let result = snapshots.take(&folder, owner).await;
-                if let Err(e) = &result
-                    && !matches!(**e, SnapError::Home(_))
-                {
-                    let _ = events
-                        .send(Event::Notice(format!(
-                            "no snapshot before this message (undo will not cover it): {e}"
-                        )))
-                        .await;
-                }
-                let _ = gate_tx.send(true);
-                result.is_ok()
-            })
-        };
+        let before = tokio::spawn(snapshot_before(
+            self.snapshots.clone(),
+            folder.clone(),
+            owner(Phase::Before),
+            events.clone(),
+            gate_tx,
+        ));
         let io = Io {
             events,
             inputs,
@@ -144,17 +129,42 @@ impl Runner {
             tracing::warn!("snapshot after the turn failed: {e}");
         }
         if let Some(o) = &oneshot {
-            let success = matches!(
-                finished,
-                Event::Finished {
-                    status: Status::Completed,
-                    ..
-                }
-            );
-            self.store.finish_oneshot(o, success);
+            self.store.finish_oneshot(o, completed(&finished));
         }
         let _ = out.send(Ok(finished)).await;
     }
+}
+
+/// Whether the turn's last event says it completed.
+fn completed(finished: &Event) -> bool {
+    matches!(
+        finished,
+        Event::Finished {
+            status: Status::Completed,
+            ..
+        }
+    )
+}
+
+/// Takes the "before" snapshot, then opens the tools' gate whatever came
+/// of it (a failure is one notice: undo will not cover this message).
+/// Whether there is a snapshot to pair an "after" one with.
+async fn snapshot_before(
+    snapshots: Snapshots,
+    folder: std::path::PathBuf,
+    owner: Owner,
+    events: mpsc::Sender<Event>,
+    gate: watch::Sender<bool>,
+) -> bool {
+    let result = snapshots.take(&folder, owner).await;
+    if let Err(e) = &result
+        && !matches!(**e, SnapError::Home(_))
+    {
+        let notice = format!("no snapshot before this message (undo will not cover it): {e}");
+        let _ = events.send(Event::Notice(notice)).await;
+    }
+    let _ = gate.send(true);
+    result.is_ok()
 }
 
 /// A graceful stop of agentd ends the turn as a cancel does, at once: its
