@@ -14,6 +14,7 @@ use agentx_shared::proto::{
 
 mod daemon;
 mod oneshots;
+mod remote;
 mod search;
 mod snapshots;
 mod turns;
@@ -21,7 +22,14 @@ mod turns;
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let names: Vec<&str> = if args.is_empty() {
-        vec!["daemon", "turns", "oneshots", "snapshots", "search"]
+        vec![
+            "daemon",
+            "turns",
+            "oneshots",
+            "snapshots",
+            "search",
+            "remote",
+        ]
     } else {
         args.iter().map(String::as_str).collect()
     };
@@ -32,9 +40,10 @@ fn main() -> anyhow::Result<()> {
             "oneshots" => oneshots::bench_oneshots()?,
             "snapshots" => snapshots::bench_snapshots()?,
             "search" => search::bench_search()?,
+            "remote" => remote::bench_remote()?,
             other => {
                 bail!(
-                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search"
+                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote"
                 )
             }
         }

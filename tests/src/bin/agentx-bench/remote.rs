@@ -1,0 +1,246 @@
+//! `agentx-bench remote`: what the remote store (issue 15) costs, against a
+//! throwaway PostgreSQL cluster on loopback started for the run: turn latency
+//! with the remote on vs off, push throughput, listing 1,000 remote rows.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+
+use agentx_shared::proto::sessions_client::SessionsClient;
+use agentx_shared::proto::{
+    OpenSessionRequest, ProviderSettings, Scope, open_session_request, turn_event,
+};
+use agentx_tests::TestEnv;
+use agentx_tests::fake_model::FakeModel;
+use agentx_tests::postgres::{Cluster, git_repo};
+
+use crate::{median_ms, open_message, time_command};
+
+/// `AGENTX_BENCH_<name>` as a count, else `default`.
+fn count(name: &str, default: usize) -> usize {
+    std::env::var(format!("AGENTX_BENCH_{name}"))
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A profile whose folder is a clone of acme/bench; remote on when `url`.
+fn profile(url: Option<&str>) -> TestEnv {
+    let mut env = TestEnv::new();
+    git_repo(&env.work, "git@github.com:acme/bench.git");
+    env.extra_env
+        .push(("AGENTX_MACHINE".into(), "bench-machine".into()));
+    if let Some(url) = url {
+        env.extra_env
+            .push(("AGENTX_REMOTE_URL".into(), url.to_owned()));
+    }
+    env
+}
+
+fn start_daemon(env: &TestEnv) -> anyhow::Result<()> {
+    let out = env.run(["daemon", "start"]);
+    if !out.status.success() {
+        bail!(
+            "agentd did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// `agentx sync --json` (bounded by `wait_ms`), checked to have reached the server.
+fn sync(env: &TestEnv, wait_ms: u32) -> anyhow::Result<serde_json::Value> {
+    let out = env.run(["sync", "--json", "--wait-ms", &wait_ms.to_string()]);
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("sync: {}", String::from_utf8_lossy(&out.stderr)))?;
+    if reply["reached"] != true {
+        bail!("sync did not reach the server: {reply}");
+    }
+    Ok(reply)
+}
+
+pub fn bench_remote() -> anyhow::Result<()> {
+    let pg = Cluster::start().context("PostgreSQL server binaries are not installed")?;
+    pg.create_db("bench");
+    let url = pg.url("bench");
+    let model = FakeModel::start();
+    model.set_lean(true);
+    let turns = count("REMOTE_TURNS", 300);
+    let push_turns = count("PUSH_TURNS", 5000);
+    let listed = count("REMOTE_CONVERSATIONS", 1000);
+
+    // 1. Turn latency, remote on vs off, interleaved in one run.
+    let on = profile(Some(&url));
+    let off = profile(None);
+    start_daemon(&on)?;
+    start_daemon(&off)?;
+    let (with, without) = runtime()?.block_on(async {
+        let mut on_turns = Turns::open(&on, &model).await?;
+        let mut off_turns = Turns::open(&off, &model).await?;
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for i in 0..turns {
+            with.push(on_turns.turn(i).await?);
+            without.push(off_turns.turn(i).await?);
+        }
+        Ok::<_, anyhow::Error>((with, without))
+    })?;
+    sync(&on, 60_000)?;
+
+    // 2. Push throughput: a conversation made with the remote unreachable,
+    // then agentd started with it reachable; timed until `sync` returns.
+    let push = profile(Some(&format!(
+        "postgresql://agentx@127.0.0.1:{}/nowhere",
+        pg.port
+    )));
+    start_daemon(&push)?;
+    runtime()?.block_on(async {
+        let mut t = Turns::open(&push, &model).await?;
+        for i in 0..push_turns {
+            t.turn(i).await?;
+            if (i + 1) % 1000 == 0 {
+                eprintln!("  {} turns done", i + 1);
+            }
+        }
+        Ok::<_, anyhow::Error>(())
+    })?;
+    push.kill_daemons();
+    let mut push = push;
+    push.extra_env.retain(|(k, _)| k != "AGENTX_REMOTE_URL");
+    push.extra_env
+        .push(("AGENTX_REMOTE_URL".into(), url.clone()));
+    let started = Instant::now();
+    start_daemon(&push)?;
+    let pushed = sync(&push, 600_000)?;
+    let push_time = started.elapsed();
+    // The whole conversation is there (some may have gone before `sync`
+    // asked: agentd pushes from its start).
+    let records = pg.count(
+        "bench",
+        "SELECT count(*) FROM records WHERE conversation_id = \
+         (SELECT id FROM conversations ORDER BY records DESC LIMIT 1)",
+    );
+
+    // 3. Listing with `listed` remote conversations in the project.
+    pg.execute(
+        "bench",
+        &format!(
+            "INSERT INTO conversations (id, project, agent, title, machine, folder,
+                 created_at, updated_at, turns, records)
+             SELECT 'remote-' || g, 'github.com/acme/bench', 'default',
+                    'remote conversation ' || g, 'elsewhere', '/srv/bench',
+                    now() - g * interval '1 minute', now() - g * interval '1 minute', 3, 6
+               FROM generate_series(1, {listed}) g"
+        ),
+    );
+    let check = on.run(["sessions", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&check.stdout)?;
+    let remote_rows = rows
+        .as_array()
+        .map_or(0, |a| a.iter().filter(|s| s["where"] == "remote").count());
+    let list_on = time_command(|| on.agentx(["sessions", "--json"]), 30)?;
+    let list_off = time_command(|| off.agentx(["sessions", "--json"]), 30)?;
+
+    report(&with, &without, turns);
+    println!(
+        "{:<58} {:>8} records in {:.2} s = {:.0} records/s (sync pushed {})",
+        format!("push of a {push_turns}-turn conversation"),
+        records,
+        push_time.as_secs_f64(),
+        records as f64 / push_time.as_secs_f64(),
+        pushed["pushed_records"]
+    );
+    println!(
+        "{:<58} {:>8.2} ms ({remote_rows} remote rows listed)",
+        format!("agentx sessions, {listed} remote conversations (median)"),
+        median_ms(list_on)
+    );
+    println!(
+        "{:<58} {:>8.2} ms",
+        "agentx sessions, remote off (median)",
+        median_ms(list_off)
+    );
+    Ok(())
+}
+
+fn report(with: &[Duration], without: &[Duration], turns: usize) {
+    let (on, off) = (median_ms(with.to_vec()), median_ms(without.to_vec()));
+    println!("== remote: PostgreSQL on loopback, fake provider answering at once");
+    println!(
+        "{:<58} {:>8.2} ms",
+        format!("turn time, remote on (median of {turns})"),
+        on
+    );
+    println!(
+        "{:<58} {:>8.2} ms",
+        format!("turn time, remote off (median of {turns})"),
+        off
+    );
+    println!(
+        "{:<58} {:>8.2} ms",
+        "added by the remote (difference)",
+        on - off
+    );
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+/// One conversation driven turn by turn over gRPC.
+struct Turns {
+    channel: tonic::transport::Channel,
+    scope: Scope,
+    session: String,
+    provider: ProviderSettings,
+}
+
+impl Turns {
+    async fn open(env: &TestEnv, model: &FakeModel) -> anyhow::Result<Self> {
+        let channel = agentx_shared::transport::connect(&env.socket()).await?;
+        let scope = Scope {
+            folder: env.work.display().to_string(),
+            agent: "default".into(),
+        };
+        let session = SessionsClient::new(channel.clone())
+            .open_session(OpenSessionRequest {
+                scope: Some(scope.clone()),
+                target: Some(open_session_request::Target::New(true)),
+            })
+            .await?
+            .into_inner()
+            .session
+            .context("no session")?
+            .id;
+        let provider = ProviderSettings {
+            provider: "responses".into(),
+            base_url: model.base_url(),
+            model: "fake-model".into(),
+            api_key: "bench".into(),
+        };
+        Ok(Self {
+            channel,
+            scope,
+            session,
+            provider,
+        })
+    }
+
+    /// One turn, start to finish.
+    async fn turn(&mut self, i: usize) -> anyhow::Result<Duration> {
+        let (tx, t0, mut events) =
+            open_message(&self.channel, &self.scope, &self.session, &self.provider, i).await?;
+        while let Some(event) = events.message().await? {
+            if let Some(turn_event::Event::Finished(f)) = event.event {
+                if f.status != agentx_shared::proto::TurnStatus::Completed as i32 {
+                    bail!("turn {i} failed: {}", f.error);
+                }
+                break;
+            }
+        }
+        drop(tx);
+        Ok(t0.elapsed())
+    }
+}
