@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::service::InterceptorLayer;
 use tonic::transport::Server;
+use tonic_reflection::server::{v1, v1alpha};
 
 use agentx_shared::profile::Profile;
 use agentx_shared::proto::daemon_server::DaemonServer;
@@ -28,6 +29,7 @@ use crate::services::oneshots::OneshotsService;
 use crate::services::sessions::SessionsService;
 use crate::services::snapshots::SnapshotsService;
 use crate::services::turns::TurnsService;
+use crate::snapshot::service::Snapshots;
 use crate::store::Store;
 use crate::turn::Engine;
 
@@ -75,44 +77,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<DaemonServer<DaemonService>>().await;
-    // Reflection in both versions: grpcurl and grpcui speak v1; Python's
-    // grpcio-reflection, Postman and older grpcurl only v1alpha.
-    let reflection_builder = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(agentx_shared::proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    let reflection = reflection_builder()
-        .build_v1()
-        .context("cannot build the reflection service")?;
-    let reflection_v1alpha = reflection_builder()
-        .build_v1alpha()
-        .context("cannot build the reflection service (v1alpha)")?;
+    let (reflection, reflection_v1alpha) = reflection()?;
 
-    let store = Store::new(config.profile.sessions_dir());
-    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-    let snapshots = crate::snapshot::service::Snapshots::start(
-        config.profile.checkpoints_dir(),
-        home,
-        config.profile.config_file(),
-    )
-    .context("cannot start the snapshot store")?;
-    // HTTP clients are made per proxy setting as turns need them.
-    let engine = Arc::new(Engine::default());
-    let search = crate::search::start(
-        config.profile.dir.join("search"),
-        config.profile.sessions_dir(),
-    )
-    .map_err(|e| tracing::warn!("search is off: {e}"))
-    .ok();
-
-    // The remote store (off without remote_url): pushes in the background.
-    let remote = crate::remote::Remote::start(
-        &config.profile.dir,
-        config.profile.sessions_dir(),
-        &config.profile.config_file(),
-    );
-    crate::remote::pull::attach_store(&store);
+    let Domain {
+        store,
+        snapshots,
+        engine,
+        search,
+        remote,
+    } = Domain::start(&config.profile)?;
 
     let uid = nix::unistd::geteuid().as_raw();
     let router = Server::builder()
@@ -181,8 +154,74 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // Running turns end now, each with a record and an after-snapshot.
     crate::stopping::begin();
 
-    // Tool commands die with their whole process trees now: a turn running
-    // one records it as interrupted and ends, so its RPC drains too.
+    drain(server).await;
+    // State is written durably before each RPC returns, so nothing is left
+    // to flush here; later stores hook their shutdown in at this point.
+    tracing::info!("agentd stopped");
+    Ok(())
+}
+
+/// Reflection in both versions: grpcurl and grpcui speak v1; Python's
+/// grpcio-reflection, Postman and older grpcurl only v1alpha.
+fn reflection() -> anyhow::Result<(
+    v1::ServerReflectionServer<impl v1::ServerReflection>,
+    v1alpha::ServerReflectionServer<impl v1alpha::ServerReflection>,
+)> {
+    let builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(agentx_shared::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let current = builder()
+        .build_v1()
+        .context("cannot build the reflection service")?;
+    let older = builder()
+        .build_v1alpha()
+        .context("cannot build the reflection service (v1alpha)")?;
+    Ok((current, older))
+}
+
+/// What the services work on, started before the socket serves.
+struct Domain {
+    store: Arc<Store>,
+    snapshots: Snapshots,
+    engine: Arc<Engine>,
+    search: Option<Arc<crate::search::SearchIndex>>,
+    remote: Option<Arc<crate::remote::Remote>>,
+}
+
+impl Domain {
+    fn start(profile: &Profile) -> anyhow::Result<Self> {
+        let store = Store::new(profile.sessions_dir());
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let snapshots = Snapshots::start(profile.checkpoints_dir(), home, profile.config_file())
+            .context("cannot start the snapshot store")?;
+        // HTTP clients are made per proxy setting as turns need them.
+        let engine = Arc::new(Engine::default());
+        let search = crate::search::start(profile.dir.join("search"), profile.sessions_dir())
+            .map_err(|e| tracing::warn!("search is off: {e}"))
+            .ok();
+        // The remote store (off without remote_url): pushes in the background.
+        let remote = crate::remote::Remote::start(
+            &profile.dir,
+            profile.sessions_dir(),
+            &profile.config_file(),
+        );
+        crate::remote::pull::attach_store(&store);
+        Ok(Self {
+            store,
+            snapshots,
+            engine,
+            search,
+            remote,
+        })
+    }
+}
+
+/// Lets in-flight RPCs finish (bounded) while every tool command dies with
+/// its whole process tree: a turn running one records it and ends, so its
+/// RPC drains too.
+async fn drain<E: std::fmt::Display>(server: tokio::task::JoinHandle<Result<(), E>>) {
     let (tools_gone, drained) = tokio::join!(
         crate::turn::shell::stop_all(TOOLS_STOP_TIMEOUT),
         tokio::time::timeout(DRAIN_TIMEOUT, server)
@@ -198,10 +237,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             tracing::warn!("in-flight RPCs did not finish within {DRAIN_TIMEOUT:?}; closing them")
         }
     }
-    // State is written durably before each RPC returns, so nothing is left
-    // to flush here; later stores hook their shutdown in at this point.
-    tracing::info!("agentd stopped");
-    Ok(())
 }
 
 /// Keeps single-instance true whatever happens to the files around agentd.
