@@ -91,17 +91,7 @@ impl Session {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e.into()),
         };
-        // Good records: (at, item, end offset).
-        let mut records: Vec<(i64, Item, u64)> = Vec::new();
-        let mut offset = 0usize;
-        while let Some(len) = bytes[offset..].iter().position(|b| *b == b'\n') {
-            let line = &bytes[offset..offset + len];
-            let Ok(entry) = serde_json::from_slice::<Entry>(line) else {
-                break;
-            };
-            offset += len + 1;
-            records.push((entry.at, entry.item, offset as u64));
-        }
+        let (records, offset) = good_records(&bytes);
         if records.is_empty() {
             return Err(LoadError::Corrupt {
                 path: paths.journal.clone(),
@@ -118,74 +108,13 @@ impl Session {
         doc.journal_items = records.len() as u64;
         doc.journal_bytes = offset as u64;
 
-        let mut open_calls: Vec<PendingCall> = Vec::new();
-        // Index just past the last turn boundary, and past the last reply.
-        let mut boundary = 0usize;
-        let mut after_reply = 0usize;
-        for (i, (at, item, end)) in records.iter().enumerate() {
-            match item {
-                Item::User { text } => {
-                    let words = user_words(text);
-                    if doc.title.is_empty() {
-                        doc.title = title_from(words);
-                    }
-                    doc.last_user = words.to_owned();
-                }
-                Item::Assistant { text } => {
-                    doc.last_assistant = text.clone();
-                    after_reply = i + 1;
-                }
-                Item::FunctionCall {
-                    call_id,
-                    name,
-                    arguments,
-                } => {
-                    open_calls.push(PendingCall {
-                        call_id: call_id.clone(),
-                        name: name.clone(),
-                        arguments: arguments.clone(),
-                        state: CallState::Running,
-                        exit_code: None,
-                        output: String::new(),
-                    });
-                    after_reply = i + 1;
-                }
-                Item::FunctionOutput { call_id, .. } => {
-                    open_calls.retain(|c| &c.call_id != call_id);
-                }
-            }
-            let next_is_call = matches!(
-                records.get(i + 1).map(|r| &r.1),
-                Some(Item::FunctionCall { .. })
-            );
-            if matches!(item, Item::Assistant { .. }) && open_calls.is_empty() && !next_is_call {
-                doc.turns += 1;
-                doc.journal_items = (i + 1) as u64;
-                doc.journal_bytes = *end;
-                let cp = doc.checkpoint(*at);
-                doc.checkpoints.push(cp);
-                boundary = i + 1;
-            }
-        }
+        let replay = replay(&mut doc, &records);
         let excess = doc.checkpoints.len().saturating_sub(MAX_CHECKPOINTS);
         doc.checkpoints.drain(..excess);
         doc.journal_items = records.len() as u64;
         doc.journal_bytes = offset as u64;
-        if boundary < records.len() {
-            // The last turn did not finish.
-            doc.pending_calls = open_calls;
-            doc.unsent = records[after_reply.max(boundary)..]
-                .iter()
-                .map(|r| r.1.clone())
-                .filter(|item| matches!(item, Item::User { .. } | Item::FunctionOutput { .. }))
-                .collect();
-            doc.interrupted = Some(Marker {
-                message: "the last turn did not finish (this conversation was rebuilt from its \
-                          transcript)"
-                    .into(),
-                at: last_at,
-                retryable: true,
-            });
+        if replay.boundary < records.len() {
+            mark_unfinished(&mut doc, &records, replay, last_at);
         }
         Ok(Rebuilt {
             session: Self {
@@ -196,4 +125,109 @@ impl Session {
             cut_tail,
         })
     }
+}
+
+/// A good journal record: (at, item, end offset).
+type Record = (i64, Item, u64);
+
+/// The journal's records up to its last good one, and the offset just past
+/// that record (a torn or garbled record ends the read).
+fn good_records(bytes: &[u8]) -> (Vec<Record>, usize) {
+    let mut records: Vec<Record> = Vec::new();
+    let mut offset = 0usize;
+    while let Some(len) = bytes[offset..].iter().position(|b| *b == b'\n') {
+        let line = &bytes[offset..offset + len];
+        let Ok(entry) = serde_json::from_slice::<Entry>(line) else {
+            break;
+        };
+        offset += len + 1;
+        records.push((entry.at, entry.item, offset as u64));
+    }
+    (records, offset)
+}
+
+/// What [`replay`] leaves of the last turn.
+struct Replay {
+    /// Tool calls without output yet.
+    open_calls: Vec<PendingCall>,
+    /// Index just past the last turn boundary.
+    boundary: usize,
+    /// Index just past the last reply (assistant message or tool call).
+    after_reply: usize,
+}
+
+/// Replays `records` into `doc`: title, last messages, turn count and a
+/// checkpoint at every turn boundary.
+fn replay(doc: &mut SessionDoc, records: &[Record]) -> Replay {
+    let mut open_calls: Vec<PendingCall> = Vec::new();
+    let mut boundary = 0usize;
+    let mut after_reply = 0usize;
+    for (i, (at, item, end)) in records.iter().enumerate() {
+        match item {
+            Item::User { text } => {
+                let words = user_words(text);
+                if doc.title.is_empty() {
+                    doc.title = title_from(words);
+                }
+                doc.last_user = words.to_owned();
+            }
+            Item::Assistant { text } => {
+                doc.last_assistant = text.clone();
+                after_reply = i + 1;
+            }
+            Item::FunctionCall {
+                call_id,
+                name,
+                arguments,
+            } => {
+                open_calls.push(PendingCall {
+                    call_id: call_id.clone(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                    state: CallState::Running,
+                    exit_code: None,
+                    output: String::new(),
+                });
+                after_reply = i + 1;
+            }
+            Item::FunctionOutput { call_id, .. } => {
+                open_calls.retain(|c| &c.call_id != call_id);
+            }
+        }
+        let next_is_call = matches!(
+            records.get(i + 1).map(|r| &r.1),
+            Some(Item::FunctionCall { .. })
+        );
+        if matches!(item, Item::Assistant { .. }) && open_calls.is_empty() && !next_is_call {
+            doc.turns += 1;
+            doc.journal_items = (i + 1) as u64;
+            doc.journal_bytes = *end;
+            let cp = doc.checkpoint(*at);
+            doc.checkpoints.push(cp);
+            boundary = i + 1;
+        }
+    }
+    Replay {
+        open_calls,
+        boundary,
+        after_reply,
+    }
+}
+
+/// Marks the unfinished last turn: its open calls pending, its unanswered
+/// user messages and tool outputs unsent, the turn interrupted.
+fn mark_unfinished(doc: &mut SessionDoc, records: &[Record], replay: Replay, last_at: i64) {
+    doc.pending_calls = replay.open_calls;
+    doc.unsent = records[replay.after_reply.max(replay.boundary)..]
+        .iter()
+        .map(|r| r.1.clone())
+        .filter(|item| matches!(item, Item::User { .. } | Item::FunctionOutput { .. }))
+        .collect();
+    doc.interrupted = Some(Marker {
+        message: "the last turn did not finish (this conversation was rebuilt from its \
+                  transcript)"
+            .into(),
+        at: last_at,
+        retryable: true,
+    });
 }
