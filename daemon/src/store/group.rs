@@ -109,6 +109,7 @@ impl Group {
         // no open file; the next request loads them again).
     }
 
+    /// Applies one request for `folder` and sends its reply.
     fn handle(&mut self, folder: &str, msg: Msg) {
         if !self.loaded {
             self.load(folder);
@@ -121,14 +122,7 @@ impl Group {
                 let _ = reply.send(self.open(folder, target));
             }
             Msg::Get(session, reply) => {
-                let result = match session {
-                    Some(id) => self.session(folder, &id).map(|s| Some(s.doc.clone())),
-                    None => Ok(self
-                        .current_id(folder)
-                        .and_then(|id| self.sessions.get(&id))
-                        .map(|s| s.doc.clone())),
-                };
-                let _ = reply.send(result);
+                let _ = reply.send(self.get(folder, session));
             }
             Msg::Clear(session, reply) => {
                 let _ = reply.send(self.clear(folder, session));
@@ -160,54 +154,86 @@ impl Group {
                 let _ = reply.send(self.read_shared(folder));
             }
             Msg::TryBeginTurn(id, reply) => {
-                let result = self.session(folder, &id).map(|s| s.doc.clone());
-                let result = match result {
-                    Ok(_) if self.running.contains(&id) => Ok(None),
-                    Ok(doc) => {
-                        self.running.insert(id);
-                        Ok(Some(doc))
-                    }
-                    Err(e) => Err(e),
-                };
-                let _ = reply.send(result);
+                let _ = reply.send(self.try_begin_turn(folder, id));
             }
             Msg::Absorb(id, pulled, reply) => {
-                let result = self.session(folder, &id).and_then(|s| {
-                    super::pulled::apply(s, *pulled)?;
-                    Ok(s.doc.clone())
-                });
-                if result.is_ok() {
-                    self.index_hook(&id);
-                }
-                let _ = reply.send(result);
+                let _ = reply.send(self.absorb(folder, &id, *pulled));
             }
             Msg::Repoint(from, to, reply) => {
-                let result = if self.current_id(folder).as_deref() == Some(from.as_str()) {
-                    self.session(folder, &to)
-                        .map(drop)
-                        .and_then(|()| self.set_current(folder, &to))
-                } else {
-                    Ok(())
-                };
-                let _ = reply.send(result);
+                let _ = reply.send(self.repoint(folder, &from, &to));
             }
             Msg::Adopt(doc, reply) => {
-                let result = if doc.folder != folder {
-                    Err(StoreError::Invalid(format!(
-                        "conversation {} belongs to {}, not {folder}",
-                        doc.id, doc.folder
-                    )))
-                } else {
-                    agentx_shared::profile::create_private_dir(&self.dir)
-                        .and_then(|()| Session::create(&self.dir, *doc))
-                        .map(|session| {
-                            self.sessions.insert(session.doc.id.clone(), session);
-                        })
-                        .map_err(StoreError::from)
-                };
-                let _ = reply.send(result);
+                let _ = reply.send(self.adopt(folder, *doc));
             }
         }
+    }
+
+    /// The named conversation's state, or the current one's (`None` when
+    /// the folder has no current conversation).
+    fn get(
+        &mut self,
+        folder: &str,
+        session: Option<String>,
+    ) -> Result<Option<SessionDoc>, StoreError> {
+        match session {
+            Some(id) => self.session(folder, &id).map(|s| Some(s.doc.clone())),
+            None => Ok(self
+                .current_id(folder)
+                .and_then(|id| self.sessions.get(&id))
+                .map(|s| s.doc.clone())),
+        }
+    }
+
+    /// Starts a turn on `id` unless one runs on it already (then `None`).
+    fn try_begin_turn(
+        &mut self,
+        folder: &str,
+        id: String,
+    ) -> Result<Option<SessionDoc>, StoreError> {
+        let doc = self.session(folder, &id).map(|s| s.doc.clone())?;
+        if self.running.contains(&id) {
+            return Ok(None);
+        }
+        self.running.insert(id);
+        Ok(Some(doc))
+    }
+
+    /// Makes conversation `id` equal the remote's copy `pulled`.
+    fn absorb(
+        &mut self,
+        folder: &str,
+        id: &str,
+        pulled: super::pulled::Pulled,
+    ) -> Result<SessionDoc, StoreError> {
+        let doc = self.session(folder, id).and_then(|s| {
+            super::pulled::apply(s, pulled)?;
+            Ok(s.doc.clone())
+        })?;
+        self.index_hook(id);
+        Ok(doc)
+    }
+
+    /// Makes `to` current where `from` is.
+    fn repoint(&mut self, folder: &str, from: &str, to: &str) -> Result<(), StoreError> {
+        if self.current_id(folder).as_deref() != Some(from) {
+            return Ok(());
+        }
+        self.session(folder, to)?;
+        self.set_current(folder, to)
+    }
+
+    /// Takes in `doc` as a new conversation of `folder`.
+    fn adopt(&mut self, folder: &str, doc: SessionDoc) -> Result<(), StoreError> {
+        if doc.folder != folder {
+            return Err(StoreError::Invalid(format!(
+                "conversation {} belongs to {}, not {folder}",
+                doc.id, doc.folder
+            )));
+        }
+        let session = agentx_shared::profile::create_private_dir(&self.dir)
+            .and_then(|()| Session::create(&self.dir, doc))?;
+        self.sessions.insert(session.doc.id.clone(), session);
+        Ok(())
     }
 
     /// The named conversation or the current one.
