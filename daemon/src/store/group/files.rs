@@ -1,7 +1,13 @@
 //! The directory's files as the actor reads and writes them: loading its
 //! conversations (rebuilt or quarantined when corrupt) and the pointer files.
 
+use std::path::Path;
+
 use super::*;
+
+/// A state document that did not load: (its path, the path the error
+/// names, why).
+type Unreadable = (PathBuf, PathBuf, String);
 
 impl Group {
     /// Reads one of the directory's pointer files (`current.json`,
@@ -105,13 +111,42 @@ impl Group {
     /// `requester`: the folder whose request caused the load.
     pub(super) fn load(&mut self, requester: &str) {
         self.loaded = true;
+        let Some(bad) = self.load_documents() else {
+            return;
+        };
+        let current: CurrentFile = self.read_pointer("current.json").unwrap_or_else(|e| {
+            tracing::warn!("cannot read {}/current.json: {e}", self.dir.display());
+            CurrentFile::default()
+        });
+        let shared: SharedFile = if self.shares_checkpoint {
+            self.read_pointer("shared.json").unwrap_or_default()
+        } else {
+            SharedFile::default()
+        };
+        for unreadable in bad {
+            self.recover(unreadable, &current, &shared, requester);
+        }
+        self.current = current
+            .current
+            .into_iter()
+            .filter(|(folder, id)| {
+                self.sessions
+                    .get(id)
+                    .is_some_and(|s| &s.doc.folder == folder)
+            })
+            .collect();
+    }
+
+    /// Loads every readable state document of the directory and returns
+    /// the corrupt ones; `None` when the directory cannot be read.
+    fn load_documents(&mut self) -> Option<Vec<Unreadable>> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
             Err(e) => {
                 self.notices
                     .push((None, format!("cannot read {}: {e}", self.dir.display())));
-                return;
+                return None;
             }
         };
         let mut bad = Vec::new();
@@ -128,19 +163,7 @@ impl Group {
             match Session::load(&path) {
                 Ok(mut session) => {
                     if session.doc.turn_open {
-                        // agentd died during this turn: what it recorded stands.
-                        session.doc.turn_open = false;
-                        session.doc.interrupted = Some(Marker {
-                            message: "agentd stopped during the turn".into(),
-                            at: now_ms(),
-                            retryable: true,
-                        });
-                        if let Err(e) = session.save() {
-                            self.notices.push((
-                                Some(session.doc.folder.clone()),
-                                format!("cannot update {}: {e}", path.display()),
-                            ));
-                        }
+                        self.close_stopped_turn(&mut session, &path);
                     }
                     self.sessions.insert(session.doc.id.clone(), session);
                 }
@@ -156,49 +179,58 @@ impl Group {
                 }
             }
         }
-        let current: CurrentFile = self.read_pointer("current.json").unwrap_or_else(|e| {
-            tracing::warn!("cannot read {}/current.json: {e}", self.dir.display());
-            CurrentFile::default()
+        Some(bad)
+    }
+
+    /// Marks the turn agentd died during as interrupted (what it recorded
+    /// stands) and saves `session`, at `path`.
+    fn close_stopped_turn(&mut self, session: &mut Session, path: &Path) {
+        session.doc.turn_open = false;
+        session.doc.interrupted = Some(Marker {
+            message: "agentd stopped during the turn".into(),
+            at: now_ms(),
+            retryable: true,
         });
-        let shared: SharedFile = if self.shares_checkpoint {
-            self.read_pointer("shared.json").unwrap_or_default()
-        } else {
-            SharedFile::default()
-        };
-        for (doc_path, bad_path, reason) in bad {
-            let id = doc_path
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if !self.shares_checkpoint || id.is_empty() || self.sessions.contains_key(&id) {
-                self.quarantine(&doc_path, &bad_path, &reason);
-                continue;
+        if let Err(e) = session.save() {
+            self.notices.push((
+                Some(session.doc.folder.clone()),
+                format!("cannot update {}: {e}", path.display()),
+            ));
+        }
+    }
+
+    /// Rebuilds a conversation whose state document is unreadable from its
+    /// transcript, or quarantines both files when it cannot be.
+    fn recover(
+        &mut self,
+        (doc_path, bad_path, reason): Unreadable,
+        current: &CurrentFile,
+        shared: &SharedFile,
+        requester: &str,
+    ) {
+        let id = doc_path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !self.shares_checkpoint || id.is_empty() || self.sessions.contains_key(&id) {
+            self.quarantine(&doc_path, &bad_path, &reason);
+            return;
+        }
+        let folder = self.owner_of(&id, current, shared, requester);
+        let rollbacks = shared
+            .shared
+            .values()
+            .find(|s| s.session_id == id)
+            .map_or(0, |s| s.rollbacks);
+        match self.rebuild(&doc_path, &id, &folder, rollbacks, &reason) {
+            Ok(session) => {
+                self.sessions.insert(id, session);
             }
-            let folder = self.owner_of(&id, &current, &shared, requester);
-            let rollbacks = shared
-                .shared
-                .values()
-                .find(|s| s.session_id == id)
-                .map_or(0, |s| s.rollbacks);
-            match self.rebuild(&doc_path, &id, &folder, rollbacks, &reason) {
-                Ok(session) => {
-                    self.sessions.insert(id, session);
-                }
-                Err(why) => {
-                    tracing::warn!(file = %doc_path.display(), %why, "cannot rebuild a conversation");
-                    self.quarantine(&doc_path, &bad_path, &reason);
-                }
+            Err(why) => {
+                tracing::warn!(file = %doc_path.display(), %why, "cannot rebuild a conversation");
+                self.quarantine(&doc_path, &bad_path, &reason);
             }
         }
-        self.current = current
-            .current
-            .into_iter()
-            .filter(|(folder, id)| {
-                self.sessions
-                    .get(id)
-                    .is_some_and(|s| &s.doc.folder == folder)
-            })
-            .collect();
     }
 
     /// The real folder a conversation whose document is unreadable belongs
