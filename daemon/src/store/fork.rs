@@ -209,19 +209,34 @@ pub async fn import(
     let document = Document::parse(text).map_err(|e| StoreError::Invalid(e.to_string()))?;
     let c = document.conversation;
     agentx_shared::profile::create_private_dir(dir)?;
-    let taken = agentx_shared::folder::check_component("id", &c.id).is_err()
-        || group.get(Some(c.id.clone())).await.is_ok()
-        || SessionPaths::new(dir, &c.id).doc.exists()
-        || SessionPaths::new(dir, &c.id).journal.exists();
-    let (id, renamed_from) = if taken {
-        (free_id(dir), Some(c.id.clone()))
+    let (id, renamed_from) = import_id(group, dir, &c.id).await;
+    let (journal, offsets) = journal_of(&c.transcript)?;
+    let doc = imported_doc(&c, id, folder, agent, journal.len() as u64, &offsets);
+    write_imported_journal(dir, &doc, &journal, c.transcript.len())?;
+    let doc = adopt(group, dir, doc).await?;
+    Ok((doc, renamed_from))
+}
+
+/// The id an imported conversation gets: the file's own unless it is not a
+/// valid id or is taken (then a fresh one, and the file's id as second).
+async fn import_id(group: &GroupHandle, dir: &Path, wanted: &str) -> (String, Option<String>) {
+    let taken = agentx_shared::folder::check_component("id", wanted).is_err()
+        || group.get(Some(wanted.to_owned())).await.is_ok()
+        || SessionPaths::new(dir, wanted).doc.exists()
+        || SessionPaths::new(dir, wanted).journal.exists();
+    if taken {
+        (free_id(dir), Some(wanted.to_owned()))
     } else {
-        (c.id.clone(), None)
-    };
-    // The journal, in the store's line format, with each checkpoint's offset.
+        (wanted.to_owned(), None)
+    }
+}
+
+/// The journal of an exported transcript, in the store's line format, and
+/// the byte offset after each item (the first is 0).
+fn journal_of(transcript: &[export::Entry]) -> Result<(Vec<u8>, Vec<u64>), StoreError> {
     let mut journal = Vec::new();
     let mut offsets = vec![0u64];
-    for entry in &c.transcript {
+    for entry in transcript {
         let mut line =
             serde_json::to_value(&entry.item).map_err(|e| StoreError::Io(e.to_string()))?;
         if let Some(obj) = line.as_object_mut() {
@@ -231,14 +246,22 @@ pub async fn import(
         journal.push(b'\n');
         offsets.push(journal.len() as u64);
     }
+    Ok((journal, offsets))
+}
+
+/// The state document of imported conversation `c` under `id`, whose
+/// journal is `journal_bytes` long with item offsets `offsets`.
+fn imported_doc(
+    c: &export::Conversation,
+    id: String,
+    folder: &str,
+    agent: &str,
+    journal_bytes: u64,
+    offsets: &[u64],
+) -> SessionDoc {
     let offset = |items: u64| offsets.get(items as usize).copied().unwrap_or(0);
     let ms = |t: &str| export::ms_of(t).unwrap_or(0);
-    let mut doc = SessionDoc::new(
-        id.clone(),
-        folder.to_owned(),
-        agent.to_owned(),
-        ms(&c.created_at),
-    );
+    let mut doc = SessionDoc::new(id, folder.to_owned(), agent.to_owned(), ms(&c.created_at));
     doc.updated_at = now_ms();
     doc.title = c.title.clone();
     // The server-side chain may not exist for this profile: the first turn
@@ -247,9 +270,9 @@ pub async fn import(
     doc.usage = c.usage;
     doc.turns = c.turns;
     doc.journal_items = c.transcript.len() as u64;
-    doc.journal_bytes = journal.len() as u64;
-    doc.forked_from = c.forked_from.map(|f| ForkOrigin {
-        id: f.id,
+    doc.journal_bytes = journal_bytes;
+    doc.forked_from = c.forked_from.as_ref().map(|f| ForkOrigin {
+        id: f.id.clone(),
         turn: f.turn,
     });
     let last = |want_user: bool| {
@@ -279,19 +302,28 @@ pub async fn import(
             created_at: ms(&cp.created_at),
         })
         .collect();
-    let to = SessionPaths::new(dir, &id);
-    durable::write_atomic(&to.journal, &journal)?;
-    // The journal must read back as the transcript it came from.
+    doc
+}
+
+/// Writes the imported `journal` for `doc` and checks it reads back as the
+/// `items` transcript items it came from (else removes it).
+fn write_imported_journal(
+    dir: &Path,
+    doc: &SessionDoc,
+    journal: &[u8],
+    items: usize,
+) -> Result<(), StoreError> {
+    let to = SessionPaths::new(dir, &doc.id);
+    durable::write_atomic(&to.journal, journal)?;
     let back =
         read_journal(&to.journal, doc.journal_bytes).map_err(|e| StoreError::Io(e.to_string()))?;
-    if back.len() != c.transcript.len() {
+    if back.len() != items {
         let _ = std::fs::remove_file(&to.journal);
         return Err(StoreError::Io(
             "the imported transcript did not read back".into(),
         ));
     }
-    let doc = adopt(group, dir, doc).await?;
-    Ok((doc, renamed_from))
+    Ok(())
 }
 
 /// Keeps the whole local line of `parent` as a new conversation forked at
