@@ -69,14 +69,45 @@ pub fn bench_remote() -> anyhow::Result<()> {
     let push_turns = count("PUSH_TURNS", 5000);
     let listed = count("REMOTE_CONVERSATIONS", 1000);
 
-    // 1. Turn latency, remote on vs off, interleaved in one run.
     let on = profile(Some(&url));
     let off = profile(None);
-    start_daemon(&on)?;
-    start_daemon(&off)?;
-    let (with, without) = runtime()?.block_on(async {
-        let mut on_turns = Turns::open(&on, &model).await?;
-        let mut off_turns = Turns::open(&off, &model).await?;
+    let (with, without) = turn_latency(&on, &off, &model, turns)?;
+    let (records, push_time, pushed) = push_throughput(&pg, &url, &model, push_turns)?;
+    let (list_on, list_off, remote_rows) = listing(&pg, &on, &off, listed)?;
+
+    report(&with, &without, turns);
+    println!(
+        "{:<58} {:>8} records in {:.2} s = {:.0} records/s (sync pushed {pushed})",
+        format!("push of a {push_turns}-turn conversation"),
+        records,
+        push_time.as_secs_f64(),
+        records as f64 / push_time.as_secs_f64(),
+    );
+    println!(
+        "{:<58} {:>8.2} ms ({remote_rows} remote rows listed)",
+        format!("agentx sessions, {listed} remote conversations (median)"),
+        median_ms(list_on)
+    );
+    println!(
+        "{:<58} {:>8.2} ms",
+        "agentx sessions, remote off (median)",
+        median_ms(list_off)
+    );
+    Ok(())
+}
+
+/// Turn times with the remote on and off, interleaved in one run.
+fn turn_latency(
+    on: &TestEnv,
+    off: &TestEnv,
+    model: &FakeModel,
+    turns: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    start_daemon(on)?;
+    start_daemon(off)?;
+    let times = runtime()?.block_on(async {
+        let mut on_turns = Turns::open(on, model).await?;
+        let mut off_turns = Turns::open(off, model).await?;
         let (mut with, mut without) = (Vec::new(), Vec::new());
         for i in 0..turns {
             with.push(on_turns.turn(i).await?);
@@ -84,18 +115,27 @@ pub fn bench_remote() -> anyhow::Result<()> {
         }
         Ok::<_, anyhow::Error>((with, without))
     })?;
-    sync(&on, 60_000)?;
+    sync(on, 60_000)?;
+    Ok(times)
+}
 
-    // 2. Push throughput: a conversation made with the remote unreachable,
-    // then agentd started with it reachable; timed until `sync` returns.
-    let push = profile(Some(&format!(
+/// A conversation made while the server was unreachable, then agentd
+/// started with it reachable, timed until `sync` returns: (records on the
+/// server, time, what `sync` itself reported pushing).
+fn push_throughput(
+    pg: &Cluster,
+    url: &str,
+    model: &FakeModel,
+    turns: usize,
+) -> anyhow::Result<(i64, Duration, serde_json::Value)> {
+    let mut push = profile(Some(&format!(
         "postgresql://agentx@127.0.0.1:{}/nowhere",
         pg.port
     )));
     start_daemon(&push)?;
     runtime()?.block_on(async {
-        let mut t = Turns::open(&push, &model).await?;
-        for i in 0..push_turns {
+        let mut t = Turns::open(&push, model).await?;
+        for i in 0..turns {
             t.turn(i).await?;
             if (i + 1) % 1000 == 0 {
                 eprintln!("  {} turns done", i + 1);
@@ -104,14 +144,13 @@ pub fn bench_remote() -> anyhow::Result<()> {
         Ok::<_, anyhow::Error>(())
     })?;
     push.kill_daemons();
-    let mut push = push;
     push.extra_env.retain(|(k, _)| k != "AGENTX_REMOTE_URL");
     push.extra_env
-        .push(("AGENTX_REMOTE_URL".into(), url.clone()));
+        .push(("AGENTX_REMOTE_URL".into(), url.to_owned()));
     let started = Instant::now();
     start_daemon(&push)?;
     let pushed = sync(&push, 600_000)?;
-    let push_time = started.elapsed();
+    let took = started.elapsed();
     // The whole conversation is there (some may have gone before `sync`
     // asked: agentd pushes from its start).
     let records = pg.count(
@@ -119,8 +158,17 @@ pub fn bench_remote() -> anyhow::Result<()> {
         "SELECT count(*) FROM records WHERE conversation_id = \
          (SELECT id FROM conversations ORDER BY records DESC LIMIT 1)",
     );
+    Ok((records, took, pushed["pushed_records"].clone()))
+}
 
-    // 3. Listing with `listed` remote conversations in the project.
+/// `agentx sessions --json` with `listed` remote conversations in the
+/// project, and with the remote off: (times on, times off, remote rows).
+fn listing(
+    pg: &Cluster,
+    on: &TestEnv,
+    off: &TestEnv,
+    listed: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>, usize)> {
     pg.execute(
         "bench",
         &format!(
@@ -139,27 +187,7 @@ pub fn bench_remote() -> anyhow::Result<()> {
         .map_or(0, |a| a.iter().filter(|s| s["where"] == "remote").count());
     let list_on = time_command(|| on.agentx(["sessions", "--json"]), 30)?;
     let list_off = time_command(|| off.agentx(["sessions", "--json"]), 30)?;
-
-    report(&with, &without, turns);
-    println!(
-        "{:<58} {:>8} records in {:.2} s = {:.0} records/s (sync pushed {})",
-        format!("push of a {push_turns}-turn conversation"),
-        records,
-        push_time.as_secs_f64(),
-        records as f64 / push_time.as_secs_f64(),
-        pushed["pushed_records"]
-    );
-    println!(
-        "{:<58} {:>8.2} ms ({remote_rows} remote rows listed)",
-        format!("agentx sessions, {listed} remote conversations (median)"),
-        median_ms(list_on)
-    );
-    println!(
-        "{:<58} {:>8.2} ms",
-        "agentx sessions, remote off (median)",
-        median_ms(list_off)
-    );
-    Ok(())
+    Ok((list_on, list_off, remote_rows))
 }
 
 fn report(with: &[Duration], without: &[Duration], turns: usize) {
