@@ -213,7 +213,28 @@ impl Engine {
             model = %turn.spec.settings.model,
         );
         let result = tracing::Instrument::instrument(turn.drive(doc, &lease), span).await;
-        let (status, text, error) = match result {
+        let (status, text, error) = turn.record_end(result).await;
+        drop(lease);
+        Event::Finished {
+            status,
+            text,
+            error,
+            response_id: turn.response_id.clone().unwrap_or_default(),
+            usage: turn.usage,
+            cut_short: if status == Status::Completed {
+                turn.cut_short.take()
+            } else {
+                None
+            },
+        }
+    }
+}
+
+impl Turn<'_> {
+    /// Records how a turn that did not complete ended (interrupted, by the
+    /// client or by agentd stopping, or failed): status, text and error.
+    async fn record_end(&self, result: Result<String, Stop>) -> (Status, String, String) {
+        match result {
             Ok(text) => (Status::Completed, text, String::new()),
             Err(Stop::Cancelled) => {
                 // A graceful stop cancels every turn; the record says which.
@@ -232,7 +253,7 @@ impl Engine {
                     interrupted: Some(Some(marker)),
                     ..Change::default()
                 };
-                if let Err(e) = turn.group.commit(&turn.session, change).await {
+                if let Err(e) = self.group.commit(&self.session, change).await {
                     tracing::warn!("could not record the interrupted turn: {e}");
                 }
                 if stopped {
@@ -255,29 +276,14 @@ impl Engine {
                     failed: Some(Some(marker)),
                     ..Change::default()
                 };
-                if let Err(e) = turn.group.commit(&turn.session, change).await {
+                if let Err(e) = self.group.commit(&self.session, change).await {
                     tracing::warn!("could not record the failed turn: {e}");
                 }
                 (Status::Failed, String::new(), message)
             }
-        };
-        drop(lease);
-        Event::Finished {
-            status,
-            text,
-            error,
-            response_id: turn.response_id.clone().unwrap_or_default(),
-            usage: turn.usage,
-            cut_short: if status == Status::Completed {
-                turn.cut_short.take()
-            } else {
-                None
-            },
         }
     }
-}
 
-impl Turn<'_> {
     async fn emit(&self, event: Event) {
         let _ = self.io.events.send(event).await;
     }
@@ -297,99 +303,116 @@ impl Turn<'_> {
         }
     }
 
-    async fn drive(&mut self, mut doc: SessionDoc, lease: &TurnLease) -> Result<String, Stop> {
+    async fn drive(&mut self, doc: SessionDoc, lease: &TurnLease) -> Result<String, Stop> {
         if self.cancelled() {
             return Err(Stop::Cancelled);
         }
-        let mode = self.spec.mode.clone();
-        match mode {
-            Mode::RetryMessage => {
-                if doc.last_user.is_empty() {
-                    return Err(Self::failed("there is no message to retry"));
-                }
-                let message = doc.last_user.clone();
-                let target = if doc.checkpoints.is_empty() {
-                    RollbackTarget::Origin
-                } else {
-                    RollbackTarget::Index(1)
-                };
-                doc = self.group.rollback_in_turn(lease, target).await?;
-                self.response_id = doc.response_id.clone();
-                self.unsent = doc.unsent.clone();
-                self.emit(Event::Notice(format!(
-                    "back at the last checkpoint; resending: {}",
-                    first_line(&message)
-                )))
-                .await;
-                self.start_message(&doc, &message).await?;
-            }
+        match self.spec.mode.clone() {
+            Mode::RetryMessage => self.retry_message(doc, lease).await?,
             Mode::Message(message) => self.start_message(&doc, &message).await?,
-            Mode::RetryRequest | Mode::NewChain => {
-                if mode == Mode::NewChain {
-                    self.response_id = None;
-                    self.commit(Change {
-                        response_id: Some(None),
-                        ..Change::default()
-                    })
-                    .await?;
-                }
-                let outputs = Self::settle_without_running(&doc.pending_calls);
-                if outputs.is_empty() && self.unsent.is_empty() {
-                    return Err(Self::failed(
-                        "there is nothing to retry: the last request succeeded",
-                    ));
-                }
-                self.unsent.extend(outputs.iter().cloned());
-                self.commit(Change {
-                    append: outputs,
-                    unsent: Some(self.unsent.clone()),
-                    pending_calls: Some(Vec::new()),
-                    turn_open: Some(true),
-                    failed: Some(None),
-                    interrupted: Some(None),
-                    ..Change::default()
-                })
-                .await?;
-            }
+            Mode::RetryRequest => self.retry_request(&doc, false).await?,
+            Mode::NewChain => self.retry_request(&doc, true).await?,
             Mode::Continue => {
-                if doc.pending_calls.is_empty() && self.unsent.is_empty() {
-                    if doc.interrupted.is_none() && !doc.turn_open {
-                        return Err(Self::failed("there is no interrupted turn to continue"));
-                    }
-                    // Interrupted after its last request had been answered
-                    // and recorded: nothing is left to run or send. Settle
-                    // the marker so the conversation simply goes on.
-                    self.commit(Change {
-                        turn_open: Some(false),
-                        interrupted: Some(None),
-                        ..Change::default()
-                    })
-                    .await?;
-                    self.emit(Event::Notice(
-                        "the interrupted turn had nothing left to run or send".to_owned(),
-                    ))
-                    .await;
+                if !self.continue_interrupted(&doc).await? {
                     return Ok(String::new());
-                }
-                self.commit(Change {
-                    turn_open: Some(true),
-                    interrupted: Some(None),
-                    failed: Some(None),
-                    ..Change::default()
-                })
-                .await?;
-                if !doc.pending_calls.is_empty() {
-                    let outputs = self.run_tools(doc.pending_calls.clone(), true).await?;
-                    self.unsent.extend(outputs);
-                    self.commit(Change {
-                        unsent: Some(self.unsent.clone()),
-                        ..Change::default()
-                    })
-                    .await?;
                 }
             }
         }
         self.model_loop().await
+    }
+
+    /// Back to the last checkpoint, then the last message sent again.
+    async fn retry_message(&mut self, doc: SessionDoc, lease: &TurnLease) -> Result<(), Stop> {
+        if doc.last_user.is_empty() {
+            return Err(Self::failed("there is no message to retry"));
+        }
+        let message = doc.last_user.clone();
+        let target = if doc.checkpoints.is_empty() {
+            RollbackTarget::Origin
+        } else {
+            RollbackTarget::Index(1)
+        };
+        let doc = self.group.rollback_in_turn(lease, target).await?;
+        self.response_id = doc.response_id.clone();
+        self.unsent = doc.unsent.clone();
+        self.emit(Event::Notice(format!(
+            "back at the last checkpoint; resending: {}",
+            first_line(&message)
+        )))
+        .await;
+        self.start_message(&doc, &message).await
+    }
+
+    /// The failed request again (on a new chain with `new_chain`): open
+    /// calls are answered without running, then everything unsent goes.
+    async fn retry_request(&mut self, doc: &SessionDoc, new_chain: bool) -> Result<(), Stop> {
+        if new_chain {
+            self.response_id = None;
+            self.commit(Change {
+                response_id: Some(None),
+                ..Change::default()
+            })
+            .await?;
+        }
+        let outputs = Self::settle_without_running(&doc.pending_calls);
+        if outputs.is_empty() && self.unsent.is_empty() {
+            return Err(Self::failed(
+                "there is nothing to retry: the last request succeeded",
+            ));
+        }
+        self.unsent.extend(outputs.iter().cloned());
+        self.commit(Change {
+            append: outputs,
+            unsent: Some(self.unsent.clone()),
+            pending_calls: Some(Vec::new()),
+            turn_open: Some(true),
+            failed: Some(None),
+            interrupted: Some(None),
+            ..Change::default()
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Finishes an interrupted turn's pending calls; whether anything is
+    /// left to send to the model.
+    async fn continue_interrupted(&mut self, doc: &SessionDoc) -> Result<bool, Stop> {
+        if doc.pending_calls.is_empty() && self.unsent.is_empty() {
+            if doc.interrupted.is_none() && !doc.turn_open {
+                return Err(Self::failed("there is no interrupted turn to continue"));
+            }
+            // Interrupted after its last request had been answered and
+            // recorded: nothing is left to run or send. Settle the marker so
+            // the conversation simply goes on.
+            self.commit(Change {
+                turn_open: Some(false),
+                interrupted: Some(None),
+                ..Change::default()
+            })
+            .await?;
+            self.emit(Event::Notice(
+                "the interrupted turn had nothing left to run or send".to_owned(),
+            ))
+            .await;
+            return Ok(false);
+        }
+        self.commit(Change {
+            turn_open: Some(true),
+            interrupted: Some(None),
+            failed: Some(None),
+            ..Change::default()
+        })
+        .await?;
+        if !doc.pending_calls.is_empty() {
+            let outputs = self.run_tools(doc.pending_calls.clone(), true).await?;
+            self.unsent.extend(outputs);
+            self.commit(Change {
+                unsent: Some(self.unsent.clone()),
+                ..Change::default()
+            })
+            .await?;
+        }
+        Ok(true)
     }
 
     /// Records the user message (and answers calls an interrupted turn left).
@@ -422,6 +445,62 @@ impl Turn<'_> {
         Ok(())
     }
 
+    /// Commits one model reply: its text and calls to the transcript, usage,
+    /// the response id, and (when no call is left) the checkpoint that ends
+    /// the turn. The answer when the turn is done, else empty.
+    async fn record_reply(
+        &mut self,
+        reply: ModelReply,
+        pending: &[PendingCall],
+    ) -> Result<String, Stop> {
+        let done = pending.is_empty();
+        // What status shows of the answer; the transcript keeps it whole.
+        let shown = (!reply.text.is_empty()).then(|| last_answer(&reply.text));
+        self.cut_short = reply.incomplete.clone();
+        let cut_short = done.then(|| {
+            reply.incomplete.as_ref().map(|reason| Marker {
+                message: format!("the answer was cut short by the model server ({reason})"),
+                at: now_ms(),
+                retryable: true,
+            })
+        });
+        let ModelReply {
+            id,
+            text,
+            calls,
+            usage,
+            incomplete: _,
+        } = reply;
+        let answer = if done { text.clone() } else { String::new() };
+        let mut items = Vec::new();
+        if !text.is_empty() {
+            items.push(Item::Assistant { text });
+        }
+        items.extend(calls.iter().map(|c| Item::FunctionCall {
+            call_id: c.call_id.clone(),
+            name: c.name.clone(),
+            arguments: c.arguments.clone(),
+        }));
+        self.usage.add(&usage);
+        self.response_id = Some(id.clone());
+        self.unsent.clear();
+        self.commit(Change {
+            append: items,
+            response_id: Some(Some(id)),
+            add_usage: Some(usage),
+            last_assistant: shown,
+            cut_short,
+            pending_calls: Some(pending.to_vec()),
+            unsent: Some(Vec::new()),
+            turn_completed: done,
+            turn_open: done.then_some(false),
+            checkpoint: done,
+            ..Change::default()
+        })
+        .await?;
+        Ok(answer)
+    }
+
     /// Requests until the model answers without calling a tool.
     async fn model_loop(&mut self) -> Result<String, Stop> {
         loop {
@@ -430,69 +509,9 @@ impl Turn<'_> {
             }
             let send = self.unsent.clone();
             let reply = self.call_model(&send).await?;
-            let mut items = Vec::new();
-            // What status shows of the answer; the transcript keeps it whole.
-            let shown = (!reply.text.is_empty()).then(|| last_answer(&reply.text));
-            let pending: Vec<PendingCall> = reply
-                .calls
-                .iter()
-                .map(|c| PendingCall {
-                    call_id: c.call_id.clone(),
-                    name: c.name.clone(),
-                    arguments: c.arguments.clone(),
-                    state: CallState::NotStarted,
-                    exit_code: None,
-                    output: String::new(),
-                })
-                .collect();
-            let done = reply.calls.is_empty();
-            self.cut_short = reply.incomplete.clone();
-            let cut_short = done.then(|| {
-                reply.incomplete.as_ref().map(|reason| Marker {
-                    message: format!("the answer was cut short by the model server ({reason})"),
-                    at: now_ms(),
-                    retryable: true,
-                })
-            });
-            let ModelReply {
-                id,
-                text,
-                calls,
-                usage,
-                incomplete: _,
-            } = reply;
-            let answer = if done { text.clone() } else { String::new() };
-            if !text.is_empty() {
-                items.push(Item::Assistant { text });
-            }
-            let reply = ModelReply {
-                id,
-                calls,
-                usage,
-                ..ModelReply::default()
-            };
-            items.extend(reply.calls.iter().map(|c| Item::FunctionCall {
-                call_id: c.call_id.clone(),
-                name: c.name.clone(),
-                arguments: c.arguments.clone(),
-            }));
-            self.usage.add(&reply.usage);
-            self.response_id = Some(reply.id.clone());
-            self.unsent.clear();
-            self.commit(Change {
-                append: items,
-                response_id: Some(Some(reply.id.clone())),
-                add_usage: Some(reply.usage),
-                last_assistant: shown,
-                cut_short,
-                pending_calls: Some(pending.clone()),
-                unsent: Some(Vec::new()),
-                turn_completed: done,
-                turn_open: done.then_some(false),
-                checkpoint: done,
-                ..Change::default()
-            })
-            .await?;
+            let pending = pending_calls(&reply);
+            let done = pending.is_empty();
+            let answer = self.record_reply(reply, &pending).await?;
             self.emit(Event::Usage(self.usage)).await;
             if done {
                 if let Some(reason) = &self.cut_short {
@@ -513,6 +532,22 @@ impl Turn<'_> {
             .await?;
         }
     }
+}
+
+/// The calls of a reply, as pending calls not started yet.
+fn pending_calls(reply: &ModelReply) -> Vec<PendingCall> {
+    reply
+        .calls
+        .iter()
+        .map(|c| PendingCall {
+            call_id: c.call_id.clone(),
+            name: c.name.clone(),
+            arguments: c.arguments.clone(),
+            state: CallState::NotStarted,
+            exit_code: None,
+            output: String::new(),
+        })
+        .collect()
 }
 
 /// Longest answer kept whole as the conversation's "last assistant
