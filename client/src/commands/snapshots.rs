@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 
 use agentx_shared::proto::snapshots_client::SnapshotsClient;
 use agentx_shared::proto::{
-    ChangeKind, ListSnapshotsRequest, PlannedChange, RestoreRequest, TakeSnapshotRequest,
-    restore_request::Target,
+    ChangeKind, ListSnapshotsRequest, PlannedChange, RestorePlan, RestoreReply, RestoreRequest,
+    TakeSnapshotRequest, restore_request::Target,
 };
 use agentx_shared::time::rfc3339_wire;
 
@@ -77,6 +77,7 @@ pub async fn take(ctx: &Ctx, label: Option<String>) -> CliResult<()> {
     Ok(())
 }
 
+/// Prints planned changes, one path a line, on stderr.
 fn show(changes: &[PlannedChange]) {
     for c in changes {
         let what = match ChangeKind::try_from(c.kind) {
@@ -119,8 +120,26 @@ pub async fn restore(ctx: &Ctx, what: Restore, yes: bool, force: bool) -> CliRes
         target: Some(target),
         force,
     };
+    let plan = plan(ctx, request.clone()).await?;
+    let undo = matches!(what, Restore::Undo(_));
+    let verb = if undo { "undo" } else { "rewind" };
+    if !undo && !plan.target_id.is_empty() {
+        // Restore exactly the snapshot shown, even if another one is taken
+        // meanwhile (N would then name a different one).
+        request.target = Some(Target::RewindId(plan.target_id.clone()));
+    }
+    show_plan(&plan, undo);
+    if !go_ahead(&plan, verb, undo, yes)? {
+        return Ok(());
+    }
+    let reply = apply(ctx, request, verb).await?;
+    report(&reply, verb, undo)
+}
+
+/// Asks agentd what restoring `request` would change.
+async fn plan(ctx: &Ctx, request: RestoreRequest) -> CliResult<RestorePlan> {
     let plan = client(ctx)
-        .plan_restore(request.clone())
+        .plan_restore(request)
         .await
         .map_err(|s| {
             let e = CliError::from_status("planning the restore", &s);
@@ -133,13 +152,11 @@ pub async fn restore(ctx: &Ctx, what: Restore, yes: bool, force: bool) -> CliRes
             }
         })?
         .into_inner();
-    let undo = matches!(what, Restore::Undo(_));
-    let verb = if undo { "undo" } else { "rewind" };
-    if !undo && !plan.target_id.is_empty() {
-        // Restore exactly the snapshot shown, even if another one is taken
-        // meanwhile (N would then name a different one).
-        request.target = Some(Target::RewindId(plan.target_id.clone()));
-    }
+    Ok(plan)
+}
+
+/// Shows the messages passed over, the one undone and the paths left alone.
+fn show_plan(plan: &RestorePlan, undo: bool) {
     for m in &plan.passed {
         eprintln!("passing over {m}: it changed nothing");
     }
@@ -153,27 +170,34 @@ pub async fn restore(ctx: &Ctx, what: Restore, yes: bool, force: bool) -> CliRes
         );
         show(&plan.left_alone);
     }
+}
+
+/// Shows the planned changes and asks (unless `yes`); false: nothing is
+/// to be done (nothing to change for a rewind, or the user said no).
+fn go_ahead(plan: &RestorePlan, verb: &str, undo: bool, yes: bool) -> CliResult<bool> {
     if plan.changes.is_empty() {
         println!("nothing to change: the folder already matches");
-        if !undo {
-            return Ok(());
-        }
         // An undo still moves past this message (and any it passed over).
-    } else {
-        eprintln!("{verb} will change {} path(s):", plan.changes.len());
-        show(&plan.changes);
-        if !yes {
-            if !std::io::stdin().is_terminal() {
-                return Err(CliError::usage(format!(
-                    "{verb} needs --yes when not run from a terminal"
-                )));
-            }
-            if !crate::ui::confirm(&format!("{verb} these changes?"))? {
-                println!("nothing changed");
-                return Ok(());
-            }
+        return Ok(undo);
+    }
+    eprintln!("{verb} will change {} path(s):", plan.changes.len());
+    show(&plan.changes);
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(CliError::usage(format!(
+                "{verb} needs --yes when not run from a terminal"
+            )));
+        }
+        if !crate::ui::confirm(&format!("{verb} these changes?"))? {
+            println!("nothing changed");
+            return Ok(false);
         }
     }
+    Ok(true)
+}
+
+/// Restores `request`; agentd going away midway is reported as unreachable.
+async fn apply(ctx: &Ctx, request: RestoreRequest, verb: &str) -> CliResult<RestoreReply> {
     let reply = client(ctx).restore(request).await.map_err(|s| {
         if matches!(
             s.code(),
@@ -187,7 +211,11 @@ pub async fn restore(ctx: &Ctx, what: Restore, yes: bool, force: bool) -> CliRes
             CliError::from_status(verb, &s)
         }
     })?;
-    let reply = reply.into_inner();
+    Ok(reply.into_inner())
+}
+
+/// Prints what the restore did; fails when some path could not be restored.
+fn report(reply: &RestoreReply, verb: &str, undo: bool) -> CliResult<()> {
     println!(
         "{verb}: {} restored, {} skipped, {} left alone, {} failed (snapshot {} holds the state before; `agentx rewind {}` returns to it)",
         reply.applied.len(),
