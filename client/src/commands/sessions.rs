@@ -282,6 +282,7 @@ pub async fn sync(ctx: &Ctx, as_json: bool, wait_ms: Option<u32>) -> CliResult<(
     }
 }
 
+/// Prints the current conversation's state as `agentx status` shows it.
 pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
     if s.session_id.is_empty() {
         println!(
@@ -290,6 +291,20 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
         );
         return;
     }
+    print_conversation(ctx, s);
+    print_pending(s);
+    print_markers(s);
+    print_snapshots_and_remote(s);
+    println!(
+        "daemon        pid {}, version {}",
+        ctx.hello().pid,
+        ctx.hello().daemon_version
+    );
+}
+
+/// The status lines naming the conversation and its transcript, usage and
+/// checkpoints.
+fn print_conversation(ctx: &Ctx, s: &SessionStatus) {
     let u = s.usage.unwrap_or_default();
     println!("conversation  {}  {}", s.session_id, s.title);
     println!(
@@ -308,6 +323,11 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
     );
     println!("usage         {}", crate::usage::line(&u));
     println!("checkpoints   {}", s.checkpoints);
+}
+
+/// The status lines for what waits: tool calls of an interrupted turn and
+/// `!command` output not yet sent.
+fn print_pending(s: &SessionStatus) {
     if !s.pending_tool_calls.is_empty() {
         println!(
             "pending       {} tool call(s) from an interrupted turn",
@@ -325,6 +345,10 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
     if s.has_pending_shell_transcript {
         println!("local shell   output of !commands waits to be sent with the next message");
     }
+}
+
+/// The status lines for a failed or interrupted turn and a rollback backup.
+fn print_markers(s: &SessionStatus) {
     if let Some(f) = &s.failed {
         println!(
             "failed        {} ({}) — agentx retry [--new-chain], rollback or clear",
@@ -345,6 +369,10 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
             crate::when::human(s.rollback_backup_at.as_ref())
         );
     }
+}
+
+/// The status lines for the folder's snapshots and the remote store (when on).
+fn print_snapshots_and_remote(s: &SessionStatus) {
     println!(
         "snapshots     {} ({} bytes stored)",
         s.snapshots, s.snapshot_store_bytes
@@ -370,11 +398,6 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
             println!("              this conversation is kept there too");
         }
     }
-    println!(
-        "daemon        pid {}, version {}",
-        ctx.hello().pid,
-        ctx.hello().daemon_version
-    );
 }
 
 pub async fn status(ctx: &Ctx, as_json: bool) -> CliResult<()> {
