@@ -15,42 +15,11 @@ use crate::cli::Approval;
 use crate::context::{Ctx, provider_settings};
 use crate::error::{CliError, CliResult};
 
+/// Runs one one-shot with `prompt` (`-`: read from stdin) and prints its
+/// events and result.
 pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
-    let prompt = if prompt == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|e| CliError::usage(format!("cannot read the prompt from stdin: {e}")))?;
-        text
-    } else {
-        prompt
-    };
-    if prompt.trim().is_empty() {
-        return Err(CliError::usage("the prompt is empty"));
-    }
-    let config = ctx.config()?;
-    // No one is there to ask: tools run only with --auto.
-    let auto = ctx.global.auto || ctx.global.approval == Some(Approval::Auto);
-    let policy = if auto {
-        ApprovalPolicy::Auto
-    } else {
-        ApprovalPolicy::Never
-    };
-    let start = TurnStart {
-        scope: ctx.scope(),
-        message: prompt,
-        approval: policy as i32,
-        provider: Some(provider_settings(&config)),
-        oneshot: true,
-        client_pid: std::process::id(),
-        instructions: config.instructions.clone().unwrap_or_default(),
-        shell_timeout_secs: config
-            .shell_timeout_secs
-            .and_then(|s| u32::try_from(s).ok())
-            .unwrap_or(0),
-        ..TurnStart::default()
-    };
-
+    let prompt = read_prompt(prompt)?;
+    let start = turn_start(ctx, prompt)?;
     let input = crate::turn::input;
     let (tx, mut events) = crate::turn::open(&ctx.channel(), start, "the one-shot").await?;
     let mut out = Output {
@@ -77,17 +46,7 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
                     "agentd ended the one-shot without a result",
                 ));
             }
-            Err(status) => {
-                return Err(match status.code() {
-                    tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown => {
-                        CliError::unreachable(
-                            "agentd stopped during the one-shot; its state is kept for diagnosis \
-                             (`agentx oneshots`)",
-                        )
-                    }
-                    _ => CliError::from_status("the one-shot", &status),
-                });
-            }
+            Err(status) => return Err(stream_error(&status)),
         };
         match event.event {
             None => {}
@@ -102,6 +61,62 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
             Some(Event::Finished(f)) => return out.finished(f),
             Some(event) => out.show(&event),
         }
+    }
+}
+
+/// The prompt as given, or read from stdin for `-`; an empty one is refused.
+fn read_prompt(prompt: String) -> CliResult<String> {
+    let prompt = if prompt == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| CliError::usage(format!("cannot read the prompt from stdin: {e}")))?;
+        text
+    } else {
+        prompt
+    };
+    if prompt.trim().is_empty() {
+        return Err(CliError::usage("the prompt is empty"));
+    }
+    Ok(prompt)
+}
+
+/// The request starting a one-shot with `prompt` under the configuration.
+fn turn_start(ctx: &Ctx, prompt: String) -> CliResult<TurnStart> {
+    let config = ctx.config()?;
+    // No one is there to ask: tools run only with --auto.
+    let auto = ctx.global.auto || ctx.global.approval == Some(Approval::Auto);
+    let policy = if auto {
+        ApprovalPolicy::Auto
+    } else {
+        ApprovalPolicy::Never
+    };
+    Ok(TurnStart {
+        scope: ctx.scope(),
+        message: prompt,
+        approval: policy as i32,
+        provider: Some(provider_settings(&config)),
+        oneshot: true,
+        client_pid: std::process::id(),
+        instructions: config.instructions.clone().unwrap_or_default(),
+        shell_timeout_secs: config
+            .shell_timeout_secs
+            .and_then(|s| u32::try_from(s).ok())
+            .unwrap_or(0),
+        ..TurnStart::default()
+    })
+}
+
+/// The error for the event stream failing: agentd gone, or its status.
+fn stream_error(status: &tonic::Status) -> CliError {
+    match status.code() {
+        tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Unknown => {
+            CliError::unreachable(
+                "agentd stopped during the one-shot; its state is kept for diagnosis \
+                 (`agentx oneshots`)",
+            )
+        }
+        _ => CliError::from_status("the one-shot", status),
     }
 }
 
