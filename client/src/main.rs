@@ -79,6 +79,8 @@ fn exit_quietly_on_broken_pipe() {
     }));
 }
 
+/// Runs the parsed command line: the commands that need no agentd here,
+/// the rest after connecting.
 async fn run(cli: Cli) -> CliResult<()> {
     let profile = Profile::resolve(cli.global.profile.as_deref())
         .map_err(|err| CliError::unreachable(err.to_string()))?;
@@ -109,54 +111,63 @@ async fn run(cli: Cli) -> CliResult<()> {
         }
     };
     let ctx = Ctx::connect(profile, cli.global).await?;
+    dispatch(&ctx, command).await
+}
+
+/// Runs a command that talks to agentd.
+async fn dispatch(ctx: &Ctx, command: Command) -> CliResult<()> {
     match command {
-        Command::Sessions { json, tree } => commands::sessions::sessions(&ctx, json, tree).await,
-        Command::Fork { checkpoint } => commands::library::fork_command(&ctx, checkpoint).await,
-        Command::Rename { words } => commands::library::rename_command(&ctx, &words).await,
+        Command::Sessions { json, tree } => commands::sessions::sessions(ctx, json, tree).await,
+        Command::Fork { checkpoint } => commands::library::fork_command(ctx, checkpoint).await,
+        Command::Rename { words } => commands::library::rename_command(ctx, &words).await,
         Command::Search {
             text,
             all,
             json,
             limit,
-        } => commands::library::search_command(&ctx, &text, all, json, limit).await,
+        } => commands::library::search_command(ctx, &text, all, json, limit).await,
         Command::Export {
             target,
             format,
             output,
         } => {
-            commands::library::export_command(&ctx, target.as_deref(), format, output.as_deref())
+            commands::library::export_command(ctx, target.as_deref(), format, output.as_deref())
                 .await
         }
         Command::Import { file, folder } => {
-            commands::library::import_command(&ctx, &file, folder.as_deref()).await
+            commands::library::import_command(ctx, &file, folder.as_deref()).await
         }
-        Command::Status { json } => commands::sessions::status(&ctx, json).await,
-        Command::Sync { json, wait_ms } => commands::sessions::sync(&ctx, json, wait_ms).await,
-        Command::Clear { yes } => commands::sessions::clear_command(&ctx, yes).await,
-        Command::New => repl::run(&ctx, Target::New(true)).await,
-        Command::Resume { target } => {
-            let target = match target {
-                None => Target::Latest(true),
-                Some(t) => match t.parse::<u32>() {
-                    Ok(n) => commands::sessions::nth(&ctx, n).await?,
-                    Err(_) => Target::Id(t),
-                },
-            };
-            repl::run(&ctx, target).await
-        }
-        Command::Exec { json, prompt } => commands::exec::exec(&ctx, prompt, json).await,
-        Command::Checkpoints { json } => commands::checkpoints::checkpoints(&ctx, json).await,
+        Command::Status { json } => commands::sessions::status(ctx, json).await,
+        Command::Sync { json, wait_ms } => commands::sessions::sync(ctx, json, wait_ms).await,
+        Command::Clear { yes } => commands::sessions::clear_command(ctx, yes).await,
+        Command::New => repl::run(ctx, Target::New(true)).await,
+        Command::Resume { target } => resume(ctx, target).await,
+        Command::Exec { json, prompt } => commands::exec::exec(ctx, prompt, json).await,
+        Command::Checkpoints { json } => commands::checkpoints::checkpoints(ctx, json).await,
         Command::Rollback { index, undo } => {
-            commands::checkpoints::rollback_command(&ctx, index, undo).await
+            commands::checkpoints::rollback_command(ctx, index, undo).await
         }
-        Command::Retry { new_chain } => repl::retry(&ctx, new_chain).await,
-        Command::Snapshots { json } => commands::snapshots::list(&ctx, json).await,
-        Command::Snapshot { label } => commands::snapshots::take(&ctx, label).await,
-        Command::Undo { yes, force } => commands::snapshots::undo(&ctx, yes, force).await,
+        Command::Retry { new_chain } => repl::retry(ctx, new_chain).await,
+        Command::Snapshots { json } => commands::snapshots::list(ctx, json).await,
+        Command::Snapshot { label } => commands::snapshots::take(ctx, label).await,
+        Command::Undo { yes, force } => commands::snapshots::undo(ctx, yes, force).await,
         Command::Rewind { index, yes, force } => {
-            commands::snapshots::rewind(&ctx, index, yes, force).await
+            commands::snapshots::rewind(ctx, index, yes, force).await
         }
-        Command::Oneshots { json, action } => commands::oneshots::run(&ctx, json, action).await,
+        Command::Oneshots { json, action } => commands::oneshots::run(ctx, json, action).await,
         Command::Daemon { .. } | Command::Completions { .. } | Command::Man => Ok(()),
     }
+}
+
+/// `agentx resume [N|ID]`: the latest conversation, the Nth newest or the
+/// one with this id.
+async fn resume(ctx: &Ctx, target: Option<String>) -> CliResult<()> {
+    let target = match target {
+        None => Target::Latest(true),
+        Some(t) => match t.parse::<u32>() {
+            Ok(n) => commands::sessions::nth(ctx, n).await?,
+            Err(_) => Target::Id(t),
+        },
+    };
+    repl::run(ctx, target).await
 }
