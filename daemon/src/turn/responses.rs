@@ -148,39 +148,7 @@ impl Reader {
                     on_delta(delta);
                 }
             }
-            "response.output_item.done" => {
-                let item = &data["item"];
-                match item["type"].as_str() {
-                    Some("function_call") => {
-                        let arguments = item["arguments"].as_str().unwrap_or("{}");
-                        self.grow(arguments.len())?;
-                        self.reply.calls.push(Call {
-                            call_id: item["call_id"].as_str().unwrap_or_default().to_owned(),
-                            name: item["name"].as_str().unwrap_or_default().to_owned(),
-                            arguments: arguments.to_owned(),
-                        });
-                    }
-                    Some("message") => {
-                        let text: String = item["content"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter(|p| p["type"] == "output_text")
-                            .filter_map(|p| p["text"].as_str())
-                            .collect();
-                        // The finished item is the truth; deltas usually match it.
-                        let streamed = self.reply.text.get(self.item_start..).unwrap_or("");
-                        if streamed != text {
-                            self.size = self.size.saturating_sub(streamed.len());
-                            self.grow(text.len())?;
-                            self.reply.text.truncate(self.item_start);
-                            self.reply.text.push_str(&text);
-                        }
-                        self.item_start = self.reply.text.len();
-                    }
-                    _ => {}
-                }
-            }
+            "response.output_item.done" => self.item_done(&data["item"])?,
             "response.completed" => {
                 return self.finish(&data["response"]).map(Some);
             }
@@ -196,37 +164,78 @@ impl Reader {
                 reply.incomplete = Some(reason);
                 return Ok(Some(reply));
             }
-            "response.failed" => {
-                let response = &data["response"];
-                let error = &response["error"];
-                let message = error["message"]
-                    .as_str()
-                    .or_else(|| response["incomplete_details"]["reason"].as_str())
-                    .unwrap_or(kind)
-                    .to_owned();
-                return Err(ProviderError::Model {
-                    code: error["code"].as_str().map(str::to_owned),
-                    message,
-                });
-            }
-            "error" => {
-                // Both shapes occur: flat {code, message} and nested {error: {...}}.
-                let inner = if data["error"].is_object() {
-                    &data["error"]
-                } else {
-                    &data
-                };
-                return Err(ProviderError::Model {
-                    code: inner["code"].as_str().map(str::to_owned),
-                    message: inner["message"]
-                        .as_str()
-                        .unwrap_or("unknown error")
-                        .to_owned(),
-                });
-            }
+            "response.failed" => return Err(failed(&data["response"], kind)),
+            "error" => return Err(stream_error(&data)),
             _ => {}
         }
         Ok(None)
+    }
+
+    /// A finished output item: a function call, or a message whose text
+    /// replaces what its deltas said if they differ.
+    fn item_done(&mut self, item: &Value) -> Result<(), ProviderError> {
+        match item["type"].as_str() {
+            Some("function_call") => {
+                let arguments = item["arguments"].as_str().unwrap_or("{}");
+                self.grow(arguments.len())?;
+                self.reply.calls.push(Call {
+                    call_id: item["call_id"].as_str().unwrap_or_default().to_owned(),
+                    name: item["name"].as_str().unwrap_or_default().to_owned(),
+                    arguments: arguments.to_owned(),
+                });
+            }
+            Some("message") => {
+                let text: String = item["content"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| p["type"] == "output_text")
+                    .filter_map(|p| p["text"].as_str())
+                    .collect();
+                // The finished item is the truth; deltas usually match it.
+                let streamed = self.reply.text.get(self.item_start..).unwrap_or("");
+                if streamed != text {
+                    self.size = self.size.saturating_sub(streamed.len());
+                    self.grow(text.len())?;
+                    self.reply.text.truncate(self.item_start);
+                    self.reply.text.push_str(&text);
+                }
+                self.item_start = self.reply.text.len();
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// A `response.failed` event's error.
+fn failed(response: &Value, kind: &str) -> ProviderError {
+    let error = &response["error"];
+    let message = error["message"]
+        .as_str()
+        .or_else(|| response["incomplete_details"]["reason"].as_str())
+        .unwrap_or(kind)
+        .to_owned();
+    ProviderError::Model {
+        code: error["code"].as_str().map(str::to_owned),
+        message,
+    }
+}
+
+/// An `error` event; both shapes occur: flat `{code, message}` and nested
+/// `{error: {...}}`.
+fn stream_error(data: &Value) -> ProviderError {
+    let inner = if data["error"].is_object() {
+        &data["error"]
+    } else {
+        data
+    };
+    ProviderError::Model {
+        code: inner["code"].as_str().map(str::to_owned),
+        message: inner["message"]
+            .as_str()
+            .unwrap_or("unknown error")
+            .to_owned(),
     }
 }
 
