@@ -4,6 +4,7 @@
 pub mod chat;
 pub mod context;
 pub mod provider;
+mod resolve;
 pub mod responses;
 mod retry;
 pub mod run;
@@ -319,100 +320,6 @@ impl Turn<'_> {
             }
         }
         self.model_loop().await
-    }
-
-    /// Back to the last checkpoint, then the last message sent again.
-    async fn retry_message(&mut self, doc: SessionDoc, lease: &TurnLease) -> Result<(), Stop> {
-        if doc.last_user.is_empty() {
-            return Err(Self::failed("there is no message to retry"));
-        }
-        let message = doc.last_user.clone();
-        let target = if doc.checkpoints.is_empty() {
-            RollbackTarget::Origin
-        } else {
-            RollbackTarget::Index(1)
-        };
-        let doc = self.group.rollback_in_turn(lease, target).await?;
-        self.response_id = doc.response_id.clone();
-        self.unsent = doc.unsent.clone();
-        self.emit(Event::Notice(format!(
-            "back at the last checkpoint; resending: {}",
-            first_line(&message)
-        )))
-        .await;
-        self.start_message(&doc, &message).await
-    }
-
-    /// The failed request again (on a new chain with `new_chain`): open
-    /// calls are answered without running, then everything unsent goes.
-    async fn retry_request(&mut self, doc: &SessionDoc, new_chain: bool) -> Result<(), Stop> {
-        if new_chain {
-            self.response_id = None;
-            self.commit(Change {
-                response_id: Some(None),
-                ..Change::default()
-            })
-            .await?;
-        }
-        let outputs = Self::settle_without_running(&doc.pending_calls);
-        if outputs.is_empty() && self.unsent.is_empty() {
-            return Err(Self::failed(
-                "there is nothing to retry: the last request succeeded",
-            ));
-        }
-        self.unsent.extend(outputs.iter().cloned());
-        self.commit(Change {
-            append: outputs,
-            unsent: Some(self.unsent.clone()),
-            pending_calls: Some(Vec::new()),
-            turn_open: Some(true),
-            failed: Some(None),
-            interrupted: Some(None),
-            ..Change::default()
-        })
-        .await?;
-        Ok(())
-    }
-
-    /// Finishes an interrupted turn's pending calls; whether anything is
-    /// left to send to the model.
-    async fn continue_interrupted(&mut self, doc: &SessionDoc) -> Result<bool, Stop> {
-        if doc.pending_calls.is_empty() && self.unsent.is_empty() {
-            if doc.interrupted.is_none() && !doc.turn_open {
-                return Err(Self::failed("there is no interrupted turn to continue"));
-            }
-            // Interrupted after its last request had been answered and
-            // recorded: nothing is left to run or send. Settle the marker so
-            // the conversation simply goes on.
-            self.commit(Change {
-                turn_open: Some(false),
-                interrupted: Some(None),
-                ..Change::default()
-            })
-            .await?;
-            self.emit(Event::Notice(
-                "the interrupted turn had nothing left to run or send".to_owned(),
-            ))
-            .await;
-            return Ok(false);
-        }
-        self.commit(Change {
-            turn_open: Some(true),
-            interrupted: Some(None),
-            failed: Some(None),
-            ..Change::default()
-        })
-        .await?;
-        if !doc.pending_calls.is_empty() {
-            let outputs = self.run_tools(doc.pending_calls.clone(), true).await?;
-            self.unsent.extend(outputs);
-            self.commit(Change {
-                unsent: Some(self.unsent.clone()),
-                ..Change::default()
-            })
-            .await?;
-        }
-        Ok(true)
     }
 
     /// Records the user message (and answers calls an interrupted turn left).
