@@ -1,0 +1,318 @@
+//! Restore plans: what an undo or a rewind would change, path by path,
+//! and what it leaves alone (conflicts, paths it cannot capture or follow).
+
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Created since: remove it.
+    Remove,
+    /// Modified since: put the old content back.
+    RestoreModified,
+    /// Deleted since: put it back.
+    RestoreDeleted,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Planned {
+    pub path: String,
+    pub action: Action,
+    /// Changed again since the message being undone.
+    pub conflict: bool,
+    /// Why it is left alone (empty: it is restored).
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// One step of a restore: make `path` be `want` (or absent).
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub path: Vec<u8>,
+    pub want: Option<Entry>,
+    pub action: Action,
+    pub conflict: bool,
+    /// Left alone, and why: the path (or a directory above it) could not be
+    /// captured now or in the snapshot restored from.
+    pub left_alone: Option<String>,
+}
+
+pub(super) fn action_for(current: Option<&Entry>, want: Option<&Entry>) -> Option<Action> {
+    match (current, want) {
+        (None, None) => None,
+        (Some(_), None) => Some(Action::Remove),
+        (None, Some(_)) => Some(Action::RestoreDeleted),
+        (Some(c), Some(w)) if c.same_content(w) && (c.kind != Kind::Dir || c.mode == w.mode) => {
+            None
+        }
+        (Some(_), Some(_)) => Some(Action::RestoreModified),
+    }
+}
+
+/// Walks sorted manifests side by side: each path once, with its entry
+/// (or none) in each list.
+pub(super) fn aligned<'a, const N: usize>(
+    lists: [&'a [Entry]; N],
+) -> Vec<(&'a [u8], [Option<&'a Entry>; N])> {
+    let mut at = [0usize; N];
+    let mut out = Vec::new();
+    loop {
+        let mut min: Option<&'a [u8]> = None;
+        for k in 0..N {
+            if let Some(e) = lists[k].get(at[k])
+                && min.is_none_or(|m| e.path.as_slice() < m)
+            {
+                min = Some(e.path.as_slice());
+            }
+        }
+        let Some(path) = min else { break };
+        let mut row = [None; N];
+        for k in 0..N {
+            if let Some(e) = lists[k].get(at[k])
+                && e.path.as_slice() == path
+            {
+                row[k] = Some(e);
+                at[k] += 1;
+            }
+        }
+        out.push((path, row));
+    }
+    out
+}
+
+/// The paths of a manifest that were not captured ([`Kind::Skipped`]),
+/// and the directories holding one.
+pub(super) struct Uncaptured<'a> {
+    at: HashMap<&'a [u8], &'a [u8]>,
+    /// Directory → whether what it holds is reported (not merely excluded).
+    holds: HashMap<&'a [u8], bool>,
+}
+
+impl<'a> Uncaptured<'a> {
+    pub(super) fn new(m: &'a Manifest) -> Self {
+        let mut at = HashMap::new();
+        let mut holds: HashMap<&[u8], bool> = HashMap::new();
+        for e in m.entries.iter().filter(|e| e.kind == Kind::Skipped) {
+            at.insert(e.path.as_slice(), e.target.as_slice());
+            let loud = e.loud_skip();
+            for (i, b) in e.path.iter().enumerate() {
+                if *b == b'/' {
+                    let slot = holds.entry(&e.path[..i]).or_insert(false);
+                    *slot |= loud;
+                }
+            }
+        }
+        Self { at, holds }
+    }
+
+    /// The path, or the nearest directory above it, that was not captured,
+    /// with the reason.
+    pub(super) fn covering(&self, path: &'a [u8]) -> Option<(&'a [u8], &'a [u8])> {
+        if self.at.is_empty() {
+            return None;
+        }
+        let mut ends: Vec<usize> = path
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b'/')
+            .map(|(i, _)| i)
+            .collect();
+        ends.push(path.len());
+        ends.into_iter().find_map(|end| {
+            self.at
+                .get(&path[..end])
+                .map(|reason| (&path[..end], *reason))
+        })
+    }
+}
+
+/// Whether an op may run: `None` drops it silently (an excluded path, or a
+/// directory that stays because it holds excluded content), `Some(Some(why))`
+/// lists it as left alone.
+pub(super) fn guard(
+    path: &[u8],
+    action: Action,
+    now: Option<&Entry>,
+    want: &Uncaptured<'_>,
+    current: &Uncaptured<'_>,
+) -> Option<Option<String>> {
+    let show = |p: &[u8]| escape(p);
+    if let Some((at, reason)) = current.covering(path) {
+        if why::quiet(reason) {
+            return None;
+        }
+        let r = String::from_utf8_lossy(reason);
+        return Some(Some(if at == path {
+            format!("{r} now: not captured, so left alone")
+        } else {
+            format!("{} is {r} now: left alone", show(at))
+        }));
+    }
+    if let Some((at, reason)) = want.covering(path) {
+        if why::quiet(reason) {
+            return None;
+        }
+        let r = String::from_utf8_lossy(reason);
+        return Some(Some(if at == path {
+            format!("{r} then: its state was not captured, so left alone")
+        } else {
+            format!("{} was {r} then: left alone", show(at))
+        }));
+    }
+    if action == Action::Remove
+        && now.is_some_and(|n| n.kind == Kind::Dir)
+        && let Some(loud) = current.holds.get(path)
+    {
+        if !loud {
+            return None; // stays: it holds excluded content
+        }
+        return Some(Some(
+            "holds files agentx could not capture: the folder stays".into(),
+        ));
+    }
+    Some(None)
+}
+
+/// A path for display: control characters (newlines, tabs) escaped.
+pub fn escape(path: &[u8]) -> String {
+    let s = String::from_utf8_lossy(path);
+    if !s.chars().any(char::is_control) {
+        return s.into_owned();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Undo: the paths `before`→`after` changed, put back as `before` had them;
+/// a path whose current state differs from `after` is a conflict.
+pub fn plan_undo(before: &Manifest, after: &Manifest, current: &Manifest) -> Vec<Op> {
+    let (unc_before, unc_after, unc_now) = (
+        Uncaptured::new(before),
+        Uncaptured::new(after),
+        Uncaptured::new(current),
+    );
+    let links = Links::new(before);
+    let mut ops = Vec::new();
+    for (p, [was, became, now]) in aligned([&before.entries, &after.entries, &current.entries]) {
+        let changed = match (was, became) {
+            (Some(x), Some(y)) => !x.same_content(y) || links.split(p, x, after),
+            (None, None) => false,
+            _ => true,
+        };
+        if !changed {
+            continue;
+        }
+        let Some(action) = action_for(now, was).or_else(|| {
+            was.filter(|w| links.split(p, w, current))
+                .map(|_| Action::RestoreModified)
+        }) else {
+            continue;
+        };
+        let conflict = match (now, became) {
+            (Some(n), Some(y)) => !n.same_content(y),
+            (None, None) => false,
+            _ => true,
+        };
+        // Not captured after the message either: nothing to compare with.
+        if unc_after.covering(p).is_some_and(|(_, r)| why::quiet(r)) {
+            continue;
+        }
+        let Some(left_alone) = guard(p, action, now, &unc_before, &unc_now) else {
+            continue;
+        };
+        ops.push(Op {
+            path: p.to_vec(),
+            want: was.cloned(),
+            action,
+            conflict,
+            left_alone,
+        });
+    }
+    ops
+}
+
+/// Rewind: every path made as `target` has it.
+pub fn plan_rewind(target: &Manifest, current: &Manifest) -> Vec<Op> {
+    let (unc_want, unc_now) = (Uncaptured::new(target), Uncaptured::new(current));
+    let links = Links::new(target);
+    aligned([&target.entries, &current.entries])
+        .into_iter()
+        .filter_map(|(p, [want, now])| {
+            let action = action_for(now, want).or_else(|| {
+                want.filter(|w| links.split(p, w, current))
+                    .map(|_| Action::RestoreModified)
+            })?;
+            let left_alone = guard(p, action, now, &unc_want, &unc_now)?;
+            Some(Op {
+                path: p.to_vec(),
+                want: want.cloned(),
+                action,
+                conflict: false,
+                left_alone,
+            })
+        })
+        .collect()
+}
+
+/// Hard-link groups of a manifest: files sharing an inode (`nlink > 1`).
+pub(super) struct Links<'a> {
+    by_ino: HashMap<u64, Vec<&'a [u8]>>,
+}
+
+impl<'a> Links<'a> {
+    pub(super) fn new(m: &'a Manifest) -> Self {
+        let mut by_ino: HashMap<u64, Vec<&[u8]>> = HashMap::new();
+        for e in m
+            .entries
+            .iter()
+            .filter(|e| e.kind == Kind::File && e.nlink > 1)
+        {
+            by_ino.entry(e.ino).or_default().push(&e.path);
+        }
+        by_ino.retain(|_, v| v.len() > 1);
+        Self { by_ino }
+    }
+
+    /// Whether `path`, linked to others in this manifest, is no longer one
+    /// inode with all of them in `other`.
+    pub(super) fn split(&self, path: &[u8], e: &Entry, other: &Manifest) -> bool {
+        let Some(group) = self.by_ino.get(&e.ino) else {
+            return false;
+        };
+        if !group.contains(&path) {
+            return false;
+        }
+        let find = |p: &[u8]| {
+            other
+                .entries
+                .binary_search_by(|x| x.path.as_slice().cmp(p))
+                .ok()
+                .map(|i| &other.entries[i])
+        };
+        let Some(mine) = find(path) else {
+            return false;
+        };
+        group
+            .iter()
+            .filter(|p| **p != path)
+            .any(|p| find(p).is_none_or(|o| o.ino != mine.ino))
+    }
+}
+
+pub fn describe(ops: &[Op]) -> Vec<Planned> {
+    ops.iter()
+        .map(|o| Planned {
+            path: escape(&o.path),
+            action: o.action,
+            conflict: o.conflict,
+            reason: o.left_alone.clone().unwrap_or_default(),
+        })
+        .collect()
+}
