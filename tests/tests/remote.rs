@@ -646,4 +646,9 @@ fn search_finds_remote_only_conversations_of_the_project_marked_remote() {
     let text = stdout(&human);
     assert!(text.contains(&format!("remote: {a_id}")), "{text}");
     assert!(text.contains("on machine-a"), "{text}");
+    // And in the REPL.
+    let repl = b.chat(&model, Vec::<&str>::new(), "/search zebra\n");
+    assert_code(&repl, 0);
+    let text = stdout(&repl);
+    assert!(text.contains(&format!("remote: {a_id}")), "{text}");
 }
