@@ -10,9 +10,9 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
-use super::blobs::PackWriter;
+use super::blobs::{Blobs, PackWriter};
 use super::manifest::{Entry, Kind, Manifest};
-use super::scan::{self, Excludes, RACY_NS, ScanStats};
+use super::scan::{self, Excludes, ScanStats};
 use super::watch::Plan;
 use super::{SnapError, SnapshotStore};
 
@@ -72,16 +72,17 @@ fn list_one(
 #[derive(Debug)]
 pub struct Inconsistent(pub String);
 
-/// The folder's listing built from `prev` with the `dirty` directories
-/// re-listed: every path in byte order, as a full walk would return it.
-pub fn relist(
+/// The `dirty` directories re-listed against `prev`: the fresh entries (in
+/// path order, unhashed) and which entries of `prev` they replace or remove
+/// (`false` in the mask).
+fn relist(
     root: &Path,
     root_fd: &OwnedFd,
     ex: &Excludes,
     prev: &Manifest,
     dirty: &BTreeSet<Vec<u8>>,
     started_ns: i64,
-) -> Result<Vec<Entry>, Inconsistent> {
+) -> Result<(Vec<Entry>, Vec<bool>), Inconsistent> {
     let find = |p: &[u8]| {
         prev.entries
             .binary_search_by(|e| e.path.as_slice().cmp(p))
@@ -198,24 +199,115 @@ pub fn relist(
         range(&prefix, false);
     }
     adds.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-    let mut out = Vec::with_capacity(prev.entries.len() + adds.len());
-    let mut adds = adds.into_iter().peekable();
+    Ok((adds, keep))
+}
+
+/// A watcher-based snapshot: the new manifest and its delta from the
+/// previous one, found without comparing the whole trees.
+pub struct Spliced {
+    pub manifest: Manifest,
+    /// New or changed entries (any field), in path order.
+    pub upserts: Vec<Entry>,
+    pub removed: Vec<Vec<u8>>,
+    pub stats: ScanStats,
+}
+
+fn find<'a>(m: &'a [Entry], path: &[u8]) -> Option<&'a Entry> {
+    m.binary_search_by(|e| e.path.as_slice().cmp(path))
+        .ok()
+        .map(|i| &m[i])
+}
+
+/// Re-lists the `dirty` directories, hashes what the stat cache cannot
+/// vouch for, and splices the result into `prev`. Entries outside the
+/// dirty directories are taken as they are (hash and racy flag included):
+/// a write to any of them since `prev`'s scan would have made its
+/// directory dirty, so none needs a re-read. Cost: the dirty directories,
+/// plus one copy of the untouched entries.
+pub fn splice(
+    root: &Path,
+    ex: &Excludes,
+    prev: &Manifest,
+    dirty: &BTreeSet<Vec<u8>>,
+    blobs: &Blobs,
+    pack: &mut PackWriter,
+) -> Result<Result<Spliced, Inconsistent>, std::io::Error> {
+    let started_ns = scan::now_ns();
+    let root_fd = scan::open_root(root)?;
+    let (mut fresh, keep) = match relist(root, &root_fd, ex, prev, dirty, started_ns) {
+        Ok(parts) => parts,
+        Err(e) => return Ok(Err(e)),
+    };
+    // The stat cache, for the fresh entries only.
+    let todo: Vec<usize> = (0..fresh.len())
+        .filter(|&i| {
+            let e = &mut fresh[i];
+            if e.kind != Kind::File {
+                return false;
+            }
+            match find(&prev.entries, &e.path) {
+                Some(p)
+                    if p.kind == Kind::File
+                        && !p.racy
+                        && p.size == e.size
+                        && p.mtime_ns == e.mtime_ns
+                        && p.ctime_ns == e.ctime_ns
+                        && p.ino == e.ino
+                        && p.mode == e.mode
+                        && blobs.contains(&p.hash) =>
+                {
+                    e.hash = p.hash;
+                    false
+                }
+                _ => true,
+            }
+        })
+        .collect();
+    let stats = scan::hash_todo(&root_fd, &mut fresh, &todo, blobs, pack)?;
+    fresh.retain(|e| !e.path.is_empty());
+    let mut upserts = Vec::new();
+    for f in &fresh {
+        if find(&prev.entries, &f.path).is_none_or(|p| p != f) {
+            upserts.push(f.clone());
+        }
+    }
+    let mut removed = Vec::new();
+    for (e, _) in prev.entries.iter().zip(&keep).filter(|(_, k)| !**k) {
+        if find(&fresh, &e.path).is_none() {
+            removed.push(e.path.clone());
+        }
+    }
+    let mut out: Vec<Entry> = Vec::with_capacity(prev.entries.len() + fresh.len());
+    // Every path strictly after the one before it, as a walk returns them.
+    let mut ordered = true;
+    let mut push = |out: &mut Vec<Entry>, e: Entry| {
+        ordered &= out.last().is_none_or(|l| l.path < e.path);
+        out.push(e);
+    };
+    let mut adds = fresh.into_iter().peekable();
     for (e, keep) in prev.entries.iter().zip(keep) {
         if !keep {
             continue;
         }
         while let Some(a) = adds.next_if(|a| a.path < e.path) {
-            out.push(a);
+            push(&mut out, a);
         }
-        let mut e = e.clone();
-        e.racy = e.mtime_ns > started_ns - RACY_NS;
-        out.push(e);
+        push(&mut out, e.clone());
     }
-    out.extend(adds);
-    if out.windows(2).any(|w| w[0].path >= w[1].path) {
-        return Err(Inconsistent("the spliced listing is out of order".into()));
+    for a in adds {
+        push(&mut out, a);
     }
-    Ok(out)
+    if !ordered {
+        return Ok(Err(Inconsistent(
+            "the spliced listing is out of order".into(),
+        )));
+    }
+    Ok(Ok(Spliced {
+        manifest: Manifest { entries: out },
+        upserts,
+        removed,
+        stats,
+    }))
 }
 
 /// The first difference between two manifests, ignoring the racy flag (a
@@ -243,49 +335,60 @@ pub fn first_difference(a: &Manifest, b: &Manifest) -> Option<String> {
     None
 }
 
+/// A scan's result; `delta` (upserts, removed) against the previous
+/// manifest when the watcher's splice found it on the way.
+pub struct Scanned {
+    pub manifest: Manifest,
+    pub stats: ScanStats,
+    pub delta: Option<(Vec<Entry>, Vec<Vec<u8>>)>,
+}
+
+impl Scanned {
+    fn full(manifest: Manifest, stats: ScanStats) -> Self {
+        Self {
+            manifest,
+            stats,
+            delta: None,
+        }
+    }
+}
+
 impl SnapshotStore {
-    /// Scans `folder` against its newest manifest `base` (`previous`): the
-    /// watcher's dirty directories when it can vouch for them, else in full.
+    /// Scans `folder` against its newest manifest `previous` as `plan` (the
+    /// watcher's answer for it) says: only the dirty directories, or in full.
     pub(super) fn scan_folder(
         &mut self,
         folder: &Path,
-        base: Option<&str>,
+        excludes: &Excludes,
+        plan: Plan,
         previous: Option<&Manifest>,
         pack: &mut PackWriter,
-    ) -> Result<(Manifest, ScanStats), SnapError> {
-        let excludes = self.extra_excludes();
-        let plan = self.watch.plan(folder, &excludes, base);
+    ) -> Result<Scanned, SnapError> {
         let (Plan::Dirty { dirs, verify }, Some(prev)) = (plan, previous) else {
-            return Ok(scan::scan(folder, &excludes, previous, &self.blobs, pack)?);
+            let (m, stats) = scan::scan(folder, excludes, previous, &self.blobs, pack)?;
+            return Ok(Scanned::full(m, stats));
         };
-        let mut inconsistent = None;
-        let walked = scan::scan_with(
-            folder,
-            previous,
-            &self.blobs,
-            pack,
-            |root_fd, started_ns| match relist(folder, root_fd, &excludes, prev, &dirs, started_ns)
-            {
-                Ok(entries) => entries,
-                Err(e) => {
-                    inconsistent = Some(e.0);
-                    Vec::new()
-                }
-            },
-        )?;
-        if let Some(why) = inconsistent {
-            self.watch.reset(folder, &why);
-            return Ok(scan::scan(folder, &excludes, previous, &self.blobs, pack)?);
-        }
+        let spliced = match splice(folder, excludes, prev, &dirs, &self.blobs, pack)? {
+            Ok(spliced) => spliced,
+            Err(Inconsistent(why)) => {
+                self.watch.reset(folder, &why);
+                let (m, stats) = scan::scan(folder, excludes, previous, &self.blobs, pack)?;
+                return Ok(Scanned::full(m, stats));
+            }
+        };
         if verify {
-            let full = scan::scan(folder, &excludes, previous, &self.blobs, pack)?;
-            if let Some(diff) = first_difference(&walked.0, &full.0) {
+            let full = scan::scan(folder, excludes, previous, &self.blobs, pack)?;
+            if let Some(diff) = first_difference(&spliced.manifest, &full.0) {
                 self.watch.distrust(folder, &diff);
-                return Ok(full);
+                return Ok(Scanned::full(full.0, full.1));
             }
             tracing::debug!(folder = %folder.display(), "watcher verified against a full scan");
         }
-        Ok(walked)
+        Ok(Scanned {
+            manifest: spliced.manifest,
+            stats: spliced.stats,
+            delta: Some((spliced.upserts, spliced.removed)),
+        })
     }
 
     /// `agentx status`: whether the folder is watched, and why not.

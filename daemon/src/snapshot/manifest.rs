@@ -127,6 +127,13 @@ impl Stored {
             .collect()
     }
 
+    /// The file of a full manifest, without copying it into a [`Stored`].
+    pub fn encode_full(m: &Manifest) -> io::Result<Vec<u8>> {
+        let mut out = FULL.to_vec();
+        out.extend_from_slice(&m.encode()?);
+        Ok(out)
+    }
+
     pub fn encode(&self) -> io::Result<Vec<u8>> {
         match self {
             Stored::Full(m) => {
@@ -189,19 +196,27 @@ impl Stored {
         }
     }
 
-    /// The base id recorded in a file's header, read without decompressing.
+    /// The base id recorded in a file's header (its first bytes are
+    /// enough), read without decompressing.
     pub fn peek_base(bytes: &[u8]) -> io::Result<Option<String>> {
-        if bytes.len() >= 4 && &bytes[..4] == FULL {
-            return Ok(None);
-        }
-        match Self::decode(bytes)? {
-            Stored::Delta { base, .. } => Ok(Some(base)),
-            Stored::Full(_) => Ok(None),
+        match bytes.get(..4) {
+            Some(h) if h == FULL => Ok(None),
+            Some(h) if h == DELTA => {
+                let mut r = Reader { buf: bytes, pos: 4 };
+                let len = r.u32()? as usize;
+                String::from_utf8(r.take(len)?.to_vec())
+                    .ok()
+                    .filter(|b| plain_id(b))
+                    .map(Some)
+                    .ok_or_else(|| bad("bad base id"))
+            }
+            _ => Err(bad("not a manifest")),
         }
     }
 }
 
 impl Manifest {
+    #[cfg(test)]
     pub fn sort(&mut self) {
         self.entries.sort_by(|a, b| a.path.cmp(&b.path));
     }
@@ -210,6 +225,15 @@ impl Manifest {
         self.entries
             .iter()
             .map(|e| (e.path.as_slice(), e))
+            .collect()
+    }
+
+    /// The distinct content hashes of its files.
+    pub fn file_hashes(&self) -> std::collections::HashSet<Hash> {
+        self.entries
+            .iter()
+            .filter(|e| e.kind == Kind::File)
+            .map(|e| e.hash)
             .collect()
     }
 
@@ -250,42 +274,63 @@ impl Manifest {
         (total, why)
     }
 
-    /// The changes that turn `base` into `self`.
+    /// The changes that turn `base` into `self` (one walk over both sorted
+    /// lists: no maps, no copies of what did not change).
     pub fn delta_from(&self, base: &Manifest) -> (Vec<Entry>, Vec<Vec<u8>>) {
-        let old = base.by_path();
-        let new = self.by_path();
-        let upserts = self
-            .entries
-            .iter()
-            .filter(|e| old.get(e.path.as_slice()).is_none_or(|o| *o != *e))
-            .cloned()
-            .collect();
-        let removed = base
-            .entries
-            .iter()
-            .filter(|e| !new.contains_key(e.path.as_slice()))
-            .map(|e| e.path.clone())
-            .collect();
+        let (mut upserts, mut removed) = (Vec::new(), Vec::new());
+        let (x, y) = (&base.entries, &self.entries);
+        let (mut i, mut j) = (0, 0);
+        loop {
+            match (x.get(i), y.get(j)) {
+                (Some(o), Some(n)) if o.path == n.path => {
+                    if o != n {
+                        upserts.push(n.clone());
+                    }
+                    i += 1;
+                    j += 1;
+                }
+                (Some(o), Some(n)) if o.path < n.path => {
+                    removed.push(o.path.clone());
+                    i += 1;
+                }
+                (Some(o), None) => {
+                    removed.push(o.path.clone());
+                    i += 1;
+                }
+                (_, Some(n)) => {
+                    upserts.push(n.clone());
+                    j += 1;
+                }
+                (None, None) => break,
+            }
+        }
         (upserts, removed)
     }
 
-    /// `self` with a delta applied.
+    /// `self` with a delta applied (a merge of sorted lists; deltas written
+    /// by older versions are sorted too, but are put in order first).
     pub fn apply(&self, upserts: &[Entry], removed: &[Vec<u8>]) -> Manifest {
-        let gone: std::collections::HashSet<&[u8]> = removed.iter().map(Vec::as_slice).collect();
-        let changed: HashMap<&[u8], &Entry> =
-            upserts.iter().map(|e| (e.path.as_slice(), e)).collect();
-        let mut entries: Vec<Entry> = self
-            .entries
-            .iter()
-            .filter(|e| {
-                !gone.contains(e.path.as_slice()) && !changed.contains_key(e.path.as_slice())
-            })
-            .cloned()
-            .collect();
-        entries.extend(upserts.iter().cloned());
-        let mut m = Manifest { entries };
-        m.sort();
-        m
+        let mut ups: Vec<&Entry> = upserts.iter().collect();
+        ups.sort_by(|a, b| a.path.cmp(&b.path));
+        ups.dedup_by(|a, b| a.path == b.path);
+        let mut gone: Vec<&[u8]> = removed.iter().map(Vec::as_slice).collect();
+        gone.sort_unstable();
+        let mut entries = Vec::with_capacity(self.entries.len() + ups.len());
+        let mut ups = ups.into_iter().peekable();
+        let mut gone = gone.into_iter().peekable();
+        for e in &self.entries {
+            while let Some(u) = ups.next_if(|u| u.path < e.path) {
+                entries.push(u.clone());
+            }
+            while gone.next_if(|g| *g < e.path.as_slice()).is_some() {}
+            if let Some(u) = ups.next_if(|u| u.path == e.path) {
+                entries.push(u.clone());
+            } else if gone.next_if(|g| *g == e.path.as_slice()).is_none() {
+                entries.push(e.clone());
+            }
+        }
+        entries.extend(ups.cloned());
+        Manifest { entries }
     }
 
     pub fn encode(&self) -> io::Result<Vec<u8>> {

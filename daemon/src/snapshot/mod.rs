@@ -5,6 +5,10 @@
 //! Layout under `<profile>/checkpoints/`: `packs/` (blobs), and per folder
 //! `folders/<key>-<hash>/` with `timeline.json`, `manifests/` and, while a
 //! restore runs, `restore.json` (finished by the next operation if agentd dies).
+//! A manifest file is a full tree or a delta on the one before it (chains of
+//! at most [`MAX_DELTA_DEPTH`]); a manifest stays while the timeline uses it
+//! or a delta it keeps builds on it. An unchanged watched folder's snapshot
+//! points at the previous manifest: only the timeline is written.
 
 mod blobs;
 mod incremental;
@@ -12,6 +16,7 @@ pub mod manifest;
 pub mod restore;
 mod scan;
 pub mod service;
+mod summary;
 #[cfg(test)]
 mod tests;
 pub mod watch;
@@ -143,6 +148,8 @@ struct FolderState {
     latest: Option<(String, Arc<Manifest>, u32)>,
     /// A few recently used manifests (an undo's "before" was recently newest).
     recent: Vec<(String, Arc<Manifest>)>,
+    /// The base of each delta manifest read so far (None: a full one).
+    bases: HashMap<String, Option<String>>,
 }
 
 /// What an undo or rewind did.
@@ -269,7 +276,12 @@ impl SnapshotStore {
             let Some(timeline) = read_timeline(&dir) else {
                 continue;
             };
-            let used: HashSet<&str> = timeline.snaps.iter().map(|s| s.manifest.as_str()).collect();
+            // What the timeline uses, with the bases their deltas build on.
+            let ids = timeline.snaps.iter().map(|s| s.manifest.clone()).collect();
+            // (None: a header could not be read; then nothing is deleted.)
+            let used = chains(&dir, ids, &mut HashMap::new())
+                .inspect_err(|e| tracing::warn!("manifests of {}: {e}", dir.display()))
+                .ok();
             for file in std::fs::read_dir(dir.join("manifests"))
                 .into_iter()
                 .flatten()
@@ -279,7 +291,7 @@ impl SnapshotStore {
                 let Some(id) = name.strip_suffix(".zst") else {
                     continue;
                 };
-                if !used.contains(id) {
+                if used.as_ref().is_some_and(|u| !u.contains(id)) {
                     let _ = std::fs::remove_file(file.path());
                     continue;
                 }
@@ -290,7 +302,7 @@ impl SnapshotStore {
             }
         }
         self.refs_loaded = true;
-        self.blobs.collect_garbage()?;
+        self.blobs.collect_garbage(true)?;
         Ok(())
     }
 
@@ -328,6 +340,7 @@ impl SnapshotStore {
                     timeline,
                     latest: None,
                     recent: Vec::new(),
+                    bases: HashMap::new(),
                 },
             );
             self.finish_interrupted_restore(folder)?;
@@ -403,11 +416,24 @@ impl SnapshotStore {
     pub fn take(&mut self, folder: &Path, owners: Vec<Owner>) -> Result<Snap, SnapError> {
         let started = std::time::Instant::now();
         let latest = self.latest(folder)?;
+        let excludes = self.extra_excludes();
+        let base = latest.as_ref().map(|(id, _, _)| id.clone());
+        let plan = self.watch.plan(folder, &excludes, base.as_deref());
+        if let (
+            watch::Plan::Dirty {
+                dirs,
+                verify: false,
+            },
+            Some(base),
+        ) = (&plan, &base)
+            && dirs.is_empty()
+        {
+            return self.take_unchanged(folder, owners, base, started);
+        }
         let previous = latest.as_ref().map(|(_, m, _)| Arc::clone(m));
         let mut pack = self.blobs.begin()?;
-        let base = latest.as_ref().map(|(id, _, _)| id.clone());
-        let scanned = self.scan_folder(folder, base.as_deref(), previous.as_deref(), &mut pack);
-        let (manifest, stats) = match scanned {
+        let scanned = self.scan_folder(folder, &excludes, plan, previous.as_deref(), &mut pack);
+        let scanned = match scanned {
             Ok(ok) => ok,
             Err(e) => {
                 self.blobs.abandon(pack);
@@ -417,18 +443,25 @@ impl SnapshotStore {
         self.blobs.finish(pack)?;
         tracing::debug!(
             folder = %folder.display(),
-            hashed = stats.hashed,
-            new_blobs = stats.new_blobs,
+            hashed = scanned.stats.hashed,
+            new_blobs = scanned.stats.new_blobs,
+            spliced = scanned.delta.is_some(),
             scan_ms = started.elapsed().as_millis(),
             "snapshot scanned"
         );
-        let (skipped, skipped_why) = manifest.skipped();
-        let same = previous.as_deref().is_some_and(|p| p.same_as(&manifest));
-        let changed = match previous.as_deref() {
-            None => manifest.entries.len() as u64,
-            Some(_) if same => 0,
-            Some(p) => count_changes(p, &manifest),
-        };
+        let newest = self.folder(folder)?.timeline.snaps.last().cloned();
+        let sum = summary::summarize(previous.as_deref().zip(newest.as_ref()), &scanned);
+        let summary::Summary {
+            same,
+            changed,
+            files,
+            bytes,
+            skipped,
+            skipped_why,
+        } = sum;
+        let incremental::Scanned {
+            manifest, delta, ..
+        } = scanned;
         let now = now_ms();
         let fs = self.folder(folder)?;
         let id = next_id(&fs.timeline, now);
@@ -440,28 +473,26 @@ impl SnapshotStore {
             None => {
                 // A delta against the previous manifest while the chain is
                 // short, else the whole tree.
-                let (stored, depth) = match &latest {
+                let (encoded, hashes, depth) = match &latest {
                     Some((base, prev, depth)) if *depth < MAX_DELTA_DEPTH => {
-                        let (upserts, removed) = manifest.delta_from(prev);
-                        (
-                            Stored::Delta {
-                                base: base.clone(),
-                                upserts,
-                                removed,
-                            },
-                            depth + 1,
-                        )
+                        let (upserts, removed) = delta.unwrap_or_else(|| manifest.delta_from(prev));
+                        let stored = Stored::Delta {
+                            base: base.clone(),
+                            upserts,
+                            removed,
+                        };
+                        (stored.encode()?, stored.own_hashes(), depth + 1)
                     }
-                    _ => (Stored::Full(manifest.clone()), 0),
+                    _ => (Stored::encode_full(&manifest)?, manifest.file_hashes(), 0),
                 };
                 durable::write_atomic(
                     &fs.dir.join("manifests").join(format!("{id}.zst")),
-                    &stored.encode()?,
+                    &encoded,
                 )?;
-                let tree = Arc::new(manifest.clone());
+                let tree = Arc::new(manifest);
                 remember(fs, &id, &tree);
                 fs.latest = Some((id.clone(), tree, depth));
-                self.blobs.add_refs(stored.own_hashes().iter());
+                self.blobs.add_refs(hashes.iter());
                 id.clone()
             }
         };
@@ -469,14 +500,61 @@ impl SnapshotStore {
             id,
             manifest: manifest_id,
             created_at: now,
-            files: manifest.files(),
-            bytes: manifest.bytes(),
+            files,
+            bytes,
             changed,
             owners,
             undone: false,
             skipped,
             skipped_why,
         };
+        self.record(folder, snap, started)
+    }
+
+    /// A snapshot of a folder the watcher saw no change in since its newest
+    /// manifest `base` was scanned: it points at that manifest, nothing is
+    /// listed, hashed or written but the timeline. Entries flagged racy in
+    /// `base` need no re-check here: a write to one after that scan's drain
+    /// would have queued an event for its directory.
+    fn take_unchanged(
+        &mut self,
+        folder: &Path,
+        owners: Vec<Owner>,
+        base: &str,
+        started: std::time::Instant,
+    ) -> Result<Snap, SnapError> {
+        let now = now_ms();
+        let fs = self.folder(folder)?;
+        let id = next_id(&fs.timeline, now);
+        let newest = fs
+            .timeline
+            .snaps
+            .last()
+            .filter(|s| s.manifest == base)
+            .ok_or_else(|| SnapError::NotFound("the newest snapshot changed".into()))?;
+        let snap = Snap {
+            id,
+            manifest: base.to_owned(),
+            created_at: now,
+            files: newest.files,
+            bytes: newest.bytes,
+            changed: 0,
+            owners,
+            undone: false,
+            skipped: newest.skipped,
+            skipped_why: newest.skipped_why.clone(),
+        };
+        self.record(folder, snap, started)
+    }
+
+    /// Appends `snap` to the folder's timeline, applies retention and saves
+    /// it; the watcher's dirty set starts again from its manifest.
+    fn record(
+        &mut self,
+        folder: &Path,
+        snap: Snap,
+        started: std::time::Instant,
+    ) -> Result<Snap, SnapError> {
         let fs = self.folder(folder)?;
         fs.timeline.snaps.push(snap.clone());
         // Message and manual snapshots are retained on separate caps, so
@@ -501,10 +579,9 @@ impl SnapshotStore {
             }
             kept
         });
-        // Retained deltas on a base that goes are rewritten in full before
-        // the saved timeline stops naming that base: a restart deletes the
-        // manifests its timeline does not use (kill -9 at any instant).
-        self.rewrite_deltas_on_dropped(folder, &dropped)?;
+        // A dropped manifest that a retained delta builds on stays (the
+        // chain ends at the next full manifest); a restart keeps the same
+        // chains, so a kill -9 at any instant leaves every delta its base.
         let fs = self.folder(folder)?;
         save_timeline(&fs.dir, &fs.timeline)?;
         #[cfg(test)]
@@ -519,86 +596,38 @@ impl SnapshotStore {
         Ok(snap)
     }
 
-    /// The manifests of `dropped` that no retained snapshot uses.
+    /// The manifests of `dropped` (and their delta chains) that no
+    /// retained snapshot uses, directly or as the base of its delta.
     fn gone_manifests(
         &mut self,
         folder: &Path,
         dropped: &[Snap],
     ) -> Result<HashSet<String>, SnapError> {
         let fs = self.folder(folder)?;
-        let used: HashSet<&str> = fs
-            .timeline
-            .snaps
-            .iter()
-            .map(|s| s.manifest.as_str())
-            .collect();
-        Ok(dropped
-            .iter()
-            .map(|s| s.manifest.clone())
-            .filter(|m| !used.contains(m.as_str()))
-            .collect())
-    }
-
-    /// Rewrites in full every retained delta whose base is a manifest of
-    /// `dropped` that goes.
-    fn rewrite_deltas_on_dropped(
-        &mut self,
-        folder: &Path,
-        dropped: &[Snap],
-    ) -> Result<(), SnapError> {
-        if dropped.is_empty() {
-            return Ok(());
-        }
-        let gone = self.gone_manifests(folder, dropped)?;
-        if gone.is_empty() {
-            return Ok(());
-        }
-        let fs = self.folder(folder)?;
-        let used: HashSet<String> = fs
+        let used: Vec<String> = fs
             .timeline
             .snaps
             .iter()
             .map(|s| s.manifest.clone())
             .collect();
-        let dir = fs.dir.clone();
-        let manifests = dir.join("manifests");
-        let file = |id: &str| manifests.join(format!("{id}.zst"));
-        for id in &used {
-            let Ok(bytes) = std::fs::read(file(id)) else {
-                continue;
-            };
-            let Some(base) = Stored::peek_base(&bytes)? else {
-                continue;
-            };
-            if !gone.contains(&base) {
-                continue;
-            }
-            let old = Stored::decode(&bytes)?;
-            let (full, _) = load_manifest(&dir, id)?;
-            let rewritten = Stored::Full(full);
-            durable::write_atomic(&file(id), &rewritten.encode()?)?;
-            self.blobs.add_refs(rewritten.own_hashes().iter());
-            self.blobs.drop_refs(old.own_hashes().iter());
-            if let Some(latest) = self
-                .folders
-                .get_mut(&folder.display().to_string())
-                .and_then(|f| f.latest.as_mut())
-                && latest.0 == *id
-            {
-                latest.2 = 0;
-            }
-        }
-        Ok(())
+        let needed = chains(&fs.dir, used, &mut fs.bases)?;
+        let dropped: Vec<String> = dropped.iter().map(|s| s.manifest.clone()).collect();
+        let candidates = chains(&fs.dir, dropped, &mut fs.bases)?;
+        Ok(candidates.difference(&needed).cloned().collect())
     }
 
-    /// Deletes manifests no retained snapshot uses and collects their blobs
-    /// (after [`Self::rewrite_deltas_on_dropped`] and the timeline's save).
+    /// Deletes manifests no retained snapshot needs and collects their
+    /// blobs (after the timeline's save).
     fn release(&mut self, folder: &Path, dropped: &[Snap]) -> Result<(), SnapError> {
         let gone = self.gone_manifests(folder, dropped)?;
         if gone.is_empty() {
             return Ok(());
         }
-        let manifests = self.folder(folder)?.dir.join("manifests");
+        let fs = self.folder(folder)?;
+        for id in &gone {
+            fs.bases.remove(id);
+        }
+        let manifests = fs.dir.join("manifests");
         let file = |id: &str| manifests.join(format!("{id}.zst"));
         for id in &gone {
             if let Ok(m) = std::fs::read(file(id)).and_then(|b| Stored::decode(&b)) {
@@ -607,7 +636,7 @@ impl SnapshotStore {
             let _ = std::fs::remove_file(file(id));
         }
         durable::fsync_dir(&manifests)?;
-        self.blobs.collect_garbage()?;
+        self.blobs.collect_garbage(false)?;
         Ok(())
     }
 
@@ -697,10 +726,12 @@ impl SnapshotStore {
         let latest = self.latest(folder)?;
         let base = latest.as_ref().map(|(id, _, _)| id.clone());
         let previous = latest.map(|(_, m, _)| m);
+        let excludes = self.extra_excludes();
+        let plan = self.watch.plan(folder, &excludes, base.as_deref());
         let mut pack = self.blobs.begin()?;
-        let result = self.scan_folder(folder, base.as_deref(), previous.as_deref(), &mut pack);
+        let result = self.scan_folder(folder, &excludes, plan, previous.as_deref(), &mut pack);
         self.blobs.abandon(pack);
-        Ok(result?.0)
+        Ok(result?.manifest)
     }
 
     fn manifest_of(&mut self, folder: &Path, snap: &Snap) -> Result<Arc<Manifest>, SnapError> {
@@ -982,6 +1013,46 @@ fn remember(fs: &mut FolderState, id: &str, m: &Arc<Manifest>) {
     fs.recent.push((id.to_owned(), Arc::clone(m)));
     let excess = fs.recent.len().saturating_sub(4);
     fs.recent.drain(..excess);
+}
+
+/// `ids` and every manifest their delta chains build on. `bases` caches
+/// each file's base (read from its header); a missing file ends a chain.
+fn chains(
+    dir: &Path,
+    ids: Vec<String>,
+    bases: &mut HashMap<String, Option<String>>,
+) -> Result<HashSet<String>, SnapError> {
+    let mut out = HashSet::new();
+    let mut stack = ids;
+    while let Some(id) = stack.pop() {
+        if out.contains(&id) {
+            continue;
+        }
+        let base = match bases.get(&id) {
+            Some(b) => b.clone(),
+            None => {
+                let b = manifest_base(dir, &id)?;
+                bases.insert(id.clone(), b.clone());
+                b
+            }
+        };
+        stack.extend(base);
+        out.insert(id);
+    }
+    Ok(out)
+}
+
+/// The base a manifest file names in its header (None: full, or missing).
+fn manifest_base(dir: &Path, id: &str) -> Result<Option<String>, SnapError> {
+    use std::io::Read as _;
+    let path = dir.join("manifests").join(format!("{id}.zst"));
+    let mut head = Vec::with_capacity(80);
+    match std::fs::File::open(&path) {
+        Ok(f) => f.take(80).read_to_end(&mut head)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Stored::peek_base(&head)?)
 }
 
 /// A manifest with its delta chain applied, and the chain's length.

@@ -395,20 +395,8 @@ pub(super) fn scan_with(
     pack: &mut PackWriter,
     walk: impl FnOnce(&OwnedFd, i64) -> Vec<Entry>,
 ) -> std::io::Result<(Manifest, ScanStats)> {
-    let started_ns = {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        i64::try_from(now.as_nanos()).unwrap_or(i64::MAX)
-    };
-    let root_fd = openat(
-        AT_FDCWD,
-        root,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(std::io::Error::from)?;
-    list_dir(&root_fd).map_err(std::io::Error::from)?;
+    let started_ns = now_ns();
+    let root_fd = open_root(root)?;
     // Already in path order (see walk_dir).
     let mut entries = walk(&root_fd, started_ns);
     let mut needs_hash: Vec<bool> = entries.iter().map(|e| e.kind == Kind::File).collect();
@@ -441,9 +429,27 @@ pub(super) fn scan_with(
         }
     }
 
+    let todo: Vec<usize> = (0..entries.len()).filter(|i| needs_hash[*i]).collect();
+    let stats = hash_todo(&root_fd, &mut entries, &todo, blobs, pack)?;
+    // Still sorted: entries are only left out, never reordered.
+    entries.retain(|e| !e.path.is_empty());
+    let manifest = Manifest { entries };
+    Ok((manifest, stats))
+}
+
+/// Reads and hashes `entries[todo]` (and compresses what is new into `pack`)
+/// in parallel, in bounded batches. A file gone meanwhile gets an empty path
+/// (the caller leaves it out); one that kept changing or cannot be read is
+/// recorded as [`Kind::Skipped`].
+pub(super) fn hash_todo(
+    root_fd: &OwnedFd,
+    entries: &mut [Entry],
+    todo: &[usize],
+    blobs: &Blobs,
+    pack: &mut PackWriter,
+) -> std::io::Result<ScanStats> {
     // Hash (and compress what is new) in parallel, in bounded batches, and
     // append sequentially to the pack.
-    let todo: Vec<usize> = (0..entries.len()).filter(|i| needs_hash[*i]).collect();
     let mut stats = ScanStats {
         hashed: todo.len() as u64,
         new_blobs: 0,
@@ -453,7 +459,7 @@ pub(super) fn scan_with(
         let results: Vec<(usize, std::io::Result<Hashed>)> = batch
             .par_iter()
             .map(|&i| {
-                let result = read_stable(&root_fd, &entries[i].path).and_then(|read| {
+                let result = read_stable(root_fd, &entries[i].path).and_then(|read| {
                     let (data, st) = match read {
                         Ok(read) => read,
                         Err(reason) => return Ok(Err(reason)),
@@ -511,10 +517,28 @@ pub(super) fn scan_with(
             }
         }
     }
-    // Still sorted: entries are only left out, never reordered.
-    entries.retain(|e| !e.path.is_empty());
-    let manifest = Manifest { entries };
-    Ok((manifest, stats))
+    Ok(stats)
+}
+
+/// Now in nanoseconds since the epoch (a scan's start).
+pub(super) fn now_ns() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(now.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// Opens the folder being scanned.
+pub(super) fn open_root(root: &Path) -> std::io::Result<OwnedFd> {
+    let root_fd = openat(
+        AT_FDCWD,
+        root,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(std::io::Error::from)?;
+    list_dir(&root_fd).map_err(std::io::Error::from)?;
+    Ok(root_fd)
 }
 
 #[cfg(test)]

@@ -380,11 +380,34 @@ fn retention_keeps_50_and_gc_leaves_no_orphan_and_no_dangling_blob() {
         list.iter().find(|s| !s.manual()).unwrap().owners[0].pair,
         "69"
     );
-    // Every blob stored is referenced by a retained manifest and vice versa.
+    // The manifest files kept are exactly the snapshots' and the bases
+    // their deltas build on; every blob stored is referenced by one of them
+    // and vice versa; every snapshot's tree is readable.
+    let fdir = s.folder(&root).unwrap().dir.clone();
+    let used = s
+        .list(&root)
+        .unwrap()
+        .iter()
+        .map(|s| s.manifest.clone())
+        .collect();
+    let needed = chains(&fdir, used, &mut HashMap::new()).unwrap();
+    let mut kept = HashSet::new();
     let mut referenced = HashSet::new();
+    for file in std::fs::read_dir(fdir.join("manifests")).unwrap() {
+        let file = file.unwrap();
+        let name = file.file_name().to_string_lossy().into_owned();
+        kept.insert(name.strip_suffix(".zst").unwrap().to_owned());
+        let stored = Stored::decode(&std::fs::read(file.path()).unwrap()).unwrap();
+        referenced.extend(stored.own_hashes());
+    }
+    assert_eq!(
+        kept, needed,
+        "a manifest kept that nothing needs, or one lost"
+    );
+    assert!(kept.len() < 70 + 2 * MAX_DELTA_DEPTH as usize);
     for snap in s.list(&root).unwrap() {
         let m = s.manifest_of(&root, &snap).unwrap();
-        referenced.extend(unique_hashes(&m));
+        assert!(unique_hashes(&m).is_subset(&referenced));
     }
     assert_eq!(s.blobs.referenced(), referenced);
     assert_eq!(s.blobs.stored(), referenced, "orphan or dangling blobs");

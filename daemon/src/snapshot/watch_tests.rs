@@ -282,6 +282,45 @@ fn watcher_snapshots_equal_full_scans_after_random_edits() {
     }
 }
 
+/// Files in the folder's `manifests/` directory.
+fn manifest_files(s: &mut SnapshotStore, folder: &Path) -> usize {
+    let dir = s.folder(folder).unwrap().dir.join("manifests");
+    std::fs::read_dir(dir).unwrap().count()
+}
+
+#[test]
+fn an_unchanged_watched_folder_points_at_the_previous_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("work");
+    std::fs::create_dir_all(root.join("a")).unwrap();
+    std::fs::write(root.join("a/f"), "f").unwrap();
+    let mut s = store(&tmp.path().join("profile"));
+    s.take(&root, manual()).unwrap();
+    std::fs::write(root.join("a/f"), "changed").unwrap();
+    // Just changed, so racy in its manifest: still no re-read is needed
+    // while no event came for its directory.
+    let changed = s.take(&root, manual()).unwrap();
+    let files = manifest_files(&mut s, &root);
+    let same = s.take(&root, manual()).unwrap();
+    assert_eq!(same.manifest, changed.manifest);
+    assert_eq!((same.changed, same.files, same.bytes), (0, 1, 7));
+    assert_eq!(
+        manifest_files(&mut s, &root),
+        files,
+        "a manifest was written"
+    );
+    // The next change is seen, and the result equals a full scan.
+    std::fs::write(root.join("a/f"), "changed again").unwrap();
+    let m = take_exact(&mut s, &root);
+    assert!(s.watch.last_was_incremental(&root));
+    assert_eq!(
+        m.entries.iter().find(|e| e.path == b"a/f").unwrap().size,
+        13
+    );
+    let newest = s.list(&root).unwrap()[0].clone();
+    assert_eq!((newest.changed, newest.files, newest.bytes), (1, 1, 13));
+}
+
 #[test]
 fn an_unchanged_watched_folder_re_reads_no_directory() {
     let tmp = tempfile::tempdir().unwrap();

@@ -154,16 +154,32 @@ pub fn bench_snapshots() -> anyhow::Result<()> {
         files.len(),
         bytes as f64 / 1048576.0
     );
-    eprintln!("shadow git…");
-    let git = bench_git(&tree, &files, scratch.path(), runs)?;
+    // AGENTX_BENCH_SNAP_ONLY=watcher: only agentx with the watcher (for
+    // profiling it; the other columns and the targets are then meaningless).
+    let only_watcher = std::env::var("AGENTX_BENCH_SNAP_ONLY").is_ok_and(|v| v == "watcher");
+    let git = if only_watcher {
+        SnapResults::default()
+    } else {
+        eprintln!("shadow git…");
+        bench_git(&tree, &files, scratch.path(), runs)?
+    };
     let model = FakeModel::start();
     model.set_lean(true);
     eprintln!("agentx with the watcher…");
     let watch = runtime.block_on(bench_agentx(&tree, &files, true, runs, &model))?;
-    eprintln!("agentx with full scans…");
-    let scan = runtime.block_on(bench_agentx(&tree, &files, false, runs, &model))?;
-    eprintln!("cp -a…");
-    let copy = bench_copy(&tree, scratch.path())?;
+    let (scan, copy) = if only_watcher {
+        let none = CopyResults {
+            same_files: 0.0,
+            same_files_synced: 0.0,
+            whole_tree: 0.0,
+        };
+        (SnapResults::default(), none)
+    } else {
+        eprintln!("agentx with full scans…");
+        let scan = runtime.block_on(bench_agentx(&tree, &files, false, runs, &model))?;
+        eprintln!("cp -a…");
+        (scan, bench_copy(&tree, scratch.path())?)
+    };
 
     println!("agentd with the watcher: {}", watch.watch_status);
     println!("agentd with AGENTX_WATCH=off: {}", scan.watch_status);
