@@ -449,3 +449,26 @@ pub fn git_repo(folder: &Path, url: &str) {
         .unwrap();
     }
 }
+
+/// A profile ("machine") whose folder is a clone of `origin`, keeping
+/// conversations at `url` under the machine name `name`.
+pub fn machine(name: &str, origin: &str, url: &str) -> crate::TestEnv {
+    let mut env = crate::TestEnv::new();
+    git_repo(&env.work, origin);
+    env.extra_env.push(("AGENTX_REMOTE_URL".into(), url.into()));
+    env.extra_env.push(("AGENTX_MACHINE".into(), name.into()));
+    env
+}
+
+/// The records of conversation `id` on the server in `db`: (count,
+/// distinct sequence numbers, max sequence number + 1).
+pub fn records(pg: &Cluster, db: &str, id: &str) -> (i64, i64, i64) {
+    let row = &pg.query(
+        db,
+        &format!(
+            "SELECT count(*), count(DISTINCT seq), coalesce(max(seq) + 1, 0) \
+             FROM records WHERE conversation_id = '{id}'"
+        ),
+    )[0];
+    (row.get(0), row.get(1), row.get(2))
+}

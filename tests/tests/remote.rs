@@ -9,18 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{Cluster, git_repo, shared};
+use agentx_tests::postgres::{Cluster, machine, records, shared};
 use agentx_tests::{TEST_KEY, TestEnv, assert_code, json_out, stderr, stdout, wait_status};
-
-/// A profile ("machine") whose folder is a clone of acme/app, keeping
-/// conversations at `url`.
-fn machine(name: &str, origin: &str, url: &str) -> TestEnv {
-    let mut env = TestEnv::new();
-    git_repo(&env.work, origin);
-    env.extra_env.push(("AGENTX_REMOTE_URL".into(), url.into()));
-    env.extra_env.push(("AGENTX_MACHINE".into(), name.into()));
-    env
-}
 
 /// `agentx search --json ARGS` until `ok` holds for its hits (the local
 /// index follows commits in the background); the last run's output.
@@ -48,18 +38,6 @@ fn sync(env: &TestEnv) -> Value {
 
 fn status(env: &TestEnv) -> Value {
     json_out(&env.run(["status", "--json"]))
-}
-
-/// Records for `id`: (count, distinct seqs, max seq + 1).
-fn records(pg: &Cluster, db: &str, id: &str) -> (i64, i64, i64) {
-    let row = &pg.query(
-        db,
-        &format!(
-            "SELECT count(*), count(DISTINCT seq), coalesce(max(seq) + 1, 0) \
-             FROM records WHERE conversation_id = '{id}'"
-        ),
-    )[0];
-    (row.get(0), row.get(1), row.get(2))
 }
 
 #[test]

@@ -9,18 +9,8 @@ use std::sync::mpsc;
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{Cluster, git_repo, shared};
+use agentx_tests::postgres::{Cluster, machine, records, shared};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
-
-/// A profile ("machine") whose folder is a clone of `origin`, keeping
-/// conversations at `url`.
-fn machine(name: &str, origin: &str, url: &str) -> TestEnv {
-    let mut env = TestEnv::new();
-    git_repo(&env.work, origin);
-    env.extra_env.push(("AGENTX_REMOTE_URL".into(), url.into()));
-    env.extra_env.push(("AGENTX_MACHINE".into(), name.into()));
-    env
-}
 
 /// Points `env`'s agentd at another server (it reads the URL at start).
 fn set_url(env: &mut TestEnv, url: &str) {
@@ -50,18 +40,6 @@ fn texts(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
     .iter()
     .filter_map(|r| r.get::<_, Option<String>>(0))
     .collect()
-}
-
-/// (records, distinct seqs, max seq + 1) of `id` on the server.
-fn records(pg: &Cluster, db: &str, id: &str) -> (i64, i64, i64) {
-    let row = &pg.query(
-        db,
-        &format!(
-            "SELECT count(*), count(DISTINCT seq), coalesce(max(seq) + 1, 0) \
-             FROM records WHERE conversation_id = '{id}'"
-        ),
-    )[0];
-    (row.get(0), row.get(1), row.get(2))
 }
 
 #[test]
