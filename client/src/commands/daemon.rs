@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use agentx_shared::profile::Profile;
-use agentx_shared::proto::DaemonStatusRequest;
 use agentx_shared::proto::daemon_client::DaemonClient;
+use agentx_shared::proto::{DaemonStatusReply, DaemonStatusRequest};
 
 use crate::cli::DaemonAction;
 use crate::connect;
@@ -63,28 +63,7 @@ async fn stop(profile: &Profile) -> CliResult<()> {
 
 async fn status(profile: &Profile, json: bool) -> CliResult<()> {
     let Some(channel) = connect::probe(profile).await? else {
-        if json {
-            println!(
-                "{}",
-                json!({
-                    "running": false,
-                    "socket": profile.socket,
-                    "profile": profile.dir,
-                })
-            );
-        } else {
-            println!("agentd is not running");
-            println!("  socket:  {}", profile.socket.display());
-            println!("  profile: {}", profile.dir.display());
-        }
-        if let Some(pid) = connect::lock_holder(profile) {
-            return Err(CliError::unreachable(format!(
-                "agentd (pid {pid}) holds the profile's lock but does not answer on {}: it is \
-                 stopping (its socket was deleted or replaced); if it stays, `kill {pid}`",
-                profile.socket.display()
-            )));
-        }
-        return Err(CliError::unreachable(String::new()));
+        return Err(not_running(profile, json));
     };
     let mut client = DaemonClient::new(channel);
     let call = client.status(DaemonStatusRequest {});
@@ -117,6 +96,39 @@ async fn status(profile: &Profile, json: bool) -> CliResult<()> {
         );
         return Ok(());
     }
+    print_running(&reply, compatible, &started_at);
+    Ok(())
+}
+
+/// `daemon status` when nothing answers: what was looked for, and the pid
+/// that still holds the profile when one does (it is stopping).
+fn not_running(profile: &Profile, json: bool) -> CliError {
+    if json {
+        println!(
+            "{}",
+            json!({
+                "running": false,
+                "socket": profile.socket,
+                "profile": profile.dir,
+            })
+        );
+    } else {
+        println!("agentd is not running");
+        println!("  socket:  {}", profile.socket.display());
+        println!("  profile: {}", profile.dir.display());
+    }
+    match connect::lock_holder(profile) {
+        Some(pid) => CliError::unreachable(format!(
+            "agentd (pid {pid}) holds the profile's lock but does not answer on {}: it is \
+             stopping (its socket was deleted or replaced); if it stays, `kill {pid}`",
+            profile.socket.display()
+        )),
+        None => CliError::unreachable(String::new()),
+    }
+}
+
+/// `daemon status` of a running agentd, for people.
+fn print_running(reply: &DaemonStatusReply, compatible: bool, started_at: &str) {
     let uptime = humantime::format_duration(Duration::from_secs(reply.uptime_ms / 1000));
     println!("agentd is running");
     println!("  pid:      {}", reply.pid);
@@ -149,7 +161,6 @@ async fn status(profile: &Profile, json: bool) -> CliResult<()> {
     {
         println!("            last error: {error}");
     }
-    Ok(())
 }
 
 /// `synced (0 pending) postgresql://user@host:5432/db as laptop`, or `off`.
