@@ -404,6 +404,33 @@ async fn all_ours(
 
 /// Pushes one conversation in one transaction.
 async fn send(client: &mut Client, machine: &str, push: &Push) -> Result<Sent, RemoteError> {
+    let tx = client.transaction().await.map_err(RemoteError::db)?;
+    if let Some(not_now) = in_sequence(&tx, push).await? {
+        return Ok(not_now);
+    }
+    upsert(&tx, machine, push).await?;
+    if push.reset {
+        tx.execute(
+            "DELETE FROM records WHERE conversation_id = $1",
+            &[&push.doc.id],
+        )
+        .await
+        .map_err(RemoteError::db)?;
+    }
+    if !insert_records(&tx, machine, push).await? {
+        // Another machine's record holds one of these places.
+        return Ok(Sent::Conflict);
+    }
+    tx.commit().await.map_err(RemoteError::db)?;
+    Ok(Sent::Pushed)
+}
+
+/// The conversation's row: its document's metadata, inserted or replaced.
+async fn upsert(
+    tx: &tokio_postgres::Transaction<'_>,
+    machine: &str,
+    push: &Push,
+) -> Result<(), RemoteError> {
     let doc = &push.doc;
     let usage = serde_json::to_string(&doc.usage).map_err(|e| RemoteError::Local(e.to_string()))?;
     let checkpoints: Vec<serde_json::Value> = doc
@@ -429,10 +456,6 @@ async fn send(client: &mut Client, machine: &str, push: &Push) -> Result<Sent, R
     let turns = i32::try_from(doc.turns).unwrap_or(i32::MAX);
     let records = i64::try_from(doc.journal_items).unwrap_or(i64::MAX);
     let rollbacks = i64::try_from(doc.rollbacks).unwrap_or(i64::MAX);
-    let tx = client.transaction().await.map_err(RemoteError::db)?;
-    if let Some(not_now) = in_sequence(&tx, push).await? {
-        return Ok(not_now);
-    }
     tx.execute(
         "INSERT INTO conversations (id, project, agent, title, machine, folder,
                 created_at, updated_at, turns, records, rollbacks, response_id,
@@ -468,11 +491,17 @@ async fn send(client: &mut Client, machine: &str, push: &Push) -> Result<Sent, R
     )
     .await
     .map_err(RemoteError::db)?;
-    if push.reset {
-        tx.execute("DELETE FROM records WHERE conversation_id = $1", &[&doc.id])
-            .await
-            .map_err(RemoteError::db)?;
-    }
+    Ok(())
+}
+
+/// The new records, batched; `false` when another machine's record holds
+/// one of their places (the sequence check failed).
+async fn insert_records(
+    tx: &tokio_postgres::Transaction<'_>,
+    machine: &str,
+    push: &Push,
+) -> Result<bool, RemoteError> {
+    let doc = &push.doc;
     for chunk in push.records.chunks(BATCH) {
         let seqs: Vec<i64> = chunk.iter().map(|r| r.0).collect();
         let ats: Vec<i64> = chunk.iter().map(|r| r.1).collect();
@@ -486,13 +515,11 @@ async fn send(client: &mut Client, machine: &str, push: &Push) -> Result<Sent, R
         )
         .await
         .map_err(RemoteError::db)?;
-        if !all_ours(&tx, &doc.id, &seqs, &ats, &items).await? {
-            // Another machine's record holds one of these places.
-            return Ok(Sent::Conflict);
+        if !all_ours(tx, &doc.id, &seqs, &ats, &items).await? {
+            return Ok(false);
         }
     }
-    tx.commit().await.map_err(RemoteError::db)?;
-    Ok(Sent::Pushed)
+    Ok(true)
 }
 
 /// Every conversation document under the sessions directory whose content
