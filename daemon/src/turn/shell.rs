@@ -103,32 +103,10 @@ impl Tools {
     ) -> std::io::Result<Outcome> {
         let mut stop = self.stop.subscribe();
         if *stop.borrow_and_update() || crate::stopping::requested() {
-            return Ok(Outcome {
-                exit_code: None,
-                output: "not run: agentd is stopping".to_owned(),
-                timed_out: false,
-                cancelled: true,
-                stopped: true,
-            });
+            return Ok(Outcome::not_run_stopping());
         }
-        let (reader, writer) = std::io::pipe()?;
-        let cmd = spawn_command(command, cwd, env, writer);
-        let mut cmd = tokio::process::Command::from(cmd);
-        let spawned = cmd.spawn();
-        // The command keeps its copy of the pipe's write end: drop it, or
-        // the output never ends.
-        drop(cmd);
-        let mut child = spawned?;
-        let Some(mut status_pipe) = child.stdout.take() else {
-            return Err(std::io::Error::other("the supervisor has no status pipe"));
-        };
-        let (kill_tx, kill_rx) = watch::channel(false);
-        let mut kill = KillSwitch {
-            tx: kill_tx,
-            armed: true,
-        };
-        tokio::spawn(own(Supervisor(child), kill_rx, stop.clone()));
-        let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into())?;
+        let (mut status_pipe, mut pipe, mut kill) =
+            spawn_supervised(command, cwd, env, stop.clone())?;
 
         let mut output = Bounded::new();
         let mut buf = vec![0u8; 8192];
@@ -204,6 +182,40 @@ impl Tools {
             stopped,
         })
     }
+}
+
+/// Starts the command under its supervisor, which is then owned by a task
+/// of its own: the supervisor's status pipe, the output pipe, and the
+/// switch that kills the command.
+fn spawn_supervised(
+    command: &str,
+    cwd: &Path,
+    env: &Environment,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<(
+    tokio::process::ChildStdout,
+    tokio::net::unix::pipe::Receiver,
+    KillSwitch,
+)> {
+    let (reader, writer) = std::io::pipe()?;
+    let cmd = spawn_command(command, cwd, env, writer);
+    let mut cmd = tokio::process::Command::from(cmd);
+    let spawned = cmd.spawn();
+    // The command keeps its copy of the pipe's write end: drop it, or the
+    // output never ends.
+    drop(cmd);
+    let mut child = spawned?;
+    let Some(status_pipe) = child.stdout.take() else {
+        return Err(std::io::Error::other("the supervisor has no status pipe"));
+    };
+    let (kill_tx, kill_rx) = watch::channel(false);
+    let kill = KillSwitch {
+        tx: kill_tx,
+        armed: true,
+    };
+    tokio::spawn(own(Supervisor(child), kill_rx, stop));
+    let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into())?;
+    Ok((status_pipe, pipe, kill))
 }
 
 /// Reads what is left of the output for a moment: background children may

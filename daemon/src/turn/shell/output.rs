@@ -18,6 +18,17 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// A command not started because agentd is stopping.
+    pub fn not_run_stopping() -> Self {
+        Self {
+            exit_code: None,
+            output: "not run: agentd is stopping".to_owned(),
+            timed_out: false,
+            cancelled: true,
+            stopped: true,
+        }
+    }
+
     /// What the model is told.
     pub fn for_model(&self) -> String {
         let status = if self.stopped {
