@@ -184,15 +184,8 @@ pub async fn open_remote(
     doc.forked_from = copy.forked_from.clone();
     doc.journal_items = pulled.items;
     doc.journal_bytes = pulled.lines.len() as u64;
-    let meta = pulled.meta;
-    doc.title = meta.title;
-    doc.response_id = meta.response_id;
-    doc.usage = meta.usage;
-    doc.turns = meta.turns;
-    doc.checkpoints = meta.checkpoints;
-    doc.last_user = meta.last_user;
-    doc.last_assistant = meta.last_assistant;
-    doc.updated_at = meta.updated_at.max(copy.created_at);
+    // A fresh document: its update time is its creation until the pull's.
+    pulled.meta.apply_to(&mut doc);
     let local = |e: StoreError| RemoteError::Local(e.to_string());
     let _sync = SYNC.lock().await;
     // Opened twice at once: the first one pulled it already.

@@ -13,17 +13,10 @@ const STOP: char = '\u{2}';
 /// One remote hit: a message or tool output (turn ≥ 1) or a title (turn 0).
 #[derive(Debug, Clone)]
 pub struct RemoteHit {
-    pub session_id: String,
-    pub folder: String,
-    pub agent: String,
-    pub title: String,
+    /// The hit, as a local search gives one (score from `ts_rank`).
+    pub hit: crate::search::Hit,
+    /// The machine that wrote the conversation.
     pub machine: String,
-    pub turn: u32,
-    pub at: i64,
-    pub snippet: String,
-    /// Byte ranges of `snippet` that matched.
-    pub highlights: Vec<(usize, usize)>,
-    pub score: f32,
 }
 
 /// Best records and titles first; the turn, time and snippet only for them.
@@ -84,7 +77,7 @@ impl Remote {
             let hit = hit_of(&row).map_err(|e| self.server_error(e))?;
             if !hits
                 .iter()
-                .any(|h| h.session_id == hit.session_id && h.turn == hit.turn)
+                .any(|h| h.hit.session_id == hit.hit.session_id && h.hit.turn == hit.hit.turn)
             {
                 hits.push(hit);
             }
@@ -140,16 +133,18 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
 fn hit_of(row: &tokio_postgres::Row) -> Result<RemoteHit, tokio_postgres::Error> {
     let (snippet, highlights) = marked(&row.try_get::<_, String>(8)?);
     Ok(RemoteHit {
-        session_id: row.try_get(0)?,
-        folder: row.try_get(1)?,
-        agent: row.try_get(2)?,
-        title: row.try_get(3)?,
+        hit: crate::search::Hit {
+            session_id: row.try_get(0)?,
+            folder: row.try_get(1)?,
+            agent: row.try_get(2)?,
+            title: row.try_get(3)?,
+            score: row.try_get(5)?,
+            turn: u32::try_from(row.try_get::<_, i64>(6)?).unwrap_or(u32::MAX),
+            at: row.try_get(7)?,
+            snippet,
+            highlights,
+        },
         machine: row.try_get(4)?,
-        score: row.try_get(5)?,
-        turn: u32::try_from(row.try_get::<_, i64>(6)?).unwrap_or(u32::MAX),
-        at: row.try_get(7)?,
-        snippet,
-        highlights,
     })
 }
 

@@ -72,7 +72,8 @@ impl LibraryService {
     }
 }
 
-fn remote_hit(h: crate::remote::RemoteHit) -> SearchHit {
+/// A search hit on the wire: where it was found and the machine that wrote it.
+fn wire_hit(h: crate::search::Hit, r#where: &str, machine: String) -> SearchHit {
     SearchHit {
         session_id: h.session_id,
         folder: h.folder,
@@ -83,9 +84,13 @@ fn remote_hit(h: crate::remote::RemoteHit) -> SearchHit {
         snippet: h.snippet,
         highlights: highlights(h.highlights),
         score: h.score,
-        r#where: "remote".into(),
-        machine: h.machine,
+        r#where: r#where.into(),
+        machine,
     }
+}
+
+fn remote_hit(h: crate::remote::RemoteHit) -> SearchHit {
+    wire_hit(h.hit, "remote", h.machine)
 }
 
 fn highlights(ranges: Vec<(usize, usize)>) -> Vec<Highlight> {
@@ -221,19 +226,7 @@ impl Library for LibraryService {
             .unwrap_or_default();
         let hits: Vec<SearchHit> = hits
             .into_iter()
-            .map(|h| SearchHit {
-                session_id: h.session_id,
-                folder: h.folder,
-                agent: h.agent,
-                title: h.title,
-                turn: h.turn,
-                at: Some(Timestamp { unix_ms: h.at }),
-                snippet: h.snippet,
-                highlights: highlights(h.highlights),
-                score: h.score,
-                r#where: "local".into(),
-                machine: machine.clone(),
-            })
+            .map(|h| wire_hit(h, "local", machine.clone()))
             .collect();
         let (hits, remote_note) = match remote {
             Some(Ok(remote_hits)) => (merge(hits, remote_hits, limit), String::new()),

@@ -4,7 +4,7 @@
 
 use agentx_shared::conversation::Usage;
 
-use super::session::{Checkpoint, Session};
+use super::session::{Checkpoint, Session, SessionDoc};
 
 /// What to make of a local conversation so it equals the remote's copy.
 #[derive(Debug, Clone, Default)]
@@ -32,6 +32,20 @@ pub struct PulledMeta {
     pub updated_at: i64,
 }
 
+impl PulledMeta {
+    /// Puts this metadata on `doc`; the latest of both update times stays.
+    pub fn apply_to(self, doc: &mut SessionDoc) {
+        doc.title = self.title;
+        doc.response_id = self.response_id;
+        doc.usage = self.usage;
+        doc.turns = self.turns;
+        doc.checkpoints = self.checkpoints;
+        doc.last_user = self.last_user;
+        doc.last_assistant = self.last_assistant;
+        doc.updated_at = doc.updated_at.max(self.updated_at);
+    }
+}
+
 /// Applies `pulled` to `session` durably: the document is saved with the
 /// shorter length before the journal is cut, as a rollback does, so a crash
 /// at any point leaves a consistent conversation.
@@ -49,15 +63,7 @@ pub(super) fn apply(session: &mut Session, pulled: Pulled) -> std::io::Result<()
     }
     session.append_raw(&pulled.lines, pulled.items)?;
     let doc = &mut session.doc;
-    let meta = pulled.meta;
-    doc.title = meta.title;
-    doc.response_id = meta.response_id;
-    doc.usage = meta.usage;
-    doc.turns = meta.turns;
-    doc.checkpoints = meta.checkpoints;
-    doc.last_user = meta.last_user;
-    doc.last_assistant = meta.last_assistant;
-    doc.updated_at = doc.updated_at.max(meta.updated_at);
+    pulled.meta.apply_to(doc);
     // What was pending here belonged to the local line (kept elsewhere
     // when it differed); the remote copy ended at a finished turn.
     doc.pending_calls.clear();
