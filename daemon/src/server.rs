@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context as _;
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::service::InterceptorLayer;
+use tonic::service::{InterceptorLayer, Routes};
 use tonic::transport::Server;
 use tonic_reflection::server::{v1, v1alpha};
 
@@ -78,52 +78,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<DaemonServer<DaemonService>>().await;
     let (reflection, reflection_v1alpha) = reflection()?;
-
-    let Domain {
-        store,
-        snapshots,
-        engine,
-        search,
-        remote,
-    } = Domain::start(&config.profile)?;
+    let domain = Domain::start(&config.profile)?;
 
     let uid = nix::unistd::geteuid().as_raw();
-    let router = Server::builder()
-        .layer(InterceptorLayer::new(PeerCheck::new(uid, served)))
-        .add_service(DaemonServer::new(DaemonService::new(
-            Arc::clone(&info),
-            remote.clone(),
-        )))
-        .add_service(SessionsServer::new(SessionsService::new(
-            Arc::clone(&store),
-            snapshots.clone(),
-            remote.clone(),
-        )))
-        .add_service(TurnsServer::new(TurnsService::new(
-            Arc::clone(&store),
-            engine,
-            crate::services::turns::Tuning::from_env(),
-            snapshots.clone(),
-        )))
-        .add_service(OneshotsServer::new(OneshotsService::new(Arc::clone(
-            &store,
-        ))))
-        .add_service(SnapshotsServer::new(SnapshotsService::new(
-            Arc::clone(&store),
-            snapshots.clone(),
-        )))
-        .add_service(
-            LibraryServer::new(crate::services::library::LibraryService::new(
-                Arc::clone(&store),
-                search,
-                remote.clone(),
-            ))
-            .max_decoding_message_size(crate::services::library::MAX_IMPORT_BYTES)
-            .max_encoding_message_size(crate::services::library::MAX_IMPORT_BYTES),
-        )
+    let routes = routes(&info, domain)
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_v1alpha);
+    let router = Server::builder()
+        .layer(InterceptorLayer::new(PeerCheck::new(uid, served)))
+        .add_routes(routes);
 
     tokio::spawn(guard_profile(
         Arc::clone(&config.pid_lock),
@@ -131,34 +95,88 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         stop_tx.clone(),
     ));
     tokio::spawn(watch_signals(stop_tx));
-    let mut stopping = stop_rx.clone();
-    let stop_requested = async move {
-        let _ = stopping.wait_for(|stop| *stop).await;
-    };
+    let stop_requested = wait_for_stop(stop_rx.clone());
 
     let incoming = UnixListenerStream::new(listener);
-    // Ready: tell systemd (a no-op without NOTIFY_SOCKET).
-    if let Err(err) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
-        tracing::warn!("sd_notify READY failed: {err}");
-    }
-    tracing::info!(pid = info.pid, version = %info.version, "agentd ready");
+    announce_ready(&info);
 
     let server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop_requested));
-    let mut stopping = stop_rx;
-    let _ = stopping.wait_for(|stop| *stop).await;
-    tracing::info!("stopping: no new connections, draining in-flight RPCs");
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-    // The listener is closed by now or within a moment; new clients must not
-    // find a socket nobody will answer on.
-    remove_owned_socket(owned_path.as_ref());
-    // Running turns end now, each with a record and an after-snapshot.
-    crate::stopping::begin();
+    wait_for_stop(stop_rx).await;
+    begin_stopping(owned_path.as_ref());
 
     drain(server).await;
     // State is written durably before each RPC returns, so nothing is left
     // to flush here; later stores hook their shutdown in at this point.
     tracing::info!("agentd stopped");
     Ok(())
+}
+
+/// agentd's own services, each on what it works on.
+fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
+    let Domain {
+        store,
+        snapshots,
+        engine,
+        search,
+        remote,
+    } = domain;
+    Routes::new(DaemonServer::new(DaemonService::new(
+        Arc::clone(info),
+        remote.clone(),
+    )))
+    .add_service(SessionsServer::new(SessionsService::new(
+        Arc::clone(&store),
+        snapshots.clone(),
+        remote.clone(),
+    )))
+    .add_service(TurnsServer::new(TurnsService::new(
+        Arc::clone(&store),
+        engine,
+        crate::services::turns::Tuning::from_env(),
+        snapshots.clone(),
+    )))
+    .add_service(OneshotsServer::new(OneshotsService::new(Arc::clone(
+        &store,
+    ))))
+    .add_service(SnapshotsServer::new(SnapshotsService::new(
+        Arc::clone(&store),
+        snapshots.clone(),
+    )))
+    .add_service(
+        LibraryServer::new(crate::services::library::LibraryService::new(
+            Arc::clone(&store),
+            search,
+            remote.clone(),
+        ))
+        .max_decoding_message_size(crate::services::library::MAX_IMPORT_BYTES)
+        .max_encoding_message_size(crate::services::library::MAX_IMPORT_BYTES),
+    )
+}
+
+/// Resolves once a stop has been requested (or nobody can request one).
+async fn wait_for_stop(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+/// Tells systemd (a no-op without NOTIFY_SOCKET) and the log that agentd
+/// is ready.
+fn announce_ready(info: &DaemonInfo) {
+    if let Err(err) = sd_notify::notify(&[sd_notify::NotifyState::Ready]) {
+        tracing::warn!("sd_notify READY failed: {err}");
+    }
+    tracing::info!(pid = info.pid, version = %info.version, "agentd ready");
+}
+
+/// The first steps of a stop, before draining: systemd told, the socket
+/// path freed, running turns told to end.
+fn begin_stopping(owned_path: Option<&crate::listener::OwnedSocket>) {
+    tracing::info!("stopping: no new connections, draining in-flight RPCs");
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    // The listener is closed by now or within a moment; new clients must not
+    // find a socket nobody will answer on.
+    remove_owned_socket(owned_path);
+    // Running turns end now, each with a record and an after-snapshot.
+    crate::stopping::begin();
 }
 
 /// Reflection in both versions: grpcurl and grpcui speak v1; Python's

@@ -99,89 +99,115 @@ impl Tools {
         cwd: &Path,
         env: &Environment,
         timeout: Duration,
-        mut cancel: watch::Receiver<bool>,
+        cancel: watch::Receiver<bool>,
     ) -> std::io::Result<Outcome> {
         let mut stop = self.stop.subscribe();
         if *stop.borrow_and_update() || crate::stopping::requested() {
             return Ok(Outcome::not_run_stopping());
         }
-        let (mut status_pipe, mut pipe, mut kill) =
-            spawn_supervised(command, cwd, env, stop.clone())?;
-
-        let mut output = Bounded::new();
-        let mut buf = vec![0u8; 8192];
-        let mut report = Vec::new();
-        let mut report_buf = [0u8; 64];
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut timed_out = false;
-        let mut cancelled = false;
-        let mut stopped = false;
-        let mut stop_open = true;
-        let mut status: Option<Option<i32>> = None;
-        let mut eof = false;
-        while !(eof && status.is_some()) {
-            tokio::select! {
-                read = pipe.read(&mut buf), if !eof => match read {
-                    Ok(0) | Err(_) => eof = true,
-                    Ok(n) => output.push(&buf[..n]),
-                },
-                read = status_pipe.read(&mut report_buf), if status.is_none() => match read {
-                    Ok(n) if n > 0 && report.len() < 64 => report.extend_from_slice(&report_buf[..n]),
-                    Ok(n) if n > 0 => {}
-                    _ => {
-                        let exit_code = match parse_report(&report) {
-                            Err(errno) => {
-                                kill.armed = false;
-                                return Err(std::io::Error::from_raw_os_error(errno));
-                            }
-                            Ok(code) => code,
-                        };
-                        status = Some(exit_code);
-                        // Background children may hold the pipe open: give
-                        // the output a moment to drain, then stop reading.
-                        if !eof {
-                            drain_briefly(&mut pipe, &mut output, &mut buf).await;
-                            eof = true;
-                        }
-                    }
-                },
-                () = tokio::time::sleep_until(deadline), if status.is_none() && !timed_out => {
-                    timed_out = true;
-                    kill.fire();
-                },
-                changed = cancel.changed(), if status.is_none() && !cancelled => {
-                    if changed.is_err() || *cancel.borrow() {
-                        cancelled = true;
-                        kill.fire();
-                    }
-                },
-                stopping = async { stop.wait_for(|s| *s).await.is_ok() }, if status.is_none() && !stopped && stop_open => {
-                    if stopping {
-                        stopped = true;
-                        kill.fire();
-                    } else {
-                        stop_open = false;
-                    }
-                },
-            }
-        }
+        let (status_pipe, pipe, mut kill) = spawn_supervised(command, cwd, env, stop.clone())?;
+        let ended = watch_command(status_pipe, pipe, &mut kill, cancel, &mut stop, timeout).await?;
         // What the command left running in the background goes on, watched
         // by its supervisor.
         kill.armed = false;
         // The stop flag is set before anything is killed: a command whose
         // death (reported on the status pipe) won the race against seeing
         // the flag was killed by the stop all the same.
-        let stopped = stopped || *stop.borrow() || crate::stopping::requested();
+        let stopped = ended.stopped || *stop.borrow() || crate::stopping::requested();
         // Let `stop_all` see this command gone.
         drop((stop, kill));
         Ok(Outcome {
-            exit_code: status.flatten(),
-            output: output.finish(),
-            timed_out,
-            cancelled: cancelled || stopped,
+            exit_code: ended.status.flatten(),
+            output: ended.output.finish(),
+            timed_out: ended.timed_out,
+            cancelled: ended.cancelled || stopped,
             stopped,
         })
     }
+}
+
+/// How a command's watch ended, before the stop flag is looked at again.
+struct Ended {
+    /// `Some` once the supervisor reported; its exit code, if any.
+    status: Option<Option<i32>>,
+    output: Bounded,
+    timed_out: bool,
+    cancelled: bool,
+    stopped: bool,
+}
+
+/// Reads the command's output until it has ended and its output is done,
+/// firing `kill` on the timeout, a cancel or a stop; `Err` when `sh` could
+/// not start (`kill` disarmed).
+async fn watch_command(
+    mut status_pipe: tokio::process::ChildStdout,
+    mut pipe: tokio::net::unix::pipe::Receiver,
+    kill: &mut KillSwitch,
+    mut cancel: watch::Receiver<bool>,
+    stop: &mut watch::Receiver<bool>,
+    timeout: Duration,
+) -> std::io::Result<Ended> {
+    let mut output = Bounded::new();
+    let mut buf = vec![0u8; 8192];
+    let mut report = Vec::new();
+    let mut report_buf = [0u8; 64];
+    let deadline = tokio::time::Instant::now() + timeout;
+    let (mut timed_out, mut cancelled, mut stopped, mut stop_open) = (false, false, false, true);
+    let mut status: Option<Option<i32>> = None;
+    let mut eof = false;
+    while !(eof && status.is_some()) {
+        tokio::select! {
+            read = pipe.read(&mut buf), if !eof => match read {
+                Ok(0) | Err(_) => eof = true,
+                Ok(n) => output.push(&buf[..n]),
+            },
+            read = status_pipe.read(&mut report_buf), if status.is_none() => match read {
+                Ok(n) if n > 0 && report.len() < 64 => report.extend_from_slice(&report_buf[..n]),
+                Ok(n) if n > 0 => {}
+                _ => {
+                    let exit_code = match parse_report(&report) {
+                        Err(errno) => {
+                            kill.armed = false;
+                            return Err(std::io::Error::from_raw_os_error(errno));
+                        }
+                        Ok(code) => code,
+                    };
+                    status = Some(exit_code);
+                    // Background children may hold the pipe open: give
+                    // the output a moment to drain, then stop reading.
+                    if !eof {
+                        drain_briefly(&mut pipe, &mut output, &mut buf).await;
+                        eof = true;
+                    }
+                }
+            },
+            () = tokio::time::sleep_until(deadline), if status.is_none() && !timed_out => {
+                timed_out = true;
+                kill.fire();
+            },
+            changed = cancel.changed(), if status.is_none() && !cancelled => {
+                if changed.is_err() || *cancel.borrow() {
+                    cancelled = true;
+                    kill.fire();
+                }
+            },
+            stopping = async { stop.wait_for(|s| *s).await.is_ok() }, if status.is_none() && !stopped && stop_open => {
+                if stopping {
+                    stopped = true;
+                    kill.fire();
+                } else {
+                    stop_open = false;
+                }
+            },
+        }
+    }
+    Ok(Ended {
+        status,
+        output,
+        timed_out,
+        cancelled,
+        stopped,
+    })
 }
 
 /// Starts the command under its supervisor, which is then owned by a task
