@@ -9,7 +9,7 @@ use super::{Engine, Event, Input, Io, Mode, Status, TurnSpec};
 use crate::snapshot::service::Snapshots;
 use crate::snapshot::{Owner, Phase, SnapError};
 use crate::store::oneshot::Oneshot;
-use crate::store::{GroupHandle, Store, StoreError};
+use crate::store::{GroupHandle, Store, StoreError, TurnLease};
 
 /// Room for events a slow client has not read yet.
 const EVENT_BACKLOG: usize = 512;
@@ -62,15 +62,8 @@ impl Runner {
             spec,
             oneshot,
         } = start;
-        let lease = match group.begin_turn(session).await {
-            Ok(lease) => lease,
-            Err(e) => {
-                if let Some(o) = &oneshot {
-                    self.store.finish_oneshot(o, false);
-                }
-                let _ = out.send(Err(e)).await;
-                return;
-            }
+        let Some(lease) = self.lease(&group, session, oneshot.as_ref(), &out).await else {
+            return;
         };
         // Other machines' turns first (remote store); may continue a fork.
         let lease = crate::remote::pull::before_turn(&group, lease, &out).await;
@@ -78,24 +71,11 @@ impl Runner {
         let session_id = lease.doc.id.clone();
         // Restores of this folder refuse until the turn (and its "after"
         // snapshot) is over.
-        let _busy = self.snapshots.busy().enter(
-            &folder,
-            match &oneshot {
-                None => format!("a turn of conversation {session_id}"),
-                Some(o) => format!("one-shot {}", o.id),
-            },
-        );
-        let pair = format!(
-            "{session_id}-{}",
-            agentx_shared::time::unix_ms(std::time::SystemTime::now())
-        );
-        let label = label(&spec.mode);
-        let owner = |phase| Owner {
-            session: session_id.clone(),
-            phase,
-            pair: pair.clone(),
-            label: label.clone(),
-        };
+        let _busy = self
+            .snapshots
+            .busy()
+            .enter(&folder, busy_with(oneshot.as_ref(), &session_id));
+        let owner = owners(session_id, &spec.mode);
         let (events, mut engine_events) = mpsc::channel::<Event>(EVENT_BACKLOG);
         // The model call does not touch the folder, so it starts at once;
         // only tools wait until the "before" snapshot is durable.
@@ -113,15 +93,10 @@ impl Runner {
             cancel: cancelled,
             tools_gate: Some(gate_rx),
         };
-        let forward = async {
-            while let Some(event) = engine_events.recv().await {
-                // A client that went away cancels the turn.
-                if out.send(Ok(event)).await.is_err() {
-                    let _ = cancel.send(true);
-                }
-            }
-        };
-        let (finished, ()) = tokio::join!(self.engine.run(group, lease, spec, io), forward);
+        let (finished, ()) = tokio::join!(
+            self.engine.run(group, lease, spec, io),
+            forward(&mut engine_events, &out, &cancel)
+        );
         // After the turn, whatever its outcome: what the message changed.
         if before.await.unwrap_or(false)
             && let Err(e) = self.snapshots.take(&folder, owner(Phase::After)).await
@@ -132,6 +107,65 @@ impl Runner {
             self.store.finish_oneshot(o, completed(&finished));
         }
         let _ = out.send(Ok(finished)).await;
+    }
+
+    /// Leases the conversation for the turn; when that fails, settles the
+    /// one-shot and tells the client why.
+    async fn lease(
+        &self,
+        group: &GroupHandle,
+        session: Option<String>,
+        oneshot: Option<&Oneshot>,
+        out: &mpsc::Sender<Result<Event, StoreError>>,
+    ) -> Option<TurnLease> {
+        match group.begin_turn(session).await {
+            Ok(lease) => Some(lease),
+            Err(e) => {
+                if let Some(o) = oneshot {
+                    self.store.finish_oneshot(o, false);
+                }
+                let _ = out.send(Err(e)).await;
+                None
+            }
+        }
+    }
+}
+
+/// The owner of the turn's snapshot in each phase: the two make one pair,
+/// labelled after the message.
+fn owners(session_id: String, mode: &Mode) -> impl Fn(Phase) -> Owner + use<> {
+    let pair = format!(
+        "{session_id}-{}",
+        agentx_shared::time::unix_ms(std::time::SystemTime::now())
+    );
+    let label = label(mode);
+    move |phase| Owner {
+        session: session_id.clone(),
+        phase,
+        pair: pair.clone(),
+        label: label.clone(),
+    }
+}
+
+/// What keeps the folder busy, as restores refusing meanwhile tell it.
+fn busy_with(oneshot: Option<&Oneshot>, session_id: &str) -> String {
+    match oneshot {
+        None => format!("a turn of conversation {session_id}"),
+        Some(o) => format!("one-shot {}", o.id),
+    }
+}
+
+/// Passes the engine's events on to the client until the engine is done;
+/// a client that went away cancels the turn.
+async fn forward(
+    engine_events: &mut mpsc::Receiver<Event>,
+    out: &mpsc::Sender<Result<Event, StoreError>>,
+    cancel: &watch::Sender<bool>,
+) {
+    while let Some(event) = engine_events.recv().await {
+        if out.send(Ok(event)).await.is_err() {
+            let _ = cancel.send(true);
+        }
     }
 }
 

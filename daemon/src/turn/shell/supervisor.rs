@@ -89,6 +89,35 @@ extern "C" fn hook() {
 }
 
 fn supervise(parent: Pid, command: &OsStr) -> i32 {
+    let Some(watched) = take_over(parent) else {
+        return 1;
+    };
+    let Some(sh) = spawn_sh(command) else {
+        return 1;
+    };
+    // Only the command holds the output pipe now: its end is the command's.
+    let _ = silence(nix::unistd::dup2_stderr);
+
+    let mut sh_reaped = false;
+    loop {
+        match watched.wait() {
+            Ok(Signal::SIGCHLD) => {
+                if !reap(sh, &mut sh_reaped) {
+                    return 0;
+                }
+            }
+            Ok(_) | Err(_) => {
+                kill_tree(sh, &mut sh_reaped);
+                return 0;
+            }
+        }
+    }
+}
+
+/// Makes this process the supervisor of `parent`'s command: named, its
+/// signals blocked for sigwait, a child subreaper. The signals it waits
+/// for; `None` when it must exit (a failure is reported).
+fn take_over(parent: Pid) -> Option<SigSet> {
     let _ = nix::sys::prctl::set_name(NAME);
     // Signals are taken one at a time with sigwait; blocked from here on, so
     // none is lost between the checks below and the loop.
@@ -104,25 +133,31 @@ fn supervise(parent: Pid, command: &OsStr) -> i32 {
     }
     if let Err(e) = watched.thread_block() {
         report_error(e as i32);
-        return 1;
+        return None;
     }
     // SAFETY: installs no handler, only ignores; no other thread exists.
     // A reader that went away must not kill us before we kill the tree.
     let _ = unsafe { nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigIgn) };
     // agentd died before our death signal was set: nobody wants the command.
     if nix::unistd::getppid() != parent {
-        return 1;
+        return None;
     }
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         report_error(e as i32);
-        return 1;
+        return None;
     }
+    Some(watched)
+}
 
+/// Starts `/bin/sh -c COMMAND` in a process group of its own, its output
+/// (both streams) to the pipe agentd gave as stderr; `None` when it could
+/// not start (reported).
+fn spawn_sh(command: &OsStr) -> Option<Pid> {
     let output = match std::io::stderr().as_fd().try_clone_to_owned() {
         Ok(fd) => fd,
         Err(e) => {
             report_error(e.raw_os_error().unwrap_or(Errno::EINVAL as i32));
-            return 1;
+            return None;
         }
     };
     let mut sh = std::process::Command::new("/bin/sh");
@@ -142,32 +177,15 @@ fn supervise(parent: Pid, command: &OsStr) -> i32 {
     // starts with the signal state it had under agentd.
     let spawned = sh.spawn();
     drop(sh);
-    let sh = match spawned.map(|child| i32::try_from(child.id())) {
-        Ok(Ok(pid)) => Pid::from_raw(pid),
+    match spawned.map(|child| i32::try_from(child.id())) {
+        Ok(Ok(pid)) => Some(Pid::from_raw(pid)),
         Ok(Err(_)) => {
             report_error(Errno::ERANGE as i32);
-            return 1;
+            None
         }
         Err(e) => {
             report_error(e.raw_os_error().unwrap_or(Errno::EINVAL as i32));
-            return 1;
-        }
-    };
-    // Only the command holds the output pipe now: its end is the command's.
-    let _ = silence(nix::unistd::dup2_stderr);
-
-    let mut sh_reaped = false;
-    loop {
-        match watched.wait() {
-            Ok(Signal::SIGCHLD) => {
-                if !reap(sh, &mut sh_reaped) {
-                    return 0;
-                }
-            }
-            Ok(_) | Err(_) => {
-                kill_tree(sh, &mut sh_reaped);
-                return 0;
-            }
+            None
         }
     }
 }
