@@ -152,20 +152,9 @@ async fn push_all(
             return Ok(settled);
         };
         let _sync = super::pull::SYNC.lock().await;
-        let reader = Arc::clone(remote);
-        let path = doc_path.clone();
-        let read = tokio::task::spawn_blocking(move || read_push(&reader, &path))
-            .await
-            .map_err(|e| RemoteError::Local(e.to_string()))?;
-        let push = match read {
-            Ok(Some(push)) => push,
-            Ok(None) => {
-                remote.with(|i| i.pending.remove(&doc_path));
-                continue;
-            }
-            Err(RetryLater) => continue,
+        let Some(push) = read_pending(remote, &doc_path).await? else {
+            continue;
         };
-        let records = push.records.len() as u64;
         match send(c, &remote.machine, &push).await {
             Ok(Sent::Pushed) => {}
             Ok(Sent::Conflict) => {
@@ -193,30 +182,56 @@ async fn push_all(
                 return Err(RemoteError::Server(url.redact(&e.to_string())));
             }
         }
-        let state = Pushed {
-            hash: push.hash.clone(),
-            items: push.doc.journal_items,
-            bytes: push.doc.journal_bytes,
-            rollbacks: push.doc.rollbacks,
-        };
-        let state_path = remote.pushed_dir.join(format!("{}.json", push.id));
-        let saved = tokio::task::spawn_blocking(move || save_pushed(&state_path, &state)).await;
-        if let Ok(Err(e)) | Err(e) = saved.map_err(std::io::Error::other) {
-            // Pushing again later is harmless (records are idempotent).
-            tracing::warn!("remote: cannot record the push of {}: {e}", push.id);
-        }
-        remote.with(|i| {
-            // A change committed meanwhile marked it again: it stays pending
-            // only if the document differs from what was just pushed.
-            if current_hash(&doc_path).as_deref() == Some(push.hash.as_str()) {
-                i.pending.remove(&doc_path);
-            }
-            i.pushed_conversations += 1;
-            i.pushed_records += records;
-        });
-        tracing::debug!(id = %push.id, records, "pushed to the remote");
+        record_pushed(remote, &doc_path, &push).await;
     }
     Ok(settled)
+}
+
+/// What to push of the document at `doc_path`, read off the async threads:
+/// `None` when there is nothing (it is no longer pending) or it must wait
+/// (it stays pending).
+async fn read_pending(remote: &Arc<Remote>, doc_path: &Path) -> Result<Option<Push>, RemoteError> {
+    let reader = Arc::clone(remote);
+    let path = doc_path.to_path_buf();
+    let read = tokio::task::spawn_blocking(move || read_push(&reader, &path))
+        .await
+        .map_err(|e| RemoteError::Local(e.to_string()))?;
+    Ok(match read {
+        Ok(Some(push)) => Some(push),
+        Ok(None) => {
+            remote.with(|i| i.pending.remove(doc_path));
+            None
+        }
+        Err(RetryLater) => None,
+    })
+}
+
+/// Records a push that went through: what was pushed (for the next one to
+/// start from), the document no longer pending, the counters.
+async fn record_pushed(remote: &Remote, doc_path: &Path, push: &Push) {
+    let records = push.records.len() as u64;
+    let state = Pushed {
+        hash: push.hash.clone(),
+        items: push.doc.journal_items,
+        bytes: push.doc.journal_bytes,
+        rollbacks: push.doc.rollbacks,
+    };
+    let state_path = remote.pushed_dir.join(format!("{}.json", push.id));
+    let saved = tokio::task::spawn_blocking(move || save_pushed(&state_path, &state)).await;
+    if let Ok(Err(e)) | Err(e) = saved.map_err(std::io::Error::other) {
+        // Pushing again later is harmless (records are idempotent).
+        tracing::warn!("remote: cannot record the push of {}: {e}", push.id);
+    }
+    remote.with(|i| {
+        // A change committed meanwhile marked it again: it stays pending
+        // only if the document differs from what was just pushed.
+        if current_hash(doc_path).as_deref() == Some(push.hash.as_str()) {
+            i.pending.remove(doc_path);
+        }
+        i.pushed_conversations += 1;
+        i.pushed_records += records;
+    });
+    tracing::debug!(id = %push.id, records, "pushed to the remote");
 }
 
 /// The document changed under us (a rollback while reading): try again on

@@ -103,15 +103,7 @@ impl Turns for TurnsService {
         request: Request<Streaming<TurnInput>>,
     ) -> Result<Response<EventStream>, Status> {
         let mut inputs = request.into_inner();
-        let first = inputs
-            .message()
-            .await?
-            .ok_or_else(|| Status::invalid_argument("the turn stream closed before it started"))?;
-        let Some(turn_input::Input::Start(start)) = first.input else {
-            return Err(Status::invalid_argument(
-                "the first turn message must be `start`",
-            ));
-        };
+        let start = first_start(&mut inputs).await?;
         let mode = mode_of(&start)?;
         let settings = settings_of(start.provider.clone().unwrap_or_default())?;
         let (group, folder) = group_for(&self.store, start.scope.as_ref())?;
@@ -139,28 +131,14 @@ impl Turns for TurnsService {
             None
         };
         let group = oneshot.as_ref().map_or(group, |o| o.group.clone());
-        let spec = TurnSpec {
-            folder: PathBuf::from(folder),
+        let spec = turn_spec(
+            start,
+            PathBuf::from(folder),
             mode,
-            local_shell: start.local_shell_transcript,
             settings,
             policy,
-            instructions: if start.instructions.is_empty() {
-                crate::turn::DEFAULT_INSTRUCTIONS.to_owned()
-            } else {
-                start.instructions
-            },
-            shell_timeout: match start.shell_timeout_secs {
-                0 => SHELL_TIMEOUT,
-                s => Duration::from_secs(u64::from(s)),
-            },
-            env: start
-                .caller
-                .map(|c| crate::turn::shell::Environment::from_entries(c.vars, c.umask))
-                .unwrap_or_default(),
-            limits: self.tuning.limits,
-            retry_base: self.tuning.retry_base,
-        };
+            self.tuning,
+        );
 
         let (input_tx, input_rx) = mpsc::channel::<Input>(16);
         let cancel_tx = Arc::new(watch::channel(false).0);
@@ -178,6 +156,53 @@ impl Turns for TurnsService {
         let (wire_tx, wire_rx) = mpsc::channel::<Result<TurnEvent, Status>>(512);
         tokio::spawn(to_client(events, wire_tx, oneshot_id));
         Ok(Response::new(Box::pin(ReceiverStream::new(wire_rx))))
+    }
+}
+
+/// The stream's first message, which must start the turn.
+async fn first_start(inputs: &mut Streaming<TurnInput>) -> Result<proto::TurnStart, Status> {
+    let first = inputs
+        .message()
+        .await?
+        .ok_or_else(|| Status::invalid_argument("the turn stream closed before it started"))?;
+    let Some(turn_input::Input::Start(start)) = first.input else {
+        return Err(Status::invalid_argument(
+            "the first turn message must be `start`",
+        ));
+    };
+    Ok(start)
+}
+
+/// What the engine runs for a start, its other parts already checked.
+fn turn_spec(
+    start: proto::TurnStart,
+    folder: PathBuf,
+    mode: Mode,
+    settings: Settings,
+    policy: Policy,
+    tuning: Tuning,
+) -> TurnSpec {
+    TurnSpec {
+        folder,
+        mode,
+        local_shell: start.local_shell_transcript,
+        settings,
+        policy,
+        instructions: if start.instructions.is_empty() {
+            crate::turn::DEFAULT_INSTRUCTIONS.to_owned()
+        } else {
+            start.instructions
+        },
+        shell_timeout: match start.shell_timeout_secs {
+            0 => SHELL_TIMEOUT,
+            s => Duration::from_secs(u64::from(s)),
+        },
+        env: start
+            .caller
+            .map(|c| crate::turn::shell::Environment::from_entries(c.vars, c.umask))
+            .unwrap_or_default(),
+        limits: tuning.limits,
+        retry_base: tuning.retry_base,
     }
 }
 
