@@ -525,8 +525,10 @@ fn stored() -> impl Strategy<Value = Stored> {
     let entries = prop::collection::vec(entry(), 0..24).boxed();
     prop_oneof![
         entries.clone().prop_map(|mut entries| {
+            // A manifest lists each path once, in order.
             entries.sort_by(|a, b| a.path.cmp(&b.path));
-            Stored::Full(Manifest { entries })
+            entries.dedup_by(|a, b| a.path == b.path);
+            Stored::Full(Manifest::from_entries(entries))
         }),
         (
             "[0-9a-f]{13}(-[0-9])?",

@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
 use super::blobs::{Blobs, PackWriter};
-use super::manifest::{Entry, Kind, Manifest};
+use super::manifest::{Entry, Kind, Manifest, aligned};
 use super::scan::{self, Excludes, ScanStats};
 use super::watch::Plan;
 use super::{SnapError, SnapshotStore};
@@ -72,134 +72,155 @@ fn list_one(
 #[derive(Debug)]
 pub struct Inconsistent(pub String);
 
-/// The `dirty` directories re-listed against `prev`: the fresh entries (in
-/// path order, unhashed) and which entries of `prev` they replace or remove
-/// (`false` in the mask).
-fn relist(
-    root: &Path,
-    root_fd: &OwnedFd,
-    ex: &Excludes,
-    prev: &Manifest,
-    dirty: &BTreeSet<Vec<u8>>,
+/// The `dirty` directories re-listed against the previous manifest: what
+/// each listing found, and which previous entries it replaces.
+struct Relist<'a> {
+    root: &'a Path,
+    root_fd: &'a OwnedFd,
+    ex: &'a Excludes,
+    prev: &'a Manifest,
     started_ns: i64,
-) -> Result<(Vec<Entry>, Vec<bool>), Inconsistent> {
-    let find = |p: &[u8]| {
-        prev.entries
-            .binary_search_by(|e| e.path.as_slice().cmp(p))
-            .ok()
-    };
-    let mut relisted: HashSet<&[u8]> = HashSet::new();
-    // Subtrees replaced or removed as a whole (everything below them).
-    let mut covered: HashSet<Vec<u8>> = HashSet::new();
-    let mut adds: Vec<Entry> = Vec::new();
-    let mut drop_own: Vec<usize> = Vec::new();
-    for d in dirty {
-        let is_covered = {
-            let mut p = d.as_slice();
-            let mut hit = covered.contains(p);
-            while !hit && !p.is_empty() {
-                p = parent(p);
-                hit = covered.contains(p);
+    /// Directories listed (their direct entries are replaced).
+    relisted: HashSet<&'a [u8]>,
+    /// Subtrees replaced or removed as a whole (everything below them).
+    covered: HashSet<Vec<u8>>,
+    /// Fresh entries, unhashed.
+    adds: Vec<Entry>,
+    /// Positions in `prev` of directories' own entries listed afresh.
+    drop_own: Vec<usize>,
+}
+
+/// `dir/` (the prefix of what is below `dir`), or empty for the root.
+fn prefix_of(dir: &[u8]) -> Vec<u8> {
+    let mut p = dir.to_vec();
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p
+}
+
+fn same_dir(a: &Entry, b: &Entry) -> bool {
+    a.kind == Kind::Dir && b.kind == Kind::Dir && a.ino == b.ino
+}
+
+impl<'a> Relist<'a> {
+    /// Re-lists every dirty directory not below one already covered.
+    fn run(
+        mut self,
+        dirty: &'a BTreeSet<Vec<u8>>,
+    ) -> Result<(Vec<Entry>, Vec<bool>), Inconsistent> {
+        for d in dirty {
+            if self.is_covered(d) {
+                continue;
             }
-            hit
-        };
-        if is_covered {
-            continue;
-        }
-        if !d.is_empty() && !relisted.contains(parent(d)) {
-            // The directory's own entry, unless its parent's listing has it.
-            let own = own_entry(root_fd, root, d, ex, started_ns);
-            match (own, find(d)) {
-                (Some(o), Some(i))
-                    if o.kind == Kind::Dir
-                        && prev.entries[i].kind == Kind::Dir
-                        && prev.entries[i].ino == o.ino =>
-                {
-                    drop_own.push(i);
-                    adds.push(o);
-                }
-                _ => {
-                    return Err(Inconsistent(format!(
-                        "{} changed without an event in its parent",
-                        String::from_utf8_lossy(d)
-                    )));
-                }
+            if !d.is_empty() && !self.relisted.contains(parent(d)) {
+                self.own_entry(d)?;
             }
+            self.relisted.insert(d.as_slice());
+            self.list(d)?;
         }
-        relisted.insert(d.as_slice());
-        let now = list_one(root_fd, root, d, ex, started_ns).ok_or_else(|| {
-            Inconsistent(format!("{} cannot be listed", String::from_utf8_lossy(d)))
-        })?;
-        let prefix = if d.is_empty() {
-            Vec::new()
-        } else {
-            let mut p = d.clone();
-            p.push(b'/');
-            p
-        };
-        let start = prev
-            .entries
-            .partition_point(|e| e.path.as_slice() < prefix.as_slice());
-        let was: Vec<&Entry> = prev.entries[start..]
-            .iter()
+        let keep = self.keep_mask();
+        let mut adds = self.adds;
+        adds.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        Ok((adds, keep))
+    }
+
+    fn is_covered(&self, d: &[u8]) -> bool {
+        let mut p = d;
+        let mut hit = self.covered.contains(p);
+        while !hit && !p.is_empty() {
+            p = parent(p);
+            hit = self.covered.contains(p);
+        }
+        hit
+    }
+
+    /// The directory's own entry (its parent's listing does not have it):
+    /// still the same directory, or the watcher missed an event.
+    fn own_entry(&mut self, d: &[u8]) -> Result<(), Inconsistent> {
+        let own = own_entry(self.root_fd, self.root, d, self.ex, self.started_ns);
+        let was = self.prev.search(d).ok();
+        match (own, was.and_then(|i| self.prev.get(i).map(|e| (i, e)))) {
+            (Some(o), Some((i, p))) if same_dir(&o, p) => {
+                self.drop_own.push(i);
+                self.adds.push(o);
+                Ok(())
+            }
+            _ => Err(Inconsistent(format!(
+                "{} changed without an event in its parent",
+                String::from_utf8_lossy(d)
+            ))),
+        }
+    }
+
+    /// Lists `d`; a directory in it that is new (or replaced) is walked
+    /// whole, one that is gone (or replaced) covers its old subtree.
+    fn list(&mut self, d: &[u8]) -> Result<(), Inconsistent> {
+        let cannot =
+            |p: &[u8]| Inconsistent(format!("{} cannot be listed", String::from_utf8_lossy(p)));
+        let now = list_one(self.root_fd, self.root, d, self.ex, self.started_ns)
+            .ok_or_else(|| cannot(d))?;
+        let prefix = prefix_of(d);
+        let prev = self.prev;
+        let was: Vec<&Entry> = prev
+            .iter_from(prev.lower_bound(&prefix))
             .take_while(|e| e.path.starts_with(&prefix))
             .filter(|e| !e.path[prefix.len()..].contains(&b'/'))
             .collect();
-        let same_dir =
-            |a: &Entry, b: &Entry| a.kind == Kind::Dir && b.kind == Kind::Dir && a.ino == b.ino;
         for old in &was {
             if old.kind == Kind::Dir && !now.iter().any(|n| n.path == old.path && same_dir(n, old))
             {
-                covered.insert(old.path.clone());
+                self.covered.insert(old.path.clone());
             }
         }
         for new in &now {
             if new.kind == Kind::Dir && !was.iter().any(|o| o.path == new.path && same_dir(new, o))
             {
-                covered.insert(new.path.clone());
-                let below = scan::walk_subtree(root_fd, root, &new.path, ex, started_ns)
-                    .ok_or_else(|| {
-                        Inconsistent(format!(
-                            "{} cannot be listed",
-                            String::from_utf8_lossy(&new.path)
-                        ))
-                    })?;
-                adds.extend(below);
+                self.covered.insert(new.path.clone());
+                let below = scan::walk_subtree(
+                    self.root_fd,
+                    self.root,
+                    &new.path,
+                    self.ex,
+                    self.started_ns,
+                )
+                .ok_or_else(|| cannot(&new.path))?;
+                self.adds.extend(below);
             }
         }
-        adds.extend(now);
+        self.adds.extend(now);
+        Ok(())
     }
-    // What of the previous listing stays: not directly in a re-listed
-    // directory, not below a covered one, not replaced by a fresh own entry.
-    let mut keep = vec![true; prev.entries.len()];
-    for i in drop_own {
-        keep[i] = false;
-    }
-    let mut range = |prefix: &[u8], direct_only: bool| {
-        let start = prev.entries.partition_point(|e| e.path.as_slice() < prefix);
-        for (i, e) in prev.entries[start..].iter().enumerate() {
-            if !e.path.starts_with(prefix) {
-                break;
-            }
-            if !direct_only || !e.path[prefix.len()..].contains(&b'/') {
-                keep[start + i] = false;
-            }
+
+    /// What of the previous manifest stays: not directly in a re-listed
+    /// directory, not below a covered one, not replaced by a fresh own entry.
+    fn keep_mask(&self) -> Vec<bool> {
+        let prev = self.prev;
+        let mut keep = vec![true; prev.len()];
+        for i in &self.drop_own {
+            keep[*i] = false;
         }
-    };
-    for d in &relisted {
-        let mut prefix = d.to_vec();
-        if !prefix.is_empty() {
+        let mut clear = |prefix: &[u8], direct_only: bool| {
+            let start = prev.lower_bound(prefix);
+            for (i, e) in prev.iter_from(start).enumerate() {
+                if !e.path.starts_with(prefix) {
+                    break;
+                }
+                if !direct_only || !e.path[prefix.len()..].contains(&b'/') {
+                    keep[start + i] = false;
+                }
+            }
+        };
+        for d in &self.relisted {
+            clear(&prefix_of(d), true);
+        }
+        for c in &self.covered {
+            let mut prefix = c.clone();
             prefix.push(b'/');
+            clear(&prefix, false);
         }
-        range(&prefix, true);
+        keep
     }
-    for c in &covered {
-        let mut prefix = c.clone();
-        prefix.push(b'/');
-        range(&prefix, false);
-    }
-    adds.sort_unstable_by(|a, b| a.path.cmp(&b.path));
-    Ok((adds, keep))
 }
 
 /// A watcher-based snapshot: the new manifest and its delta from the
@@ -218,34 +239,16 @@ fn find<'a>(m: &'a [Entry], path: &[u8]) -> Option<&'a Entry> {
         .map(|i| &m[i])
 }
 
-/// Re-lists the `dirty` directories, hashes what the stat cache cannot
-/// vouch for, and splices the result into `prev`. Entries outside the
-/// dirty directories are taken as they are (hash and racy flag included):
-/// a write to any of them since `prev`'s scan would have made its
-/// directory dirty, so none needs a re-read. Cost: the dirty directories,
-/// plus one copy of the untouched entries.
-pub fn splice(
-    root: &Path,
-    ex: &Excludes,
-    prev: &Manifest,
-    dirty: &BTreeSet<Vec<u8>>,
-    blobs: &Blobs,
-    pack: &mut PackWriter,
-) -> Result<Result<Spliced, Inconsistent>, std::io::Error> {
-    let started_ns = scan::now_ns();
-    let root_fd = scan::open_root(root)?;
-    let (mut fresh, keep) = match relist(root, &root_fd, ex, prev, dirty, started_ns) {
-        Ok(parts) => parts,
-        Err(e) => return Ok(Err(e)),
-    };
-    // The stat cache, for the fresh entries only.
-    let todo: Vec<usize> = (0..fresh.len())
+/// The stat cache for the fresh entries: each file whose stat data match
+/// its previous entry takes that entry's hash; returns the ones to hash.
+fn trust_stat_cache(prev: &Manifest, fresh: &mut [Entry], blobs: &Blobs) -> Vec<usize> {
+    (0..fresh.len())
         .filter(|&i| {
             let e = &mut fresh[i];
             if e.kind != Kind::File {
                 return false;
             }
-            match find(&prev.entries, &e.path) {
+            match prev.find(&e.path) {
                 Some(p)
                     if p.kind == Kind::File
                         && !p.racy
@@ -262,48 +265,79 @@ pub fn splice(
                 _ => true,
             }
         })
+        .collect()
+}
+
+/// The delta from `prev` to the spliced manifest: fresh entries that
+/// differ, and dropped paths that were not listed again.
+fn delta(prev: &Manifest, fresh: &[Entry], keep: &[bool]) -> (Vec<Entry>, Vec<Vec<u8>>) {
+    let upserts = fresh
+        .iter()
+        .filter(|f| prev.find(&f.path).is_none_or(|p| p != *f))
+        .cloned()
         .collect();
-    let stats = scan::hash_todo(&root_fd, &mut fresh, &todo, blobs, pack)?;
-    fresh.retain(|e| !e.path.is_empty());
-    let mut upserts = Vec::new();
-    for f in &fresh {
-        if find(&prev.entries, &f.path).is_none_or(|p| p != f) {
-            upserts.push(f.clone());
-        }
-    }
-    let mut removed = Vec::new();
-    for (e, _) in prev.entries.iter().zip(&keep).filter(|(_, k)| !**k) {
-        if find(&fresh, &e.path).is_none() {
-            removed.push(e.path.clone());
-        }
-    }
-    let mut out: Vec<Entry> = Vec::with_capacity(prev.entries.len() + fresh.len());
-    // Every path strictly after the one before it, as a walk returns them.
-    let mut ordered = true;
-    let mut push = |out: &mut Vec<Entry>, e: Entry| {
-        ordered &= out.last().is_none_or(|l| l.path < e.path);
-        out.push(e);
+    let removed = prev
+        .iter()
+        .zip(keep)
+        .filter(|(e, k)| !**k && find(fresh, &e.path).is_none())
+        .map(|(e, _)| e.path.clone())
+        .collect();
+    (upserts, removed)
+}
+
+/// Re-lists the `dirty` directories, hashes what the stat cache cannot
+/// vouch for, and splices the result into `prev`. Entries outside the
+/// dirty directories are taken as they are (hash and racy flag included):
+/// a write to any of them since `prev`'s scan would have made its
+/// directory dirty, so none needs a re-read. Cost: the dirty directories;
+/// the new manifest shares every chunk of `prev` they do not touch.
+pub fn splice(
+    root: &Path,
+    ex: &Excludes,
+    prev: &Manifest,
+    dirty: &BTreeSet<Vec<u8>>,
+    blobs: &Blobs,
+    pack: &mut PackWriter,
+) -> Result<Result<Spliced, Inconsistent>, std::io::Error> {
+    let started_ns = scan::now_ns();
+    let t0 = std::time::Instant::now();
+    let root_fd = scan::open_root(root)?;
+    let relist = Relist {
+        root,
+        root_fd: &root_fd,
+        ex,
+        prev,
+        started_ns,
+        relisted: HashSet::new(),
+        covered: HashSet::new(),
+        adds: Vec::new(),
+        drop_own: Vec::new(),
     };
-    let mut adds = fresh.into_iter().peekable();
-    for (e, keep) in prev.entries.iter().zip(keep) {
-        if !keep {
-            continue;
-        }
-        while let Some(a) = adds.next_if(|a| a.path < e.path) {
-            push(&mut out, a);
-        }
-        push(&mut out, e.clone());
-    }
-    for a in adds {
-        push(&mut out, a);
-    }
-    if !ordered {
+    let (mut fresh, keep) = match relist.run(dirty) {
+        Ok(parts) => parts,
+        Err(e) => return Ok(Err(e)),
+    };
+    let t_relist = t0.elapsed();
+    let todo = trust_stat_cache(prev, &mut fresh, blobs);
+    let stats = scan::hash_todo(&root_fd, &mut fresh, &todo, blobs, pack)?;
+    let t_hash = t0.elapsed();
+    fresh.retain(|e| !e.path.is_empty());
+    let (upserts, removed) = delta(prev, &fresh, &keep);
+    let merged = prev.merged(&keep, fresh);
+    tracing::debug!(
+        relist_us = t_relist.as_micros(),
+        hash_us = (t_hash - t_relist).as_micros(),
+        merge_us = (t0.elapsed() - t_hash).as_micros(),
+        hashed = todo.len(),
+        "splice phases"
+    );
+    let Some(manifest) = merged else {
         return Ok(Err(Inconsistent(
             "the spliced listing is out of order".into(),
         )));
-    }
+    };
     Ok(Ok(Spliced {
-        manifest: Manifest { entries: out },
+        manifest,
         upserts,
         removed,
         stats,
@@ -314,25 +348,19 @@ pub fn splice(
 /// hint that depends on when each scan ran).
 pub fn first_difference(a: &Manifest, b: &Manifest) -> Option<String> {
     let show = |p: &[u8]| String::from_utf8_lossy(p).into_owned();
-    for i in 0..a.entries.len().max(b.entries.len()) {
-        match (a.entries.get(i), b.entries.get(i)) {
-            (Some(x), Some(y)) => {
+    aligned([a, b]).find_map(|(path, [x, y])| match (x, y) {
+        (Some(x), Some(y)) => {
+            let differs = x != y && {
                 let mut y = y.clone();
                 y.racy = x.racy;
-                if *x != y {
-                    return Some(if x.path == y.path {
-                        format!("{} differs", show(&x.path))
-                    } else {
-                        format!("{} / {}", show(&x.path), show(&y.path))
-                    });
-                }
-            }
-            (Some(x), None) => return Some(format!("{} only in the first", show(&x.path))),
-            (None, Some(y)) => return Some(format!("{} only in the second", show(&y.path))),
-            (None, None) => break,
+                *x != y
+            };
+            differs.then(|| format!("{} differs", show(path)))
         }
-    }
-    None
+        (Some(_), None) => Some(format!("{} only in the first", show(path))),
+        (None, Some(_)) => Some(format!("{} only in the second", show(path))),
+        (None, None) => None,
+    })
 }
 
 /// A scan's result; `delta` (upserts, removed) against the previous

@@ -230,8 +230,7 @@ fn now_ms() -> i64 {
 
 #[cfg(test)]
 fn unique_hashes(m: &Manifest) -> HashSet<Hash> {
-    m.entries
-        .iter()
+    m.iter()
         .filter(|e| e.kind == Kind::File)
         .map(|e| e.hash)
         .collect()
@@ -360,12 +359,11 @@ impl SnapshotStore {
         if let Ok(journal) = serde_json::from_slice::<RestoreJournal>(&bytes) {
             tracing::warn!(folder = %key, "finishing a restore that was interrupted");
             let (want, _) = load_manifest(&dir, &journal.want_manifest)?;
-            let by_path = want.by_path();
             let ops: Vec<Op> = journal
                 .paths
                 .iter()
                 .map(|p| {
-                    let want = by_path.get(p.as_slice()).map(|e| (*e).clone());
+                    let want = want.find(p).cloned();
                     let action = if want.is_some() {
                         Action::RestoreModified
                     } else {
@@ -416,6 +414,7 @@ impl SnapshotStore {
         let excludes = self.extra_excludes();
         let base = latest.as_ref().map(|(id, _, _)| id.clone());
         let plan = self.watch.plan(folder, &excludes, base.as_deref());
+        let t_plan = started.elapsed();
         if let (
             watch::Plan::Dirty {
                 dirs,
@@ -437,7 +436,9 @@ impl SnapshotStore {
                 return Err(e);
             }
         };
+        let t_scan = started.elapsed();
         self.blobs.finish(pack)?;
+        let t_pack = started.elapsed();
         tracing::debug!(
             folder = %folder.display(),
             hashed = scanned.stats.hashed,
@@ -459,6 +460,7 @@ impl SnapshotStore {
         let incremental::Scanned {
             manifest, delta, ..
         } = scanned;
+        let t_sum = started.elapsed();
         let now = now_ms();
         let fs = self.folder(folder)?;
         let id = next_id(&fs.timeline, now);
@@ -493,6 +495,15 @@ impl SnapshotStore {
                 id.clone()
             }
         };
+        let t_manifest = started.elapsed();
+        tracing::debug!(
+            plan_us = t_plan.as_micros(),
+            scan_us = (t_scan - t_plan).as_micros(),
+            pack_us = (t_pack - t_scan).as_micros(),
+            summary_us = (t_sum - t_pack).as_micros(),
+            manifest_us = (t_manifest - t_sum).as_micros(),
+            "snapshot phases"
+        );
         let snap = Snap {
             id,
             manifest: manifest_id,
@@ -589,7 +600,7 @@ impl SnapshotStore {
         if !dropped.is_empty() {
             self.release(folder, &dropped)?;
         }
-        tracing::debug!(total_ms = started.elapsed().as_millis(), "snapshot taken");
+        tracing::debug!(total_us = started.elapsed().as_micros(), "snapshot taken");
         Ok(snap)
     }
 
@@ -684,28 +695,10 @@ impl SnapshotStore {
 
 /// Paths added, removed or changed in content between two sorted manifests.
 fn count_changes(a: &Manifest, b: &Manifest) -> u64 {
-    let (mut i, mut j, mut n) = (0, 0, 0u64);
-    let (x, y) = (&a.entries, &b.entries);
-    while i < x.len() || j < y.len() {
-        match (x.get(i), y.get(j)) {
-            (Some(p), Some(q)) if p.path == q.path => {
-                n += u64::from(!p.same_content(q));
-                i += 1;
-                j += 1;
-            }
-            (Some(p), Some(q)) if p.path < q.path => {
-                n += 1;
-                i += 1;
-            }
-            (Some(_), None) => {
-                n += 1;
-                i += 1;
-            }
-            _ => {
-                n += 1;
-                j += 1;
-            }
-        }
-    }
-    n
+    manifest::aligned([a, b])
+        .filter(|(_, row)| match row {
+            [Some(p), Some(q)] => !p.same_content(q),
+            _ => true,
+        })
+        .count() as u64
 }

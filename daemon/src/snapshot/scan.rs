@@ -404,7 +404,7 @@ pub(super) fn scan_with(
     // The stat cache: walk the previous manifest (sorted too) alongside and
     // reuse a file's hash when nothing about it changed.
     if let Some(prev) = previous {
-        let mut old = prev.entries.iter().peekable();
+        let mut old = prev.iter().peekable();
         for (e, needs) in entries.iter_mut().zip(needs_hash.iter_mut()) {
             if e.kind != Kind::File {
                 continue;
@@ -433,7 +433,7 @@ pub(super) fn scan_with(
     let stats = hash_todo(&root_fd, &mut entries, &todo, blobs, pack)?;
     // Still sorted: entries are only left out, never reordered.
     entries.retain(|e| !e.path.is_empty());
-    let manifest = Manifest { entries };
+    let manifest = Manifest::from_entries(entries);
     Ok((manifest, stats))
 }
 

@@ -15,13 +15,6 @@ pub struct Summary {
     pub skipped_why: String,
 }
 
-fn find<'a>(m: &'a Manifest, path: &[u8]) -> Option<&'a Entry> {
-    m.entries
-        .binary_search_by(|e| e.path.as_slice().cmp(path))
-        .ok()
-        .map(|i| &m.entries[i])
-}
-
 /// A file's contribution to the counts.
 fn counted(e: Option<&Entry>) -> (u64, u64) {
     match e {
@@ -39,7 +32,7 @@ pub fn summarize(prev: Option<(&Manifest, &Snap)>, scanned: &Scanned) -> Summary
         let (skipped, skipped_why) = m.skipped();
         let same = prev.is_some_and(|(p, _)| p.same_as(m));
         let changed = match prev {
-            None => m.entries.len() as u64,
+            None => m.len() as u64,
             Some(_) if same => 0,
             Some((p, _)) => super::count_changes(p, m),
         };
@@ -58,12 +51,12 @@ pub fn summarize(prev: Option<(&Manifest, &Snap)>, scanned: &Scanned) -> Summary
     let (mut files, mut bytes) = (snap.files, snap.bytes);
     let mut changed = removed.len() as u64;
     for path in removed {
-        let (f, b) = counted(find(p, path));
+        let (f, b) = counted(p.find(path));
         files = files.saturating_sub(f);
         bytes = bytes.saturating_sub(b);
     }
     for u in upserts {
-        let old = find(p, &u.path);
+        let old = p.find(&u.path);
         changed += u64::from(old.is_none_or(|o| !o.same_content(u)));
         let (f, b) = counted(old);
         let (nf, nb) = counted(Some(u));

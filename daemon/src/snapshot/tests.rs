@@ -681,14 +681,17 @@ fn paths_that_were_unreadable_are_never_removed_as_created() {
     std::fs::write(root.join("locked/k"), "in").unwrap();
     let mut s = store(tmp.path());
     let now = s.current(&root).unwrap();
-    let mut before = now.clone();
-    before.entries.retain(|e| e.path != b"locked/k");
-    for e in before.entries.iter_mut() {
-        *e = skipped_entry(
-            std::str::from_utf8(&e.path).unwrap(),
-            manifest::why::UNREADABLE,
-        );
-    }
+    let before = Manifest::from_entries(
+        now.iter()
+            .filter(|e| e.path != b"locked/k")
+            .map(|e| {
+                skipped_entry(
+                    std::str::from_utf8(&e.path).unwrap(),
+                    manifest::why::UNREADABLE,
+                )
+            })
+            .collect(),
+    );
     let ops = restore::plan_undo(&before, &now, &now);
     assert!(!ops.is_empty());
     for op in &ops {
@@ -870,7 +873,7 @@ fn the_racy_timestamp_rule_rehashes_entries_modified_near_a_scan() {
     let mut s = store(tmp.path());
     // A fresh file is racy (modified within 2 s of the scan).
     let now = s.current(&root).unwrap();
-    assert!(now.entries[0].racy);
+    assert!(now.get(0).unwrap().racy);
     // A previous manifest whose stat data matches exactly but whose hash
     // is stale: trusted when not racy, re-hashed when racy.
     let stale = *blake3::hash(b"old content").as_bytes();
@@ -878,20 +881,22 @@ fn the_racy_timestamp_rule_rehashes_entries_modified_near_a_scan() {
     pack.append(stale, &blobs::compress(b"old content").unwrap(), 11)
         .unwrap();
     s.blobs.finish(pack).unwrap();
-    let mut prev = now.clone();
-    prev.entries[0].hash = stale;
-    prev.entries[0].racy = true;
+    let mut entries = now.to_vec();
+    entries[0].hash = stale;
+    entries[0].racy = true;
+    let prev = Manifest::from_entries(entries.clone());
     let ex = s.extra_excludes();
     let mut pack = s.blobs.begin().unwrap();
     let (m, _) = scan::scan(&root, &ex, Some(&prev), &s.blobs, &mut pack).unwrap();
     assert_eq!(
-        m.entries[0].hash,
+        m.get(0).unwrap().hash,
         *blake3::hash(b"new content").as_bytes(),
         "racy entry trusted"
     );
-    prev.entries[0].racy = false;
+    entries[0].racy = false;
+    let prev = Manifest::from_entries(entries);
     let (m, _) = scan::scan(&root, &ex, Some(&prev), &s.blobs, &mut pack).unwrap();
-    assert_eq!(m.entries[0].hash, stale, "the stat cache was not used");
+    assert_eq!(m.get(0).unwrap().hash, stale, "the stat cache was not used");
     s.blobs.abandon(pack);
 }
 
@@ -999,7 +1004,7 @@ fn a_file_changing_while_read_is_reread_or_recorded_as_not_captured() {
     scan::torn::set(None);
     taken.unwrap();
     let (_, m, _) = s.latest(&root).unwrap().unwrap();
-    let e = m.entries.iter().find(|e| e.path == b"busy.log").unwrap();
+    let e = m.find(b"busy.log").unwrap();
     assert_eq!(e.kind, manifest::Kind::File);
     assert_eq!(e.size, "first version\nappended\n".len() as u64);
     assert_eq!(
@@ -1020,7 +1025,7 @@ fn a_file_changing_while_read_is_reread_or_recorded_as_not_captured() {
     scan::torn::set(None);
     taken.unwrap();
     let (_, m, _) = s.latest(&root).unwrap().unwrap();
-    let e = m.entries.iter().find(|e| e.path == b"busy.log").unwrap();
+    let e = m.find(b"busy.log").unwrap();
     assert_eq!(e.kind, manifest::Kind::Skipped, "{e:?}");
     assert_eq!(e.target, manifest::why::CHANGING);
 }

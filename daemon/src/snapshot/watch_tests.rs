@@ -313,10 +313,7 @@ fn an_unchanged_watched_folder_points_at_the_previous_manifest() {
     std::fs::write(root.join("a/f"), "changed again").unwrap();
     let m = take_exact(&mut s, &root);
     assert!(s.watch.last_was_incremental(&root));
-    assert_eq!(
-        m.entries.iter().find(|e| e.path == b"a/f").unwrap().size,
-        13
-    );
+    assert_eq!(m.find(b"a/f").unwrap().size, 13);
     let newest = s.list(&root).unwrap()[0].clone();
     assert_eq!((newest.changed, newest.files, newest.bytes), (1, 1, 13));
 }
@@ -342,6 +339,30 @@ fn an_unchanged_watched_folder_re_reads_no_directory() {
         "{}",
         s.watch_status(&root)
     );
+}
+
+#[test]
+fn a_small_change_shares_the_untouched_part_of_the_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("work");
+    for d in 0..40 {
+        std::fs::create_dir_all(root.join(format!("d{d:02}"))).unwrap();
+        for f in 0..50 {
+            std::fs::write(root.join(format!("d{d:02}/f{f:02}")), format!("{d} {f}")).unwrap();
+        }
+    }
+    let mut s = store(&tmp.path().join("profile"));
+    let before = take_exact(&mut s, &root);
+    std::fs::write(root.join("d17/f03"), "changed").unwrap();
+    std::fs::write(root.join("d17/new"), "new").unwrap();
+    let after = take_exact(&mut s, &root);
+    assert!(s.watch.last_was_incremental(&root));
+    assert_eq!(after.len(), before.len() + 1);
+    // 2,040 entries in chunks of 256: one or two chunks rebuilt, the
+    // rest the same memory as the previous manifest's.
+    let shared = after.shared_chunks(&before);
+    assert!(shared >= 6, "only {shared} chunks shared");
+    assert_eq!(after.find(b"d17/f03").unwrap().size, 7);
 }
 
 #[test]
@@ -444,7 +465,7 @@ fn after_a_restart_the_first_snapshot_is_a_full_scan() {
     assert!(s.watch_status(&root).contains("not watched yet"));
     let m = take_exact(&mut s, &root);
     assert!(!s.watch.last_was_incremental(&root));
-    assert!(m.entries.iter().any(|e| e.path == b"a/while-down"));
+    assert!(m.find(b"a/while-down").is_some());
     std::fs::write(root.join("a/after"), "y").unwrap();
     take_exact(&mut s, &root);
     assert!(s.watch.last_was_incremental(&root));
@@ -481,7 +502,7 @@ fn a_verification_mismatch_falls_back_to_full_scans() {
     modified_ago(&outside, 3600);
     // 2nd watcher-based snapshot: verified, mismatch, the full scan wins.
     let m = take_exact(&mut s, &root);
-    let linked = m.entries.iter().find(|e| e.path == b"linked.txt").unwrap();
+    let linked = m.find(b"linked.txt").unwrap();
     assert_eq!(linked.size, 11);
     assert!(
         s.watch_status(&root).contains("verification"),

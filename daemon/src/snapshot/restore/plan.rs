@@ -2,6 +2,7 @@
 //! and what it leaves alone (conflicts, paths it cannot capture or follow).
 
 use super::*;
+use crate::snapshot::manifest::aligned;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -49,37 +50,6 @@ pub(super) fn action_for(current: Option<&Entry>, want: Option<&Entry>) -> Optio
     }
 }
 
-/// Walks sorted manifests side by side: each path once, with its entry
-/// (or none) in each list.
-pub(super) fn aligned<'a, const N: usize>(
-    lists: [&'a [Entry]; N],
-) -> Vec<(&'a [u8], [Option<&'a Entry>; N])> {
-    let mut at = [0usize; N];
-    let mut out = Vec::new();
-    loop {
-        let mut min: Option<&'a [u8]> = None;
-        for k in 0..N {
-            if let Some(e) = lists[k].get(at[k])
-                && min.is_none_or(|m| e.path.as_slice() < m)
-            {
-                min = Some(e.path.as_slice());
-            }
-        }
-        let Some(path) = min else { break };
-        let mut row = [None; N];
-        for k in 0..N {
-            if let Some(e) = lists[k].get(at[k])
-                && e.path.as_slice() == path
-            {
-                row[k] = Some(e);
-                at[k] += 1;
-            }
-        }
-        out.push((path, row));
-    }
-    out
-}
-
 /// The paths of a manifest that were not captured ([`Kind::Skipped`]),
 /// and the directories holding one.
 pub(super) struct Uncaptured<'a> {
@@ -92,7 +62,7 @@ impl<'a> Uncaptured<'a> {
     pub(super) fn new(m: &'a Manifest) -> Self {
         let mut at = HashMap::new();
         let mut holds: HashMap<&[u8], bool> = HashMap::new();
-        for e in m.entries.iter().filter(|e| e.kind == Kind::Skipped) {
+        for e in m.iter().filter(|e| e.kind == Kind::Skipped) {
             at.insert(e.path.as_slice(), e.target.as_slice());
             let loud = e.loud_skip();
             for (i, b) in e.path.iter().enumerate() {
@@ -200,7 +170,7 @@ pub fn plan_undo(before: &Manifest, after: &Manifest, current: &Manifest) -> Vec
     );
     let links = Links::new(before);
     let mut ops = Vec::new();
-    for (p, [was, became, now]) in aligned([&before.entries, &after.entries, &current.entries]) {
+    for (p, [was, became, now]) in aligned([before, after, current]) {
         let changed = match (was, became) {
             (Some(x), Some(y)) => !x.same_content(y) || links.split(p, x, after),
             (None, None) => false,
@@ -242,8 +212,7 @@ pub fn plan_undo(before: &Manifest, after: &Manifest, current: &Manifest) -> Vec
 pub fn plan_rewind(target: &Manifest, current: &Manifest) -> Vec<Op> {
     let (unc_want, unc_now) = (Uncaptured::new(target), Uncaptured::new(current));
     let links = Links::new(target);
-    aligned([&target.entries, &current.entries])
-        .into_iter()
+    aligned([target, current])
         .filter_map(|(p, [want, now])| {
             let action = action_for(now, want).or_else(|| {
                 want.filter(|w| links.split(p, w, current))
@@ -269,11 +238,7 @@ pub(super) struct Links<'a> {
 impl<'a> Links<'a> {
     pub(super) fn new(m: &'a Manifest) -> Self {
         let mut by_ino: HashMap<u64, Vec<&[u8]>> = HashMap::new();
-        for e in m
-            .entries
-            .iter()
-            .filter(|e| e.kind == Kind::File && e.nlink > 1)
-        {
+        for e in m.iter().filter(|e| e.kind == Kind::File && e.nlink > 1) {
             by_ino.entry(e.ino).or_default().push(&e.path);
         }
         by_ino.retain(|_, v| v.len() > 1);
@@ -289,20 +254,13 @@ impl<'a> Links<'a> {
         if !group.contains(&path) {
             return false;
         }
-        let find = |p: &[u8]| {
-            other
-                .entries
-                .binary_search_by(|x| x.path.as_slice().cmp(p))
-                .ok()
-                .map(|i| &other.entries[i])
-        };
-        let Some(mine) = find(path) else {
+        let Some(mine) = other.find(path) else {
             return false;
         };
         group
             .iter()
             .filter(|p| **p != path)
-            .any(|p| find(p).is_none_or(|o| o.ino != mine.ino))
+            .any(|p| other.find(p).is_none_or(|o| o.ino != mine.ino))
     }
 }
 

@@ -1,5 +1,8 @@
 //! `agentx-bench snapshots`: folder snapshots on a generated tree, agentx with and without
 //! the watcher beside a shadow git repository and a plain copy.
+//! To see where a snapshot's time goes: `AGENTX_BENCH_LOG=agentd::snapshot=debug` runs agentd
+//! with that log filter and `AGENTX_BENCH_LOG_TO=/tmp/snap` keeps its log (per-phase timings of
+//! each snapshot) as `/tmp/snap.true` (watcher) and `/tmp/snap.false` (full scans).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -425,6 +428,9 @@ async fn bench_agentx(
         if !watch {
             env.extra_env.push(("AGENTX_WATCH".into(), "off".into()));
         }
+        if let Ok(filter) = std::env::var("AGENTX_BENCH_LOG") {
+            env.extra_env.push(("AGENTX_LOG".into(), filter));
+        }
         if !env.run(["daemon", "start"]).status.success() {
             bail!("agentd did not start");
         }
@@ -504,6 +510,10 @@ async fn bench_agentx(
         // one before the newest), pre-restore snapshot included.
         undo.push(rewind(&client, 10).await?);
         take(&client).await?;
+    }
+    // The log of the steady-state rows (see the module comment).
+    if let Ok(to) = std::env::var("AGENTX_BENCH_LOG_TO") {
+        std::fs::copy(env.home.join("log/agentd.log"), format!("{to}.{watch}"))?;
     }
 
     // Whole messages, no tool call: in the tree and in an empty folder.

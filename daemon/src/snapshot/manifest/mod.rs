@@ -2,8 +2,11 @@
 //! stat fields (the stat cache) and content hash or link target, in a
 //! compact binary form compressed with zstd.
 
-use std::collections::HashMap;
 use std::io;
+
+mod chunks;
+
+pub use chunks::{Manifest, aligned};
 
 pub type Hash = [u8; 32];
 
@@ -86,12 +89,6 @@ impl Entry {
     }
 }
 
-/// Entries sorted by path.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Manifest {
-    pub entries: Vec<Entry>,
-}
-
 /// Entry list without owners and link counts (read only).
 const MAGIC_V1: &[u8; 4] = b"AXM1";
 const MAGIC: &[u8; 4] = b"AXM2";
@@ -116,15 +113,14 @@ pub enum Stored {
 impl Stored {
     /// The hashes this file itself lists (what keeps blobs alive).
     pub fn own_hashes(&self) -> std::collections::HashSet<Hash> {
-        let entries = match self {
-            Stored::Full(m) => &m.entries,
-            Stored::Delta { upserts, .. } => upserts,
-        };
-        entries
-            .iter()
-            .filter(|e| e.kind == Kind::File)
-            .map(|e| e.hash)
-            .collect()
+        match self {
+            Stored::Full(m) => m.file_hashes(),
+            Stored::Delta { upserts, .. } => upserts
+                .iter()
+                .filter(|e| e.kind == Kind::File)
+                .map(|e| e.hash)
+                .collect(),
+        }
     }
 
     /// The file of a full manifest, without copying it into a [`Stored`].
@@ -149,10 +145,7 @@ impl Stored {
                 let mut out = DELTA.to_vec();
                 out.extend_from_slice(&(base.len() as u32).to_le_bytes());
                 out.extend_from_slice(base.as_bytes());
-                let mut raw = Manifest {
-                    entries: upserts.clone(),
-                }
-                .encode_raw()?;
+                let mut raw = encode_entries(upserts.len(), upserts.iter())?;
                 raw.extend_from_slice(&(removed.len() as u64).to_le_bytes());
                 for p in removed {
                     raw.extend_from_slice(&(p.len() as u32).to_le_bytes());
@@ -179,7 +172,7 @@ impl Stored {
                     .ok_or_else(|| bad("bad base id"))?;
                 let raw = zstd::stream::decode_all(&bytes[r.pos..])?;
                 let mut r = Reader { buf: &raw, pos: 0 };
-                let upserts = Manifest::decode_entries(&mut r)?;
+                let upserts = decode_entries(&mut r)?;
                 let n = r.u64()?;
                 let mut removed = Vec::new();
                 for _ in 0..n {
@@ -216,34 +209,20 @@ impl Stored {
 }
 
 impl Manifest {
-    #[cfg(test)]
-    pub fn sort(&mut self) {
-        self.entries.sort_by(|a, b| a.path.cmp(&b.path));
-    }
-
-    pub fn by_path(&self) -> HashMap<&[u8], &Entry> {
-        self.entries
-            .iter()
-            .map(|e| (e.path.as_slice(), e))
-            .collect()
-    }
-
     /// The distinct content hashes of its files.
     pub fn file_hashes(&self) -> std::collections::HashSet<Hash> {
-        self.entries
-            .iter()
+        self.iter()
             .filter(|e| e.kind == Kind::File)
             .map(|e| e.hash)
             .collect()
     }
 
     pub fn files(&self) -> u64 {
-        self.entries.iter().filter(|e| e.kind == Kind::File).count() as u64
+        self.iter().filter(|e| e.kind == Kind::File).count() as u64
     }
 
     pub fn bytes(&self) -> u64 {
-        self.entries
-            .iter()
+        self.iter()
             .filter(|e| e.kind == Kind::File)
             .map(|e| e.size)
             .sum()
@@ -252,14 +231,14 @@ impl Manifest {
     /// Whether two manifests describe the same tree with the same stat data
     /// (then the old one can stand for the new snapshot).
     pub fn same_as(&self, other: &Manifest) -> bool {
-        self.entries == other.entries
+        self == other
     }
 
     /// Paths present but not captured, for a reported reason, and a
     /// summary of the reasons ("2 unreadable, 1 over 10 MB").
     pub fn skipped(&self) -> (u64, String) {
         let mut counts: Vec<(&[u8], u64)> = Vec::new();
-        for e in self.entries.iter().filter(|e| e.loud_skip()) {
+        for e in self.iter().filter(|e| e.loud_skip()) {
             match counts.iter_mut().find(|(r, _)| *r == e.target.as_slice()) {
                 Some((_, n)) => *n += 1,
                 None => counts.push((&e.target, 1)),
@@ -278,59 +257,43 @@ impl Manifest {
     /// lists: no maps, no copies of what did not change).
     pub fn delta_from(&self, base: &Manifest) -> (Vec<Entry>, Vec<Vec<u8>>) {
         let (mut upserts, mut removed) = (Vec::new(), Vec::new());
-        let (x, y) = (&base.entries, &self.entries);
-        let (mut i, mut j) = (0, 0);
-        loop {
-            match (x.get(i), y.get(j)) {
-                (Some(o), Some(n)) if o.path == n.path => {
-                    if o != n {
-                        upserts.push(n.clone());
-                    }
-                    i += 1;
-                    j += 1;
-                }
-                (Some(o), Some(n)) if o.path < n.path => {
-                    removed.push(o.path.clone());
-                    i += 1;
-                }
-                (Some(o), None) => {
-                    removed.push(o.path.clone());
-                    i += 1;
-                }
-                (_, Some(n)) => {
-                    upserts.push(n.clone());
-                    j += 1;
-                }
-                (None, None) => break,
+        for (path, [old, new]) in aligned([base, self]) {
+            match (old, new) {
+                (Some(o), Some(n)) if o == n => {}
+                (_, Some(n)) => upserts.push(n.clone()),
+                (Some(_), None) => removed.push(path.to_vec()),
+                (None, None) => {}
             }
         }
         (upserts, removed)
     }
 
-    /// `self` with a delta applied (a merge of sorted lists; deltas written
-    /// by older versions are sorted too, but are put in order first).
+    /// `self` with a delta applied: the chunks it does not touch are
+    /// shared (deltas written by older versions may be out of order).
     pub fn apply(&self, upserts: &[Entry], removed: &[Vec<u8>]) -> Manifest {
-        let mut ups: Vec<&Entry> = upserts.iter().collect();
+        let mut ups: Vec<Entry> = upserts.to_vec();
         ups.sort_by(|a, b| a.path.cmp(&b.path));
         ups.dedup_by(|a, b| a.path == b.path);
-        let mut gone: Vec<&[u8]> = removed.iter().map(Vec::as_slice).collect();
-        gone.sort_unstable();
-        let mut entries = Vec::with_capacity(self.entries.len() + ups.len());
-        let mut ups = ups.into_iter().peekable();
-        let mut gone = gone.into_iter().peekable();
-        for e in &self.entries {
-            while let Some(u) = ups.next_if(|u| u.path < e.path) {
-                entries.push(u.clone());
-            }
-            while gone.next_if(|g| *g < e.path.as_slice()).is_some() {}
-            if let Some(u) = ups.next_if(|u| u.path == e.path) {
-                entries.push(u.clone());
-            } else if gone.next_if(|g| *g == e.path.as_slice()).is_none() {
-                entries.push(e.clone());
+        let mut keep = vec![true; self.len()];
+        let gone = removed.iter().map(Vec::as_slice);
+        for p in gone.chain(ups.iter().map(|u| u.path.as_slice())) {
+            if let Ok(i) = self.search(p) {
+                keep[i] = false;
             }
         }
-        entries.extend(ups.cloned());
-        Manifest { entries }
+        self.merged(&keep, ups.clone()).unwrap_or_else(|| {
+            // Only an out-of-order base gets here: rebuild it in order.
+            let mut all: Vec<Entry> = self
+                .iter()
+                .zip(&keep)
+                .filter(|(_, k)| **k)
+                .map(|(e, _)| e.clone())
+                .chain(ups)
+                .collect();
+            all.sort_by(|a, b| a.path.cmp(&b.path));
+            all.dedup_by(|a, b| a.path == b.path);
+            Manifest::from_entries(all)
+        })
     }
 
     pub fn encode(&self) -> io::Result<Vec<u8>> {
@@ -338,112 +301,123 @@ impl Manifest {
     }
 
     fn encode_raw(&self) -> io::Result<Vec<u8>> {
-        let mut raw = Vec::with_capacity(self.entries.len() * 96 + 8);
-        raw.extend_from_slice(MAGIC);
-        raw.extend_from_slice(&(self.entries.len() as u64).to_le_bytes());
-        for e in &self.entries {
-            let len = u32::try_from(e.path.len()).map_err(|_| io::Error::other("path too long"))?;
-            raw.extend_from_slice(&len.to_le_bytes());
-            raw.extend_from_slice(&e.path);
-            raw.push(match e.kind {
-                Kind::File => 0,
-                Kind::Symlink => 1,
-                Kind::Dir => 2,
-                Kind::Skipped => 3,
-            });
-            raw.extend_from_slice(&e.mode.to_le_bytes());
-            raw.extend_from_slice(&e.size.to_le_bytes());
-            raw.extend_from_slice(&e.mtime_ns.to_le_bytes());
-            raw.extend_from_slice(&e.ctime_ns.to_le_bytes());
-            raw.extend_from_slice(&e.ino.to_le_bytes());
-            raw.push(u8::from(e.racy));
-            raw.extend_from_slice(&e.uid.to_le_bytes());
-            raw.extend_from_slice(&e.gid.to_le_bytes());
-            raw.extend_from_slice(&e.nlink.to_le_bytes());
-            match e.kind {
-                Kind::File => raw.extend_from_slice(&e.hash),
-                Kind::Symlink | Kind::Skipped => {
-                    let len = u32::try_from(e.target.len())
-                        .map_err(|_| io::Error::other("target too long"))?;
-                    raw.extend_from_slice(&len.to_le_bytes());
-                    raw.extend_from_slice(&e.target);
-                }
-                Kind::Dir => {}
-            }
-        }
-        Ok(raw)
+        encode_entries(self.len(), self.iter())
     }
 
     pub fn decode(bytes: &[u8]) -> io::Result<Self> {
         let raw = zstd::stream::decode_all(bytes)?;
         let mut r = Reader { buf: &raw, pos: 0 };
-        Ok(Self {
-            entries: Self::decode_entries(&mut r)?,
-        })
-    }
-
-    fn decode_entries(r: &mut Reader<'_>) -> io::Result<Vec<Entry>> {
-        let v2 = match r.take(4)? {
-            m if m == MAGIC => true,
-            m if m == MAGIC_V1 => false,
-            _ => return Err(bad("not a manifest")),
-        };
-        let count = r.u64()?;
-        // The count is untrusted: reserve no more entries than the bytes
-        // left could hold (a directory entry takes at least this many).
-        const MIN_ENTRY: usize = 4 + 1 + 4 + 8 * 4 + 1;
-        let fits = r.buf.len().saturating_sub(r.pos) / MIN_ENTRY;
-        let mut entries =
-            Vec::with_capacity(usize::try_from(count).unwrap_or(usize::MAX).min(fits));
-        for _ in 0..count {
-            let len = r.u32()? as usize;
-            let path = r.take(len)?.to_vec();
-            let kind = match r.u8()? {
-                0 => Kind::File,
-                1 => Kind::Symlink,
-                2 => Kind::Dir,
-                3 => Kind::Skipped,
-                _ => return Err(bad("unknown entry kind")),
-            };
-            let mode = r.u32()?;
-            let size = r.u64()?;
-            let mtime_ns = r.u64()? as i64;
-            let ctime_ns = r.u64()? as i64;
-            let ino = r.u64()?;
-            let racy = r.u8()? != 0;
-            let (uid, gid, nlink) = if v2 {
-                (r.u32()?, r.u32()?, r.u32()?)
-            } else {
-                (u32::MAX, u32::MAX, 1)
-            };
-            let mut hash = [0u8; 32];
-            let mut target = Vec::new();
-            match kind {
-                Kind::File => hash.copy_from_slice(r.take(32)?),
-                Kind::Symlink | Kind::Skipped => {
-                    let len = r.u32()? as usize;
-                    target = r.take(len)?.to_vec();
-                }
-                Kind::Dir => {}
-            }
-            entries.push(Entry {
-                path,
-                kind,
-                mode,
-                size,
-                mtime_ns,
-                ctime_ns,
-                ino,
-                racy,
-                hash,
-                target,
-                uid,
-                gid,
-                nlink,
-            });
+        let mut entries = decode_entries(&mut r)?;
+        if !entries.windows(2).all(|w| w[0].path < w[1].path) {
+            // Not written by agentd: put in order, one entry per path.
+            entries.sort_by(|a, b| a.path.cmp(&b.path));
+            entries.dedup_by(|a, b| a.path == b.path);
         }
-        Ok(entries)
+        Ok(Self::from_entries(entries))
     }
+}
+
+/// The raw (uncompressed) form of `count` entries.
+fn encode_entries<'a>(
+    count: usize,
+    entries: impl Iterator<Item = &'a Entry>,
+) -> io::Result<Vec<u8>> {
+    let mut raw = Vec::with_capacity(count * 96 + 8);
+    raw.extend_from_slice(MAGIC);
+    raw.extend_from_slice(&(count as u64).to_le_bytes());
+    for e in entries {
+        let len = u32::try_from(e.path.len()).map_err(|_| io::Error::other("path too long"))?;
+        raw.extend_from_slice(&len.to_le_bytes());
+        raw.extend_from_slice(&e.path);
+        raw.push(match e.kind {
+            Kind::File => 0,
+            Kind::Symlink => 1,
+            Kind::Dir => 2,
+            Kind::Skipped => 3,
+        });
+        raw.extend_from_slice(&e.mode.to_le_bytes());
+        raw.extend_from_slice(&e.size.to_le_bytes());
+        raw.extend_from_slice(&e.mtime_ns.to_le_bytes());
+        raw.extend_from_slice(&e.ctime_ns.to_le_bytes());
+        raw.extend_from_slice(&e.ino.to_le_bytes());
+        raw.push(u8::from(e.racy));
+        raw.extend_from_slice(&e.uid.to_le_bytes());
+        raw.extend_from_slice(&e.gid.to_le_bytes());
+        raw.extend_from_slice(&e.nlink.to_le_bytes());
+        match e.kind {
+            Kind::File => raw.extend_from_slice(&e.hash),
+            Kind::Symlink | Kind::Skipped => {
+                let len = u32::try_from(e.target.len())
+                    .map_err(|_| io::Error::other("target too long"))?;
+                raw.extend_from_slice(&len.to_le_bytes());
+                raw.extend_from_slice(&e.target);
+            }
+            Kind::Dir => {}
+        }
+    }
+    Ok(raw)
+}
+
+fn decode_entries(r: &mut Reader<'_>) -> io::Result<Vec<Entry>> {
+    let v2 = match r.take(4)? {
+        m if m == MAGIC => true,
+        m if m == MAGIC_V1 => false,
+        _ => return Err(bad("not a manifest")),
+    };
+    let count = r.u64()?;
+    // The count is untrusted: reserve no more entries than the bytes
+    // left could hold (a directory entry takes at least this many).
+    const MIN_ENTRY: usize = 4 + 1 + 4 + 8 * 4 + 1;
+    let fits = r.buf.len().saturating_sub(r.pos) / MIN_ENTRY;
+    let mut entries = Vec::with_capacity(usize::try_from(count).unwrap_or(usize::MAX).min(fits));
+    for _ in 0..count {
+        let len = r.u32()? as usize;
+        let path = r.take(len)?.to_vec();
+        let kind = match r.u8()? {
+            0 => Kind::File,
+            1 => Kind::Symlink,
+            2 => Kind::Dir,
+            3 => Kind::Skipped,
+            _ => return Err(bad("unknown entry kind")),
+        };
+        let mode = r.u32()?;
+        let size = r.u64()?;
+        let mtime_ns = r.u64()? as i64;
+        let ctime_ns = r.u64()? as i64;
+        let ino = r.u64()?;
+        let racy = r.u8()? != 0;
+        let (uid, gid, nlink) = if v2 {
+            (r.u32()?, r.u32()?, r.u32()?)
+        } else {
+            (u32::MAX, u32::MAX, 1)
+        };
+        let mut hash = [0u8; 32];
+        let mut target = Vec::new();
+        match kind {
+            Kind::File => hash.copy_from_slice(r.take(32)?),
+            Kind::Symlink | Kind::Skipped => {
+                let len = r.u32()? as usize;
+                target = r.take(len)?.to_vec();
+            }
+            Kind::Dir => {}
+        }
+        entries.push(Entry {
+            path,
+            kind,
+            mode,
+            size,
+            mtime_ns,
+            ctime_ns,
+            ino,
+            racy,
+            hash,
+            target,
+            uid,
+            gid,
+            nlink,
+        });
+    }
+    Ok(entries)
 }
 
 /// Whether a snapshot or manifest id read from disk can name a file in
@@ -493,84 +467,84 @@ mod tests {
 
     #[test]
     fn encode_decode_round_trip() {
-        let mut m = Manifest {
-            entries: vec![
-                Entry {
-                    path: b"b/file".to_vec(),
-                    kind: Kind::File,
-                    mode: 0o755,
-                    size: 3,
-                    mtime_ns: -5,
-                    ctime_ns: 7,
-                    ino: 9,
-                    racy: true,
-                    hash: [7; 32],
-                    target: vec![],
-                    uid: 1,
-                    gid: 2,
-                    nlink: 1,
-                },
-                Entry {
-                    path: b"a".to_vec(),
-                    kind: Kind::Symlink,
-                    mode: 0o777,
-                    size: 0,
-                    mtime_ns: 1,
-                    ctime_ns: 2,
-                    ino: 3,
-                    racy: false,
-                    hash: [0; 32],
-                    target: b"../x".to_vec(),
-                    uid: 0,
-                    gid: 0,
-                    nlink: 1,
-                },
-                Entry {
-                    path: b"b".to_vec(),
-                    kind: Kind::Dir,
-                    mode: 0o700,
-                    size: 0,
-                    mtime_ns: 1,
-                    ctime_ns: 2,
-                    ino: 4,
-                    racy: false,
-                    hash: [0; 32],
-                    target: vec![],
-                    uid: 3,
-                    gid: 4,
-                    nlink: 2,
-                },
-                Entry {
-                    path: b"big".to_vec(),
-                    kind: Kind::Skipped,
-                    mode: 0o644,
-                    size: 0,
-                    mtime_ns: 1,
-                    ctime_ns: 2,
-                    ino: 5,
-                    racy: false,
-                    hash: [0; 32],
-                    target: why::OVERSIZED.to_vec(),
-                    uid: 0,
-                    gid: 0,
-                    nlink: 1,
-                },
-            ],
-        };
-        m.sort();
+        let mut entries = vec![
+            Entry {
+                path: b"b/file".to_vec(),
+                kind: Kind::File,
+                mode: 0o755,
+                size: 3,
+                mtime_ns: -5,
+                ctime_ns: 7,
+                ino: 9,
+                racy: true,
+                hash: [7; 32],
+                target: vec![],
+                uid: 1,
+                gid: 2,
+                nlink: 1,
+            },
+            Entry {
+                path: b"a".to_vec(),
+                kind: Kind::Symlink,
+                mode: 0o777,
+                size: 0,
+                mtime_ns: 1,
+                ctime_ns: 2,
+                ino: 3,
+                racy: false,
+                hash: [0; 32],
+                target: b"../x".to_vec(),
+                uid: 0,
+                gid: 0,
+                nlink: 1,
+            },
+            Entry {
+                path: b"b".to_vec(),
+                kind: Kind::Dir,
+                mode: 0o700,
+                size: 0,
+                mtime_ns: 1,
+                ctime_ns: 2,
+                ino: 4,
+                racy: false,
+                hash: [0; 32],
+                target: vec![],
+                uid: 3,
+                gid: 4,
+                nlink: 2,
+            },
+            Entry {
+                path: b"big".to_vec(),
+                kind: Kind::Skipped,
+                mode: 0o644,
+                size: 0,
+                mtime_ns: 1,
+                ctime_ns: 2,
+                ino: 5,
+                racy: false,
+                hash: [0; 32],
+                target: why::OVERSIZED.to_vec(),
+                uid: 0,
+                gid: 0,
+                nlink: 1,
+            },
+        ];
+        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        let m = Manifest::from_entries(entries);
         let back = Manifest::decode(&m.encode().unwrap()).unwrap();
         assert_eq!(back, m);
         assert!(Manifest::decode(b"garbage").is_err());
 
         // A delta from an older tree rebuilds exactly this one.
-        let mut older = m.clone();
-        older.entries.remove(0);
-        older.entries[0].mtime_ns = 99;
-        older.entries.push(Entry {
+        let mut older = m.to_vec();
+        older.remove(0);
+        older[0].mtime_ns = 99;
+        older.push(Entry {
             path: b"zz".to_vec(),
-            ..m.entries[0].clone()
+            ..m.to_vec()[0].clone()
         });
-        older.sort();
+        older.sort_by(|a, b| a.path.cmp(&b.path));
+        let older = Manifest::from_entries(older);
         let (upserts, removed) = m.delta_from(&older);
         let stored = Stored::Delta {
             base: "b1".into(),
