@@ -1,0 +1,229 @@
+//! The outbox: which conversations differ from what was last pushed (the
+//! start-up scan, the per-conversation push state) and what to push of each.
+
+use std::io::{Read as _, Seek as _, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::remote::Remote;
+use crate::remote::project::project_key;
+use crate::store::session::SessionDoc;
+
+/// What was last pushed of one conversation (or pulled: what is known to
+/// be on the server).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(in crate::remote) struct Pushed {
+    /// blake3 of the document pushed.
+    pub hash: String,
+    pub items: u64,
+    pub bytes: u64,
+    pub rollbacks: u64,
+}
+
+/// One conversation's push, read from its files.
+pub(super) struct Push {
+    pub(super) id: String,
+    pub(super) hash: String,
+    pub(super) doc: SessionDoc,
+    pub(super) project: String,
+    /// Start over: the journal was rewritten (rollback) since the last push.
+    pub(super) reset: bool,
+    /// The server's record count as last pushed or pulled (`None`: never).
+    pub(super) known: Option<u64>,
+    /// The first record pushed.
+    pub(super) start: u64,
+    /// (seq, at ms, item JSON) from the first unpushed record.
+    pub(super) records: Vec<(i64, i64, String)>,
+}
+
+/// The document changed under us (a rollback while reading): try again on
+/// the next notification or pass.
+pub(super) struct RetryLater;
+
+pub(in crate::remote) fn current_hash(doc: &Path) -> Option<String> {
+    std::fs::read(doc)
+        .ok()
+        .map(|b| blake3::hash(&b).to_hex().to_string())
+}
+
+pub(in crate::remote) fn load_pushed(dir: &Path, id: &str) -> Option<Pushed> {
+    let bytes = std::fs::read(dir.join(format!("{id}.json"))).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+pub(in crate::remote) fn save_pushed(path: &Path, state: &Pushed) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        agentx_shared::profile::create_private_dir(dir)?;
+    }
+    let bytes = serde_json::to_vec(state).map_err(std::io::Error::other)?;
+    crate::store::durable::write_atomic(path, &bytes)
+}
+
+/// What to push of the conversation whose document is `doc_path`: `None`
+/// when nothing changed or it is gone (cleared; the remote copy stays).
+pub(super) fn read_push(remote: &Remote, doc_path: &Path) -> Result<Option<Push>, RetryLater> {
+    let Ok(bytes) = std::fs::read(doc_path) else {
+        return Ok(None);
+    };
+    let hash = blake3::hash(&bytes).to_hex().to_string();
+    let Ok(doc) = serde_json::from_slice::<SessionDoc>(&bytes) else {
+        tracing::warn!(
+            "remote: {} is not a conversation document; not pushed",
+            doc_path.display()
+        );
+        return Ok(None);
+    };
+    if doc.base.is_some() {
+        return Ok(None); // a one-shot's state: one-shots stay local
+    }
+    let known = load_pushed(&remote.pushed_dir, &doc.id);
+    if known.is_none() && doc.journal_items == 0 {
+        return Ok(None); // nothing said yet: listed elsewhere once it has
+    }
+    let prev = known.clone().unwrap_or_default();
+    if prev.hash == hash {
+        return Ok(None);
+    }
+    let reset = prev.rollbacks != doc.rollbacks
+        || prev.items > doc.journal_items
+        || prev.bytes > doc.journal_bytes;
+    let (from_items, from_bytes) = if reset {
+        (0, 0)
+    } else {
+        (prev.items, prev.bytes)
+    };
+    let journal = doc_path.with_extension("jsonl");
+    let records = match read_records(&journal, from_items, from_bytes, doc.journal_bytes) {
+        Ok(records) => records,
+        Err(e) => {
+            tracing::warn!("remote: cannot read {}: {e}", journal.display());
+            return Err(RetryLater);
+        }
+    };
+    // A rollback between reading the document and the journal may have
+    // rewritten what we read: check the document still says the same.
+    match std::fs::read(doc_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<SessionDoc>(&b).ok())
+    {
+        Some(now) if now.rollbacks == doc.rollbacks && now.journal_bytes >= doc.journal_bytes => {}
+        _ => return Err(RetryLater),
+    }
+    if records.len() as u64 != doc.journal_items - from_items {
+        tracing::warn!(
+            "remote: {} holds {} records past {from_items}, its document says {}; pushing what is there",
+            journal.display(),
+            records.len(),
+            doc.journal_items - from_items
+        );
+    }
+    let project = project_key(Path::new(&doc.folder), &remote.machine);
+    Ok(Some(Push {
+        id: doc.id.clone(),
+        hash,
+        doc,
+        project,
+        reset,
+        known: known.map(|k| k.items),
+        start: from_items,
+        records,
+    }))
+}
+
+/// Journal lines (`{"at":…, …the item's fields}`) from byte `from` to
+/// `to`, numbered from `first_seq`: (seq, at, the item without `at`).
+fn read_records(
+    path: &Path,
+    first_seq: u64,
+    from: u64,
+    to: u64,
+) -> std::io::Result<Vec<(i64, i64, String)>> {
+    if to <= from {
+        return Ok(Vec::new());
+    }
+    let mut file = std::fs::File::open(path)?;
+    file.seek(SeekFrom::Start(from))?;
+    let mut buf = Vec::new();
+    file.take(to - from).read_to_end(&mut buf)?;
+    let mut out = Vec::new();
+    let first = i64::try_from(first_seq).unwrap_or(i64::MAX);
+    let lines = buf.split(|b| *b == b'\n').filter(|l| !l.is_empty());
+    for (seq, line) in (first..).zip(lines) {
+        let mut item: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(line).map_err(std::io::Error::other)?;
+        let at = item.remove("at").and_then(|v| v.as_i64()).unwrap_or(0);
+        out.push((seq, at, serde_json::Value::Object(item).to_string()));
+    }
+    Ok(out)
+}
+
+/// Every conversation document under the sessions directory whose content
+/// differs from what was last pushed (`<folder-key>/<agent>/<id>.json`).
+pub(super) fn scan(remote: &Remote) -> Vec<PathBuf> {
+    let mut dirty = Vec::new();
+    let Ok(folders) = std::fs::read_dir(&remote.sessions_dir) else {
+        return dirty;
+    };
+    for folder in folders.flatten() {
+        let Ok(agents) = std::fs::read_dir(folder.path()) else {
+            continue;
+        };
+        for agent in agents.flatten() {
+            let Ok(files) = std::fs::read_dir(agent.path()) else {
+                continue;
+            };
+            for file in files.flatten() {
+                let path = file.path();
+                let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                    continue;
+                };
+                let Some(id) = name.strip_suffix(".json") else {
+                    continue;
+                };
+                if matches!(id, "current" | "shared") || id.contains('.') {
+                    continue;
+                }
+                let pushed = load_pushed(&remote.pushed_dir, id).map(|p| p.hash);
+                if current_hash(&path) != pushed {
+                    dirty.push(path);
+                }
+            }
+        }
+    }
+    dirty
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_records_are_read_from_a_position_and_numbered() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("j.jsonl");
+        let a = r#"{"at":5,"type":"user","text":"hi"}"#;
+        let b = r#"{"at":6,"type":"assistant","text":"yo"}"#;
+        std::fs::write(&path, format!("{a}\n{b}\n")).unwrap();
+        let all = read_records(&path, 0, 0, (a.len() + b.len() + 2) as u64).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!((all[1].0, all[1].1), (1, 6));
+        let tail = read_records(
+            &path,
+            1,
+            (a.len() + 1) as u64,
+            (a.len() + b.len() + 2) as u64,
+        )
+        .unwrap();
+        assert_eq!(tail.len(), 1);
+        assert_eq!(tail[0].0, 1);
+        assert_eq!(tail[0].2, r#"{"text":"yo","type":"assistant"}"#);
+        // Bytes past the committed end are not read.
+        assert_eq!(
+            read_records(&path, 0, 0, (a.len() + 1) as u64)
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}
