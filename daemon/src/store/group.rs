@@ -1,13 +1,5 @@
-//! The actor that owns one group directory `<folder-key>/<agent>`: loads
-//! its conversations, applies every change durably before replying, and
-//! runs one turn at a time per conversation (later turns wait their turn).
-//!
-//! Real folders whose keys collide (`/a/b-c`, `/a/b/c`) share the directory
-//! and so share this one actor: it is the only writer of the directory's
-//! `current.json` and `shared.json` (both are read-modify-written, per real
-//! folder inside), which is simpler than locking files across actors. Every
-//! request names its real folder and only ever sees that folder's
-//! conversations.
+//! The actor that owns one group directory `<folder-key>/<agent>`: loads its
+//! conversations and applies every change durably before replying.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -28,6 +20,7 @@ use super::session::{
 mod files;
 mod handle;
 mod rollback;
+mod turns;
 
 pub use handle::*;
 
@@ -83,6 +76,12 @@ struct SharedFile {
     shared: HashMap<String, SharedCheckpoint>,
 }
 
+/// The actor's state. Real folders whose keys collide (`/a/b-c`, `/a/b/c`)
+/// share the directory and so share this one actor: it is the only writer of
+/// the directory's `current.json` and `shared.json` (both are
+/// read-modify-written, per real folder inside), which is simpler than
+/// locking files across actors. Every request names its real folder and only
+/// ever sees that folder's conversations.
 struct Group {
     dir: PathBuf,
     agent: String,
@@ -182,20 +181,6 @@ impl Group {
                 .and_then(|id| self.sessions.get(&id))
                 .map(|s| s.doc.clone())),
         }
-    }
-
-    /// Starts a turn on `id` unless one runs on it already (then `None`).
-    fn try_begin_turn(
-        &mut self,
-        folder: &str,
-        id: String,
-    ) -> Result<Option<SessionDoc>, StoreError> {
-        let doc = self.session(folder, &id).map(|s| s.doc.clone())?;
-        if self.running.contains(&id) {
-            return Ok(None);
-        }
-        self.running.insert(id);
-        Ok(Some(doc))
     }
 
     /// Makes conversation `id` equal the remote's copy `pulled`.
@@ -371,57 +356,6 @@ impl Group {
         let fresh = self.create(folder)?;
         self.set_current(folder, &fresh)?;
         Ok(self.session(folder, &fresh)?.doc.clone())
-    }
-
-    fn begin_turn(
-        &mut self,
-        folder: &str,
-        session: Option<String>,
-        reply: oneshot::Sender<Result<SessionDoc, StoreError>>,
-    ) {
-        let id = match session.or_else(|| self.current_id(folder)) {
-            Some(id) => id,
-            None => match self
-                .create(folder)
-                .and_then(|id| self.set_current(folder, &id).map(|()| id))
-            {
-                Ok(id) => id,
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                    return;
-                }
-            },
-        };
-        let doc = match self.session(folder, &id) {
-            Ok(s) => s.doc.clone(),
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
-            }
-        };
-        if self.running.contains(&id) {
-            self.waiting.entry(id).or_default().push_back(reply);
-            return;
-        }
-        self.running.insert(id);
-        let _ = reply.send(Ok(doc));
-    }
-
-    fn end_turn(&mut self, id: &str) {
-        // Hand the conversation to the next live waiter, if any.
-        while let Some(next) = self.waiting.get_mut(id).and_then(VecDeque::pop_front) {
-            let doc = match self.sessions.get(id) {
-                Some(s) => Ok(s.doc.clone()),
-                None => Err(StoreError::NotFound(format!(
-                    "conversation {id} was cleared"
-                ))),
-            };
-            if next.send(doc).is_ok() {
-                return;
-            }
-        }
-        self.waiting.remove(id);
-        self.running.remove(id);
     }
 
     fn commit(&mut self, folder: &str, id: &str, change: Change) -> Result<SessionDoc, StoreError> {
