@@ -15,20 +15,21 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use serde::Deserialize;
-use tantivy::collector::{DocSetCollector, TopDocs};
-use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, TermQuery};
+use tantivy::collector::DocSetCollector;
+use tantivy::query::TermQuery;
 use tantivy::schema::{Field, IndexRecordOption, STORED, STRING, Schema, TEXT, Value as _};
-use tantivy::snippet::SnippetGenerator;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 use agentx_shared::conversation::Item;
+
+mod query;
+
+pub use query::Hit;
 
 /// Bumped when the schema or what goes into it changes: forces a rebuild.
 const LAYOUT: &str = "agentx-search-1";
 /// Indexing memory budget (tantivy's minimum is 15 MB).
 const WRITER_BYTES: usize = 40_000_000;
-/// Longest snippet, in characters.
-const SNIPPET_CHARS: usize = 160;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SearchError {
@@ -71,21 +72,6 @@ fn schema() -> (Schema, Fields) {
         stamp: b.add_text_field("stamp", STORED),
     };
     (b.build(), f)
-}
-
-/// One search result.
-#[derive(Debug, Clone)]
-pub struct Hit {
-    pub session_id: String,
-    pub folder: String,
-    pub agent: String,
-    pub title: String,
-    /// 0: the title matched.
-    pub turn: u32,
-    pub at: i64,
-    pub snippet: String,
-    pub highlights: Vec<(usize, usize)>,
-    pub score: f32,
 }
 
 pub struct SearchIndex {
@@ -392,77 +378,6 @@ impl SearchIndex {
             self.indexing.load(Ordering::SeqCst),
             self.sessions.load(Ordering::SeqCst),
         )
-    }
-
-    /// The best `limit` hits for `text`, in `scope` (folder, agent) or everywhere.
-    pub fn search(
-        &self,
-        text: &str,
-        scope: Option<(&str, &str)>,
-        limit: usize,
-    ) -> Result<Vec<Hit>, SearchError> {
-        let f = self.f;
-        if text.trim().is_empty() {
-            return Err(SearchError::Query("search needs some text".into()));
-        }
-        let mut parser = QueryParser::for_index(&self.index, vec![f.body, f.title]);
-        parser.set_conjunction_by_default();
-        let (query, _) = parser.parse_query_lenient(text);
-        let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, query.box_clone())];
-        if let Some((folder, agent)) = scope {
-            clauses.push((Occur::Must, Box::new(self.term_query(f.folder, folder))));
-            clauses.push((Occur::Must, Box::new(self.term_query(f.agent, agent))));
-        }
-        let searcher = self.reader.searcher();
-        let top = searcher.search(
-            &BooleanQuery::new(clauses),
-            &TopDocs::with_limit(limit.max(1)).order_by_score(),
-        )?;
-        let mut body = SnippetGenerator::create(&searcher, &*query, f.body)?;
-        body.set_max_num_chars(SNIPPET_CHARS);
-        let title = SnippetGenerator::create(&searcher, &*query, f.title)?;
-        let mut hits = Vec::new();
-        for (score, addr) in top {
-            let doc: TantivyDocument = searcher.doc(addr)?;
-            let text = |field| {
-                doc.get_first(field)
-                    .and_then(|v| v.as_str())
-                    .unwrap_or("")
-                    .to_owned()
-            };
-            let turn = doc.get_first(f.turn).and_then(|v| v.as_u64()).unwrap_or(0);
-            let (snippet, shown_title) = if turn == 0 {
-                (title.snippet_from_doc(&doc), text(f.title))
-            } else {
-                (body.snippet_from_doc(&doc), text(f.label))
-            };
-            let mut fragment = snippet.fragment().to_owned();
-            let mut highlights: Vec<(usize, usize)> = snippet
-                .highlighted()
-                .iter()
-                .map(|r| (r.start, r.end))
-                .collect();
-            if fragment.is_empty() {
-                fragment = if turn == 0 {
-                    shown_title.clone()
-                } else {
-                    text(f.body).chars().take(SNIPPET_CHARS).collect()
-                };
-                highlights.clear();
-            }
-            hits.push(Hit {
-                session_id: text(f.sid),
-                folder: text(f.folder),
-                agent: text(f.agent),
-                title: shown_title,
-                turn: u32::try_from(turn).unwrap_or(u32::MAX),
-                at: doc.get_first(f.at).and_then(|v| v.as_i64()).unwrap_or(0),
-                snippet: fragment,
-                highlights,
-                score,
-            });
-        }
-        Ok(hits)
     }
 }
 
