@@ -188,6 +188,113 @@ fn head_of(body: &str) -> String {
     head
 }
 
+/// Sends the POST and waits (at most the headers timeout) for the
+/// response's headers.
+async fn post(
+    http: &Http,
+    settings: &Settings,
+    url: &str,
+    body: &serde_json::Value,
+    limits: &Limits,
+) -> Result<reqwest::Response, ProviderError> {
+    let mut request = http
+        .client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .header("accept-encoding", "identity")
+        .body(body.to_string());
+    if let Some(key) = settings.api_key.as_deref().filter(|k| !k.is_empty()) {
+        request = request.bearer_auth(key);
+    }
+    let proxy = http.proxy.for_url(url);
+    match tokio::time::timeout(limits.headers, request.send()).await {
+        Err(_) => Err(ProviderError::Connect(format!(
+            "the model server at {} sent no response headers within {}s \
+             (AGENTX_HEADERS_TIMEOUT_MS)",
+            settings.base_url,
+            limits.headers.as_secs_f64()
+        ))),
+        Ok(sent) => sent.map_err(|e| ProviderError::from_reqwest(&settings.base_url, proxy, &e)),
+    }
+}
+
+/// The response when its status is a success; a redirect (which would turn
+/// the POST into a GET) or an HTTP error comes back as an error.
+async fn check_status(
+    response: reqwest::Response,
+    url: &str,
+    base_url: &str,
+) -> Result<reqwest::Response, ProviderError> {
+    let status = response.status();
+    if matches!(status.as_u16(), 301..=303) {
+        let to = response
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("?")
+            .to_owned();
+        return Err(ProviderError::Protocol(format!(
+            "the model server redirected POST {url} to {to} with {status}, which turns the \
+             request into a GET and loses it; set AGENTX_BASE_URL to the new address"
+        )));
+    }
+    if !status.is_success() {
+        let retry_after = retry_after(response.headers());
+        let text = response.text().await.unwrap_or_default();
+        return Err(ProviderError::from_http(status.as_u16(), &text, retry_after).at(base_url));
+    }
+    Ok(response)
+}
+
+/// The response unless it is JSON or HTML instead of an event stream (then
+/// an error carrying the server's message or the body's start).
+async fn check_content_type(
+    response: reqwest::Response,
+    base_url: &str,
+) -> Result<reqwest::Response, ProviderError> {
+    let status = response.status();
+    let content_type = header(&response, "content-type").unwrap_or_default();
+    if content_type.contains("json") || content_type.starts_with("text/html") {
+        let text = response.text().await.unwrap_or_default();
+        let parsed: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let detail = parsed["error"]["message"]
+            .as_str()
+            .or_else(|| parsed["error"].as_str())
+            .map_or_else(|| head_of(&text), str::to_owned);
+        return Err(ProviderError::Protocol(format!(
+            "the model server at {base_url} answered {status} with {content_type} instead of an \
+             event stream (text/event-stream): {detail}"
+        )));
+    }
+    Ok(response)
+}
+
+/// The gzip decoder the stream's content-encoding needs (`None`: identity);
+/// any other encoding is an error.
+fn gunzip_for(
+    response: &reqwest::Response,
+    base_url: &str,
+) -> Result<Option<flate2::write::GzDecoder<Vec<u8>>>, ProviderError> {
+    match header(response, "content-encoding").as_deref() {
+        None | Some("identity") => Ok(None),
+        Some("gzip" | "x-gzip") => Ok(Some(flate2::write::GzDecoder::new(Vec::new()))),
+        Some(other) => Err(ProviderError::Protocol(format!(
+            "the model server at {base_url} sent the stream with content-encoding {other}, \
+             which agentx cannot decode (it asks for identity)"
+        ))),
+    }
+}
+
+/// A response header, trimmed and lowercased.
+fn header(response: &reqwest::Response, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_ascii_lowercase())
+}
+
 impl EventStream {
     /// POSTs `body` to `{base_url}/{path}` (bearer key if any) and opens the
     /// stream; an HTTP error comes back classified and naming the server.
@@ -199,83 +306,10 @@ impl EventStream {
         limits: &Limits,
     ) -> Result<Self, ProviderError> {
         let url = format!("{}/{path}", settings.base_url);
-        let mut request = http
-            .client
-            .post(&url)
-            .header("content-type", "application/json")
-            .header("accept", "text/event-stream")
-            .header("accept-encoding", "identity")
-            .body(body.to_string());
-        if let Some(key) = settings.api_key.as_deref().filter(|k| !k.is_empty()) {
-            request = request.bearer_auth(key);
-        }
-        let proxy = http.proxy.for_url(&url);
-        let response = match tokio::time::timeout(limits.headers, request.send()).await {
-            Err(_) => {
-                return Err(ProviderError::Connect(format!(
-                    "the model server at {} sent no response headers within {}s \
-                     (AGENTX_HEADERS_TIMEOUT_MS)",
-                    settings.base_url,
-                    limits.headers.as_secs_f64()
-                )));
-            }
-            Ok(sent) => {
-                sent.map_err(|e| ProviderError::from_reqwest(&settings.base_url, proxy, &e))?
-            }
-        };
-        let status = response.status();
-        if matches!(status.as_u16(), 301..=303) {
-            let to = response
-                .headers()
-                .get("location")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("?")
-                .to_owned();
-            return Err(ProviderError::Protocol(format!(
-                "the model server redirected POST {url} to {to} with {status}, which turns the \
-                 request into a GET and loses it; set AGENTX_BASE_URL to the new address"
-            )));
-        }
-        if !status.is_success() {
-            let retry_after = retry_after(response.headers());
-            let text = response.text().await.unwrap_or_default();
-            return Err(
-                ProviderError::from_http(status.as_u16(), &text, retry_after)
-                    .at(&settings.base_url),
-            );
-        }
-        let header = |name: &str| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(|v| v.trim().to_ascii_lowercase())
-        };
-        let content_type = header("content-type").unwrap_or_default();
-        if content_type.contains("json") || content_type.starts_with("text/html") {
-            let text = response.text().await.unwrap_or_default();
-            let parsed: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-            let detail = parsed["error"]["message"]
-                .as_str()
-                .or_else(|| parsed["error"].as_str())
-                .map_or_else(|| head_of(&text), str::to_owned);
-            return Err(ProviderError::Protocol(format!(
-                "the model server at {} answered {status} with {content_type} instead of an \
-                 event stream (text/event-stream): {detail}",
-                settings.base_url
-            )));
-        }
-        let gunzip = match header("content-encoding").as_deref() {
-            None | Some("identity") => None,
-            Some("gzip" | "x-gzip") => Some(flate2::write::GzDecoder::new(Vec::new())),
-            Some(other) => {
-                return Err(ProviderError::Protocol(format!(
-                    "the model server at {} sent the stream with content-encoding {other}, \
-                     which agentx cannot decode (it asks for identity)",
-                    settings.base_url
-                )));
-            }
-        };
+        let response = post(http, settings, &url, body, limits).await?;
+        let response = check_status(response, &url, &settings.base_url).await?;
+        let response = check_content_type(response, &settings.base_url).await?;
+        let gunzip = gunzip_for(&response, &settings.base_url)?;
         Ok(Self {
             bytes: Box::pin(response.bytes_stream()),
             decoder: sse::Decoder::with_cap(limits.max_answer.saturating_mul(2)),
