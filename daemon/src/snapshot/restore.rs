@@ -24,9 +24,11 @@ use super::scan::{MAX_FILE, TEMP_PREFIX};
 
 mod durable;
 mod plan;
+mod put;
 
 use durable::{Devices, make_durable};
 pub use plan::*;
+use put::put;
 
 /// Refuses paths that could leave the folder.
 fn components(path: &[u8]) -> Result<Vec<&[u8]>, String> {
@@ -83,7 +85,6 @@ fn restore_threads() -> usize {
 /// Returns the paths that failed, with why (the rest still runs); a path
 /// whose write could not be made durable counts as failed.
 pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<(Vec<u8>, String)> {
-    let mut errors = Vec::new();
     let root_fd = match openat(
         AT_FDCWD,
         root,
@@ -92,43 +93,28 @@ pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<(Vec<u8>, String)> {
     ) {
         Ok(fd) => fd,
         Err(e) => {
-            return ops
-                .iter()
-                .map(|o| {
-                    (
-                        o.path.clone(),
-                        format!("cannot open {}: {e}", root.display()),
-                    )
-                })
-                .collect();
+            let why = format!("cannot open {}: {e}", root.display());
+            return ops.iter().map(|o| (o.path.clone(), why.clone())).collect();
         }
     };
     let devices = Devices::new(&root_fd);
-    // Paths changed by this restore (made durable at the end).
-    let mut touched: Vec<&[u8]> = Vec::new();
+    let mut run = Applier {
+        root_fd: &root_fd,
+        blobs,
+        devices: &devices,
+        touched: Vec::new(),
+        errors: Vec::new(),
+    };
     // Removals deepest first.
     let mut removals: Vec<&Op> = ops.iter().filter(|o| o.action == Action::Remove).collect();
     removals.sort_by(|a, b| b.path.cmp(&a.path));
     for op in removals {
-        match remove(&root_fd, &op.path, &devices) {
-            Ok(()) => touched.push(&op.path),
-            Err(e) => errors.push((op.path.clone(), e)),
-        }
+        let done = remove(&root_fd, &op.path, &devices);
+        run.settle(op, done);
     }
     let mut creations: Vec<&Op> = ops.iter().filter(|o| o.want.is_some()).collect();
     creations.sort_by(|a, b| a.path.cmp(&b.path));
-    // Directories, parents first, on this thread.
-    let mut dir_times: Vec<&Entry> = Vec::new();
-    for op in creations.iter().filter(|o| is_kind(o, Kind::Dir)) {
-        let Some(want) = &op.want else { continue };
-        match put(&root_fd, want, blobs, None, &devices) {
-            Ok(()) => {
-                dir_times.push(want);
-                touched.push(&op.path);
-            }
-            Err(e) => errors.push((op.path.clone(), e)),
-        }
-    }
+    let dirs = run.directories(&creations);
     // Files and symlinks. Hard links, and names so long that their temp
     // names could coincide, go one after the other in path order; the rest
     // in parallel.
@@ -140,66 +126,116 @@ pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<(Vec<u8>, String)> {
                 .as_ref()
                 .is_some_and(|w| (w.kind == Kind::File && w.nlink > 1) || long_name(&w.path))
         });
-    // Inode (in the snapshot) → a path already restored with it.
-    let mut linked: HashMap<u64, &[u8]> = HashMap::new();
-    for op in serial {
-        let Some(want) = &op.want else { continue };
-        let link_to = (want.kind == Kind::File && want.nlink > 1)
-            .then(|| linked.get(&want.ino).copied())
-            .flatten();
-        match put(&root_fd, want, blobs, link_to, &devices) {
-            Ok(()) => {
-                if want.kind == Kind::File && want.nlink > 1 {
-                    linked.entry(want.ino).or_insert(&want.path);
-                }
-                touched.push(&op.path);
-            }
-            Err(e) => errors.push((op.path.clone(), e)),
-        }
-    }
-    let put_one = |op: &&Op| -> Result<(), String> {
-        match &op.want {
-            Some(want) => put(&root_fd, want, blobs, None, &devices),
-            None => Ok(()),
-        }
-    };
-    let results: Vec<Result<(), String>> = if parallel.len() >= PARALLEL_MIN {
-        match rayon::ThreadPoolBuilder::new()
-            .num_threads(restore_threads())
-            .thread_name(|i| format!("agentd-restore-{i}"))
-            .build()
-        {
-            Ok(pool) => pool.install(|| parallel.par_iter().map(put_one).collect()),
-            Err(_) => parallel.iter().map(put_one).collect(),
-        }
-    } else {
-        parallel.iter().map(put_one).collect()
-    };
-    for (op, result) in parallel.iter().zip(results) {
-        match result {
-            Ok(()) => touched.push(&op.path),
-            Err(e) => errors.push((op.path.clone(), e)),
-        }
-    }
+    run.one_by_one(serial);
+    run.in_parallel(parallel);
     // Directory mtimes last: creating their children changed them.
-    for want in dir_times.into_iter().rev() {
-        let _ = with_parent(&root_fd, &want.path, false, |dir, name| {
-            let t = TimeSpec::new(
-                want.mtime_ns.div_euclid(1_000_000_000),
-                want.mtime_ns.rem_euclid(1_000_000_000),
-            );
-            utimensat(
-                dir,
-                OsStr::from_bytes(name),
-                &t,
-                &t,
-                UtimensatFlags::NoFollowSymlink,
-            )
-            .map_err(|e| e.to_string())
-        });
+    for want in dirs.into_iter().rev() {
+        set_dir_mtime(&root_fd, want);
     }
+    let Applier {
+        touched,
+        mut errors,
+        ..
+    } = run;
     errors.extend(make_durable(&root_fd, &touched, &devices));
     errors
+}
+
+/// One restore's progress: what it changed (made durable at the end) and
+/// what failed.
+struct Applier<'a> {
+    root_fd: &'a OwnedFd,
+    blobs: &'a Blobs,
+    devices: &'a Devices,
+    touched: Vec<&'a [u8]>,
+    errors: Vec<(Vec<u8>, String)>,
+}
+
+impl<'a> Applier<'a> {
+    fn settle(&mut self, op: &'a Op, done: Result<(), String>) {
+        match done {
+            Ok(()) => self.touched.push(&op.path),
+            Err(e) => self.errors.push((op.path.clone(), e)),
+        }
+    }
+
+    fn put(&self, want: &Entry, link_to: Option<&[u8]>) -> Result<(), String> {
+        put(self.root_fd, want, self.blobs, link_to, self.devices)
+    }
+
+    /// Directories, parents first, on this thread; returns the ones made.
+    fn directories(&mut self, creations: &[&'a Op]) -> Vec<&'a Entry> {
+        let mut made = Vec::new();
+        for op in creations.iter().filter(|o| is_kind(o, Kind::Dir)) {
+            let Some(want) = &op.want else { continue };
+            let done = self.put(want, None);
+            if done.is_ok() {
+                made.push(want);
+            }
+            self.settle(op, done);
+        }
+        made
+    }
+
+    /// Files in path order; a file of a hard-link group after the first
+    /// becomes a link to it.
+    fn one_by_one(&mut self, ops: Vec<&'a Op>) {
+        // Inode (in the snapshot) → a path already restored with it.
+        let mut linked: HashMap<u64, &[u8]> = HashMap::new();
+        for op in ops {
+            let Some(want) = &op.want else { continue };
+            let group = want.kind == Kind::File && want.nlink > 1;
+            let link_to = group.then(|| linked.get(&want.ino).copied()).flatten();
+            let done = self.put(want, link_to);
+            if done.is_ok() && group {
+                linked.entry(want.ino).or_insert(&want.path);
+            }
+            self.settle(op, done);
+        }
+    }
+
+    /// Independent files and symlinks, on a thread pool when there are many.
+    fn in_parallel(&mut self, ops: Vec<&'a Op>) {
+        let put_one = |op: &&Op| -> Result<(), String> {
+            match &op.want {
+                Some(want) => self.put(want, None),
+                None => Ok(()),
+            }
+        };
+        let results: Vec<Result<(), String>> = if ops.len() >= PARALLEL_MIN {
+            match rayon::ThreadPoolBuilder::new()
+                .num_threads(restore_threads())
+                .thread_name(|i| format!("agentd-restore-{i}"))
+                .build()
+            {
+                Ok(pool) => pool.install(|| ops.par_iter().map(put_one).collect()),
+                Err(_) => ops.iter().map(put_one).collect(),
+            }
+        } else {
+            ops.iter().map(put_one).collect()
+        };
+        for (op, done) in ops.into_iter().zip(results) {
+            self.settle(op, done);
+        }
+    }
+}
+
+/// Puts back a restored directory's mtime (best effort).
+fn set_dir_mtime(root_fd: &OwnedFd, want: &Entry) {
+    let _ = with_parent(root_fd, &want.path, false, |dir, name| {
+        let t = TimeSpec::new(
+            want.mtime_ns.div_euclid(1_000_000_000),
+            want.mtime_ns.rem_euclid(1_000_000_000),
+        );
+        utimensat(
+            dir,
+            OsStr::from_bytes(name),
+            &t,
+            &t,
+            UtimensatFlags::NoFollowSymlink,
+        )
+        .map_err(|e| e.to_string())
+    });
 }
 
 fn is_kind(op: &Op, kind: Kind) -> bool {
@@ -329,148 +365,6 @@ fn temp_name(name: &[u8]) -> Vec<u8> {
     let mut t = TEMP_PREFIX.to_vec();
     t.extend_from_slice(&name[..name.len().min(TEMP_NAME_KEEP)]);
     t
-}
-
-/// The mode to set after giving `fd` (at `name` in `dir` when it is a
-/// symlink) the snapshot's owner: as root the owner and group are put back;
-/// when they cannot be, setuid/setgid bits are never left on a file whose
-/// owner changed.
-fn restore_owner(dir: &OwnedFd, name: &OsStr, fd: Option<&OwnedFd>, want: &Entry) -> u32 {
-    let euid = nix::unistd::geteuid();
-    if want.uid == u32::MAX {
-        return want.mode & 0o1777; // owner unknown: no setuid/setgid
-    }
-    if want.uid == euid.as_raw() && (!euid.is_root() || want.gid == u32::MAX) {
-        return want.mode;
-    }
-    let (uid, gid) = (
-        Some(nix::unistd::Uid::from_raw(want.uid)),
-        Some(nix::unistd::Gid::from_raw(want.gid)),
-    );
-    let done = if euid.is_root() {
-        match fd {
-            Some(fd) => nix::unistd::fchown(fd, uid, gid).is_ok(),
-            None => nix::unistd::fchownat(
-                dir,
-                name,
-                uid,
-                gid,
-                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-            )
-            .is_ok(),
-        }
-    } else {
-        false
-    };
-    if done { want.mode } else { want.mode & !0o6000 }
-}
-
-fn put(
-    root: &OwnedFd,
-    want: &Entry,
-    blobs: &Blobs,
-    link_to: Option<&[u8]>,
-    devices: &Devices,
-) -> Result<(), String> {
-    // Read the content first: never leave a half-written path behind.
-    let data = match want.kind {
-        Kind::File if link_to.is_none() => Some(blobs.read(&want.hash).map_err(|e| e.to_string())?),
-        Kind::Skipped => return Err("not captured: left alone".into()),
-        _ => None,
-    };
-    with_parent(root, &want.path, true, |dir, name| {
-        devices.note(dir);
-        let os_name = OsStr::from_bytes(name);
-        let existing = fstatat(dir, os_name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok();
-        if existing.as_ref().is_some_and(too_big_now) {
-            return Err(OVERSIZED_NOW.into());
-        }
-        let existing_is_dir =
-            existing.is_some_and(|st| st.st_mode & libc_s_ifmt() == libc_s_ifdir());
-        match want.kind {
-            Kind::Skipped => Err("not captured: left alone".into()),
-            Kind::Dir => {
-                if existing.is_some() && !existing_is_dir {
-                    unlinkat(dir, os_name, UnlinkatFlags::NoRemoveDir)
-                        .map_err(|e| e.to_string())?;
-                }
-                if !existing_is_dir || existing.is_none() {
-                    match mkdirat(dir, os_name, Mode::from_bits_truncate(0o700)) {
-                        Ok(()) | Err(Errno::EEXIST) => {}
-                        Err(e) => return Err(e.to_string()),
-                    }
-                }
-                let fd = open_dir(dir, name).map_err(|e| e.to_string())?;
-                let mode = restore_owner(dir, os_name, Some(&fd), want);
-                fchmod(&fd, Mode::from_bits_truncate(mode)).map_err(|e| e.to_string())?;
-                Ok(())
-            }
-            Kind::File | Kind::Symlink => {
-                if existing_is_dir {
-                    // A directory stands where a file belongs: only an empty
-                    // one can go (anything in it is not ours to delete).
-                    unlinkat(dir, os_name, UnlinkatFlags::RemoveDir)
-                        .map_err(|e| format!("a directory is in the way ({e})"))?;
-                }
-                let tmp = temp_name(name);
-                let tmp_os = OsStr::from_bytes(&tmp);
-                let _ = unlinkat(dir, tmp_os, UnlinkatFlags::NoRemoveDir);
-                if let Some(first) = link_to {
-                    // A hard link of a path this restore already put back.
-                    with_parent(root, first, false, |odir, oname| {
-                        nix::unistd::linkat(
-                            odir,
-                            OsStr::from_bytes(oname),
-                            dir,
-                            tmp_os,
-                            nix::fcntl::AtFlags::empty(),
-                        )
-                        .map_err(|e| e.to_string())
-                    })?;
-                } else if want.kind == Kind::Symlink {
-                    symlinkat(OsStr::from_bytes(&want.target), dir, tmp_os)
-                        .map_err(|e| e.to_string())?;
-                    restore_owner(dir, tmp_os, None, want);
-                } else {
-                    let fd = openat(
-                        dir,
-                        tmp_os,
-                        OFlag::O_WRONLY
-                            | OFlag::O_CREAT
-                            | OFlag::O_EXCL
-                            | OFlag::O_NOFOLLOW
-                            | OFlag::O_CLOEXEC,
-                        Mode::from_bits_truncate(0o600),
-                    )
-                    .map_err(|e| e.to_string())?;
-                    let mut file = std::fs::File::from(fd);
-                    let write = (|| -> std::io::Result<()> {
-                        file.write_all(data.as_deref().unwrap_or_default())?;
-                        let owned = OwnedFd::from(file.try_clone()?);
-                        let mode = restore_owner(dir, tmp_os, Some(&owned), want);
-                        fchmod(&file, Mode::from_bits_truncate(mode))
-                            .map_err(std::io::Error::from)?;
-                        let t = TimeSpec::new(
-                            want.mtime_ns.div_euclid(1_000_000_000),
-                            want.mtime_ns.rem_euclid(1_000_000_000),
-                        );
-                        // No fsync here: `apply` makes the whole restore
-                        // durable at its end (the intent journal covers
-                        // a crash before then).
-                        futimens(&file, &t, &t).map_err(std::io::Error::from)
-                    })();
-                    if let Err(e) = write {
-                        let _ = unlinkat(dir, tmp_os, UnlinkatFlags::NoRemoveDir);
-                        return Err(e.to_string());
-                    }
-                }
-                nix::fcntl::renameat(dir, tmp_os, dir, os_name).map_err(|e| {
-                    let _ = unlinkat(dir, tmp_os, UnlinkatFlags::NoRemoveDir);
-                    e.to_string()
-                })
-            }
-        }
-    })
 }
 
 #[cfg(test)]

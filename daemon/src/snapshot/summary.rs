@@ -3,7 +3,7 @@
 
 use super::Snap;
 use super::incremental::Scanned;
-use super::manifest::{Entry, Kind, Manifest};
+use super::manifest::{Entry, Kind, Manifest, aligned};
 
 /// The numbers a [`Snap`] carries, and whether its manifest equals the previous one.
 pub struct Summary {
@@ -34,7 +34,7 @@ pub fn summarize(prev: Option<(&Manifest, &Snap)>, scanned: &Scanned) -> Summary
         let changed = match prev {
             None => m.len() as u64,
             Some(_) if same => 0,
-            Some((p, _)) => super::count_changes(p, m),
+            Some((p, _)) => count_changes(p, m),
         };
         Summary {
             same,
@@ -77,4 +77,14 @@ pub fn summarize(prev: Option<(&Manifest, &Snap)>, scanned: &Scanned) -> Summary
         skipped,
         skipped_why,
     }
+}
+
+/// Paths added, removed or changed in content between two sorted manifests.
+fn count_changes(a: &Manifest, b: &Manifest) -> u64 {
+    aligned([a, b])
+        .filter(|(_, row)| match row {
+            [Some(p), Some(q)] => !p.same_content(q),
+            _ => true,
+        })
+        .count() as u64
 }

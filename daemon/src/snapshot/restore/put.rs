@@ -1,0 +1,155 @@
+//! Putting one path back as a snapshot has it: a directory in place, a file
+//! or symlink through a temp name renamed over it, owner and mode restored.
+
+use super::*;
+
+/// The mode to set after giving `fd` (at `name` in `dir` when it is a
+/// symlink) the snapshot's owner: as root the owner and group are put back;
+/// when they cannot be, setuid/setgid bits are never left on a file whose
+/// owner changed.
+fn restore_owner(dir: &OwnedFd, name: &OsStr, fd: Option<&OwnedFd>, want: &Entry) -> u32 {
+    let euid = nix::unistd::geteuid();
+    if want.uid == u32::MAX {
+        return want.mode & 0o1777; // owner unknown: no setuid/setgid
+    }
+    if want.uid == euid.as_raw() && (!euid.is_root() || want.gid == u32::MAX) {
+        return want.mode;
+    }
+    let (uid, gid) = (
+        Some(nix::unistd::Uid::from_raw(want.uid)),
+        Some(nix::unistd::Gid::from_raw(want.gid)),
+    );
+    let done = if euid.is_root() {
+        match fd {
+            Some(fd) => nix::unistd::fchown(fd, uid, gid).is_ok(),
+            None => nix::unistd::fchownat(
+                dir,
+                name,
+                uid,
+                gid,
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .is_ok(),
+        }
+    } else {
+        false
+    };
+    if done { want.mode } else { want.mode & !0o6000 }
+}
+
+pub(super) fn put(
+    root: &OwnedFd,
+    want: &Entry,
+    blobs: &Blobs,
+    link_to: Option<&[u8]>,
+    devices: &Devices,
+) -> Result<(), String> {
+    // Read the content first: never leave a half-written path behind.
+    let data = match want.kind {
+        Kind::File if link_to.is_none() => Some(blobs.read(&want.hash).map_err(|e| e.to_string())?),
+        Kind::Skipped => return Err("not captured: left alone".into()),
+        _ => None,
+    };
+    with_parent(root, &want.path, true, |dir, name| {
+        devices.note(dir);
+        let os_name = OsStr::from_bytes(name);
+        let existing = fstatat(dir, os_name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok();
+        if existing.as_ref().is_some_and(too_big_now) {
+            return Err(OVERSIZED_NOW.into());
+        }
+        let existing_is_dir =
+            existing.is_some_and(|st| st.st_mode & libc_s_ifmt() == libc_s_ifdir());
+        match want.kind {
+            Kind::Skipped => Err("not captured: left alone".into()),
+            Kind::Dir => put_dir(dir, name, existing.is_some(), existing_is_dir, want),
+            Kind::File | Kind::Symlink => {
+                if existing_is_dir {
+                    // A directory stands where a file belongs: only an empty
+                    // one can go (anything in it is not ours to delete).
+                    unlinkat(dir, os_name, UnlinkatFlags::RemoveDir)
+                        .map_err(|e| format!("a directory is in the way ({e})"))?;
+                }
+                let tmp = temp_name(name);
+                let tmp_os = OsStr::from_bytes(&tmp);
+                let _ = unlinkat(dir, tmp_os, UnlinkatFlags::NoRemoveDir);
+                if let Some(first) = link_to {
+                    // A hard link of a path this restore already put back.
+                    with_parent(root, first, false, |odir, oname| {
+                        nix::unistd::linkat(
+                            odir,
+                            OsStr::from_bytes(oname),
+                            dir,
+                            tmp_os,
+                            nix::fcntl::AtFlags::empty(),
+                        )
+                        .map_err(|e| e.to_string())
+                    })?;
+                } else if want.kind == Kind::Symlink {
+                    symlinkat(OsStr::from_bytes(&want.target), dir, tmp_os)
+                        .map_err(|e| e.to_string())?;
+                    restore_owner(dir, tmp_os, None, want);
+                } else {
+                    write_temp(dir, tmp_os, want, data.as_deref().unwrap_or_default())?;
+                }
+                nix::fcntl::renameat(dir, tmp_os, dir, os_name).map_err(|e| {
+                    let _ = unlinkat(dir, tmp_os, UnlinkatFlags::NoRemoveDir);
+                    e.to_string()
+                })
+            }
+        }
+    })
+}
+
+/// The directory `name` in `dir` as `want` has it (what is in it is left).
+fn put_dir(
+    dir: &OwnedFd,
+    name: &[u8],
+    exists: bool,
+    is_dir: bool,
+    want: &Entry,
+) -> Result<(), String> {
+    let os_name = OsStr::from_bytes(name);
+    if exists && !is_dir {
+        unlinkat(dir, os_name, UnlinkatFlags::NoRemoveDir).map_err(|e| e.to_string())?;
+    }
+    if !is_dir || !exists {
+        match mkdirat(dir, os_name, Mode::from_bits_truncate(0o700)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let fd = open_dir(dir, name).map_err(|e| e.to_string())?;
+    let mode = restore_owner(dir, os_name, Some(&fd), want);
+    fchmod(&fd, Mode::from_bits_truncate(mode)).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Writes `data` to the new temp file `tmp` in `dir` with `want`'s owner,
+/// mode and mtime; removes it again if that fails.
+fn write_temp(dir: &OwnedFd, tmp: &OsStr, want: &Entry, data: &[u8]) -> Result<(), String> {
+    let fd = openat(
+        dir,
+        tmp,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut file = std::fs::File::from(fd);
+    let write = (|| -> std::io::Result<()> {
+        file.write_all(data)?;
+        let owned = OwnedFd::from(file.try_clone()?);
+        let mode = restore_owner(dir, tmp, Some(&owned), want);
+        fchmod(&file, Mode::from_bits_truncate(mode)).map_err(std::io::Error::from)?;
+        let t = TimeSpec::new(
+            want.mtime_ns.div_euclid(1_000_000_000),
+            want.mtime_ns.rem_euclid(1_000_000_000),
+        );
+        // No fsync here: `apply` makes the whole restore durable at its
+        // end (the intent journal covers a crash before then).
+        futimens(&file, &t, &t).map_err(std::io::Error::from)
+    })();
+    write.map_err(|e| {
+        let _ = unlinkat(dir, tmp, UnlinkatFlags::NoRemoveDir);
+        e.to_string()
+    })
+}

@@ -1,0 +1,256 @@
+//! Taking a snapshot: scan (in full or what the watcher saw change), write
+//! the manifest, append to the timeline, and drop what retention lets go.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::incremental::Scanned;
+use super::manifest::{Manifest, Stored};
+use super::timeline::*;
+use super::*;
+use crate::store::durable;
+
+impl SnapshotStore {
+    /// Scans the folder into a new snapshot for `owners`; returns it once
+    /// durable. An unchanged tree reuses the previous manifest.
+    pub fn take(&mut self, folder: &Path, owners: Vec<Owner>) -> Result<Snap, SnapError> {
+        let started = Instant::now();
+        let latest = self.latest(folder)?;
+        let excludes = self.extra_excludes();
+        let base = latest.as_ref().map(|(id, _, _)| id.clone());
+        let plan = self.watch.plan(folder, &excludes, base.as_deref());
+        if let (
+            watch::Plan::Dirty {
+                dirs,
+                verify: false,
+            },
+            Some(base),
+        ) = (&plan, &base)
+            && dirs.is_empty()
+        {
+            return self.take_unchanged(folder, owners, base, started);
+        }
+        let previous = latest.as_ref().map(|(_, m, _)| Arc::clone(m));
+        let scanned = self.scan_durably(folder, &excludes, plan, previous.as_deref())?;
+        let newest = self.folder(folder)?.timeline.snaps.last().cloned();
+        let sum = summary::summarize(previous.as_deref().zip(newest.as_ref()), &scanned);
+        let now = now_ms();
+        let id = next_id(&self.folder(folder)?.timeline, now);
+        let manifest = match newest.filter(|_| sum.same) {
+            Some(newest) => newest.manifest,
+            None => self.write_manifest(folder, &id, scanned, latest)?,
+        };
+        let snap = Snap {
+            id,
+            manifest,
+            created_at: now,
+            files: sum.files,
+            bytes: sum.bytes,
+            changed: sum.changed,
+            owners,
+            undone: false,
+            skipped: sum.skipped,
+            skipped_why: sum.skipped_why,
+        };
+        self.record(folder, snap, started)
+    }
+
+    /// Scans `folder` as `plan` says, its new blobs written and synced.
+    fn scan_durably(
+        &mut self,
+        folder: &Path,
+        excludes: &scan::Excludes,
+        plan: watch::Plan,
+        previous: Option<&Manifest>,
+    ) -> Result<Scanned, SnapError> {
+        let started = Instant::now();
+        let mut pack = self.blobs.begin()?;
+        let scanned = match self.scan_folder(folder, excludes, plan, previous, &mut pack) {
+            Ok(ok) => ok,
+            Err(e) => {
+                self.blobs.abandon(pack);
+                return Err(e);
+            }
+        };
+        self.blobs.finish(pack)?;
+        tracing::debug!(
+            folder = %folder.display(),
+            hashed = scanned.stats.hashed,
+            new_blobs = scanned.stats.new_blobs,
+            spliced = scanned.delta.is_some(),
+            scan_us = started.elapsed().as_micros(),
+            "snapshot scanned"
+        );
+        Ok(scanned)
+    }
+
+    /// Writes the manifest file `id` (a delta against the newest manifest
+    /// while the chain is short, else the whole tree) and makes it the
+    /// newest; returns its id.
+    fn write_manifest(
+        &mut self,
+        folder: &Path,
+        id: &str,
+        scanned: Scanned,
+        latest: Option<(String, Arc<Manifest>, u32)>,
+    ) -> Result<String, SnapError> {
+        let started = Instant::now();
+        let Scanned {
+            manifest, delta, ..
+        } = scanned;
+        let (encoded, hashes, depth) = match latest {
+            Some((base, prev, depth)) if depth < MAX_DELTA_DEPTH => {
+                let (upserts, removed) = delta.unwrap_or_else(|| manifest.delta_from(&prev));
+                let stored = Stored::Delta {
+                    base,
+                    upserts,
+                    removed,
+                };
+                (stored.encode()?, stored.own_hashes(), depth + 1)
+            }
+            _ => (Stored::encode_full(&manifest)?, manifest.file_hashes(), 0),
+        };
+        let fs = self.folder(folder)?;
+        durable::write_atomic(
+            &fs.dir.join("manifests").join(format!("{id}.zst")),
+            &encoded,
+        )?;
+        let tree = Arc::new(manifest);
+        remember(fs, id, &tree);
+        fs.latest = Some((id.to_owned(), tree, depth));
+        self.blobs.add_refs(hashes.iter());
+        tracing::debug!(
+            depth,
+            bytes = encoded.len(),
+            write_us = started.elapsed().as_micros(),
+            "manifest written"
+        );
+        Ok(id.to_owned())
+    }
+
+    /// A snapshot of a folder the watcher saw no change in since its newest
+    /// manifest `base` was scanned: it points at that manifest, nothing is
+    /// listed, hashed or written but the timeline. Entries flagged racy in
+    /// `base` need no re-check here: a write to one after that scan's drain
+    /// would have queued an event for its directory.
+    fn take_unchanged(
+        &mut self,
+        folder: &Path,
+        owners: Vec<Owner>,
+        base: &str,
+        started: Instant,
+    ) -> Result<Snap, SnapError> {
+        let now = now_ms();
+        let fs = self.folder(folder)?;
+        let id = next_id(&fs.timeline, now);
+        let newest = fs
+            .timeline
+            .snaps
+            .last()
+            .filter(|s| s.manifest == base)
+            .ok_or_else(|| SnapError::NotFound("the newest snapshot changed".into()))?;
+        let snap = Snap {
+            id,
+            manifest: base.to_owned(),
+            created_at: now,
+            files: newest.files,
+            bytes: newest.bytes,
+            changed: 0,
+            owners,
+            undone: false,
+            skipped: newest.skipped,
+            skipped_why: newest.skipped_why.clone(),
+        };
+        self.record(folder, snap, started)
+    }
+
+    /// Appends `snap` to the folder's timeline, applies retention and saves
+    /// it; the watcher's dirty set starts again from its manifest.
+    fn record(&mut self, folder: &Path, snap: Snap, started: Instant) -> Result<Snap, SnapError> {
+        let fs = self.folder(folder)?;
+        fs.timeline.snaps.push(snap.clone());
+        // Message and manual snapshots are retained on separate caps, so
+        // `agentx snapshot` never pushes a message out.
+        let (mut messages, mut manual) = (0, 0);
+        let mut keep = vec![true; fs.timeline.snaps.len()];
+        for (i, s) in fs.timeline.snaps.iter().enumerate().rev() {
+            let (count, cap) = if s.manual() {
+                (&mut manual, KEEP_MANUAL)
+            } else {
+                (&mut messages, KEEP)
+            };
+            *count += 1;
+            keep[i] = *count <= cap;
+        }
+        let mut dropped = Vec::new();
+        let mut flags = keep.into_iter();
+        fs.timeline.snaps.retain(|s| {
+            let kept = flags.next().unwrap_or(true);
+            if !kept {
+                dropped.push(s.clone());
+            }
+            kept
+        });
+        // A dropped manifest that a retained delta builds on stays (the
+        // chain ends at the next full manifest); a restart keeps the same
+        // chains, so a kill -9 at any instant leaves every delta its base.
+        let fs = self.folder(folder)?;
+        save_timeline(&fs.dir, &fs.timeline)?;
+        #[cfg(test)]
+        if tests::CRASH_AFTER_TIMELINE_SAVE.get() {
+            return Err(SnapError::NotFound("simulated crash".into()));
+        }
+        self.watch.scanned(folder, &snap.manifest);
+        if !dropped.is_empty() {
+            self.release(folder, &dropped)?;
+        }
+        tracing::debug!(total_us = started.elapsed().as_micros(), "snapshot taken");
+        Ok(snap)
+    }
+
+    /// The manifests of `dropped` (and their delta chains) that no
+    /// retained snapshot uses, directly or as the base of its delta.
+    fn gone_manifests(
+        &mut self,
+        folder: &Path,
+        dropped: &[Snap],
+    ) -> Result<HashSet<String>, SnapError> {
+        let fs = self.folder(folder)?;
+        let used: Vec<String> = fs
+            .timeline
+            .snaps
+            .iter()
+            .map(|s| s.manifest.clone())
+            .collect();
+        let needed = chains(&fs.dir, used, &mut fs.bases)?;
+        let dropped: Vec<String> = dropped.iter().map(|s| s.manifest.clone()).collect();
+        let candidates = chains(&fs.dir, dropped, &mut fs.bases)?;
+        Ok(candidates.difference(&needed).cloned().collect())
+    }
+
+    /// Deletes manifests no retained snapshot needs and collects their
+    /// blobs (after the timeline's save).
+    fn release(&mut self, folder: &Path, dropped: &[Snap]) -> Result<(), SnapError> {
+        let gone = self.gone_manifests(folder, dropped)?;
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let fs = self.folder(folder)?;
+        for id in &gone {
+            fs.bases.remove(id);
+        }
+        let manifests = fs.dir.join("manifests");
+        let file = |id: &str| manifests.join(format!("{id}.zst"));
+        for id in &gone {
+            if let Ok(m) = std::fs::read(file(id)).and_then(|b| Stored::decode(&b)) {
+                self.blobs.drop_refs(m.own_hashes().iter());
+            }
+            let _ = std::fs::remove_file(file(id));
+        }
+        durable::fsync_dir(&manifests)?;
+        self.blobs.collect_garbage(false)?;
+        Ok(())
+    }
+}
