@@ -79,14 +79,8 @@ pub fn handle(
     if let Some(first) = errors.first() {
         return error(StatusCode::BAD_REQUEST, first);
     }
-    if let Some(Reply::HttpError { .. }) = state.script.front()
-        && let Some(Reply::HttpError {
-            status,
-            body,
-            headers,
-        }) = state.script.pop_front()
-    {
-        return scripted_error(status, &body, &headers);
+    if let Some(resp) = pop_scripted_error(&mut state) {
+        return resp;
     }
     if body["stream"] != true {
         return error(StatusCode::BAD_REQUEST, "the fake only streams");
@@ -138,32 +132,8 @@ pub(super) async fn stream(
     call_base: u64,
 ) -> Result<(), Closed> {
     let cut = matches!(reply, Some(Reply::Incomplete(_)));
-    let (text, calls): (Option<String>, Vec<(String, Value)>) = match reply {
-        None => (Some(default_text), vec![]),
-        Some(Reply::Incomplete(t)) => (Some(t), vec![]),
-        Some(Reply::Text(t)) => (Some(t), vec![]),
-        Some(Reply::ToolCall { name, arguments }) => (None, vec![(name, arguments)]),
-        Some(Reply::ToolCalls(calls)) => (None, calls),
-        Some(Reply::Stall(d)) => {
-            sse.pause(d).await?;
-            (Some(default_text), vec![])
-        }
-        Some(Reply::Truncated) => {
-            for part in chunks(&default_text, 3).into_iter().take(2) {
-                sse.send_data(&chunk(&id, json!({"content": part}), None))
-                    .await?;
-            }
-            return Ok(());
-        }
-        Some(Reply::StreamError(v)) => {
-            sse.send_data(&json!({"error": v}).to_string()).await?;
-            return Ok(());
-        }
-        Some(Reply::HttpError { .. }) => return Ok(()),
-    };
-    let args = |a: &Value| match a {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+    let Some((text, calls)) = answer(&mut sse, &id, reply, default_text).await? else {
+        return Ok(());
     };
     let finish = if cut {
         "length"
@@ -173,39 +143,9 @@ pub(super) async fn stream(
         "tool_calls"
     };
     if one_chunk {
-        let tool_calls: Vec<Value> = calls
-            .iter()
-            .enumerate()
-            .map(|(i, (name, a))| json!({"index": i, "id": format!("call_{}", call_base + i as u64), "type": "function",
-                "function": {"name": name, "arguments": args(a)}}))
-            .collect();
-        let mut delta = json!({"role": "assistant", "content": text});
-        if !tool_calls.is_empty() {
-            delta["tool_calls"] = json!(tool_calls);
-        }
-        sse.send_data(&chunk(&id, delta, Some(finish))).await?;
+        send_one_chunk(&mut sse, &id, text, &calls, finish, call_base).await?;
     } else {
-        sse.send_data(&chunk(&id, json!({"role": "assistant", "content": if text.is_some() { json!("") } else { Value::Null }}), None)).await?;
-        if let Some(t) = &text {
-            for part in chunks(t, 3) {
-                sse.send_data(&chunk(&id, json!({"content": part}), None))
-                    .await?;
-            }
-        }
-        for (i, (name, a)) in calls.iter().enumerate() {
-            let call_id = format!("call_{}", call_base + i as u64);
-            sse.send_data(&chunk(&id, json!({"content": null, "tool_calls": [{"index": i, "id": call_id, "type": "function",
-                "function": {"name": name, "arguments": ""}}]}), None)).await?;
-            for part in chunks(&args(a), 2) {
-                sse.send_data(&chunk(
-                    &id,
-                    json!({"tool_calls": [{"index": i, "function": {"arguments": part}}]}),
-                    None,
-                ))
-                .await?;
-            }
-        }
-        sse.send_data(&chunk(&id, json!({}), Some(finish))).await?;
+        send_chunks(&mut sse, &id, text.as_deref(), &calls, finish, call_base).await?;
     }
     if usage {
         sse.send_data(
@@ -217,4 +157,107 @@ pub(super) async fn stream(
         .await?;
     }
     sse.send_data("[DONE]").await
+}
+
+/// The text and tool calls `reply` answers with; `None` when the reply is
+/// a fault that has already been streamed (a truncation, an error).
+async fn answer(
+    sse: &mut Sse,
+    id: &str,
+    reply: Option<Reply>,
+    default_text: String,
+) -> Result<Option<(Option<String>, Vec<(String, Value)>)>, Closed> {
+    Ok(Some(match reply {
+        None => (Some(default_text), vec![]),
+        Some(Reply::Incomplete(t)) => (Some(t), vec![]),
+        Some(Reply::Text(t)) => (Some(t), vec![]),
+        Some(Reply::ToolCall { name, arguments }) => (None, vec![(name, arguments)]),
+        Some(Reply::ToolCalls(calls)) => (None, calls),
+        Some(Reply::Stall(d)) => {
+            sse.pause(d).await?;
+            (Some(default_text), vec![])
+        }
+        Some(Reply::Truncated) => {
+            for part in chunks(&default_text, 3).into_iter().take(2) {
+                sse.send_data(&chunk(id, json!({"content": part}), None))
+                    .await?;
+            }
+            return Ok(None);
+        }
+        Some(Reply::StreamError(v)) => {
+            sse.send_data(&json!({"error": v}).to_string()).await?;
+            return Ok(None);
+        }
+        Some(Reply::HttpError { .. }) => return Ok(None),
+    }))
+}
+
+/// A call's `arguments` as sent: a string verbatim, other JSON serialised.
+fn call_arguments(a: &Value) -> String {
+    match a {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The whole answer in one chunk that also carries the finish reason.
+async fn send_one_chunk(
+    sse: &mut Sse,
+    id: &str,
+    text: Option<String>,
+    calls: &[(String, Value)],
+    finish: &str,
+    call_base: u64,
+) -> Result<(), Closed> {
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (name, a))| {
+            json!({"index": i, "id": format!("call_{}", call_base + i as u64), "type": "function",
+            "function": {"name": name, "arguments": call_arguments(a)}})
+        })
+        .collect();
+    let mut delta = json!({"role": "assistant", "content": text});
+    if !tool_calls.is_empty() {
+        delta["tool_calls"] = json!(tool_calls);
+    }
+    sse.send_data(&chunk(id, delta, Some(finish))).await
+}
+
+/// The answer as a role chunk, text deltas, each call's head and argument
+/// deltas, then an empty chunk with the finish reason.
+async fn send_chunks(
+    sse: &mut Sse,
+    id: &str,
+    text: Option<&str>,
+    calls: &[(String, Value)],
+    finish: &str,
+    call_base: u64,
+) -> Result<(), Closed> {
+    sse.send_data(&chunk(id, json!({"role": "assistant", "content": if text.is_some() { json!("") } else { Value::Null }}), None)).await?;
+    if let Some(t) = text {
+        for part in chunks(t, 3) {
+            sse.send_data(&chunk(id, json!({"content": part}), None))
+                .await?;
+        }
+    }
+    for (i, (name, a)) in calls.iter().enumerate() {
+        let call_id = format!("call_{}", call_base + i as u64);
+        sse.send_data(&chunk(
+            id,
+            json!({"content": null, "tool_calls": [{"index": i, "id": call_id, "type": "function",
+            "function": {"name": name, "arguments": ""}}]}),
+            None,
+        ))
+        .await?;
+        for part in chunks(&call_arguments(a), 2) {
+            sse.send_data(&chunk(
+                id,
+                json!({"tool_calls": [{"index": i, "function": {"arguments": part}}]}),
+                None,
+            ))
+            .await?;
+        }
+    }
+    sse.send_data(&chunk(id, json!({}), Some(finish))).await
 }

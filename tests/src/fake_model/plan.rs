@@ -88,98 +88,140 @@ pub(super) fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan,
         .get("previous_response_id")
         .and_then(Value::as_str)
         .map(str::to_owned);
-
     let default_text = if state.lean {
-        if let Some(prev) = &previous
-            && !state.responses.contains_key(prev)
-        {
-            return Err(reject(
-                Some("previous_response_id"),
-                Some("previous_response_not_found"),
-                &format!("Previous response with id '{prev}' not found."),
-            ));
-        }
-        "ok".to_owned()
+        lean_text(state, previous.as_deref())?
     } else {
-        // The chain, newest first.
-        let mut chain: Vec<&Stored> = Vec::new();
-        if let Some(prev) = &previous {
-            let Some(mut stored) = state.responses.get(prev) else {
-                return Err(reject(
-                    Some("previous_response_id"),
-                    Some("previous_response_not_found"),
-                    &format!("Previous response with id '{prev}' not found."),
-                ));
-            };
-            loop {
-                chain.push(stored);
-                match stored
-                    .previous
-                    .as_ref()
-                    .and_then(|p| state.responses.get(p))
-                {
-                    Some(older) => stored = older,
-                    None => break,
-                }
-            }
-        }
-
-        // Every call the model made last time, or that this input replays,
-        // needs its output in this input.
-        let outputs: Vec<String> = call_ids(&input, "function_call_output");
-        let output_set: HashSet<&str> = outputs.iter().map(String::as_str).collect();
-        let last_output = chain
-            .first()
-            .map(|s| s.output.as_slice())
-            .unwrap_or_default();
-        for call in call_ids(last_output.iter().chain(&input), "function_call") {
-            if !output_set.contains(call.as_str()) {
-                return Err(reject(
-                    Some("input"),
-                    None,
-                    &format!("No tool output found for function call {call}."),
-                ));
-            }
-        }
-        // Every output needs its call somewhere in the conversation.
-        let known_calls: HashSet<String> = call_ids(
-            chain
-                .iter()
-                .flat_map(|s| s.input.iter().chain(&s.output))
-                .chain(&input),
-            "function_call",
-        )
-        .into_iter()
-        .collect();
-        for output in &outputs {
-            if !known_calls.contains(output) {
-                return Err(reject(
-                    Some("input"),
-                    None,
-                    &format!("No tool call found for function call output with call_id {output}."),
-                ));
-            }
-        }
-
-        // The default reply: echo the last user text, count the user turns.
-        let user_texts = |items: &[Value]| items.iter().filter_map(user_text).collect::<Vec<_>>();
-        let mut turns = user_texts(&input).len();
-        let mut last_user = user_texts(&input).pop();
-        for stored in &chain {
-            let texts = user_texts(&stored.input);
-            turns += texts.len();
-            if last_user.is_none() {
-                last_user = texts.last().cloned();
-            }
-        }
-        format!(
-            "echo: {} [turns seen: {turns}]",
-            last_user.unwrap_or_default()
-        )
+        let chain = chain(state, previous.as_deref())?;
+        check_calls(&chain, &input)?;
+        echo_text(&chain, &input)
     };
 
     state.next_response += 1;
     let id = format!("resp_{}", state.next_response);
+    let reply = next_reply(state, &input, &default_text);
+    let incomplete = matches!(reply, Some(Reply::Incomplete(_)));
+    let kind = plan_kind(state, reply, &default_text)?;
+    let store = body.get("store").and_then(Value::as_bool) != Some(false);
+    Ok(Plan {
+        meta: meta(body, id, previous.clone(), store),
+        kind,
+        incomplete,
+        store: store.then(|| Stored {
+            previous,
+            input,
+            output: Vec::new(),
+        }),
+        default_text,
+    })
+}
+
+/// The 400 for a `previous_response_id` the fake does not hold.
+fn previous_not_found(prev: &str) -> Box<Response> {
+    reject(
+        Some("previous_response_id"),
+        Some("previous_response_not_found"),
+        &format!("Previous response with id '{prev}' not found."),
+    )
+}
+
+/// Benchmark mode: only the previous id is checked, the answer is `ok`.
+fn lean_text(state: &FakeState, previous: Option<&str>) -> Result<String, Box<Response>> {
+    if let Some(prev) = previous
+        && !state.responses.contains_key(prev)
+    {
+        return Err(previous_not_found(prev));
+    }
+    Ok("ok".to_owned())
+}
+
+/// The stored chain ending at `previous`, newest first.
+fn chain<'a>(
+    state: &'a FakeState,
+    previous: Option<&str>,
+) -> Result<Vec<&'a Stored>, Box<Response>> {
+    let mut chain: Vec<&Stored> = Vec::new();
+    if let Some(prev) = previous {
+        let Some(mut stored) = state.responses.get(prev) else {
+            return Err(previous_not_found(prev));
+        };
+        loop {
+            chain.push(stored);
+            match stored
+                .previous
+                .as_ref()
+                .and_then(|p| state.responses.get(p))
+            {
+                Some(older) => stored = older,
+                None => break,
+            }
+        }
+    }
+    Ok(chain)
+}
+
+/// The real API's pairing rules for function calls and their outputs.
+fn check_calls(chain: &[&Stored], input: &[Value]) -> Result<(), Box<Response>> {
+    // Every call the model made last time, or that this input replays,
+    // needs its output in this input.
+    let outputs: Vec<String> = call_ids(input, "function_call_output");
+    let output_set: HashSet<&str> = outputs.iter().map(String::as_str).collect();
+    let last_output = chain
+        .first()
+        .map(|s| s.output.as_slice())
+        .unwrap_or_default();
+    for call in call_ids(last_output.iter().chain(input), "function_call") {
+        if !output_set.contains(call.as_str()) {
+            return Err(reject(
+                Some("input"),
+                None,
+                &format!("No tool output found for function call {call}."),
+            ));
+        }
+    }
+    // Every output needs its call somewhere in the conversation.
+    let known_calls: HashSet<String> = call_ids(
+        chain
+            .iter()
+            .flat_map(|s| s.input.iter().chain(&s.output))
+            .chain(input),
+        "function_call",
+    )
+    .into_iter()
+    .collect();
+    for output in &outputs {
+        if !known_calls.contains(output) {
+            return Err(reject(
+                Some("input"),
+                None,
+                &format!("No tool call found for function call output with call_id {output}."),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The default reply: echo the last user text, count the user turns.
+fn echo_text(chain: &[&Stored], input: &[Value]) -> String {
+    let user_texts = |items: &[Value]| items.iter().filter_map(user_text).collect::<Vec<_>>();
+    let mut turns = user_texts(input).len();
+    let mut last_user = user_texts(input).pop();
+    for stored in chain {
+        let texts = user_texts(&stored.input);
+        turns += texts.len();
+        if last_user.is_none() {
+            last_user = texts.last().cloned();
+        }
+    }
+    format!(
+        "echo: {} [turns seen: {turns}]",
+        last_user.unwrap_or_default()
+    )
+}
+
+/// The reply for this request: the script's next one, else a `CALL`
+/// directive in the input, else a stall on the stall marker, else none
+/// (the default reply).
+fn next_reply(state: &mut FakeState, input: &[Value], default_text: &str) -> Option<Reply> {
     let mut reply = state.script.pop_front();
     // `CALL <command>` as this input's own user text: a shell call, so
     // concurrent clients each get their own without sharing the script.
@@ -198,13 +240,21 @@ pub(super) fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan,
     {
         reply = Some(Reply::Stall(*d));
     }
+    reply
+}
+
+/// What the stream sends for `reply`, its items numbered from `state`.
+fn plan_kind(
+    state: &mut FakeState,
+    reply: Option<Reply>,
+    default_text: &str,
+) -> Result<PlanKind, Box<Response>> {
     let mut next_item = || {
         state.next_item += 1;
         state.next_item
     };
-    let incomplete = matches!(reply, Some(Reply::Incomplete(_)));
-    let kind = match reply {
-        None => PlanKind::Items(vec![message_item(next_item(), &default_text)]),
+    Ok(match reply {
+        None => PlanKind::Items(vec![message_item(next_item(), default_text)]),
         Some(Reply::Incomplete(text)) => PlanKind::Items(vec![message_item(next_item(), &text)]),
         Some(Reply::Text(text)) => PlanKind::Items(vec![message_item(next_item(), &text)]),
         Some(Reply::ToolCall { name, arguments }) => {
@@ -223,17 +273,19 @@ pub(super) fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan,
             PlanKind::StreamError(v)
         }
         Some(Reply::Truncated) => PlanKind::Truncated(format!("msg_{}", next_item())),
-        Some(Reply::Stall(d)) => PlanKind::Stall(d, vec![message_item(next_item(), &default_text)]),
+        Some(Reply::Stall(d)) => PlanKind::Stall(d, vec![message_item(next_item(), default_text)]),
         // Answered before planning; unreachable, but harmless.
         Some(Reply::HttpError {
             status,
             body,
             headers,
         }) => return Err(Box::new(scripted_error(status, &body, &headers))),
-    };
+    })
+}
 
-    let store = body.get("store").and_then(Value::as_bool) != Some(false);
-    let meta = Meta {
+/// The response's own fields, echoed from the request.
+fn meta(body: &Value, id: String, previous: Option<String>, store: bool) -> Meta {
+    Meta {
         id,
         created_at: SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -247,20 +299,9 @@ pub(super) fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan,
             Some(Value::Array(tools)) => Value::Array(tools.clone()),
             _ => json!([]),
         },
-        previous: previous.clone(),
+        previous,
         store,
-    };
-    Ok(Plan {
-        meta,
-        kind,
-        incomplete,
-        store: store.then(|| Stored {
-            previous,
-            input,
-            output: Vec::new(),
-        }),
-        default_text,
-    })
+    }
 }
 
 pub(super) fn message_item(n: u64, text: &str) -> Value {
