@@ -1,7 +1,6 @@
 //! Scanning a folder into a manifest: a parallel walk that prunes excluded
-//! directories, the stat cache (reuse the previous hash when size, times,
-//! inode and mode match and the entry was not racy), and parallel hashing
-//! and compression of what changed.
+//! directories, and the stat cache (reuse the previous hash when size, times,
+//! inode and mode match and the entry was not racy); `read` hashes the rest.
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
@@ -11,11 +10,17 @@ use std::path::Path;
 use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::{AT_FDCWD, AtFlags, OFlag, openat, readlinkat};
-use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
+use nix::sys::stat::{Mode, fstatat};
 use rayon::prelude::*;
 
-use super::blobs::{Blobs, PackWriter, compress};
-use super::manifest::{Entry, Hash, Kind, Manifest, why};
+use super::blobs::{Blobs, PackWriter};
+use super::manifest::{Entry, Kind, Manifest, why};
+
+mod read;
+
+pub(super) use read::hash_todo;
+#[cfg(test)]
+pub(super) use read::torn;
 
 /// Directory names never snapshotted (anywhere in the tree).
 pub const EXCLUDED_DIRS: &[&str] = &[
@@ -266,85 +271,6 @@ fn walk_dir(
 /// the recovery of an interrupted restore removes them.
 pub const TEMP_PREFIX: &[u8] = b".agentx-restore-";
 
-/// Opens the file at `rel` under `root` for reading, through directory fds
-/// (no symlink followed, no `PATH_MAX` limit).
-pub fn open_file(root: &OwnedFd, rel: &[u8]) -> nix::Result<std::fs::File> {
-    let parts: Vec<&[u8]> = rel.split(|b| *b == b'/').collect();
-    let Some((name, parents)) = parts.split_last() else {
-        return Err(Errno::ENOENT);
-    };
-    let mut dir: Option<OwnedFd> = None;
-    for part in parents {
-        dir = Some(open_dir_at(dir.as_ref().unwrap_or(root), part)?);
-    }
-    let fd = openat(
-        dir.as_ref().unwrap_or(root),
-        OsStr::from_bytes(name),
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NOCTTY,
-        Mode::empty(),
-    )?;
-    Ok(std::fs::File::from(fd))
-}
-
-/// Test hook: something writes a file between the read and its check.
-#[cfg(test)]
-pub(super) mod torn {
-    use std::sync::Mutex;
-
-    type Hook = Box<dyn FnMut(&[u8]) + Send>;
-    static HOOK: Mutex<Option<Hook>> = Mutex::new(None);
-
-    /// Runs `hook` with the relative path of every file just read.
-    pub fn set(hook: Option<Hook>) {
-        if let Ok(mut h) = HOOK.lock() {
-            *h = hook;
-        }
-    }
-
-    pub(super) fn while_reading(rel: &[u8]) {
-        if let Ok(mut h) = HOOK.lock()
-            && let Some(hook) = h.as_mut()
-        {
-            hook(rel);
-        }
-    }
-}
-
-/// Reads a file whole and checks it did not change while being read
-/// (size, mtime and ctime from fstat before and after; three tries).
-/// `Ok(Err(reason))`: it kept changing (a torn read is never stored as its
-/// state) or grew past the limit.
-type Stable = Result<(Vec<u8>, FileStat), &'static [u8]>;
-fn read_stable(root: &OwnedFd, rel: &[u8]) -> std::io::Result<Stable> {
-    use std::io::Read as _;
-    let key = |st: &FileStat| {
-        (
-            st.st_size,
-            st.st_mtime,
-            st.st_mtime_nsec,
-            st.st_ctime,
-            st.st_ctime_nsec,
-            st.st_ino,
-        )
-    };
-    for _ in 0..3 {
-        let mut file = open_file(root, rel)?;
-        let before = fstat(&file)?;
-        if before.st_size as u64 > MAX_FILE {
-            return Ok(Err(why::OVERSIZED));
-        }
-        let mut data = Vec::with_capacity(usize::try_from(before.st_size).unwrap_or(0));
-        file.read_to_end(&mut data)?;
-        #[cfg(test)]
-        torn::while_reading(rel);
-        let after = fstat(&file)?;
-        if key(&before) == key(&after) && data.len() as u64 == after.st_size as u64 {
-            return Ok(Ok((data, after)));
-        }
-    }
-    Ok(Err(why::CHANGING))
-}
-
 /// Walks `root` and builds its manifest, storing new content in `pack`.
 pub fn scan(
     root: &Path,
@@ -435,89 +361,6 @@ pub(super) fn scan_with(
     entries.retain(|e| !e.path.is_empty());
     let manifest = Manifest::from_entries(entries);
     Ok((manifest, stats))
-}
-
-/// Reads and hashes `entries[todo]` (and compresses what is new into `pack`)
-/// in parallel, in bounded batches. A file gone meanwhile gets an empty path
-/// (the caller leaves it out); one that kept changing or cannot be read is
-/// recorded as [`Kind::Skipped`].
-pub(super) fn hash_todo(
-    root_fd: &OwnedFd,
-    entries: &mut [Entry],
-    todo: &[usize],
-    blobs: &Blobs,
-    pack: &mut PackWriter,
-) -> std::io::Result<ScanStats> {
-    // Hash (and compress what is new) in parallel, in bounded batches, and
-    // append sequentially to the pack.
-    let mut stats = ScanStats {
-        hashed: todo.len() as u64,
-        new_blobs: 0,
-    };
-    for batch in todo.chunks(512) {
-        type Hashed = Result<(Hash, FileStat, Option<Vec<u8>>), &'static [u8]>;
-        let results: Vec<(usize, std::io::Result<Hashed>)> = batch
-            .par_iter()
-            .map(|&i| {
-                let result = read_stable(root_fd, &entries[i].path).and_then(|read| {
-                    let (data, st) = match read {
-                        Ok(read) => read,
-                        Err(reason) => return Ok(Err(reason)),
-                    };
-                    let hash = *blake3::hash(&data).as_bytes();
-                    if blobs.contains(&hash) {
-                        Ok(Ok((hash, st, None)))
-                    } else {
-                        Ok(Ok((hash, st, Some(compress(&data)?))))
-                    }
-                });
-                (i, result)
-            })
-            .collect();
-        for (i, result) in results {
-            let entry = &mut entries[i];
-            match result {
-                Ok(Ok((hash, st, blob))) => {
-                    entry.hash = hash;
-                    if let Some(compressed) = blob
-                        && !pack.contains(&hash)
-                    {
-                        pack.append(hash, &compressed, st.st_size as u64)?;
-                        stats.new_blobs += 1;
-                    }
-                    // Changed between the walk's stat and the read: keep the
-                    // stat that matches what was read, and re-hash next time.
-                    let mtime_ns = ns(st.st_mtime, st.st_mtime_nsec);
-                    if st.st_size as u64 != entry.size
-                        || mtime_ns != entry.mtime_ns
-                        || st.st_ino != entry.ino
-                    {
-                        entry.size = st.st_size as u64;
-                        entry.mtime_ns = mtime_ns;
-                        entry.ctime_ns = ns(st.st_ctime, st.st_ctime_nsec);
-                        entry.ino = st.st_ino;
-                        entry.mode = st.st_mode & 0o7777;
-                        entry.racy = true;
-                    }
-                }
-                Ok(Err(reason)) => {
-                    // Kept changing while read, or grew past the limit.
-                    entry.kind = Kind::Skipped;
-                    entry.size = 0;
-                    entry.racy = true;
-                    entry.target = reason.to_vec();
-                }
-                Err(e) if e.raw_os_error() == Some(Errno::ENOENT as i32) => entry.path.clear(),
-                Err(_) => {
-                    // Present but unreadable: recorded, never as absent.
-                    entry.kind = Kind::Skipped;
-                    entry.size = 0;
-                    entry.target = why::UNREADABLE.to_vec();
-                }
-            }
-        }
-    }
-    Ok(stats)
 }
 
 /// Now in nanoseconds since the epoch (a scan's start).

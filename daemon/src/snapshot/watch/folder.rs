@@ -1,0 +1,288 @@
+//! One watched folder: its inotify instance, a watch per directory, and
+//! the directories with events since the last snapshot (or why not exact).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use nix::errno::Errno;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+
+use super::WatchConfig;
+use crate::snapshot::scan::{Excludes, excluded};
+
+const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
+    .union(AddWatchFlags::IN_DELETE)
+    .union(AddWatchFlags::IN_MODIFY)
+    .union(AddWatchFlags::IN_CLOSE_WRITE)
+    .union(AddWatchFlags::IN_ATTRIB)
+    .union(AddWatchFlags::IN_MOVED_FROM)
+    .union(AddWatchFlags::IN_MOVED_TO)
+    .union(AddWatchFlags::IN_DELETE_SELF)
+    .union(AddWatchFlags::IN_MOVE_SELF)
+    .union(AddWatchFlags::IN_ONLYDIR)
+    .union(AddWatchFlags::IN_DONT_FOLLOW);
+
+/// File systems whose changes inotify does not see in full (changes made by
+/// other clients or by the server): NFS, SMB/CIFS, FUSE, 9p, Ceph, AFS, Coda.
+const REMOTE_FS: &[i64] = &[
+    0x6969,      // NFS
+    0x517B,      // SMB
+    0xFF53_4D42, // CIFS
+    0xFE53_4D42, // SMB2
+    0x6573_5546, // FUSE
+    0x0102_1997, // 9p
+    0x00C3_6400, // Ceph
+    0x5346_414F, // AFS
+    0x7375_7245, // Coda
+];
+
+/// One watched folder.
+pub(super) struct FolderWatch {
+    pub(super) inotify: Inotify,
+    pub(super) root: PathBuf,
+    pub(super) names: Vec<String>,
+    pub(super) paths: Vec<PathBuf>,
+    pub(super) dirs: HashMap<WatchDescriptor, Vec<u8>>,
+    pub(super) wds: BTreeMap<Vec<u8>, WatchDescriptor>,
+    pub(super) dirty: BTreeSet<Vec<u8>>,
+    /// Set when the dirty set stopped being trustworthy.
+    pub(super) broken: Option<String>,
+    /// The manifest the dirty set is relative to.
+    pub(super) base: Option<String>,
+    pub(super) last_used: Instant,
+    /// Watcher-based snapshots since the last verification.
+    pub(super) since_verify: u32,
+    /// Directories the last snapshot re-statted (None: it was a full scan).
+    pub(super) last_dirty: Option<usize>,
+    pub(super) max_dirs: usize,
+    /// The breakage was a resource limit (watch count, watch limit).
+    pub(super) hit_limit: bool,
+}
+
+fn join(root: &Path, rel: &[u8]) -> PathBuf {
+    if rel.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(OsStr::from_bytes(rel))
+    }
+}
+
+fn child(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(dir.len() + 1 + name.len());
+    if !dir.is_empty() {
+        p.extend_from_slice(dir);
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    p
+}
+
+impl FolderWatch {
+    /// Watches every directory of `root` (excluded ones left out); the
+    /// watches are in place before this returns, so a scan that follows
+    /// misses nothing later events would not report.
+    pub(super) fn start(root: &Path, ex: &Excludes, cfg: &WatchConfig) -> Result<Self, String> {
+        let fs = nix::sys::statfs::statfs(root).map_err(|e| format!("statfs failed: {e}"))?;
+        #[allow(clippy::unnecessary_cast)] // f_type's width differs by target
+        let fs_type = fs.filesystem_type().0 as i64;
+        #[cfg(test)]
+        let fs_type = if cfg.assume_remote_fs {
+            0x6969
+        } else {
+            fs_type
+        };
+        if REMOTE_FS.contains(&fs_type) {
+            return Err(format!(
+                "it is on a network or FUSE file system (type {fs_type:#x}), where inotify misses changes"
+            ));
+        }
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .map_err(|e| format!("inotify_init failed: {e}"))?;
+        let mut w = Self {
+            inotify,
+            root: root.to_path_buf(),
+            names: ex.names.clone(),
+            paths: ex.paths.clone(),
+            dirs: HashMap::new(),
+            wds: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            broken: None,
+            base: None,
+            last_used: Instant::now(),
+            since_verify: 0,
+            last_dirty: None,
+            max_dirs: cfg.max_dirs,
+            hit_limit: false,
+        };
+        w.add_tree(Vec::new());
+        match w.broken.take() {
+            Some(reason) => Err(reason),
+            None => Ok(w),
+        }
+    }
+
+    pub(super) fn same_excludes(&self, ex: &Excludes) -> bool {
+        self.names == ex.names && self.paths == ex.paths
+    }
+
+    fn is_excluded(&self, rel: &[u8], name: &[u8]) -> bool {
+        excluded(name, &self.names) || self.paths.iter().any(|p| *p == join(&self.root, rel))
+    }
+
+    /// Watches `rel` and every directory below it, marking each dirty.
+    fn add_tree(&mut self, rel: Vec<u8>) {
+        let mut stack = vec![rel];
+        while let Some(dir) = stack.pop() {
+            if self.broken.is_some() {
+                return;
+            }
+            if self.wds.len() >= self.max_dirs {
+                self.broken = Some(format!(
+                    "it has more than {} directories (AGENTX_WATCH_MAX_DIRS)",
+                    self.max_dirs
+                ));
+                self.hit_limit = true;
+                return;
+            }
+            let path = join(&self.root, &dir);
+            match self.inotify.add_watch(&path, MASK) {
+                Ok(wd) => {
+                    // Already watched under another name: it was renamed
+                    // after the event being handled (events are read late).
+                    // The rename's own events, still queued, follow.
+                    if let Some(other) = self.dirs.get(&wd)
+                        && *other != dir
+                        && self.wds.get(other) == Some(&wd)
+                    {
+                        self.wds.remove(&other.clone());
+                    }
+                    self.dirs.insert(wd, dir.clone());
+                    self.wds.insert(dir.clone(), wd);
+                }
+                // Gone or replaced since it was listed: its parent's events
+                // (already queued) cover it.
+                Err(Errno::ENOENT | Errno::ENOTDIR) => continue,
+                Err(Errno::ENOSPC) => {
+                    self.broken = Some(
+                        "the inotify watch limit was reached (fs.inotify.max_user_watches)".into(),
+                    );
+                    self.hit_limit = true;
+                    return;
+                }
+                Err(e) => {
+                    self.broken = Some(format!("cannot watch {}: {e}", path.display()));
+                    return;
+                }
+            }
+            self.dirty.insert(dir.clone());
+            let Ok(read) = std::fs::read_dir(&path) else {
+                continue;
+            };
+            for entry in read.flatten() {
+                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                let name = entry.file_name();
+                let sub = child(&dir, name.as_bytes());
+                if !self.is_excluded(&sub, name.as_bytes()) {
+                    stack.push(sub);
+                }
+            }
+        }
+    }
+
+    /// Stops watching `rel` and everything below it.
+    fn remove_tree(&mut self, rel: &[u8]) {
+        let mut prefix = rel.to_vec();
+        prefix.push(b'/');
+        let below: Vec<Vec<u8>> = self
+            .wds
+            .range(prefix.clone()..)
+            .take_while(|(p, _)| p.starts_with(&prefix))
+            .map(|(p, _)| p.clone())
+            .chain(self.wds.contains_key(rel).then(|| rel.to_vec()))
+            .collect();
+        for p in below {
+            if let Some(wd) = self.wds.remove(&p) {
+                self.dirs.remove(&wd);
+                let _ = self.inotify.rm_watch(wd);
+            }
+        }
+    }
+
+    /// Reads every queued event (until `EAGAIN`) into the dirty set.
+    pub(super) fn drain(&mut self) {
+        loop {
+            if self.broken.is_some() {
+                return;
+            }
+            let events = match self.inotify.read_events() {
+                Ok(events) => events,
+                Err(Errno::EAGAIN) => return,
+                Err(Errno::EINTR) => continue,
+                Err(e) => {
+                    self.broken = Some(format!("reading inotify events failed: {e}"));
+                    return;
+                }
+            };
+            for ev in events {
+                self.event(ev.wd, ev.mask, ev.name.as_deref().map(OsStr::as_bytes));
+            }
+        }
+    }
+
+    fn event(&mut self, wd: WatchDescriptor, mask: AddWatchFlags, name: Option<&[u8]>) {
+        use AddWatchFlags as F;
+        if mask.contains(F::IN_Q_OVERFLOW) {
+            self.broken = Some("the inotify event queue overflowed".into());
+            return;
+        }
+        if mask.contains(F::IN_UNMOUNT) {
+            self.broken = Some("a file system in it was unmounted".into());
+            return;
+        }
+        // Events of watches already removed (their parent's events cover them).
+        let Some(dir) = self.dirs.get(&wd).cloned() else {
+            return;
+        };
+        if mask.contains(F::IN_IGNORED) {
+            self.dirs.remove(&wd);
+            if self.wds.get(&dir) == Some(&wd) {
+                self.wds.remove(&dir);
+            }
+            if dir.is_empty() {
+                self.broken = Some("the folder itself was moved or deleted".into());
+            }
+            return;
+        }
+        match name {
+            Some(name) => {
+                self.dirty.insert(dir.clone());
+                if mask.contains(F::IN_ISDIR) {
+                    let sub = child(&dir, name);
+                    if mask.intersects(F::IN_DELETE | F::IN_MOVED_FROM) {
+                        self.remove_tree(&sub);
+                    }
+                    if mask.intersects(F::IN_CREATE | F::IN_MOVED_TO) {
+                        self.remove_tree(&sub);
+                        if !self.is_excluded(&sub, name) {
+                            self.add_tree(sub);
+                        }
+                    }
+                }
+            }
+            None => {
+                if dir.is_empty() && mask.intersects(F::IN_DELETE_SELF | F::IN_MOVE_SELF) {
+                    self.broken = Some("the folder itself was moved or deleted".into());
+                    return;
+                }
+                // The directory's own stat data changed: it is re-statted
+                // with its contents.
+                self.dirty.insert(dir);
+            }
+        }
+    }
+}
