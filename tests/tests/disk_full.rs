@@ -304,6 +304,11 @@ fn the_profile_disk_filling_up_during_a_tool_call_is_settled_once_freed() {
         Ok(m) => m,
         Err(why) => return skip(&why),
     };
+    // The search index commits (and deletes its old files) on its own
+    // thread whenever a turn's records land: on the same file system it
+    // could free space after the tool filled it, and the turn would then
+    // rightly go on. Here only the tool may change the free space.
+    let _index = Tmpfs::mount(&env.home.join("search"), "8m").unwrap();
     let model = FakeModel::start();
     assert_answer(&say(&env, &model, "first"), "first", 1);
     // The tool itself fills the profile's disk: its output, and whatever
