@@ -1,0 +1,294 @@
+//! The agentx columns of the snapshot benchmark: agentd (with the watcher or
+//! with full scans) taking, undoing and restoring snapshots, and messages.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use tonic::transport::Channel;
+
+use agentx_shared::proto::sessions_client::SessionsClient;
+use agentx_shared::proto::snapshots_client::SnapshotsClient;
+use agentx_shared::proto::{
+    OpenSessionRequest, ProviderSettings, RestoreRequest, Scope, TakeSnapshotRequest,
+    open_session_request, restore_request, turn_event,
+};
+use agentx_tests::TestEnv;
+use agentx_tests::fake_model::FakeModel;
+
+use super::tree::{change_restore_dirs, touch_files};
+use super::{RESTORE_DIRS, SnapResults};
+use crate::{median_ms, open_message};
+
+/// One agentd configuration under measurement.
+struct Bench<'a> {
+    tree: &'a Path,
+    files: &'a [PathBuf],
+    /// With the watcher, or with full scans (`AGENTX_WATCH=off`).
+    watch: bool,
+    runs: usize,
+    /// The tree's scope.
+    scope: Scope,
+    /// Rounds of edits distinct from the other configuration's.
+    base: usize,
+}
+
+/// The agentx column with or without the watcher: the same rows as the
+/// baselines', plus the message rows; medians.
+pub(super) async fn bench_agentx(
+    tree: &Path,
+    files: &[PathBuf],
+    watch: bool,
+    runs: usize,
+    model: &FakeModel,
+) -> anyhow::Result<SnapResults> {
+    let bench = Bench {
+        tree,
+        files,
+        watch,
+        runs,
+        scope: Scope {
+            folder: tree.display().to_string(),
+            agent: "default".into(),
+        },
+        base: if watch { 0 } else { 1000 },
+    };
+    let first = bench.first_snapshots().await?;
+
+    let env = bench.start_env()?;
+    let channel = agentx_shared::transport::connect(&env.socket()).await?;
+    let client = SnapshotsClient::new(channel.clone());
+    let (watch_status, same, ten, undo) = bench.steady(&env, &client).await?;
+    // The log of the steady-state rows (see the `snapshots` module comment).
+    if let Ok(to) = std::env::var("AGENTX_BENCH_LOG_TO") {
+        std::fs::copy(env.home.join("log/agentd.log"), format!("{to}.{watch}"))?;
+    }
+    let (message_tree, message_empty) = bench.messages(&env, &channel, model).await?;
+    let restore = bench.restores(&client).await?;
+    let store = bench.store_size(&env, &client).await?;
+    let _ = env.run(["daemon", "stop"]);
+    Ok(SnapResults {
+        first: median_ms(first),
+        same: median_ms(same),
+        ten: median_ms(ten),
+        undo: median_ms(undo),
+        restore: median_ms(restore),
+        store,
+        message_tree,
+        message_empty,
+        message_overhead: message_tree - message_empty,
+        watch_status,
+    })
+}
+
+impl Bench<'_> {
+    /// A new profile with agentd started in this configuration (and the
+    /// `AGENTX_BENCH_LOG` filter, see the `snapshots` module comment).
+    fn start_env(&self) -> anyhow::Result<TestEnv> {
+        let mut env = TestEnv::new();
+        if !self.watch {
+            env.extra_env.push(("AGENTX_WATCH".into(), "off".into()));
+        }
+        if let Ok(filter) = std::env::var("AGENTX_BENCH_LOG") {
+            env.extra_env.push(("AGENTX_LOG".into(), filter));
+        }
+        if !env.run(["daemon", "start"]).status.success() {
+            bail!("agentd did not start");
+        }
+        Ok(env)
+    }
+
+    /// One snapshot of the tree, timed.
+    async fn take(&self, client: &SnapshotsClient<Channel>) -> anyhow::Result<Duration> {
+        let mut c = client.clone();
+        let scope = self.scope.clone();
+        let t = Instant::now();
+        c.take_snapshot(TakeSnapshotRequest {
+            scope: Some(scope),
+            label: String::new(),
+        })
+        .await?;
+        Ok(t.elapsed())
+    }
+
+    /// A rewind to the snapshot before the newest (pre-restore snapshot
+    /// included), timed; it must restore `expect` paths.
+    async fn rewind(
+        &self,
+        client: &SnapshotsClient<Channel>,
+        expect: usize,
+    ) -> anyhow::Result<Duration> {
+        let mut c = client.clone();
+        let scope = self.scope.clone();
+        let t = Instant::now();
+        let reply = c
+            .restore(RestoreRequest {
+                scope: Some(scope),
+                target: Some(restore_request::Target::RewindIndex(2)),
+                force: true,
+            })
+            .await?
+            .into_inner();
+        let took = t.elapsed();
+        if reply.applied.len() != expect || !reply.errors.is_empty() {
+            bail!(
+                "the rewind restored {} paths, expected {expect} ({:?})",
+                reply.applied.len(),
+                reply.errors.first()
+            );
+        }
+        Ok(took)
+    }
+
+    /// Three first snapshots, each by a fresh agentd into a fresh store.
+    async fn first_snapshots(&self) -> anyhow::Result<Vec<Duration>> {
+        let mut first = Vec::new();
+        for _ in 0..3 {
+            let env = self.start_env()?;
+            let client =
+                SnapshotsClient::new(agentx_shared::transport::connect(&env.socket()).await?);
+            first.push(self.take(&client).await?);
+        }
+        Ok(first)
+    }
+
+    /// agentd's watch status, then samples of the steady-state rows:
+    /// unchanged re-snapshots, snapshots after 10 files changed, and undos
+    /// of them.
+    async fn steady(
+        &self,
+        env: &TestEnv,
+        client: &SnapshotsClient<Channel>,
+    ) -> anyhow::Result<(String, Vec<Duration>, Vec<Duration>, Vec<Duration>)> {
+        self.take(client).await?;
+        // Let the racy window pass so the stat cache is trusted.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        self.take(client).await?;
+        let watch_status = self.watch_status(env)?;
+        let mut same = Vec::new();
+        for _ in 0..self.runs {
+            same.push(self.take(client).await?);
+        }
+        let (mut ten, mut undo) = (Vec::new(), Vec::new());
+        for round in 0..self.runs {
+            touch_files(self.files, self.base + round, 10)?;
+            ten.push(self.take(client).await?);
+            // Undo those 10 files: rewind to the snapshot before them (2 = the
+            // one before the newest), pre-restore snapshot included.
+            undo.push(self.rewind(client, 10).await?);
+            self.take(client).await?;
+        }
+        Ok((watch_status, same, ten, undo))
+    }
+
+    /// What `agentx status` says of the tree's snapshot watch.
+    fn watch_status(&self, env: &TestEnv) -> anyhow::Result<String> {
+        let status = env
+            .agentx(["status", "--json"])
+            .current_dir(self.tree)
+            .output()?;
+        Ok(serde_json::from_slice::<serde_json::Value>(&status.stdout)
+            .ok()
+            .and_then(|v| v["snapshot_watch"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| "(status did not say)".into()))
+    }
+
+    /// Whole messages, no tool call: medians in the tree and in an empty
+    /// folder, in milliseconds.
+    async fn messages(
+        &self,
+        env: &TestEnv,
+        channel: &Channel,
+        model: &FakeModel,
+    ) -> anyhow::Result<(f64, f64)> {
+        let provider = ProviderSettings {
+            provider: "responses".into(),
+            base_url: model.base_url(),
+            model: "fake-model".into(),
+            api_key: "bench".into(),
+        };
+        let empty = Scope {
+            folder: std::fs::canonicalize(&env.work)?.display().to_string(),
+            agent: "default".into(),
+        };
+        let mut sessions = Vec::new();
+        for s in [&self.scope, &empty] {
+            sessions.push(new_session(channel, s).await?);
+        }
+        let (mut in_tree, mut in_empty) = (Vec::new(), Vec::new());
+        for i in 0..3 + 2 * self.runs {
+            let t = timed_message(channel, &self.scope, &sessions[0], &provider, i).await?;
+            let e = timed_message(channel, &empty, &sessions[1], &provider, i).await?;
+            if i >= 3 {
+                in_tree.push(t);
+                in_empty.push(e);
+            }
+        }
+        Ok((median_ms(in_tree), median_ms(in_empty)))
+    }
+
+    /// A large restore: every file of [`RESTORE_DIRS`] directories changed,
+    /// then put back by a rewind (after the racy window, as an undo read
+    /// after the result is); three of them, then a snapshot.
+    async fn restores(&self, client: &SnapshotsClient<Channel>) -> anyhow::Result<Vec<Duration>> {
+        let mut restore = Vec::new();
+        for rep in 0..3 {
+            self.take(client).await?;
+            change_restore_dirs(self.tree, &format!("agentx {} {rep}", self.watch))?;
+            self.take(client).await?;
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            restore.push(self.rewind(client, RESTORE_DIRS * 100).await?);
+        }
+        self.take(client).await?;
+        Ok(restore)
+    }
+
+    /// Store size in bytes after 50 snapshots with 10 files changed each.
+    async fn store_size(
+        &self,
+        env: &TestEnv,
+        client: &SnapshotsClient<Channel>,
+    ) -> anyhow::Result<u64> {
+        for round in 0..50 {
+            touch_files(self.files, self.base + 3000 + round, 10)?;
+            self.take(client).await?;
+        }
+        Ok(crate::dir_bytes(&env.home.join("checkpoints")))
+    }
+}
+
+/// A new session in `scope`: its id.
+async fn new_session(channel: &Channel, scope: &Scope) -> anyhow::Result<String> {
+    let session = SessionsClient::new(channel.clone())
+        .open_session(OpenSessionRequest {
+            scope: Some(scope.clone()),
+            target: Some(open_session_request::Target::New(true)),
+        })
+        .await?
+        .into_inner()
+        .session
+        .context("no session")?;
+    Ok(session.id)
+}
+
+/// One message through agentd with a fake provider that answers with text
+/// at once (no tool call): the time until the turn is finished.
+async fn timed_message(
+    channel: &Channel,
+    scope: &Scope,
+    session: &str,
+    provider: &ProviderSettings,
+    i: usize,
+) -> anyhow::Result<Duration> {
+    let (tx, t0, mut events) = open_message(channel, scope, session, provider, i).await?;
+    while let Some(event) = events.message().await? {
+        if let Some(turn_event::Event::Finished(f)) = event.event {
+            if f.status != agentx_shared::proto::TurnStatus::Completed as i32 {
+                bail!("message {i} failed: {}", f.error);
+            }
+            drop(tx);
+            return Ok(t0.elapsed());
+        }
+    }
+    bail!("message {i}: the stream ended without a finish")
+}
