@@ -1,7 +1,7 @@
 //! `agentx-bench oneshots`: one-shot cost and memory beside a direct request.
 
-use std::process::Stdio;
-use std::time::Instant;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
@@ -42,6 +42,22 @@ pub fn bench_oneshots() -> anyhow::Result<()> {
     }
 
     // A single one-shot, process start to exit, against the provider alone.
+    let direct = direct_requests(&model)?;
+    let single = time_command(|| chat(&["exec", "hello"]), 50)?;
+    print_single(median_ms(direct), median_ms(single));
+    println!(
+        "{:>6} {:>10} {:>9} {:>16} {:>16}",
+        "n", "wall", "failures", "agentd peak RSS", "max client RSS"
+    );
+    for n in [1usize, 50, 200, 1000] {
+        concurrent_row(&env, n, |i| chat(&["exec", &format!("prompt {i}")]))?;
+    }
+    Ok(())
+}
+
+/// 50 streamed requests straight to the fake provider, each to the end of
+/// its stream.
+fn direct_requests(model: &FakeModel) -> anyhow::Result<Vec<Duration>> {
     let body = serde_json::json!({"model": "m", "input": "hi", "stream": true, "store": false});
     let mut direct = Vec::new();
     for _ in 0..50 {
@@ -54,10 +70,11 @@ pub fn bench_oneshots() -> anyhow::Result<()> {
         std::io::Read::read_to_string(&mut reader, &mut sink)?;
         direct.push(start.elapsed());
     }
-    let single = time_command(|| chat(&["exec", "hello"]), 50)?;
-    let floor = median_ms(direct);
-    let one = median_ms(single);
+    Ok(direct)
+}
 
+/// The single one-shot beside the provider alone (medians in ms).
+fn print_single(floor: f64, one: f64) {
     println!(
         "== oneshots: concurrent `agentx exec` in one folder, fake provider answering at once"
     );
@@ -74,34 +91,33 @@ pub fn bench_oneshots() -> anyhow::Result<()> {
         "added by agentx (difference of medians)",
         one - floor
     );
-    println!(
-        "{:>6} {:>10} {:>9} {:>16} {:>16}",
-        "n", "wall", "failures", "agentd peak RSS", "max client RSS"
-    );
-    for n in [1usize, 50, 200, 1000] {
-        // A fresh daemon per row, so its peak RSS belongs to this row.
-        let _ = env.run(["daemon", "restart"]);
-        let daemon = env.daemon_pids().first().copied().context("no agentd")?;
-        let start = Instant::now();
-        let mut children = Vec::with_capacity(n);
-        for i in 0..n {
-            children.push(chat(&["exec", &format!("prompt {i}")]).spawn()?);
-        }
-        let mut failures = 0;
-        for mut c in children {
-            if !c.wait()?.success() {
-                failures += 1;
-            }
-        }
-        let wall = start.elapsed();
-        println!(
-            "{:>6} {:>8.2} s {:>9} {:>12} MiB {:>12} MiB",
-            n,
-            wall.as_secs_f64(),
-            failures,
-            peak_rss_kib(daemon) / 1024,
-            children_peak_rss_kib() / 1024
-        );
+}
+
+/// One row of the table: `n` one-shots (made by `exec`) started at once
+/// against a fresh daemon, waited for, and the peak memory seen.
+fn concurrent_row(env: &TestEnv, n: usize, exec: impl Fn(usize) -> Command) -> anyhow::Result<()> {
+    // A fresh daemon per row, so its peak RSS belongs to this row.
+    let _ = env.run(["daemon", "restart"]);
+    let daemon = env.daemon_pids().first().copied().context("no agentd")?;
+    let start = Instant::now();
+    let mut children = Vec::with_capacity(n);
+    for i in 0..n {
+        children.push(exec(i).spawn()?);
     }
+    let mut failures = 0;
+    for mut c in children {
+        if !c.wait()?.success() {
+            failures += 1;
+        }
+    }
+    let wall = start.elapsed();
+    println!(
+        "{:>6} {:>8.2} s {:>9} {:>12} MiB {:>12} MiB",
+        n,
+        wall.as_secs_f64(),
+        failures,
+        peak_rss_kib(daemon) / 1024,
+        children_peak_rss_kib() / 1024
+    );
     Ok(())
 }

@@ -152,8 +152,17 @@ pub fn bench_search() -> anyhow::Result<()> {
     if !env.run(["daemon", "start"]).status.success() {
         bail!("agentd did not start");
     }
-    let vocab = vocabulary(20_000);
-    // Common, mid and rare words, and two-word queries.
+    let queries = queries(&vocabulary(20_000));
+    let timings = runtime.block_on(measure(&env, &folders, &queries, started))?;
+    let index_bytes = crate::dir_bytes(&env.home.join("search"));
+    let scan = scan_baseline(&env.home.join("sessions"), &queries)?;
+    print_report(&queries, transcript_bytes, index_bytes, timings, scan);
+    let _ = env.run(["daemon", "stop"]);
+    Ok(())
+}
+
+/// Common, mid and rare words, and two-word queries.
+fn queries(vocab: &[String]) -> Vec<String> {
     let mut queries: Vec<String> = Vec::new();
     for i in [0usize, 3, 40, 150, 600, 2000, 5000, 9000, 14000, 19000] {
         queries.push(vocab[i].clone());
@@ -161,66 +170,127 @@ pub fn bench_search() -> anyhow::Result<()> {
     for (a, b) in [(1, 7), (30, 300), (800, 12000), (5, 18000), (100, 101)] {
         queries.push(format!("{} {}", vocab[a], vocab[b]));
     }
-    let (build, samples_all, samples_scoped, cli) = runtime.block_on(async {
-        let channel = agentx_shared::transport::connect(&env.socket())
-            .await
-            .context("connect to agentd")?;
-        let mut client = LibraryClient::new(channel);
-        let request = |q: &str, scope: Option<&Path>| SearchRequest {
-            scope: Some(agentx_shared::proto::Scope {
-                folder: scope.unwrap_or(&folders[0]).to_string_lossy().into_owned(),
-                agent: "default".into(),
-            }),
-            query: q.to_owned(),
-            all: scope.is_none(),
-            limit: 20,
-        };
-        loop {
-            let reply = client.search(request("zzz", None)).await?.into_inner();
-            if !reply.indexing && reply.indexed_sessions as usize >= CONVERSATIONS {
-                break;
-            }
-            if started.elapsed() > Duration::from_secs(3600) {
-                bail!("the index was not built within an hour");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        let build = started.elapsed();
-        let mut all = Vec::new();
-        let mut scoped = Vec::new();
-        for round in 0..5 {
-            for (i, q) in queries.iter().enumerate() {
-                let t = Instant::now();
-                let reply = client.search(request(q, None)).await?.into_inner();
-                all.push(t.elapsed());
-                if round == 0 && reply.hits.is_empty() {
-                    eprintln!("note: no hits for {q:?}");
-                }
-                let t = Instant::now();
-                client
-                    .search(request(q, Some(&folders[i % folders.len()])))
-                    .await?;
-                scoped.push(t.elapsed());
-            }
-        }
-        let mut cli = Vec::new();
-        for q in &queries {
-            let t = Instant::now();
-            let out = env
-                .agentx(["search", "--all", "--json", q])
-                .stdout(Stdio::null())
-                .status()?;
-            cli.push(t.elapsed());
-            if !out.success() {
-                bail!("agentx search {q} failed");
-            }
-        }
-        anyhow::Ok((build, all, scoped, cli))
-    })?;
-    let index_bytes = crate::dir_bytes(&env.home.join("search"));
+    queries
+}
 
-    // The baseline: a plain scan of the same transcript files.
-    let sessions = env.home.join("sessions");
+/// What agentd's search was timed at.
+struct Timings {
+    /// From agentd's start until its index covered every conversation.
+    build: Duration,
+    /// Queries over every folder (gRPC).
+    all: Vec<Duration>,
+    /// Queries in one folder (gRPC).
+    scoped: Vec<Duration>,
+    /// `agentx search --all` processes.
+    cli: Vec<Duration>,
+}
+
+/// Waits for the index, then times the queries through gRPC (five
+/// rounds) and through the CLI.
+async fn measure(
+    env: &TestEnv,
+    folders: &[PathBuf],
+    queries: &[String],
+    started: Instant,
+) -> anyhow::Result<Timings> {
+    let channel = agentx_shared::transport::connect(&env.socket())
+        .await
+        .context("connect to agentd")?;
+    let mut client = LibraryClient::new(channel);
+    loop {
+        let reply = client
+            .search(request("zzz", &folders[0], None))
+            .await?
+            .into_inner();
+        if !reply.indexing && reply.indexed_sessions as usize >= CONVERSATIONS {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(3600) {
+            bail!("the index was not built within an hour");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let build = started.elapsed();
+    let (all, scoped) = grpc_queries(&mut client, folders, queries).await?;
+    let cli = cli_queries(env, queries)?;
+    Ok(Timings {
+        build,
+        all,
+        scoped,
+        cli,
+    })
+}
+
+/// A search for `q` in `scope`, or over every folder (scoped to `first`,
+/// as the CLI sends it) when `scope` is `None`.
+fn request(q: &str, first: &Path, scope: Option<&Path>) -> SearchRequest {
+    SearchRequest {
+        scope: Some(agentx_shared::proto::Scope {
+            folder: scope.unwrap_or(first).to_string_lossy().into_owned(),
+            agent: "default".into(),
+        }),
+        query: q.to_owned(),
+        all: scope.is_none(),
+        limit: 20,
+    }
+}
+
+/// Five rounds of every query, over every folder and in one folder each.
+async fn grpc_queries(
+    client: &mut LibraryClient<tonic::transport::Channel>,
+    folders: &[PathBuf],
+    queries: &[String],
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let mut all = Vec::new();
+    let mut scoped = Vec::new();
+    for round in 0..5 {
+        for (i, q) in queries.iter().enumerate() {
+            let t = Instant::now();
+            let reply = client
+                .search(request(q, &folders[0], None))
+                .await?
+                .into_inner();
+            all.push(t.elapsed());
+            if round == 0 && reply.hits.is_empty() {
+                eprintln!("note: no hits for {q:?}");
+            }
+            let t = Instant::now();
+            client
+                .search(request(q, &folders[0], Some(&folders[i % folders.len()])))
+                .await?;
+            scoped.push(t.elapsed());
+        }
+    }
+    Ok((all, scoped))
+}
+
+/// Every query once as an `agentx search --all --json` process.
+fn cli_queries(env: &TestEnv, queries: &[String]) -> anyhow::Result<Vec<Duration>> {
+    let mut cli = Vec::new();
+    for q in queries {
+        let t = Instant::now();
+        let out = env
+            .agentx(["search", "--all", "--json", q])
+            .stdout(Stdio::null())
+            .status()?;
+        cli.push(t.elapsed());
+        if !out.success() {
+            bail!("agentx search {q} failed");
+        }
+    }
+    Ok(cli)
+}
+
+/// The baseline's timings: a plain scan of the transcript files.
+struct Scan {
+    tool: &'static str,
+    args: &'static [&'static str],
+    samples: Vec<Duration>,
+}
+
+/// The baseline: `rg` (or `grep -r` without it) for each query's first
+/// word over the same transcript files.
+fn scan_baseline(sessions: &Path, queries: &[String]) -> anyhow::Result<Scan> {
     let (tool, args): (&str, &[&str]) = if Command::new("rg").arg("--version").output().is_ok() {
         ("rg", &["-i", "-l", "--no-messages"])
     } else {
@@ -229,20 +299,34 @@ pub fn bench_search() -> anyhow::Result<()> {
         );
         ("grep", &["-r", "-i", "-l"])
     };
-    let mut scan = Vec::new();
-    for q in &queries {
+    let mut samples = Vec::new();
+    for q in queries {
         // Scanners match the first word (they have no AND of words).
         let word = q.split(' ').next().unwrap_or(q);
         let t = Instant::now();
         Command::new(tool)
             .args(args)
             .arg(word)
-            .arg(&sessions)
+            .arg(sessions)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()?;
-        scan.push(t.elapsed());
+        samples.push(t.elapsed());
     }
+    Ok(Scan {
+        tool,
+        args,
+        samples,
+    })
+}
+
+fn print_report(
+    queries: &[String],
+    transcript_bytes: u64,
+    index_bytes: u64,
+    timings: Timings,
+    scan: Scan,
+) {
     let mib = |b: u64| b as f64 / 1048576.0;
     println!(
         "== search: {CONVERSATIONS} conversations x {TURNS} turns, {} queries",
@@ -259,25 +343,24 @@ pub fn bench_search() -> anyhow::Result<()> {
     );
     println!(
         "index build (agentd start to up to date) {:>7.1} s",
-        build.as_secs_f64()
+        timings.build.as_secs_f64()
     );
     println!(
         "query, every folder (gRPC)     median {:>8.2} ms",
-        crate::median_ms(samples_all)
+        crate::median_ms(timings.all)
     );
     println!(
         "query, one folder (gRPC)       median {:>8.2} ms",
-        crate::median_ms(samples_scoped)
+        crate::median_ms(timings.scoped)
     );
     println!(
         "agentx search --all (process)  median {:>8.2} ms",
-        crate::median_ms(cli)
+        crate::median_ms(timings.cli)
     );
     println!(
-        "{tool} {} (same files)       median {:>8.2} ms",
-        args.join(" "),
-        crate::median_ms(scan)
+        "{} {} (same files)       median {:>8.2} ms",
+        scan.tool,
+        scan.args.join(" "),
+        crate::median_ms(scan.samples)
     );
-    let _ = env.run(["daemon", "stop"]);
-    Ok(())
 }

@@ -1,6 +1,6 @@
 //! `agentx-bench turns`: per-turn latency through agentd as a conversation grows, beside the model directly.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
@@ -10,6 +10,7 @@ use agentx_shared::proto::{
 };
 use agentx_tests::TestEnv;
 use agentx_tests::fake_model::{FakeModel, post_and_hold};
+use tonic::transport::Channel;
 
 use crate::{median_ms, open_message};
 
@@ -20,10 +21,13 @@ pub fn turn_count() -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5000)
 }
+
+/// Turns at each end of the conversation whose medians are compared.
+const WINDOW: usize = 100;
+
 /// Persistence cost early vs late in one long conversation, and the
 /// latency agentx adds before the first streamed token.
 pub fn bench_turns(turns: usize) -> anyhow::Result<()> {
-    const WINDOW: usize = 100;
     if turns < 2 * WINDOW {
         bail!("need at least {} turns", 2 * WINDOW);
     }
@@ -37,8 +41,19 @@ pub fn bench_turns(turns: usize) -> anyhow::Result<()> {
     }
     let model = FakeModel::start();
     model.set_lean(true);
+    let direct = direct_first_tokens(&model)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let (first_token, totals) = runtime.block_on(conversation(&env, &model, turns))?;
+    let sizes = session_file_sizes(&env.home.join("sessions"));
+    print_report(turns, &totals, &first_token, direct, sizes);
+    Ok(())
+}
 
-    // Baseline: the fake server's own time to its first text delta.
+/// Baseline: the fake server's own time to its first text delta.
+fn direct_first_tokens(model: &FakeModel) -> anyhow::Result<Vec<Duration>> {
     let mut direct = Vec::new();
     let body = serde_json::json!({"model": "m", "input": "hi", "stream": true, "store": false});
     for _ in 0..WINDOW {
@@ -59,65 +74,85 @@ pub fn bench_turns(turns: usize) -> anyhow::Result<()> {
         }
         direct.push(start.elapsed());
     }
+    Ok(direct)
+}
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let (first_token, totals) = runtime.block_on(async {
-        let channel = agentx_shared::transport::connect(&env.socket()).await?;
-        let scope = Scope {
-            folder: env.work.display().to_string(),
-            agent: "default".into(),
-        };
-        let session = SessionsClient::new(channel.clone())
-            .open_session(OpenSessionRequest {
-                scope: Some(scope.clone()),
-                target: Some(open_session_request::Target::New(true)),
-            })
-            .await?
-            .into_inner()
-            .session
-            .context("no session")?;
-        let provider = ProviderSettings {
-            provider: "responses".into(),
-            base_url: model.base_url(),
-            model: "fake-model".into(),
-            api_key: "bench".into(),
-        };
-        let mut first_token = Vec::with_capacity(turns);
-        let mut totals = Vec::with_capacity(turns);
-        for i in 0..turns {
-            let (tx, t0, mut events) =
-                open_message(&channel, &scope, &session.id, &provider, i).await?;
-            let mut first = None;
-            while let Some(event) = events.message().await? {
-                match event.event {
-                    Some(turn_event::Event::TextDelta(_)) if first.is_none() => {
-                        first = Some(t0.elapsed())
-                    }
-                    Some(turn_event::Event::Finished(f)) => {
-                        if f.status != agentx_shared::proto::TurnStatus::Completed as i32 {
-                            bail!("turn {i} failed: {}", f.error);
-                        }
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-            drop(tx);
-            first_token.push(first.context("no text delta")?);
-            totals.push(t0.elapsed());
-            if (i + 1) % 1000 == 0 {
-                eprintln!("  {} turns done", i + 1);
-            }
+/// One conversation of `turns` messages through agentd: each turn's time
+/// to its first text delta and to its finish.
+async fn conversation(
+    env: &TestEnv,
+    model: &FakeModel,
+    turns: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let channel = agentx_shared::transport::connect(&env.socket()).await?;
+    let scope = Scope {
+        folder: env.work.display().to_string(),
+        agent: "default".into(),
+    };
+    let session = SessionsClient::new(channel.clone())
+        .open_session(OpenSessionRequest {
+            scope: Some(scope.clone()),
+            target: Some(open_session_request::Target::New(true)),
+        })
+        .await?
+        .into_inner()
+        .session
+        .context("no session")?;
+    let provider = ProviderSettings {
+        provider: "responses".into(),
+        base_url: model.base_url(),
+        model: "fake-model".into(),
+        api_key: "bench".into(),
+    };
+    let mut first_token = Vec::with_capacity(turns);
+    let mut totals = Vec::with_capacity(turns);
+    for i in 0..turns {
+        let (first, total) = timed_turn(&channel, &scope, &session.id, &provider, i).await?;
+        first_token.push(first);
+        totals.push(total);
+        if (i + 1) % 1000 == 0 {
+            eprintln!("  {} turns done", i + 1);
         }
-        Ok::<_, anyhow::Error>((first_token, totals))
-    })?;
+    }
+    Ok((first_token, totals))
+}
 
+/// Turn `i`: the time to its first text delta and to its finish.
+async fn timed_turn(
+    channel: &Channel,
+    scope: &Scope,
+    session: &str,
+    provider: &ProviderSettings,
+    i: usize,
+) -> anyhow::Result<(Duration, Duration)> {
+    let (tx, t0, mut events) = open_message(channel, scope, session, provider, i).await?;
+    let mut first = None;
+    while let Some(event) = events.message().await? {
+        match event.event {
+            Some(turn_event::Event::TextDelta(_)) if first.is_none() => first = Some(t0.elapsed()),
+            Some(turn_event::Event::Finished(f)) => {
+                if f.status != agentx_shared::proto::TurnStatus::Completed as i32 {
+                    bail!("turn {i} failed: {}", f.error);
+                }
+                break;
+            }
+            _ => {}
+        }
+    }
+    drop(tx);
+    let first = first.context("no text delta")?;
+    Ok((first, t0.elapsed()))
+}
+
+fn print_report(
+    turns: usize,
+    totals: &[Duration],
+    first_token: &[Duration],
+    direct: Vec<Duration>,
+    sizes: (u64, u64),
+) {
     let early = median_ms(totals[..WINDOW].to_vec());
     let late = median_ms(totals[turns - WINDOW..].to_vec());
-    let sizes = session_file_sizes(&env.home.join("sessions"));
     println!("== turns: one conversation of {turns} turns, fake provider answering at once");
     println!(
         "{:<58} {:>8.2} ms",
@@ -154,7 +189,6 @@ pub fn bench_turns(turns: usize) -> anyhow::Result<()> {
         "{:<58} {:>8} B",
         "transcript journal after the last turn", sizes.1
     );
-    Ok(())
 }
 
 /// Sizes of the (single) conversation's state document and journal.
