@@ -423,9 +423,4 @@ impl SnapshotStore {
     pub fn watch_status(&self, folder: &Path) -> String {
         self.watch.describe(folder)
     }
-
-    /// Periodic upkeep of the watches (drain, idle release).
-    pub fn watch_tick(&mut self) {
-        self.watch.tick();
-    }
 }

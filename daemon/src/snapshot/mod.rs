@@ -5,9 +5,10 @@
 //! Layout under `<profile>/checkpoints/`: `packs/` (blobs), and per folder
 //! `folders/<key>-<hash>/` with `timeline.json`, `manifests/` and, while a
 //! restore runs, `restore.json` (finished by the next operation if agentd dies).
-//! A manifest file is a full tree or a delta on the one before it (chains of
-//! at most [`MAX_DELTA_DEPTH`]); a manifest stays while the timeline uses it
-//! or a delta it keeps builds on it. An unchanged watched folder's snapshot
+//! A manifest file is a full tree or a delta on the one before it; the
+//! newest is rewritten whole when the store is idle once its chain reaches
+//! [`COMPACT_DEPTH`] (at [`MAX_DELTA_DEPTH`] a snapshot does it itself); a
+//! manifest stays while the timeline uses it or a delta it keeps builds on it. An unchanged watched folder's snapshot
 //! points at the previous manifest: only the timeline is written.
 
 mod blobs;
@@ -50,8 +51,12 @@ pub const KEEP: usize = 50;
 /// Manual snapshots (`agentx snapshot`) kept per folder, on their own.
 pub const KEEP_MANUAL: usize = 20;
 
-/// Longest chain of delta manifests before a full one is written.
-const MAX_DELTA_DEPTH: u32 = 16;
+/// Delta chain length at which the newest manifest is rewritten whole
+/// when the store is next idle (so no snapshot waits for it).
+const COMPACT_DEPTH: u32 = 16;
+/// Longest chain of delta manifests: a snapshot past it writes its
+/// manifest whole (a store that is never idle).
+const MAX_DELTA_DEPTH: u32 = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapError {

@@ -120,7 +120,7 @@ impl Snapshots {
                             Ok(job) => job,
                             Err(mpsc::RecvTimeoutError::Timeout) => {
                                 if let Ok(s) = &mut store {
-                                    s.watch_tick();
+                                    s.idle_tick();
                                 }
                                 continue;
                             }

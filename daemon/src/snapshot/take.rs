@@ -253,4 +253,45 @@ impl SnapshotStore {
         self.blobs.collect_garbage(false)?;
         Ok(())
     }
+
+    /// Upkeep while no request waits: the watches drained (idle ones
+    /// released), and long manifest chains compacted.
+    pub fn idle_tick(&mut self) {
+        self.watch.tick();
+        let long: Vec<String> = self
+            .folders
+            .iter()
+            .filter(|(_, fs)| fs.latest.as_ref().is_some_and(|l| l.2 >= COMPACT_DEPTH))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in long {
+            if let Err(e) = self.compact(&key) {
+                tracing::warn!(folder = %key, "rewriting the newest manifest whole failed: {e}");
+            }
+        }
+    }
+
+    /// Rewrites folder `key`'s newest manifest file whole, under the same
+    /// id: the same tree, so deltas built on it stay valid, and the bases it
+    /// no longer needs go with their own snapshots. A crash leaves either
+    /// file, both exact.
+    fn compact(&mut self, key: &str) -> Result<(), SnapError> {
+        let Some(fs) = self.folders.get_mut(key) else {
+            return Ok(());
+        };
+        let Some((id, tree, _)) = fs.latest.clone() else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        let path = fs.dir.join("manifests").join(format!("{id}.zst"));
+        let old = Stored::decode(&std::fs::read(&path)?)?;
+        durable::write_atomic(&path, &Stored::encode_full(&tree)?)?;
+        fs.bases.insert(id.clone(), None);
+        fs.latest = Some((id, Arc::clone(&tree), 0));
+        // The whole file's references first, so no blob both list drops.
+        self.blobs.add_refs(tree.file_hashes().iter());
+        self.blobs.drop_refs(old.own_hashes().iter());
+        tracing::debug!(folder = %key, took_us = started.elapsed().as_micros(), "manifest rewritten whole");
+        Ok(())
+    }
 }

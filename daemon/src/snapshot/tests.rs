@@ -369,6 +369,11 @@ fn retention_keeps_50_and_gc_leaves_no_orphan_and_no_dangling_blob() {
             .unwrap();
         // Manual snapshots in between never push a message snapshot out.
         s.take(&root, vec![owner("", Phase::Manual, "")]).unwrap();
+        // Now and then the store is idle: long chains are rewritten whole
+        // between retention passes.
+        if round % 7 == 6 {
+            s.idle_tick();
+        }
     }
     let list = s.list(&root).unwrap();
     let manual = list.iter().filter(|s| s.manual()).count();
@@ -404,7 +409,7 @@ fn retention_keeps_50_and_gc_leaves_no_orphan_and_no_dangling_blob() {
         kept, needed,
         "a manifest kept that nothing needs, or one lost"
     );
-    assert!(kept.len() < 70 + 2 * MAX_DELTA_DEPTH as usize);
+    assert!(kept.len() < 70 + MAX_DELTA_DEPTH as usize);
     for snap in s.list(&root).unwrap() {
         let m = s.manifest_of(&root, &snap).unwrap();
         assert!(unique_hashes(&m).is_subset(&referenced));
@@ -421,6 +426,44 @@ fn retention_keeps_50_and_gc_leaves_no_orphan_and_no_dangling_blob() {
         s2
     };
     assert_eq!(s2.blobs.stored(), referenced);
+}
+
+#[test]
+fn an_idle_store_rewrites_a_long_delta_chain_whole_without_changing_a_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    let mut s = store(tmp.path());
+    let mut trees = Vec::new();
+    for round in 0..COMPACT_DEPTH + 3 {
+        std::fs::write(root.join(format!("f{}", round % 3)), format!("r{round}")).unwrap();
+        let snap = s.take(&root, vec![owner("c", Phase::Before, "")]).unwrap();
+        trees.push((snap.clone(), s.manifest_of(&root, &snap).unwrap()));
+    }
+    let dir = s.folder(&root).unwrap().dir.clone();
+    let newest = trees.last().unwrap().0.manifest.clone();
+    assert!(s.latest(&root).unwrap().unwrap().2 >= COMPACT_DEPTH);
+    assert!(
+        manifest_base(&dir, &newest).unwrap().is_some(),
+        "not a delta"
+    );
+    s.idle_tick();
+    assert!(
+        manifest_base(&dir, &newest).unwrap().is_none(),
+        "the newest manifest was not rewritten whole"
+    );
+    assert_eq!(s.latest(&root).unwrap().unwrap().2, 0);
+    // Every snapshot reads back the tree it had, from disk.
+    for (snap, tree) in &trees {
+        assert_eq!(load_manifest(&dir, &snap.manifest).unwrap().0, **tree);
+    }
+    // The next snapshot builds on the rewritten file.
+    std::fs::write(root.join("f0"), "after").unwrap();
+    s.take(&root, vec![owner("c", Phase::After, "")]).unwrap();
+    assert_eq!(s.latest(&root).unwrap().unwrap().2, 1);
+    // References count each file's own hashes, as a fresh store does.
+    let mut s2 = store(tmp.path());
+    s2.ensure_loaded().unwrap();
+    assert_eq!(s.blobs.referenced(), s2.blobs.referenced());
 }
 
 /// Found by tests/tests/torture.rs: the timeline was saved without the

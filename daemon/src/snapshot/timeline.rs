@@ -105,7 +105,7 @@ pub(super) fn load_manifest(dir: &Path, id: &str) -> Result<(Manifest, u32), Sna
                 removed,
             } => {
                 deltas.push((upserts, removed));
-                if deltas.len() > 4 * MAX_DELTA_DEPTH as usize {
+                if deltas.len() > 2 * MAX_DELTA_DEPTH as usize {
                     return Err(SnapError::NotFound(format!(
                         "manifest {id} has a broken delta chain"
                     )));

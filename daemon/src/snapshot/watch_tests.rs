@@ -532,7 +532,7 @@ fn idle_and_least_recently_used_folders_are_released() {
     );
     assert!(s.watch_status(&two).starts_with("watched"));
     s.watch.config_mut().idle = std::time::Duration::ZERO;
-    s.watch_tick();
+    s.idle_tick();
     assert!(
         s.watch_status(&two).contains("without snapshots"),
         "{}",
