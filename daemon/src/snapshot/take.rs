@@ -233,6 +233,7 @@ impl SnapshotStore {
     /// Deletes manifests no retained snapshot needs and collects their
     /// blobs (after the timeline's save).
     fn release(&mut self, folder: &Path, dropped: &[Snap]) -> Result<(), SnapError> {
+        let started = Instant::now();
         let gone = self.gone_manifests(folder, dropped)?;
         if gone.is_empty() {
             return Ok(());
@@ -250,14 +251,28 @@ impl SnapshotStore {
             let _ = std::fs::remove_file(file(id));
         }
         durable::fsync_dir(&manifests)?;
-        self.blobs.collect_garbage(false)?;
+        let dropped_us = started.elapsed().as_micros();
+        let gc = self.blobs.collect_garbage(false)?;
+        tracing::debug!(
+            manifests = gone.len(),
+            dropped_us,
+            gc_us = started.elapsed().as_micros() - dropped_us,
+            blobs = gc.blobs,
+            packs_removed = gc.packs_removed,
+            "released"
+        );
         Ok(())
     }
 
     /// Upkeep while no request waits: the watches drained (idle ones
-    /// released), and long manifest chains compacted.
+    /// released), due verification scans run, long manifest chains compacted.
     pub fn idle_tick(&mut self) {
         self.watch.tick();
+        for (folder, base) in self.watch.due() {
+            if let Err(e) = self.verify_idle(&folder, &base) {
+                tracing::warn!(folder = %folder.display(), "verification scan failed: {e}");
+            }
+        }
         let long: Vec<String> = self
             .folders
             .iter()
@@ -269,6 +284,34 @@ impl SnapshotStore {
                 tracing::warn!(folder = %key, "rewriting the newest manifest whole failed: {e}");
             }
         }
+    }
+
+    /// Compares a full scan of `folder` with its newest manifest `base`
+    /// (the watcher saw no change since it was taken): equal, the watcher is
+    /// trusted on; different, the folder is scanned in full from now on.
+    /// Nothing is stored: content the scan reads is not kept.
+    fn verify_idle(&mut self, folder: &Path, base: &str) -> Result<(), SnapError> {
+        let Some((id, latest, _)) = self.latest(folder)? else {
+            return Ok(());
+        };
+        if id != base {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let excludes = self.extra_excludes();
+        let mut pack = self.blobs.begin()?;
+        let full = scan::scan(folder, &excludes, Some(&latest), &self.blobs, &mut pack);
+        self.blobs.abandon(pack);
+        let (full, _) = full?;
+        if !self.watch.still_quiet(folder) {
+            return Ok(()); // changed while scanned: try again when idle
+        }
+        match incremental::first_difference(&latest, &full) {
+            Some(diff) => self.watch.distrust(folder, &diff),
+            None => self.watch.verified(folder),
+        }
+        tracing::debug!(folder = %folder.display(), took_us = started.elapsed().as_micros(), "verified while idle");
+        Ok(())
     }
 
     /// Rewrites folder `key`'s newest manifest file whole, under the same

@@ -482,28 +482,70 @@ fn modified_ago(path: &Path, secs: u64) {
         .unwrap();
 }
 
-#[test]
-fn a_verification_mismatch_falls_back_to_full_scans() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().join("work");
+/// A folder with a file hard-linked from outside it: writes through the
+/// outside name raise no event in the folder's watches.
+fn blind_spot(tmp: &Path) -> (PathBuf, PathBuf) {
+    let root = tmp.join("work");
     std::fs::create_dir_all(&root).unwrap();
-    // A hard link whose other name is outside the folder: writes through
-    // that name raise no event in the folder's watches.
-    let outside = tmp.path().join("outside.txt");
+    let outside = tmp.join("outside.txt");
     std::fs::write(&outside, "one").unwrap();
     modified_ago(&outside, 7200);
     std::fs::hard_link(&outside, root.join("linked.txt")).unwrap();
+    (root, outside)
+}
+
+/// Changes the linked file behind the watcher's back (outside the racy
+/// window, or the racy rule alone would re-read it).
+fn change_unseen(outside: &Path) {
+    std::fs::write(outside, "two, longer").unwrap();
+    modified_ago(outside, 3600);
+}
+
+#[test]
+fn an_idle_verification_scan_catches_what_the_watcher_missed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, outside) = blind_spot(tmp.path());
     let mut s = store(&tmp.path().join("profile"));
     s.watch.config_mut().verify_every = 2;
     take_exact(&mut s, &root);
-    take_exact(&mut s, &root); // watcher-based, 1st
-    std::fs::write(&outside, "two, longer").unwrap();
-    // Outside the racy window, or the racy rule alone re-reads it.
-    modified_ago(&outside, 3600);
-    // 2nd watcher-based snapshot: verified, mismatch, the full scan wins.
+    take_exact(&mut s, &root);
+    take_exact(&mut s, &root);
+    // Due, nothing changed: the idle scan agrees and the watcher stays.
+    s.idle_tick();
+    take_exact(&mut s, &root);
+    assert!(s.watch.last_was_incremental(&root));
+    take_exact(&mut s, &root);
+    change_unseen(&outside);
+    // The watcher-based snapshot cannot see it...
+    let snap = s.take(&root, manual()).unwrap();
+    assert_eq!(snap.changed, 0);
+    // ...the verification scan while idle does: full scans from now on.
+    s.idle_tick();
+    assert!(
+        s.watch_status(&root).contains("verification"),
+        "{}",
+        s.watch_status(&root)
+    );
     let m = take_exact(&mut s, &root);
-    let linked = m.find(b"linked.txt").unwrap();
-    assert_eq!(linked.size, 11);
+    assert!(!s.watch.last_was_incremental(&root));
+    assert_eq!(m.find(b"linked.txt").unwrap().size, 11);
+}
+
+#[test]
+fn a_verification_that_never_gets_an_idle_moment_runs_with_a_snapshot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, outside) = blind_spot(tmp.path());
+    let mut s = store(&tmp.path().join("profile"));
+    s.watch.config_mut().verify_every = 2;
+    take_exact(&mut s, &root);
+    for _ in 0..2 {
+        take_exact(&mut s, &root); // watcher-based; due after the 2nd
+    }
+    change_unseen(&outside);
+    s.take(&root, manual()).unwrap(); // 3rd: still waiting for idle
+    // 4th: overdue, so verified inline; the mismatch makes the full scan win.
+    let m = take_exact(&mut s, &root);
+    assert_eq!(m.find(b"linked.txt").unwrap().size, 11);
     assert!(
         s.watch_status(&root).contains("verification"),
         "{}",

@@ -72,7 +72,8 @@ pub enum Plan {
     /// Scan the whole folder; the reason is shown by `agentx status`.
     Full(String),
     /// Re-stat only these directories ("" is the folder itself), reusing
-    /// the base manifest for the rest; `verify` also runs a full scan.
+    /// the base manifest for the rest; `verify` also runs a full scan (a
+    /// verification overdue because the store was never idle: see [`Watchers::due`]).
     Dirty {
         dirs: BTreeSet<Vec<u8>>,
         verify: bool,
@@ -145,7 +146,8 @@ impl Watchers {
         match (reason, self.folders.get_mut(folder)) {
             (None, Some(w)) => {
                 w.since_verify += 1;
-                let verify = w.since_verify >= self.cfg.verify_every;
+                // Verified while idle (`due`); here only if no idle moment came.
+                let verify = w.since_verify >= self.cfg.verify_every.saturating_mul(2);
                 if verify {
                     w.since_verify = 0;
                 }
@@ -222,6 +224,40 @@ impl Watchers {
         {
             w.dirty.clear();
             w.base = Some(id.to_owned());
+        }
+    }
+
+    /// Watched folders due for a verification scan whose tree has not
+    /// changed since their newest snapshot (no event since): a full scan now
+    /// must equal that snapshot's manifest `base`. Returns (folder, base).
+    pub fn due(&mut self) -> Vec<(PathBuf, String)> {
+        let every = self.cfg.verify_every;
+        self.folders
+            .iter_mut()
+            .filter(|(_, w)| w.since_verify >= every)
+            .filter_map(|(folder, w)| {
+                w.drain();
+                let quiet = w.broken.is_none() && w.dirty.is_empty();
+                quiet
+                    .then(|| w.base.clone().map(|b| (folder.clone(), b)))
+                    .flatten()
+            })
+            .collect()
+    }
+
+    /// Whether `folder` is still watched with no event since its newest
+    /// snapshot (a verification scan that raced a change proves nothing).
+    pub fn still_quiet(&mut self, folder: &Path) -> bool {
+        self.folders.get_mut(folder).is_some_and(|w| {
+            w.drain();
+            w.broken.is_none() && w.dirty.is_empty()
+        })
+    }
+
+    /// A verification scan agreed with the watcher's view.
+    pub fn verified(&mut self, folder: &Path) {
+        if let Some(w) = self.folders.get_mut(folder) {
+            w.since_verify = 0;
         }
     }
 
