@@ -1,5 +1,7 @@
-//! The remote store (DESIGN §10, issue 15): every conversation is also kept
-//! in PostgreSQL when `remote_url` (config.toml) or `AGENTX_REMOTE_URL` is
+//! The remote store (DESIGN §10, issue 15): every conversation also kept in
+//! PostgreSQL, pushed in the background, pulled and searched from elsewhere.
+//!
+//! It is on when `remote_url` (config.toml) or `AGENTX_REMOTE_URL` is
 //! set. Local stays the truth: the store tells us when a conversation
 //! committed ([`touched`]) and a background pusher sends the new journal
 //! records and the document's metadata, batched and idempotently (records

@@ -1,6 +1,5 @@
 //! Folder snapshots on agentd's own content-addressed store: per-folder
-//! timelines of manifests over a shared, deduplicated blob store; undo and
-//! rewind with conflict detection; retention and garbage collection.
+//! timelines of manifests over shared blobs; undo, rewind, retention, GC.
 //!
 //! Layout under `<profile>/checkpoints/`: `packs/` (blobs), and per folder
 //! `folders/<key>-<hash>/` with `timeline.json`, `manifests/` and, while a

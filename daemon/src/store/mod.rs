@@ -1,6 +1,5 @@
-//! The conversation store: one actor task per (folder, agent) group owns
-//! that group's files and serializes every write; handlers talk to it
-//! through a [`GroupHandle`].
+//! The conversation store: one actor task per (folder, agent) group owns its
+//! files and serializes every write; handlers reach it through a [`GroupHandle`].
 
 pub(crate) mod durable;
 pub mod fork;

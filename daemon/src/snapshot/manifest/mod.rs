@@ -1,6 +1,5 @@
-//! A snapshot's manifest: every path of the folder with its kind, mode,
-//! stat fields (the stat cache) and content hash or link target, in a
-//! compact binary form compressed with zstd.
+//! A snapshot's manifest: every path of the folder with its kind, mode, stat
+//! fields and content hash or link target; its zstd-compressed file format.
 
 use std::io;
 

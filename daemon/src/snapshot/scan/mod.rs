@@ -1,6 +1,8 @@
-//! Scanning a folder into a manifest: a parallel walk that prunes excluded
-//! directories, and the stat cache (reuse the previous hash when size, times,
-//! inode and mode match and the entry was not racy); `read` hashes the rest.
+//! Scanning a folder into a manifest: a parallel walk pruning excluded
+//! directories, and the stat cache; `read` hashes what it cannot vouch for.
+//!
+//! The stat cache reuses the previous hash when size, times, inode and mode
+//! match and the entry was not racy.
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};

@@ -1,6 +1,7 @@
-//! The folder watcher: one inotify instance per recently used folder, a watch
-//! per (non-excluded) directory, and the set of directories with events since
-//! the last snapshot — or the reason that set cannot be trusted (full scan).
+//! The folder watcher: per recently used folder, the directories with events
+//! since the last snapshot — or why that set cannot be trusted (full scan).
+//!
+//! One inotify instance per folder, a watch per (non-excluded) directory.
 //!
 //! Exactness rests on two kernel facts: a watch added before a directory is
 //! listed reports every later change in it, and the events of a completed
