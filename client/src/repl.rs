@@ -1,6 +1,5 @@
-//! The chat loop: opens (or resumes) a conversation — settling an
-//! interrupted turn first — then reads messages, slash commands and
-//! `!commands` until /exit or end of input.
+//! The chat loop: opens (or resumes) a conversation, settling an interrupted
+//! turn first, then reads messages, slash and `!` commands until /exit or EOF.
 
 use std::io::{Read as _, Write as _};
 use std::process::Stdio;

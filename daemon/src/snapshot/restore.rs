@@ -1,6 +1,7 @@
 //! Putting paths back: plans (what an undo or rewind would change, with
-//! conflicts) and their application through directory file descriptors, so
-//! nothing is written outside the folder and no symlink is followed.
+//! conflicts) and applying them through directory file descriptors.
+//!
+//! So nothing is written outside the folder and no symlink is followed.
 
 use std::ffi::OsStr;
 use std::io::Write as _;

@@ -1,6 +1,7 @@
 //! The `shell` tool: runs `sh -c COMMAND` in the conversation's folder with a
-//! timeout, capturing combined output bounded to its head and tail. Every
-//! command runs under a supervisor process (see `supervisor`) that kills
+//! timeout, capturing combined output bounded to its head and tail.
+//!
+//! Every command runs under a supervisor process (see `supervisor`) that kills
 //! all it started when agentd dies, stops, or gives up on it.
 
 mod output;

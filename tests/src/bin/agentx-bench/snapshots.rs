@@ -1,5 +1,6 @@
 //! `agentx-bench snapshots`: folder snapshots on a generated tree, agentx with and without
 //! the watcher beside a shadow git repository and a plain copy.
+//!
 //! To see where a snapshot's time goes: `AGENTX_BENCH_LOG=agentd::snapshot=debug` runs agentd
 //! with that log filter and `AGENTX_BENCH_LOG_TO=/tmp/snap` keeps its log (per-phase timings of
 //! each snapshot) as `/tmp/snap.true` (watcher) and `/tmp/snap.false` (full scans).
