@@ -114,6 +114,22 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// A new conversation in `scope`: its id.
+async fn new_session(channel: &tonic::transport::Channel, scope: &Scope) -> anyhow::Result<String> {
+    use agentx_shared::proto::sessions_client::SessionsClient;
+    use agentx_shared::proto::{OpenSessionRequest, open_session_request};
+    let session = SessionsClient::new(channel.clone())
+        .open_session(OpenSessionRequest {
+            scope: Some(scope.clone()),
+            target: Some(open_session_request::Target::New(true)),
+        })
+        .await?
+        .into_inner()
+        .session
+        .context("no session")?;
+    Ok(session.id)
+}
+
 /// Starts `message {i}` as a turn: the input sender (kept open until the
 /// turn ends), the instant the stream was requested, and its events.
 async fn open_message(

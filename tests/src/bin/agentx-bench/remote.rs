@@ -6,10 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-use agentx_shared::proto::sessions_client::SessionsClient;
-use agentx_shared::proto::{
-    OpenSessionRequest, ProviderSettings, Scope, open_session_request, turn_event,
-};
+use agentx_shared::proto::{ProviderSettings, Scope, turn_event};
 use agentx_tests::TestEnv;
 use agentx_tests::fake_model::FakeModel;
 use agentx_tests::postgres::{Cluster, git_repo};
@@ -232,16 +229,7 @@ impl Turns {
             folder: env.work.display().to_string(),
             agent: "default".into(),
         };
-        let session = SessionsClient::new(channel.clone())
-            .open_session(OpenSessionRequest {
-                scope: Some(scope.clone()),
-                target: Some(open_session_request::Target::New(true)),
-            })
-            .await?
-            .into_inner()
-            .session
-            .context("no session")?
-            .id;
+        let session = crate::new_session(&channel, &scope).await?;
         let provider = ProviderSettings {
             provider: "responses".into(),
             base_url: model.base_url(),

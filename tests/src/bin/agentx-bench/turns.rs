@@ -4,10 +4,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
-use agentx_shared::proto::sessions_client::SessionsClient;
-use agentx_shared::proto::{
-    OpenSessionRequest, ProviderSettings, Scope, open_session_request, turn_event,
-};
+use agentx_shared::proto::{ProviderSettings, Scope, turn_event};
 use agentx_tests::TestEnv;
 use agentx_tests::fake_model::{FakeModel, post_and_hold};
 use tonic::transport::Channel;
@@ -89,15 +86,7 @@ async fn conversation(
         folder: env.work.display().to_string(),
         agent: "default".into(),
     };
-    let session = SessionsClient::new(channel.clone())
-        .open_session(OpenSessionRequest {
-            scope: Some(scope.clone()),
-            target: Some(open_session_request::Target::New(true)),
-        })
-        .await?
-        .into_inner()
-        .session
-        .context("no session")?;
+    let session = crate::new_session(&channel, &scope).await?;
     let provider = ProviderSettings {
         provider: "responses".into(),
         base_url: model.base_url(),
@@ -107,7 +96,7 @@ async fn conversation(
     let mut first_token = Vec::with_capacity(turns);
     let mut totals = Vec::with_capacity(turns);
     for i in 0..turns {
-        let (first, total) = timed_turn(&channel, &scope, &session.id, &provider, i).await?;
+        let (first, total) = timed_turn(&channel, &scope, &session, &provider, i).await?;
         first_token.push(first);
         totals.push(total);
         if (i + 1) % 1000 == 0 {

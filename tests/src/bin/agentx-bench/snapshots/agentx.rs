@@ -4,14 +4,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use tonic::transport::Channel;
 
-use agentx_shared::proto::sessions_client::SessionsClient;
 use agentx_shared::proto::snapshots_client::SnapshotsClient;
 use agentx_shared::proto::{
-    OpenSessionRequest, ProviderSettings, RestoreRequest, Scope, TakeSnapshotRequest,
-    open_session_request, restore_request, turn_event,
+    ProviderSettings, RestoreRequest, Scope, TakeSnapshotRequest, restore_request, turn_event,
 };
 use agentx_tests::TestEnv;
 use agentx_tests::fake_model::FakeModel;
@@ -213,7 +211,7 @@ impl Bench<'_> {
         };
         let mut sessions = Vec::new();
         for s in [&self.scope, &empty] {
-            sessions.push(new_session(channel, s).await?);
+            sessions.push(crate::new_session(channel, s).await?);
         }
         let (mut in_tree, mut in_empty) = (Vec::new(), Vec::new());
         for i in 0..3 + 2 * self.runs {
@@ -255,20 +253,6 @@ impl Bench<'_> {
         }
         Ok(crate::dir_bytes(&env.home.join("checkpoints")))
     }
-}
-
-/// A new session in `scope`: its id.
-async fn new_session(channel: &Channel, scope: &Scope) -> anyhow::Result<String> {
-    let session = SessionsClient::new(channel.clone())
-        .open_session(OpenSessionRequest {
-            scope: Some(scope.clone()),
-            target: Some(open_session_request::Target::New(true)),
-        })
-        .await?
-        .into_inner()
-        .session
-        .context("no session")?;
-    Ok(session.id)
 }
 
 /// One message through agentd with a fake provider that answers with text
