@@ -227,6 +227,9 @@ pub struct SnapshotStore {
     home: Option<PathBuf>,
     config: PathBuf,
     watch: watch::Watchers,
+    /// After idle work failed (a full disk, say): none before this instant,
+    /// so a failure costs one attempt a minute, not one a second.
+    idle_paused_until: Option<std::time::Instant>,
 }
 
 fn now_ms() -> i64 {
@@ -261,6 +264,7 @@ impl SnapshotStore {
             home,
             config,
             watch: watch::Watchers::new(watch::WatchConfig::from_env()),
+            idle_paused_until: None,
         })
     }
 

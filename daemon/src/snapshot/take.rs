@@ -268,9 +268,13 @@ impl SnapshotStore {
     /// released), due verification scans run, long manifest chains compacted.
     pub fn idle_tick(&mut self) {
         self.watch.tick();
+        if self.idle_paused_until.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
         for (folder, base) in self.watch.due() {
             if let Err(e) = self.verify_idle(&folder, &base) {
                 tracing::warn!(folder = %folder.display(), "verification scan failed: {e}");
+                self.pause_idle_work();
             }
         }
         let long: Vec<String> = self
@@ -282,8 +286,14 @@ impl SnapshotStore {
         for key in long {
             if let Err(e) = self.compact(&key) {
                 tracing::warn!(folder = %key, "rewriting the newest manifest whole failed: {e}");
+                self.pause_idle_work();
             }
         }
+    }
+
+    /// Stops idle work for a minute after a failure (it would fail again).
+    fn pause_idle_work(&mut self) {
+        self.idle_paused_until = Some(Instant::now() + std::time::Duration::from_secs(60));
     }
 
     /// Compares a full scan of `folder` with its newest manifest `base`
