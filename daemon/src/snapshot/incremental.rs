@@ -223,6 +223,71 @@ impl<'a> Relist<'a> {
     }
 }
 
+/// The previous manifest's files with more than one link, by inode.
+struct LinkGroups<'a> {
+    by_ino: std::collections::HashMap<u64, Vec<&'a Entry>>,
+}
+
+impl<'a> LinkGroups<'a> {
+    fn new(prev: &'a Manifest) -> Self {
+        let mut by_ino: std::collections::HashMap<u64, Vec<&Entry>> =
+            std::collections::HashMap::new();
+        for e in prev.iter().filter(|e| e.kind == Kind::File && e.nlink > 1) {
+            by_ino.entry(e.ino).or_default().push(e);
+        }
+        Self { by_ino }
+    }
+
+    /// Directories of linked files some of whose names are not in the
+    /// manifest (outside the folder, or excluded) and not yet dirty.
+    fn outside(&self, dirty: &BTreeSet<Vec<u8>>) -> Option<BTreeSet<Vec<u8>>> {
+        let more: BTreeSet<Vec<u8>> = self
+            .by_ino
+            .values()
+            .filter(|names| names.len() < names[0].nlink as usize)
+            .flatten()
+            .map(|e| parent(&e.path).to_vec())
+            .filter(|d| !dirty.contains(d))
+            .collect();
+        (!more.is_empty()).then_some(more)
+    }
+
+    /// Directories holding another name of a linked file that this listing
+    /// saw (fresh) or replaced (dropped from `prev`), not yet dirty.
+    fn other_names(
+        &self,
+        prev: &Manifest,
+        fresh: &[Entry],
+        keep: &[bool],
+        dirty: &BTreeSet<Vec<u8>>,
+    ) -> Option<BTreeSet<Vec<u8>>> {
+        let dropped = prev
+            .iter()
+            .zip(keep)
+            .filter(|(e, k)| !**k && e.kind == Kind::File && e.nlink > 1)
+            .map(|(e, _)| e.ino);
+        let inos: HashSet<u64> = fresh
+            .iter()
+            .filter(|e| e.kind == Kind::File && e.nlink > 1)
+            .map(|e| e.ino)
+            .chain(dropped)
+            .collect();
+        if inos.is_empty() {
+            return None;
+        }
+        // A new link raises no event in the old name's directory (its link
+        // count changed, not the directory), and `prev` may have that name
+        // with one link: look through all of it.
+        let more: BTreeSet<Vec<u8>> = prev
+            .iter()
+            .filter(|e| e.kind == Kind::File && inos.contains(&e.ino))
+            .map(|e| parent(&e.path).to_vec())
+            .filter(|d| !dirty.contains(d))
+            .collect();
+        (!more.is_empty()).then_some(more)
+    }
+}
+
 /// A watcher-based snapshot: the new manifest and its delta from the
 /// previous one, found without comparing the whole trees.
 pub struct Spliced {
@@ -302,20 +367,36 @@ pub fn splice(
     let started_ns = scan::now_ns();
     let t0 = std::time::Instant::now();
     let root_fd = scan::open_root(root)?;
-    let relist = Relist {
-        root,
-        root_fd: &root_fd,
-        ex,
-        prev,
-        started_ns,
-        relisted: HashSet::new(),
-        covered: HashSet::new(),
-        adds: Vec::new(),
-        drop_own: Vec::new(),
-    };
-    let (mut fresh, keep) = match relist.run(dirty) {
-        Ok(parts) => parts,
-        Err(e) => return Ok(Err(e)),
+    // Hard links: a write through one name changes every name of the
+    // inode, but only its own directory has an event. Directories holding
+    // another name of a re-listed linked file are re-listed too (again,
+    // until none is left), and a file with names outside the folder (or
+    // in excluded directories) always has its directories re-listed.
+    let links = LinkGroups::new(prev);
+    let mut dirty = std::borrow::Cow::Borrowed(dirty);
+    if let Some(more) = links.outside(dirty.as_ref()) {
+        dirty.to_mut().extend(more);
+    }
+    let (mut fresh, keep) = loop {
+        let relist = Relist {
+            root,
+            root_fd: &root_fd,
+            ex,
+            prev,
+            started_ns,
+            relisted: HashSet::new(),
+            covered: HashSet::new(),
+            adds: Vec::new(),
+            drop_own: Vec::new(),
+        };
+        let (fresh, keep) = match relist.run(&dirty) {
+            Ok(parts) => parts,
+            Err(e) => return Ok(Err(e)),
+        };
+        match links.other_names(prev, &fresh, &keep, &dirty) {
+            Some(more) => dirty.to_mut().extend(more),
+            None => break (fresh, keep),
+        }
     };
     let t_relist = t0.elapsed();
     let todo = trust_stat_cache(prev, &mut fresh, blobs);
@@ -417,6 +498,32 @@ impl SnapshotStore {
             stats: spliced.stats,
             delta: Some((spliced.upserts, spliced.removed)),
         })
+    }
+
+    /// Whether the newest manifest `base` holds a file with names outside
+    /// the folder (or excluded): a write through one sends the folder no
+    /// event, so such a folder is never taken as unchanged without a look.
+    /// Remembered per manifest.
+    pub(super) fn has_outside_links(
+        &mut self,
+        folder: &Path,
+        base: &str,
+    ) -> Result<bool, SnapError> {
+        let fs = self.folder(folder)?;
+        if let Some((id, has)) = &fs.outside_links
+            && id == base
+        {
+            return Ok(*has);
+        }
+        let Some((id, m, _)) = &fs.latest else {
+            return Ok(false);
+        };
+        if id != base {
+            return Ok(false);
+        }
+        let has = LinkGroups::new(m).outside(&BTreeSet::new()).is_some();
+        fs.outside_links = Some((base.to_owned(), has));
+        Ok(has)
     }
 
     /// `agentx status`: whether the folder is watched, and why not.

@@ -115,6 +115,10 @@ pub struct Snap {
     pub skipped: u64,
     #[serde(default)]
     pub skipped_why: String,
+    /// The folder's (device, inode) when it was taken: another directory
+    /// at the same path later (a new checkout) is not the same folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<[u64; 2]>,
 }
 
 impl Snap {
@@ -152,6 +156,8 @@ struct FolderState {
     recent: Vec<(String, Arc<Manifest>)>,
     /// The base of each delta manifest read so far (None: a full one).
     bases: HashMap<String, Option<String>>,
+    /// Whether a manifest (by id) holds files linked from outside.
+    outside_links: Option<(String, bool)>,
 }
 
 /// What an undo or rewind did.
@@ -346,6 +352,7 @@ impl SnapshotStore {
                     latest: None,
                     recent: Vec::new(),
                     bases: HashMap::new(),
+                    outside_links: None,
                 },
             );
             self.finish_interrupted_restore(folder)?;
@@ -384,6 +391,8 @@ impl SnapshotStore {
                         action,
                         conflict: false,
                         left_alone: None,
+                        now: None,
+                        live: None,
                     }
                 })
                 .collect();

@@ -17,13 +17,14 @@ use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::blobs::Blobs;
 use super::manifest::{Entry, Kind, Manifest, why};
 use super::scan::{MAX_FILE, TEMP_PREFIX};
 
 mod durable;
+pub mod live;
 mod plan;
 mod put;
 

@@ -17,6 +17,7 @@ impl SnapshotStore {
     /// durable. An unchanged tree reuses the previous manifest.
     pub fn take(&mut self, folder: &Path, owners: Vec<Owner>) -> Result<Snap, SnapError> {
         let started = Instant::now();
+        let root = scan::identity(folder);
         let latest = self.latest(folder)?;
         let excludes = self.extra_excludes();
         let base = latest.as_ref().map(|(id, _, _)| id.clone());
@@ -29,8 +30,9 @@ impl SnapshotStore {
             Some(base),
         ) = (&plan, &base)
             && dirs.is_empty()
+            && !self.has_outside_links(folder, base)?
         {
-            return self.take_unchanged(folder, owners, base, started);
+            return self.take_unchanged(folder, owners, base, started, root);
         }
         let previous = latest.as_ref().map(|(_, m, _)| Arc::clone(m));
         let scanned = self.scan_durably(folder, &excludes, plan, previous.as_deref())?;
@@ -53,6 +55,7 @@ impl SnapshotStore {
             undone: false,
             skipped: sum.skipped,
             skipped_why: sum.skipped_why,
+            root,
         };
         self.record(folder, snap, started)
     }
@@ -141,6 +144,7 @@ impl SnapshotStore {
         owners: Vec<Owner>,
         base: &str,
         started: Instant,
+        root: Option<[u64; 2]>,
     ) -> Result<Snap, SnapError> {
         let now = now_ms();
         let fs = self.folder(folder)?;
@@ -162,6 +166,7 @@ impl SnapshotStore {
             undone: false,
             skipped: newest.skipped,
             skipped_why: newest.skipped_why.clone(),
+            root,
         };
         self.record(folder, snap, started)
     }

@@ -3,6 +3,20 @@
 
 use super::*;
 
+/// Where a message's before and after snapshots stand in the timeline.
+type Span = (Option<usize>, Option<usize>);
+
+/// Another directory stands at the folder's path than when `then` was
+/// taken (a new checkout where a renamed one was): every path an undo
+/// would touch is a conflict, for none of it is the message's.
+fn mark_if_replaced(ops: &mut [Op], then: &Snap, now: Option<[u64; 2]>) {
+    if then.root.is_some() && now.is_some() && then.root != now {
+        for op in ops {
+            op.conflict = true;
+        }
+    }
+}
+
 impl SnapshotStore {
     /// `session`'s messages not yet undone, newest first.
     pub(super) fn messages(
@@ -45,7 +59,7 @@ impl SnapshotStore {
             if let Some(a) = &after {
                 let b = self.manifest_of(folder, &before)?;
                 let am = self.manifest_of(folder, a)?;
-                if restore::plan_undo(&b, &am, &am).is_empty() {
+                if restore::plan_undo(&b, &am, &am, &HashSet::new()).is_empty() {
                     passed.push((before, after));
                     continue;
                 }
@@ -94,6 +108,66 @@ impl SnapshotStore {
         Ok(m)
     }
 
+    /// The paths that other conversations' and one-shots' messages changed
+    /// while this message (`before` to `after`) ran too: with both writing
+    /// in the folder at once, an undo cannot tell whose change a path is,
+    /// so each of them is a conflict (listed, skipped unless forced).
+    fn foreign_changes(
+        &mut self,
+        folder: &Path,
+        session: &str,
+        before: &Snap,
+        after: Option<&Snap>,
+    ) -> Result<HashSet<Vec<u8>>, SnapError> {
+        let snaps = self.folder(folder)?.timeline.snaps.clone();
+        let at = |id: &str| snaps.iter().position(|s| s.id == id);
+        let (Some(mine_b), mine_a) = (at(&before.id), after.and_then(|a| at(&a.id))) else {
+            return Ok(HashSet::new());
+        };
+        let mine_a = mine_a.unwrap_or(snaps.len());
+        // Other messages: (session, pair) → (before index, after index).
+        let mut others: HashMap<(&str, &str), Span> = HashMap::new();
+        for (i, s) in snaps.iter().enumerate() {
+            for o in s.owners.iter().filter(|o| o.session != session) {
+                let slot = others.entry((&o.session, &o.pair)).or_default();
+                match o.phase {
+                    Phase::Before => slot.0 = Some(i),
+                    Phase::After => slot.1 = Some(i),
+                    _ => {}
+                }
+            }
+        }
+        // A message without an after snapshot (agentd died in it) is taken
+        // to end at its conversation's next snapshot, if any.
+        let ends_by = |sess: &str, b: usize| {
+            (b + 1..snaps.len()).find(|&i| snaps[i].owners.iter().any(|o| o.session == sess))
+        };
+        let overlapping: Vec<(usize, usize)> = others
+            .iter()
+            .filter_map(|((sess, _), (b, a))| {
+                let b = (*b)?;
+                Some((b, a.or_else(|| ends_by(sess, b))?))
+            })
+            .filter(|(b, a)| *b < mine_a && *a > mine_b)
+            .collect();
+        let mut paths = HashSet::new();
+        for (b, a) in overlapping {
+            let from = self.manifest_of(folder, &snaps[b])?;
+            let to = self.manifest_of(folder, &snaps[a])?;
+            for (p, [x, y]) in manifest::aligned([&*from, &*to]) {
+                let changed = match (x, y) {
+                    (Some(x), Some(y)) => !x.same_content(y),
+                    (None, None) => false,
+                    _ => true,
+                };
+                if changed {
+                    paths.insert(p.to_vec());
+                }
+            }
+        }
+        Ok(paths)
+    }
+
     /// What undoing `session`'s last message would change.
     pub fn plan_undo(&mut self, folder: &Path, session: &str) -> Result<Plan, SnapError> {
         let ((before, after), passed) = self.undo_target(folder, session)?;
@@ -103,7 +177,13 @@ impl SnapshotStore {
             Some(s) => self.manifest_of(folder, s)?,
             None => Arc::clone(&current),
         };
-        let ops = restore::plan_undo(&b, &a, &current);
+        let foreign = self.foreign_changes(folder, session, &before, after.as_ref())?;
+        let mut ops = restore::plan_undo(&b, &a, &current, &foreign);
+        mark_if_replaced(
+            &mut ops,
+            after.as_ref().unwrap_or(&before),
+            scan::identity(folder),
+        );
         let (left, changes): (Vec<Op>, Vec<Op>) =
             ops.into_iter().partition(|o| o.left_alone.is_some());
         Ok(Plan {
@@ -130,22 +210,24 @@ impl SnapshotStore {
         force: bool,
     ) -> Result<RestoreReport, SnapError> {
         let ((before, after), passed) = self.undo_target(folder, session)?;
-        let pre = self.take(
-            folder,
-            vec![Owner {
-                session: session.to_owned(),
-                phase: Phase::PreRestore,
-                pair: String::new(),
-                label: "before undo".into(),
-            }],
-        )?;
-        let current = self.manifest_of(folder, &pre)?;
         let b = self.manifest_of(folder, &before)?;
         let a = match &after {
-            Some(s) => self.manifest_of(folder, s)?,
-            None => Arc::clone(&current),
+            Some(s) => Some(self.manifest_of(folder, s)?),
+            None => None,
         };
-        let ops = restore::plan_undo(&b, &a, &current);
+        let foreign = self.foreign_changes(folder, session, &before, after.as_ref())?;
+        let owner = Owner {
+            session: session.to_owned(),
+            phase: Phase::PreRestore,
+            pair: String::new(),
+            label: "before undo".into(),
+        };
+        let (pre, mut ops) = self.checked_plan(folder, &owner, |current| {
+            restore::plan_undo(&b, a.as_deref().unwrap_or(current), current, &foreign)
+        })?;
+        // Another directory at the folder's path since the message (a new
+        // checkout where a renamed one was): none of it is the message's.
+        mark_if_replaced(&mut ops, after.as_ref().unwrap_or(&before), pre.root);
         let mut report = self.run_restore(folder, &before.manifest, ops, force, pre.id)?;
         report.undone = report.skipped.is_empty() && report.errors.is_empty();
         report.message = describe_message(&before, session);
@@ -194,19 +276,68 @@ impl SnapshotStore {
     /// Puts the whole folder back as a snapshot had it.
     pub fn rewind(&mut self, folder: &Path, to: &RewindTo) -> Result<RestoreReport, SnapError> {
         let target = self.rewind_target(folder, to)?;
-        let pre = self.take(
-            folder,
-            vec![Owner {
-                session: String::new(),
-                phase: Phase::PreRestore,
-                pair: String::new(),
-                label: format!("before rewind to {}", target.id),
-            }],
-        )?;
         let t = self.manifest_of(folder, &target)?;
-        let current = self.manifest_of(folder, &pre)?;
-        let ops = restore::plan_rewind(&t, &current);
+        let owner = Owner {
+            session: String::new(),
+            phase: Phase::PreRestore,
+            pair: String::new(),
+            label: format!("before rewind to {}", target.id),
+        };
+        let (pre, ops) =
+            self.checked_plan(folder, &owner, |current| restore::plan_rewind(&t, current))?;
         self.run_restore(folder, &target.manifest, ops, true, pre.id)
+    }
+
+    /// Takes the pre-restore snapshot, plans against it with `plan`, and
+    /// checks each path the plan would touch against the live file (§13 of
+    /// the design). A difference means the snapshot missed a change (a
+    /// watcher blind spot: a renamed ancestor, a mount, a write through an
+    /// outside hard link or a shared mapping): the watcher is reset and the
+    /// snapshot taken again by a full scan, so the pre-restore snapshot holds
+    /// what is on disk and the plan sees it (a conflict, as any change since
+    /// the message). A path that still differs (a writer racing the restore)
+    /// is a conflict that is never written over, `--force` or not.
+    fn checked_plan(
+        &mut self,
+        folder: &Path,
+        owner: &Owner,
+        plan: impl Fn(&Manifest) -> Vec<Op>,
+    ) -> Result<(Snap, Vec<Op>), SnapError> {
+        let mut rescanned = false;
+        loop {
+            let pre = self.take(folder, vec![owner.clone()])?;
+            let current = self.manifest_of(folder, &pre)?;
+            let mut ops = plan(&current);
+            let started = std::time::Instant::now();
+            let differ = restore::live::check(folder, &ops, &current);
+            tracing::debug!(
+                paths = ops.len(),
+                differ = differ.len(),
+                us = started.elapsed().as_micros(),
+                "live check"
+            );
+            let Some((first, why)) = differ.first() else {
+                return Ok((pre, ops));
+            };
+            if !rescanned {
+                let why = format!(
+                    "a restore found {} path(s) changed without an event, e.g. {}: {why}",
+                    differ.len(),
+                    restore::escape(first)
+                );
+                tracing::warn!(folder = %folder.display(), "{why}; rescanning in full");
+                self.watch.reset(folder, &why);
+                rescanned = true;
+                continue;
+            }
+            let differ: HashMap<Vec<u8>, String> = differ.into_iter().collect();
+            for op in &mut ops {
+                if let Some(why) = differ.get(&op.path) {
+                    op.live = Some(why.clone());
+                }
+            }
+            return Ok((pre, ops));
+        }
     }
 
     pub(super) fn rewind_target(
@@ -242,8 +373,9 @@ impl SnapshotStore {
         pre_restore: String,
     ) -> Result<RestoreReport, SnapError> {
         let (left, ops): (Vec<Op>, Vec<Op>) = ops.into_iter().partition(|o| o.left_alone.is_some());
-        let (apply, skipped): (Vec<Op>, Vec<Op>) =
-            ops.into_iter().partition(|o| force || !o.conflict);
+        let (apply, skipped): (Vec<Op>, Vec<Op>) = ops
+            .into_iter()
+            .partition(|o| o.live.is_none() && (force || !o.conflict));
         let fs = self.folder(folder)?;
         let journal = RestoreJournal {
             want_manifest: want_manifest.to_owned(),

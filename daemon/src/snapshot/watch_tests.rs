@@ -55,7 +55,12 @@ fn take_exact(s: &mut SnapshotStore, folder: &Path) -> Arc<Manifest> {
     let (full, _) = scan::scan(folder, &s.extra_excludes(), None, &s.blobs, &mut pack).unwrap();
     s.blobs.abandon(pack);
     if let Some(diff) = incremental::first_difference(&got, &full) {
-        panic!("watcher-based snapshot differs from a full scan: {diff}");
+        let path = diff.split(' ').next().unwrap_or_default().as_bytes();
+        panic!(
+            "watcher-based snapshot differs from a full scan: {diff}\nwatcher: {:?}\nscan: {:?}",
+            got.find(path),
+            full.find(path)
+        );
     }
     got
 }
@@ -98,7 +103,7 @@ fn edit(rng: &mut Rng, root: &Path, outside: &Path, n: u64) {
     let dir = rng.pick(&dirs).unwrap_or_default();
     let at = |p: &Path| root.join(p);
     let fresh = |d: &Path, tag: &str| d.join(format!("{tag}{n}"));
-    match rng.below(18) {
+    match rng.below(21) {
         0 => std::fs::write(at(&fresh(&dir, "f")), format!("new {n}")).unwrap(),
         1 => {
             if let Some(f) = rng.pick(&files) {
@@ -241,6 +246,45 @@ fn edit(rng: &mut Rng, root: &Path, outside: &Path, n: u64) {
                 if std::fs::create_dir(at(&l)).is_ok() {
                     std::fs::write(at(&l).join("was-link"), "w").unwrap();
                 }
+            }
+        }
+        18 => {
+            // A second name of a file, in another directory (later writes
+            // through either name change both).
+            if let Some(f) = rng.pick(&files)
+                && std::fs::symlink_metadata(at(&f)).is_ok_and(|m| m.is_file())
+            {
+                let _ = std::fs::hard_link(at(&f), at(&fresh(&dir, "hl")));
+            }
+        }
+        19 => {
+            // A file with a name outside the folder, written through it (no
+            // event in the folder); or linked in first.
+            let ext = outside.with_file_name("ext");
+            std::fs::create_dir_all(&ext).unwrap();
+            let names: Vec<PathBuf> = std::fs::read_dir(&ext)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            match rng.pick(&names) {
+                Some(p) if rng.below(3) > 0 => {
+                    std::fs::write(&p, format!("written outside {n}")).unwrap();
+                }
+                _ => {
+                    let p = ext.join(format!("x{n}"));
+                    std::fs::write(&p, "linked in").unwrap();
+                    let _ = std::fs::hard_link(&p, at(&fresh(&dir, "hx")));
+                }
+            }
+        }
+        20 => {
+            // An in-place write (same inode) of a file that may have
+            // other names.
+            if let Some(f) = rng.pick(&files)
+                && std::fs::symlink_metadata(at(&f)).is_ok_and(|m| m.is_file())
+            {
+                std::fs::write(at(&f), format!("in place {n}")).unwrap();
             }
         }
         _ => {
@@ -482,23 +526,91 @@ fn modified_ago(path: &Path, secs: u64) {
         .unwrap();
 }
 
-/// A folder with a file hard-linked from outside it: writes through the
-/// outside name raise no event in the folder's watches.
+/// A folder with a file the watcher will be made to miss a change of.
 fn blind_spot(tmp: &Path) -> (PathBuf, PathBuf) {
     let root = tmp.join("work");
     std::fs::create_dir_all(&root).unwrap();
-    let outside = tmp.join("outside.txt");
-    std::fs::write(&outside, "one").unwrap();
-    modified_ago(&outside, 7200);
-    std::fs::hard_link(&outside, root.join("linked.txt")).unwrap();
-    (root, outside)
+    let file = root.join("linked.txt");
+    std::fs::write(&file, "one").unwrap();
+    modified_ago(&file, 7200);
+    (root.clone(), file)
 }
 
-/// Changes the linked file behind the watcher's back (outside the racy
+/// Changes the file behind the watcher's back, as a write through a shared
+/// mapping would (no event): its events are dropped (outside the racy
 /// window, or the racy rule alone would re-read it).
-fn change_unseen(outside: &Path) {
-    std::fs::write(outside, "two, longer").unwrap();
-    modified_ago(outside, 3600);
+fn change_unseen(s: &mut SnapshotStore, root: &Path, file: &Path) {
+    std::fs::write(file, "two, longer").unwrap();
+    modified_ago(file, 3600);
+    s.watch.forget_events(root);
+}
+
+#[test]
+fn a_folder_whose_path_leads_to_another_directory_is_scanned_in_full() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("p/work");
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("src/a.rs"), "old").unwrap();
+    let mut s = store(&tmp.path().join("profile"));
+    take_exact(&mut s, &root);
+    take_exact(&mut s, &root);
+    assert!(s.watch.last_was_incremental(&root));
+    // `mv p p-old; git clone … p/work`: no event reaches the old watches.
+    std::fs::rename(tmp.path().join("p"), tmp.path().join("p-old")).unwrap();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("src/a.rs"), "the new checkout").unwrap();
+    let m = take_exact(&mut s, &root);
+    assert!(!s.watch.last_was_incremental(&root));
+    assert_eq!(m.find(b"src/a.rs").unwrap().size, 16);
+    // Watched again from the new directory.
+    take_exact(&mut s, &root);
+    assert!(s.watch.last_was_incremental(&root));
+}
+
+/// Runs `cmd args`, or says why not: mounting needs root (CI has it and
+/// sets AGENTX_TESTS_NO_SKIP, so there a skip fails).
+fn run_root(cmd: &str, args: &[&Path]) -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("AGENTX_TESTS_NO_SKIP").is_none(),
+            "{cmd} needs root"
+        );
+        return false;
+    }
+    let ok = std::process::Command::new(cmd)
+        .args(args)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "{cmd} {args:?} failed");
+    true
+}
+
+#[test]
+fn a_mount_or_unmount_inside_the_folder_is_scanned_in_full() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("work");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::write(root.join("sub/covered.txt"), "under the mount").unwrap();
+    let mut s = store(&tmp.path().join("profile"));
+    take_exact(&mut s, &root);
+    take_exact(&mut s, &root);
+    let sub = root.join("sub");
+    let tmpfs = Path::new("-ttmpfs");
+    if !run_root("mount", &[tmpfs, Path::new("none"), &sub]) {
+        return;
+    }
+    std::fs::write(sub.join("in-mount.txt"), "on the tmpfs").unwrap();
+    let m = take_exact(&mut s, &root);
+    let watched = s.watch.last_was_incremental(&root);
+    run_root("umount", &[&sub]);
+    assert!(!watched, "a mount sends no event: the snapshot must scan");
+    assert!(m.find(b"sub/in-mount.txt").is_some());
+    assert!(m.find(b"sub/covered.txt").is_none());
+    // The unmount is seen too.
+    let m = take_exact(&mut s, &root);
+    assert!(!s.watch.last_was_incremental(&root));
+    assert!(m.find(b"sub/covered.txt").is_some());
 }
 
 #[test]
@@ -515,7 +627,7 @@ fn an_idle_verification_scan_catches_what_the_watcher_missed() {
     take_exact(&mut s, &root);
     assert!(s.watch.last_was_incremental(&root));
     take_exact(&mut s, &root);
-    change_unseen(&outside);
+    change_unseen(&mut s, &root, &outside);
     // The watcher-based snapshot cannot see it...
     let snap = s.take(&root, manual()).unwrap();
     assert_eq!(snap.changed, 0);
@@ -541,7 +653,7 @@ fn a_verification_that_never_gets_an_idle_moment_runs_with_a_snapshot() {
     for _ in 0..2 {
         take_exact(&mut s, &root); // watcher-based; due after the 2nd
     }
-    change_unseen(&outside);
+    change_unseen(&mut s, &root, &outside);
     s.take(&root, manual()).unwrap(); // 3rd: still waiting for idle
     // 4th: overdue, so verified inline; the mismatch makes the full scan win.
     let m = take_exact(&mut s, &root);

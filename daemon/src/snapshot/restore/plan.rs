@@ -36,6 +36,12 @@ pub struct Op {
     /// Left alone, and why: the path (or a directory above it) could not be
     /// captured now or in the snapshot restored from.
     pub left_alone: Option<String>,
+    /// What the plan believes stands at the path now (`None`: nothing):
+    /// checked against the live file before the restore touches it.
+    pub now: Option<Entry>,
+    /// The live file is not what the plan believes, and why: a conflict
+    /// that even `--force` never writes over.
+    pub live: Option<String>,
 }
 
 pub(super) fn action_for(current: Option<&Entry>, want: Option<&Entry>) -> Option<Action> {
@@ -160,9 +166,29 @@ pub fn escape(path: &[u8]) -> String {
         .collect()
 }
 
-/// Undo: the paths `before`→`after` changed, put back as `before` had them;
-/// a path whose current state differs from `after` is a conflict.
-pub fn plan_undo(before: &Manifest, after: &Manifest, current: &Manifest) -> Vec<Op> {
+/// Whether the directory holding `path` is another one in `current` than
+/// in `after` (replaced, or a file system mounted over it, since then).
+fn parent_replaced(path: &[u8], after: &Manifest, current: &Manifest) -> bool {
+    let Some(i) = path.iter().rposition(|b| *b == b'/') else {
+        return false;
+    };
+    let par = &path[..i];
+    match (after.find(par), current.find(par)) {
+        (Some(a), Some(c)) => a.kind == Kind::Dir && c.kind == Kind::Dir && a.ino != c.ino,
+        _ => false,
+    }
+}
+
+/// Undo: the paths `before`→`after` changed, put back as `before` had them.
+/// A conflict: a path whose current state differs from `after`, whose
+/// directory was replaced since, or that `foreign` holds (changed by
+/// another conversation or one-shot while this message ran).
+pub fn plan_undo(
+    before: &Manifest,
+    after: &Manifest,
+    current: &Manifest,
+    foreign: &HashSet<Vec<u8>>,
+) -> Vec<Op> {
     let (unc_before, unc_after, unc_now) = (
         Uncaptured::new(before),
         Uncaptured::new(after),
@@ -189,7 +215,8 @@ pub fn plan_undo(before: &Manifest, after: &Manifest, current: &Manifest) -> Vec
             (Some(n), Some(y)) => !n.same_content(y),
             (None, None) => false,
             _ => true,
-        };
+        } || parent_replaced(p, after, current)
+            || foreign.contains(p);
         // Not captured after the message either: nothing to compare with.
         if unc_after.covering(p).is_some_and(|(_, r)| why::quiet(r)) {
             continue;
@@ -203,6 +230,8 @@ pub fn plan_undo(before: &Manifest, after: &Manifest, current: &Manifest) -> Vec
             action,
             conflict,
             left_alone,
+            now: now.cloned(),
+            live: None,
         });
     }
     ops
@@ -225,6 +254,8 @@ pub fn plan_rewind(target: &Manifest, current: &Manifest) -> Vec<Op> {
                 action,
                 conflict: false,
                 left_alone,
+                now: now.cloned(),
+                live: None,
             })
         })
         .collect()
@@ -269,8 +300,12 @@ pub fn describe(ops: &[Op]) -> Vec<Planned> {
         .map(|o| Planned {
             path: escape(&o.path),
             action: o.action,
-            conflict: o.conflict,
-            reason: o.left_alone.clone().unwrap_or_default(),
+            conflict: o.conflict || o.live.is_some(),
+            reason: o
+                .live
+                .clone()
+                .or_else(|| o.left_alone.clone())
+                .unwrap_or_default(),
         })
         .collect()
 }

@@ -49,7 +49,13 @@ pub struct ScanStats {
     pub new_blobs: u64,
 }
 
-fn ns(secs: i64, nsec: i64) -> i64 {
+/// The (device, inode) the path `root` leads to now.
+pub(crate) fn identity(root: &Path) -> Option<[u64; 2]> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(root).ok().map(|m| [m.dev(), m.ino()])
+}
+
+pub(super) fn ns(secs: i64, nsec: i64) -> i64 {
     secs.saturating_mul(1_000_000_000).saturating_add(nsec)
 }
 

@@ -139,6 +139,7 @@ fn record(
             let mtime_ns = ns(st.st_mtime, st.st_mtime_nsec);
             if st.st_size as u64 != entry.size
                 || mtime_ns != entry.mtime_ns
+                || ns(st.st_ctime, st.st_ctime_nsec) != entry.ctime_ns
                 || st.st_ino != entry.ino
             {
                 entry.size = st.st_size as u64;

@@ -11,6 +11,7 @@ use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
 use super::WatchConfig;
+use super::mounts::{Mount, MountTable};
 use crate::snapshot::scan::{Excludes, excluded};
 
 const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
@@ -60,6 +61,33 @@ pub(super) struct FolderWatch {
     pub(super) max_dirs: usize,
     /// The breakage was a resource limit (watch count, watch limit).
     pub(super) hit_limit: bool,
+    /// The folder's identity (device, inode) when the watch started: a path
+    /// that leads elsewhere now (an ancestor renamed, a new checkout put in
+    /// its place, a mount over it) sends no event to the old directory.
+    pub(super) root_id: [u64; 2],
+    /// The file systems mounted below the folder when the watch started.
+    pub(super) mounts: Vec<Mount>,
+}
+
+use crate::snapshot::scan::identity;
+
+/// A path for a one-line reason: at most about 160 bytes, its head and tail.
+pub(super) fn short(path: &Path) -> String {
+    const KEEP: usize = 78;
+    let s = path.display().to_string();
+    if s.len() <= 2 * KEEP + 3 {
+        return s;
+    }
+    let head = s
+        .char_indices()
+        .take_while(|(i, _)| *i < KEEP)
+        .map(|(_, c)| c);
+    let tail_start = s
+        .char_indices()
+        .map(|(i, _)| i)
+        .find(|i| *i >= s.len() - KEEP)
+        .unwrap_or(s.len());
+    format!("{}...{}", head.collect::<String>(), &s[tail_start..])
 }
 
 fn join(root: &Path, rel: &[u8]) -> PathBuf {
@@ -84,7 +112,21 @@ impl FolderWatch {
     /// Watches every directory of `root` (excluded ones left out); the
     /// watches are in place before this returns, so a scan that follows
     /// misses nothing later events would not report.
-    pub(super) fn start(root: &Path, ex: &Excludes, cfg: &WatchConfig) -> Result<Self, String> {
+    pub(super) fn start(
+        root: &Path,
+        ex: &Excludes,
+        cfg: &WatchConfig,
+        table: &MountTable,
+    ) -> Result<Self, String> {
+        let root_id = identity(root).ok_or_else(|| "the folder cannot be read".to_owned())?;
+        let mounts = table.inside(root);
+        if let Some(m) = mounts.iter().find(|m| m.is_remote()) {
+            return Err(format!(
+                "a network or FUSE file system ({}) is mounted in it at {}, where inotify misses changes",
+                m.fstype,
+                short(&m.point)
+            ));
+        }
         let fs = nix::sys::statfs::statfs(root).map_err(|e| format!("statfs failed: {e}"))?;
         #[allow(clippy::unnecessary_cast)] // f_type's width differs by target
         let fs_type = fs.filesystem_type().0 as i64;
@@ -116,6 +158,8 @@ impl FolderWatch {
             last_dirty: None,
             max_dirs: cfg.max_dirs,
             hit_limit: false,
+            root_id,
+            mounts,
         };
         w.add_tree(Vec::new());
         match w.broken.take() {
@@ -173,7 +217,7 @@ impl FolderWatch {
                     return;
                 }
                 Err(e) => {
-                    self.broken = Some(format!("cannot watch {}: {e}", path.display()));
+                    self.broken = Some(format!("cannot watch {}: {e}", short(&path)));
                     return;
                 }
             }
@@ -213,8 +257,14 @@ impl FolderWatch {
         }
     }
 
-    /// Reads every queued event (until `EAGAIN`) into the dirty set.
+    /// Reads every queued event (until `EAGAIN`) into the dirty set, after
+    /// checking that the folder's path still leads to the watched directory.
     pub(super) fn drain(&mut self) {
+        if self.broken.is_none() && identity(&self.root) != Some(self.root_id) {
+            self.broken = Some(
+                "the folder's path leads to another directory now (renamed or replaced)".into(),
+            );
+        }
         loop {
             if self.broken.is_some() {
                 return;

@@ -18,8 +18,10 @@ use std::time::{Duration, Instant};
 use super::scan::Excludes;
 
 mod folder;
+mod mounts;
 
 use folder::FolderWatch;
+use mounts::MountTable;
 
 /// Limits and knobs, read from agentd's environment at start.
 #[derive(Debug, Clone)]
@@ -90,6 +92,8 @@ pub struct Watchers {
     not_watched: HashMap<PathBuf, (String, Instant, bool)>,
     /// Folders whose verification failed: full scans until agentd restarts.
     distrusted: HashMap<PathBuf, String>,
+    /// The mount table as last read (mounts send no inotify event).
+    mounts: MountTable,
 }
 
 /// A folder whose watch could not be set up is tried again after this long.
@@ -104,6 +108,20 @@ impl Watchers {
             folders: HashMap::new(),
             not_watched: HashMap::new(),
             distrusted: HashMap::new(),
+            mounts: MountTable::open(),
+        }
+    }
+
+    /// Breaks the watch of every folder whose mounts changed since its
+    /// watch started (the next snapshot of it scans in full).
+    fn check_mounts(&mut self) {
+        if !self.mounts.refresh() {
+            return;
+        }
+        for w in self.folders.values_mut() {
+            if w.broken.is_none() && self.mounts.inside(&w.root) != w.mounts {
+                w.broken = Some("a file system was mounted or unmounted in it".into());
+            }
         }
     }
 
@@ -131,6 +149,7 @@ impl Watchers {
         if let Some(reason) = self.distrusted.get(folder) {
             return Plan::Full(reason.clone());
         }
+        self.check_mounts();
         let reason = match self.folders.get_mut(folder) {
             Some(w) => {
                 w.last_used = Instant::now();
@@ -178,7 +197,7 @@ impl Watchers {
             return Plan::Full(reason.clone());
         }
         self.release_lru();
-        match FolderWatch::start(folder, ex, &self.cfg) {
+        match FolderWatch::start(folder, ex, &self.cfg, &self.mounts) {
             Ok(w) => {
                 tracing::debug!(folder = %folder.display(), dirs = w.wds.len(), "watching");
                 self.folders.insert(folder.to_path_buf(), w);
@@ -232,6 +251,7 @@ impl Watchers {
     /// changed since their newest snapshot (no event since): a full scan now
     /// must equal that snapshot's manifest `base`. Returns (folder, base).
     pub fn due(&mut self) -> Vec<(PathBuf, String)> {
+        self.check_mounts();
         let every = self.cfg.verify_every;
         self.folders
             .iter_mut()
@@ -249,6 +269,7 @@ impl Watchers {
     /// Whether `folder` is still watched with no event since its newest
     /// snapshot (a verification scan that raced a change proves nothing).
     pub fn still_quiet(&mut self, folder: &Path) -> bool {
+        self.check_mounts();
         self.folders.get_mut(folder).is_some_and(|w| {
             w.drain();
             w.broken.is_none() && w.dirty.is_empty()
@@ -328,6 +349,16 @@ impl Watchers {
         match self.not_watched.get(folder) {
             Some((reason, ..)) => format!("not watched: {reason}"),
             None => "not watched yet (watching starts with its next snapshot)".into(),
+        }
+    }
+
+    /// Tests: drops the folder's pending events, as inotify does for a
+    /// change it cannot see (a write through a shared mapping).
+    #[cfg(test)]
+    pub fn forget_events(&mut self, folder: &Path) {
+        if let Some(w) = self.folders.get_mut(folder) {
+            w.drain();
+            w.dirty.clear();
         }
     }
 
