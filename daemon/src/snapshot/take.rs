@@ -21,7 +21,9 @@ impl SnapshotStore {
         let latest = self.latest(folder)?;
         let excludes = self.extra_excludes();
         let base = latest.as_ref().map(|(id, _, _)| id.clone());
-        let plan = self.watch.plan(folder, &excludes, base.as_deref());
+        let plan = self.watch.plan(folder, &excludes, base.as_deref(), || {
+            latest.as_ref().map(|(_, m, _)| m.dir_count())
+        });
         if let (
             watch::Plan::Dirty {
                 dirs,

@@ -82,7 +82,9 @@ impl SnapshotStore {
         let base = latest.as_ref().map(|(id, _, _)| id.clone());
         let previous = latest.map(|(_, m, _)| m);
         let excludes = self.extra_excludes();
-        let plan = self.watch.plan(folder, &excludes, base.as_deref());
+        let plan = self.watch.plan(folder, &excludes, base.as_deref(), || {
+            previous.as_deref().map(Manifest::dir_count)
+        });
         let mut pack = self.blobs.begin()?;
         let result = self.scan_folder(folder, &excludes, plan, previous.as_deref(), &mut pack);
         self.blobs.abandon(pack);

@@ -471,6 +471,17 @@ fn a_folder_over_the_watch_cap_is_scanned_in_full() {
     std::fs::write(root.join("d/e/f"), "changed").unwrap();
     take_exact(&mut s, &root);
     assert!(!s.watch.last_was_incremental(&root));
+    // After a restart the last snapshot says the folder is too large: no
+    // watch is even tried (it would cost a walk before the full scan).
+    drop(s);
+    let mut s = store(&tmp.path().join("profile"));
+    s.watch.config_mut().max_dirs = 3;
+    take_exact(&mut s, &root);
+    assert!(
+        s.watch_status(&root).contains("its last snapshot had 5"),
+        "{}",
+        s.watch_status(&root)
+    );
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::Entry;
+use super::{Entry, Kind};
 
 /// Entries per chunk when a list is cut up (a rebuilt chunk is flushed at
 /// this size; a reused one keeps whatever size it has).
@@ -27,6 +27,11 @@ impl Manifest {
             b.push_unchecked(e);
         }
         b.finish()
+    }
+
+    /// The directories it holds.
+    pub fn dir_count(&self) -> usize {
+        self.iter().filter(|e| e.kind == Kind::Dir).count()
     }
 
     pub fn len(&self) -> usize {

@@ -141,8 +141,17 @@ impl Watchers {
 
     /// Drains the folder's events and says how to snapshot it against the
     /// manifest `base` (its newest). When the answer is a full scan, a fresh
-    /// watch is put in place first where possible, so the scan is the new base.
-    pub fn plan(&mut self, folder: &Path, ex: &Excludes, base: Option<&str>) -> Plan {
+    /// watch is put in place first where possible, so the scan is the new base
+    /// — unless `dirs` (the directories `base` holds, counted only then) says
+    /// the folder is over the watch cap: then no watch is tried at all, so a
+    /// folder too large to watch costs no more than with the watcher off.
+    pub fn plan(
+        &mut self,
+        folder: &Path,
+        ex: &Excludes,
+        base: Option<&str>,
+        dirs: impl FnOnce() -> Option<usize>,
+    ) -> Plan {
         if !self.cfg.enabled {
             return Plan::Full("the watcher is off (AGENTX_WATCH=off)".into());
         }
@@ -195,6 +204,14 @@ impl Watchers {
             && since.elapsed() < RETRY
         {
             return Plan::Full(reason.clone());
+        }
+        if let Some(n) = dirs().filter(|n| *n > self.cfg.max_dirs) {
+            let reason = format!(
+                "it has more than {} directories (AGENTX_WATCH_MAX_DIRS; its last snapshot had {n})",
+                self.cfg.max_dirs
+            );
+            self.note(folder, reason.clone(), false);
+            return Plan::Full(reason);
         }
         self.release_lru();
         match FolderWatch::start(folder, ex, &self.cfg, &self.mounts) {

@@ -63,6 +63,9 @@ pub(super) async fn bench_agentx(
     }
     let (message_tree, message_empty) = bench.messages(&env, &channel, model).await?;
     let restore = bench.restores(&client).await?;
+    let log = std::fs::read_to_string(env.home.join("log/agentd.log")).unwrap_or_default();
+    let live_undo = live_check_us(&log, 10);
+    let live_restore = live_check_us(&log, RESTORE_DIRS * 100);
     let store = bench.store_size(&env, &client).await?;
     let _ = env.run(["daemon", "stop"]);
     Ok(SnapResults {
@@ -76,7 +79,54 @@ pub(super) async fn bench_agentx(
         message_empty,
         message_overhead: message_tree - message_empty,
         watch_status,
+        live_undo,
+        live_restore,
     })
+}
+
+/// The module whose debug lines time the restore's live check.
+const LIVE_CHECK_TARGET: &str = "agentd::snapshot::undo";
+
+/// The median time (µs) of agentd's live checks over `paths` paths, from
+/// its "live check paths=N differ=D us=T" debug lines.
+fn live_check_us(log: &str, paths: usize) -> Option<f64> {
+    let field = |line: &str, name: &str| -> Option<u64> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .and_then(|v| v.trim_matches(|c: char| !c.is_ascii_digit()).parse().ok())
+    };
+    let mut us: Vec<f64> = log
+        .lines()
+        .filter(|l| l.contains("live check"))
+        .filter(|l| field(l, "paths=") == Some(paths as u64))
+        .filter_map(|l| field(l, "us=").map(|v| v as f64))
+        .collect();
+    if us.is_empty() {
+        return None;
+    }
+    us.sort_by(f64::total_cmp);
+    Some(us[us.len() / 2])
+}
+
+/// Only the first-snapshot row of one configuration: the median, ms.
+pub(super) async fn first_snapshot_ms(
+    tree: &Path,
+    files: &[PathBuf],
+    watch: bool,
+    runs: usize,
+) -> anyhow::Result<f64> {
+    let bench = Bench {
+        tree,
+        files,
+        watch,
+        runs,
+        scope: Scope {
+            folder: tree.display().to_string(),
+            agent: "default".into(),
+        },
+        base: 0,
+    };
+    Ok(median_ms(bench.first_snapshots().await?))
 }
 
 impl Bench<'_> {
@@ -87,9 +137,13 @@ impl Bench<'_> {
         if !self.watch {
             env.extra_env.push(("AGENTX_WATCH".into(), "off".into()));
         }
-        if let Ok(filter) = std::env::var("AGENTX_BENCH_LOG") {
-            env.extra_env.push(("AGENTX_LOG".into(), filter));
-        }
+        // The live check's own timings (debug lines of agentd's undo
+        // module) are read back from the log: see [`live_check_us`].
+        let filter = std::env::var("AGENTX_BENCH_LOG").unwrap_or_else(|_| "info".into());
+        env.extra_env.push((
+            "AGENTX_LOG".into(),
+            format!("{filter},{LIVE_CHECK_TARGET}=debug"),
+        ));
         if !env.run(["daemon", "start"]).status.success() {
             bail!("agentd did not start");
         }
