@@ -299,6 +299,92 @@ fn edit(rng: &mut Rng, root: &Path, outside: &Path, n: u64) {
     }
 }
 
+/// Tmpfs mounts made by [`structural_edit`], unmounted when dropped (also
+/// when a test fails).
+#[derive(Default)]
+struct Mounts(Vec<PathBuf>);
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        for m in self.0.iter().rev() {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(m)
+                .status();
+        }
+    }
+}
+
+/// One edit of the folder's structure that no event reports, so the next
+/// snapshot must be a full scan: its parent renamed and a copy put where it
+/// was, or (as root) a tmpfs mounted on a directory or unmounted again.
+fn structural_edit(rng: &mut Rng, root: &Path, mounts: &mut Mounts, n: u64) {
+    if nix::unistd::geteuid().is_root() && rng.below(2) == 0 {
+        if let Some(m) = mounts.0.pop() {
+            let _ = std::process::Command::new("umount").arg(&m).status();
+            return;
+        }
+        let (dirs, _) = listing(root);
+        let dir = root.join(rng.pick(&dirs).unwrap_or_default());
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "none"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            std::fs::write(dir.join(format!("on-tmpfs{n}")), "t").unwrap();
+            mounts.0.push(dir);
+        }
+        return;
+    }
+    if !mounts.0.is_empty() {
+        return; // a mounted folder cannot be renamed
+    }
+    let parent = root.parent().unwrap();
+    let old = parent.with_file_name(format!("old{n}"));
+    std::fs::rename(parent, &old).unwrap();
+    std::fs::create_dir(parent).unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(old.join(root.file_name().unwrap()))
+        .arg(root)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+}
+
+#[test]
+fn watcher_snapshots_equal_full_scans_after_random_edits_and_structural_changes() {
+    for seed in [3u64, 11] {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("p/work");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(root.join("src/a")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(root.join("src/a/one.rs"), "one").unwrap();
+        let mut s = store(&tmp.path().join("profile"));
+        let mut mounts = Mounts::default();
+        take_exact(&mut s, &root);
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        for step in 0..40u64 {
+            let structural = rng.below(4) == 0;
+            if structural {
+                structural_edit(&mut rng, &root, &mut mounts, step);
+            }
+            edit(&mut rng, &root, &outside, step * 10);
+            take_exact(&mut s, &root);
+            // The one after it is the watcher's again, and exact.
+            edit(&mut rng, &root, &outside, step * 10 + 1);
+            take_exact(&mut s, &root);
+            assert!(
+                s.watch.last_was_incremental(&root),
+                "seed {seed} step {step}: {}",
+                s.watch_status(&root)
+            );
+        }
+    }
+}
+
 #[test]
 fn watcher_snapshots_equal_full_scans_after_random_edits() {
     for seed in [1u64, 7, 42, 1234] {

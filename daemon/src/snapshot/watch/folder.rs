@@ -336,3 +336,20 @@ impl FolderWatch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_path_in_a_reason_keeps_its_head_and_tail() {
+        let long: String = (0..900).map(|i| format!("d{i}/")).collect::<String>() + "end";
+        let s = short(Path::new(&format!("/start/{long}")));
+        assert!(s.len() < 170, "{}", s.len());
+        assert!(s.starts_with("/start/d0/") && s.ends_with("/end") && s.contains("..."));
+        assert_eq!(short(Path::new("/a/b")), "/a/b");
+        // Multibyte characters are never cut in half.
+        let wide = "é".repeat(200);
+        assert!(short(Path::new(&wide)).contains("..."));
+    }
+}
