@@ -235,15 +235,15 @@ fn two_names_of_one_file_are_restored_together_and_stay_linked() {
     assert_eq!(x.ino(), y.ino(), "the two names are no longer one file");
 }
 
-#[test]
-fn undo_does_not_take_back_what_another_conversation_changed_meanwhile() {
+/// Agent a's message writes a.txt, then waits while `other` (another
+/// agent's message, or a one-shot) writes b.txt and appends to shared.txt;
+/// then a's undo.
+fn concurrent_then_undo(other: &[&str]) {
     let env = TestEnv::new();
     let model = FakeModel::start();
     let proj = project(&env, &[("shared.txt", "s\n")]);
     let p = proj.to_str().unwrap();
-    // Agent a's message writes a.txt, then waits until agent b's message
-    // (which starts meanwhile) is done.
-    let go = env.root().join("b-done");
+    let go = env.root().join("other-done");
     let a = env.chat_command(
         &model,
         ["--auto", "--agent", "a", "-C", p],
@@ -259,11 +259,9 @@ fn undo_does_not_take_back_what_another_conversation_changed_meanwhile() {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let b = env.chat(
-        &model,
-        ["--auto", "--agent", "b", "-C", p],
-        "CALL echo B > b.txt; echo B >> shared.txt\n",
-    );
+    let mut args = vec!["--auto", "-C", p];
+    args.extend_from_slice(other);
+    let b = env.chat(&model, args, "CALL echo B > b.txt; echo B >> shared.txt\n");
     assert_code(&b, 0);
     std::fs::write(&go, "").unwrap();
     assert_code(&a.wait_with_output().unwrap(), 0);
@@ -273,6 +271,16 @@ fn undo_does_not_take_back_what_another_conversation_changed_meanwhile() {
     assert!(stderr(&out).contains("conflict"), "{}", stderr(&out));
     assert_eq!(read(proj.join("b.txt")), "B\n");
     assert_eq!(read(proj.join("shared.txt")), "s\nB\n");
-    // a.txt changed before b's message began: a's alone, taken back.
+    // a.txt changed before the other message began: a's alone, taken back.
     assert!(!flag.exists(), "{}", stderr(&out));
+}
+
+#[test]
+fn undo_does_not_take_back_what_another_conversation_changed_meanwhile() {
+    concurrent_then_undo(&["--agent", "b"]);
+}
+
+#[test]
+fn undo_does_not_take_back_what_a_one_shot_changed_meanwhile() {
+    concurrent_then_undo(&["exec", "-"]);
 }
