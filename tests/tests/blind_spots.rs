@@ -284,3 +284,22 @@ fn undo_does_not_take_back_what_another_conversation_changed_meanwhile() {
 fn undo_does_not_take_back_what_a_one_shot_changed_meanwhile() {
     concurrent_then_undo(&["exec", "-"]);
 }
+
+/// The mount rule does not misfire: a directory an earlier undo re-created
+/// (a new inode, same file system) is no reason for a conflict.
+#[test]
+fn repeated_undo_through_a_re_created_directory_has_no_conflict() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let proj = project(&env, &[("d/x", "one\n"), ("w", "w\n")]);
+    message(&env, &model, &proj, "echo w2 > w");
+    message(&env, &model, &proj, "echo two > d/x");
+    message(&env, &model, &proj, "rm -rf d");
+    let out = undo(&env, &proj, &[]);
+    assert_code(&out, 0);
+    assert_eq!(read(proj.join("d/x")), "two\n");
+    let out = undo(&env, &proj, &[]);
+    assert_code(&out, 0);
+    assert!(!stderr(&out).contains("conflict"), "{}", stderr(&out));
+    assert_eq!(read(proj.join("d/x")), "one\n");
+}

@@ -3,6 +3,18 @@
 
 use super::*;
 
+/// Whether the directory at a relative path of `folder` is a mount point
+/// now (the mount table is read once, when first asked).
+fn mount_root_in(folder: &Path) -> impl Fn(&[u8]) -> bool + '_ {
+    use std::os::unix::ffi::OsStrExt as _;
+    let points = std::cell::OnceCell::new();
+    move |rel: &[u8]| {
+        points
+            .get_or_init(watch::mount_points)
+            .contains(&folder.join(std::ffi::OsStr::from_bytes(rel)))
+    }
+}
+
 /// Where a message's before and after snapshots stand in the timeline.
 type Span = (Option<usize>, Option<usize>);
 
@@ -59,7 +71,7 @@ impl SnapshotStore {
             if let Some(a) = &after {
                 let b = self.manifest_of(folder, &before)?;
                 let am = self.manifest_of(folder, a)?;
-                if restore::plan_undo(&b, &am, &am, &HashSet::new()).is_empty() {
+                if restore::plan_undo(&b, &am, &am, &restore::Suspects::none()).is_empty() {
                     passed.push((before, after));
                     continue;
                 }
@@ -180,7 +192,12 @@ impl SnapshotStore {
             None => Arc::clone(&current),
         };
         let foreign = self.foreign_changes(folder, session, &before, after.as_ref())?;
-        let mut ops = restore::plan_undo(&b, &a, &current, &foreign);
+        let mounted = mount_root_in(folder);
+        let suspects = restore::Suspects {
+            foreign: &foreign,
+            mounted: &mounted,
+        };
+        let mut ops = restore::plan_undo(&b, &a, &current, &suspects);
         mark_if_replaced(
             &mut ops,
             after.as_ref().unwrap_or(&before),
@@ -224,8 +241,13 @@ impl SnapshotStore {
             pair: String::new(),
             label: "before undo".into(),
         };
+        let mounted = mount_root_in(folder);
+        let suspects = restore::Suspects {
+            foreign: &foreign,
+            mounted: &mounted,
+        };
         let (pre, mut ops) = self.checked_plan(folder, &owner, |current| {
-            restore::plan_undo(&b, a.as_deref().unwrap_or(current), current, &foreign)
+            restore::plan_undo(&b, a.as_deref().unwrap_or(current), current, &suspects)
         })?;
         // Another directory at the folder's path since the message (a new
         // checkout where a renamed one was): none of it is the message's.

@@ -166,28 +166,56 @@ pub fn escape(path: &[u8]) -> String {
         .collect()
 }
 
-/// Whether the directory holding `path` is another one in `current` than
-/// in `after` (replaced, or a file system mounted over it, since then).
-fn parent_replaced(path: &[u8], after: &Manifest, current: &Manifest) -> bool {
+/// Whether a file system was mounted on the directory holding `path` since
+/// `after`: the directory is another one in `current` (its inode changed)
+/// and `mounted` says it is a mount's root now. (A directory merely
+/// re-created, say by an earlier undo, is not a reason for a conflict.)
+fn mounted_since(
+    path: &[u8],
+    after: &Manifest,
+    current: &Manifest,
+    mounted: &dyn Fn(&[u8]) -> bool,
+) -> bool {
     let Some(i) = path.iter().rposition(|b| *b == b'/') else {
         return false;
     };
     let par = &path[..i];
-    match (after.find(par), current.find(par)) {
+    let replaced = match (after.find(par), current.find(par)) {
         (Some(a), Some(c)) => a.kind == Kind::Dir && c.kind == Kind::Dir && a.ino != c.ino,
         _ => false,
+    };
+    replaced && mounted(par)
+}
+
+/// Paths an undo must treat as conflicts beyond its own comparison.
+pub struct Suspects<'a> {
+    /// Changed by another conversation or one-shot while the message ran.
+    pub foreign: &'a HashSet<Vec<u8>>,
+    /// Whether a directory (relative path) is the root of a mount now.
+    pub mounted: &'a dyn Fn(&[u8]) -> bool,
+}
+
+impl Suspects<'_> {
+    /// None.
+    pub fn none() -> Suspects<'static> {
+        static EMPTY: std::sync::LazyLock<HashSet<Vec<u8>>> =
+            std::sync::LazyLock::new(HashSet::new);
+        Suspects {
+            foreign: &EMPTY,
+            mounted: &|_| false,
+        }
     }
 }
 
 /// Undo: the paths `before`→`after` changed, put back as `before` had them.
 /// A conflict: a path whose current state differs from `after`, whose
-/// directory was replaced since, or that `foreign` holds (changed by
-/// another conversation or one-shot while this message ran).
+/// directory has a file system mounted on it since, or that another
+/// conversation or one-shot changed while this message ran (`suspects`).
 pub fn plan_undo(
     before: &Manifest,
     after: &Manifest,
     current: &Manifest,
-    foreign: &HashSet<Vec<u8>>,
+    suspects: &Suspects<'_>,
 ) -> Vec<Op> {
     let (unc_before, unc_after, unc_now) = (
         Uncaptured::new(before),
@@ -215,8 +243,8 @@ pub fn plan_undo(
             (Some(n), Some(y)) => !n.same_content(y),
             (None, None) => false,
             _ => true,
-        } || parent_replaced(p, after, current)
-            || foreign.contains(p);
+        } || suspects.foreign.contains(p)
+            || mounted_since(p, after, current, suspects.mounted);
         // Not captured after the message either: nothing to compare with.
         if unc_after.covering(p).is_some_and(|(_, r)| why::quiet(r)) {
             continue;

@@ -206,7 +206,7 @@ fn paths_that_were_unreadable_are_never_removed_as_created() {
             })
             .collect(),
     );
-    let ops = restore::plan_undo(&before, &now, &now, &HashSet::new());
+    let ops = restore::plan_undo(&before, &now, &now, &restore::Suspects::none());
     assert!(!ops.is_empty());
     for op in &ops {
         assert!(op.left_alone.is_some(), "{op:?}");

@@ -20,6 +20,8 @@ use super::scan::Excludes;
 mod folder;
 mod mounts;
 
+pub(crate) use mounts::mount_points;
+
 use folder::FolderWatch;
 use mounts::MountTable;
 

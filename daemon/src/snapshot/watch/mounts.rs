@@ -89,6 +89,13 @@ impl MountTable {
     }
 }
 
+/// Where file systems are mounted now (agentd's mount namespace).
+pub(crate) fn mount_points() -> std::collections::HashSet<PathBuf> {
+    std::fs::read("/proc/self/mountinfo")
+        .map(|text| parse(&text).into_iter().map(|m| m.point).collect())
+        .unwrap_or_default()
+}
+
 /// The mounts of a `mountinfo` text: field 5 is the mount point (octal
 /// escapes for space, tab, newline and backslash), the field after ` - `
 /// the type.
