@@ -170,6 +170,7 @@ fn checkpoint(index: usize, cp: &crate::store::session::Checkpoint) -> Checkpoin
         last_assistant_message: cp.last_assistant.clone(),
         usage: Some(cp.usage.into()),
         transcript_len: cp.journal_items,
+        id: cp.id(),
     }
 }
 
@@ -343,7 +344,7 @@ impl Sessions for SessionsService {
     ) -> Result<Response<ListCheckpointsReply>, Status> {
         let req = request.into_inner();
         let (group, _) = group_for(&self.store, req.scope.as_ref())?;
-        let cps = group
+        let (cps, head) = group
             .checkpoints(session_arg(&req.session_id)?)
             .await
             .map_err(status_of)?;
@@ -354,7 +355,7 @@ impl Sessions for SessionsService {
             .enumerate()
             .map(|(i, cp)| checkpoint(i + 1, cp))
             .collect();
-        Ok(Response::new(ListCheckpointsReply { checkpoints }))
+        Ok(Response::new(ListCheckpointsReply { checkpoints, head }))
     }
 
     async fn rollback(
@@ -367,9 +368,11 @@ impl Sessions for SessionsService {
             None => RollbackTarget::Index(1),
             Some(rollback_request::Target::Index(n)) => RollbackTarget::Index(n),
             Some(rollback_request::Target::Undo(_)) => RollbackTarget::Undo,
+            Some(rollback_request::Target::CheckpointId(id)) => RollbackTarget::Id(id),
         };
+        let expect = Some(req.expect_head).filter(|h| !h.is_empty());
         let doc = group
-            .rollback(session_arg(&req.session_id)?, target)
+            .rollback(session_arg(&req.session_id)?, target, expect)
             .await
             .map_err(status_of)?;
         Ok(Response::new(RollbackReply {

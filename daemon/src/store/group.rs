@@ -138,15 +138,16 @@ impl Group {
                 let _ = reply.send(result);
             }
             Msg::Checkpoints(session, reply) => {
-                let result = self
-                    .resolve(folder, session)
-                    .and_then(|id| Ok(self.session(folder, &id)?.doc.checkpoints.clone()));
+                let result = self.resolve(folder, session).and_then(|id| {
+                    let doc = &self.session(folder, &id)?.doc;
+                    Ok((doc.checkpoints.clone(), doc.head()))
+                });
                 let _ = reply.send(result);
             }
-            Msg::Rollback(session, target, in_turn, reply) => {
+            Msg::Rollback(session, target, expect, in_turn, reply) => {
                 let result = self
                     .resolve(folder, session)
-                    .and_then(|id| self.rollback(folder, &id, target, in_turn));
+                    .and_then(|id| self.rollback(folder, &id, target, expect.as_deref(), in_turn));
                 let _ = reply.send(result);
             }
             Msg::Shared(reply) => {

@@ -63,6 +63,10 @@ pub struct SessionDoc {
     /// State before the last rollback, so it can be undone.
     #[serde(default)]
     pub rollback: Option<Box<RollbackBackup>>,
+    /// Backups of the rollbacks before the last one, oldest first: each
+    /// `rollback --undo` pops one (see [`MAX_ROLLBACK_BACKUPS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub older_rollbacks: Vec<RollbackBackup>,
     /// A one-shot's branch point: the interactive transcript it continues.
     #[serde(default)]
     pub base: Option<BaseRef>,
@@ -130,6 +134,37 @@ pub struct RollbackBackup {
     /// The journal position the rollback went back to.
     pub rolled_back_to: u64,
     pub at: i64,
+    /// The file (in the conversation's directory) holding the journal tail
+    /// this rollback cut; `None`: `<id>.rollback.jsonl` (older backups).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<String>,
+}
+
+/// Rollbacks that can be undone one by one (the newest kept).
+pub const MAX_ROLLBACK_BACKUPS: usize = MAX_CHECKPOINTS;
+
+impl SessionDoc {
+    /// What the conversation looks like now, as one opaque token: a client
+    /// that chose a checkpoint from a listing sends it back, and agentd
+    /// refuses the rollback when the conversation moved since (a turn, a
+    /// rollback or its undo by another client).
+    pub fn head(&self) -> String {
+        format!(
+            "{}.{}.{}.{}.{}",
+            self.rollbacks,
+            self.journal_bytes,
+            self.checkpoints.len(),
+            self.checkpoints.last().map_or(0, |c| c.created_at),
+            self.older_rollbacks.len() + usize::from(self.rollback.is_some()),
+        )
+    }
+}
+
+impl Checkpoint {
+    /// A stable name for this checkpoint within its conversation.
+    pub fn id(&self) -> String {
+        format!("{}-{}", self.created_at, self.journal_bytes)
+    }
 }
 
 impl SessionDoc {
@@ -159,6 +194,7 @@ impl SessionDoc {
             cut_short: None,
             checkpoints: Vec::new(),
             rollback: None,
+            older_rollbacks: Vec::new(),
             base: None,
             rollbacks: 0,
             forked_from: None,
@@ -205,8 +241,18 @@ struct Entry {
 pub struct SessionPaths {
     pub doc: PathBuf,
     pub journal: PathBuf,
-    /// The journal tail cut by the last rollback.
+    /// The journal tail cut by a rollback whose backup names no file.
     pub rollback_tail: PathBuf,
+}
+
+impl SessionPaths {
+    /// Where `backup`'s cut journal tail is kept.
+    pub fn tail_of(&self, backup: &RollbackBackup) -> PathBuf {
+        match (&backup.tail, self.doc.parent()) {
+            (Some(name), Some(dir)) => dir.join(name),
+            _ => self.rollback_tail.clone(),
+        }
+    }
 }
 
 impl SessionPaths {
@@ -349,7 +395,7 @@ impl Session {
     /// Moves the committed journal end back to `bytes`/`items`, saving the
     /// cut tail to the rollback file first. The document must be saved by
     /// the caller before [`Session::truncate_journal`] runs.
-    pub fn save_tail_from(&mut self, bytes: u64) -> io::Result<()> {
+    pub fn save_tail_from(&mut self, bytes: u64, to: &Path) -> io::Result<()> {
         let tail = if self.doc.journal_bytes > bytes {
             let mut file = File::open(&self.paths.journal)?;
             io::Seek::seek(&mut file, io::SeekFrom::Start(bytes))?;
@@ -362,7 +408,7 @@ impl Session {
         } else {
             Vec::new()
         };
-        durable::write_atomic(&self.paths.rollback_tail, &tail)
+        durable::write_atomic(to, &tail)
     }
 
     /// Cuts the journal file to the committed length (after a rollback
