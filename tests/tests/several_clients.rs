@@ -145,3 +145,134 @@ async fn a_rollback_chosen_before_the_conversation_moved_is_refused() {
         assert_eq!(now[field], moved[field], "{field}");
     }
 }
+
+/// The folder+agent's shared checkpoint (its branch point for one-shots),
+/// as the file holds it.
+fn shared_file(env: &TestEnv) -> std::path::PathBuf {
+    env.profile_files()
+        .into_iter()
+        .find(|p| p.ends_with("shared.json"))
+        .expect("no shared.json")
+}
+
+/// The one-shot request at `n` neither continues a chain nor carries `text`.
+fn starts_fresh(model: &FakeModel, n: usize, text: &str) {
+    let body = &model.requests()[n].body;
+    assert!(
+        body.get("previous_response_id").is_none_or(Value::is_null),
+        "the one-shot continued the cleared chain: {body}"
+    );
+    assert!(!body.to_string().contains(text), "{body}");
+}
+
+/// `clear` resets the folder's branch point: one-shots no longer continue
+/// the cleared conversation (by response id: its turns would reach the
+/// model again), and still work once the server forgot every chain.
+#[test]
+fn clear_resets_the_branch_point_of_one_shots() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&say(&env, &model, "my secret is PLUM-4471\n"), 0);
+    assert_code(&env.run(["clear", "--yes"]), 0);
+    let n = model.requests().len();
+    let out = env.chat(&model, ["exec", "what do you know?"], "");
+    assert_code(&out, 0);
+    starts_fresh(&model, n, "PLUM-4471");
+    model.forget_response_ids();
+    let out = env.chat(&model, ["exec", "and now?"], "");
+    assert_code(&out, 0);
+    assert!(!stderr(&out).contains("corrupt"), "{}", stderr(&out));
+}
+
+/// A branch point naming a conversation that is gone (as an agentd before
+/// this fix left it after `clear`) is not used, and is never "corrupt".
+#[test]
+fn a_branch_point_naming_a_cleared_conversation_is_not_used() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&say(&env, &model, "my secret is PLUM-4471\n"), 0);
+    let old = std::fs::read(shared_file(&env)).unwrap();
+    assert_code(&env.run(["clear", "--yes"]), 0);
+    std::fs::write(env.root().join("shared.json.tmp"), &old).unwrap();
+    std::fs::rename(env.root().join("shared.json.tmp"), shared_file(&env)).unwrap();
+    model.forget_response_ids();
+    let n = model.requests().len();
+    let out = env.chat(&model, ["exec", "what do you know?"], "");
+    assert_code(&out, 0);
+    assert!(!stderr(&out).contains("corrupt"), "{}", stderr(&out));
+    starts_fresh(&model, n, "PLUM-4471");
+}
+
+/// A one-shot whose conversation is cleared while it runs, once the server
+/// forgot the chain, fails naming its branch point as unusable and what to
+/// do, not as corrupt storage.
+#[test]
+fn a_one_shot_whose_branch_point_was_cleared_meanwhile_says_so() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&say(&env, &model, "remember PLUM-4471\n"), 0);
+    let gate = tempfile::tempdir().unwrap();
+    let (started, go) = (gate.path().join("started"), gate.path().join("go"));
+    model.push(agentx_tests::fake_model::Reply::ToolCall {
+        name: "shell".into(),
+        arguments: serde_json::json!({"command": format!(
+            "touch {s}; while [ ! -e {g} ]; do sleep 0.05; done",
+            s = started.display(), g = go.display())}),
+    });
+    let child = env.chat_command(&model, ["exec", "--auto", "wait"], "");
+    while !started.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_code(&env.run(["clear", "--yes"]), 0);
+    model.forget_response_ids();
+    std::fs::write(&go, "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_code(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        err.contains("branch point is unusable") && err.contains("was cleared"),
+        "{err}"
+    );
+    assert!(!err.contains("corrupt"), "{err}");
+}
+
+/// After `rollback 2` and `clear --yes`, no file of the profile holds the
+/// conversation's text: not its transcript, not a rollback's cut tail,
+/// not the search index.
+#[test]
+fn clear_leaves_none_of_the_conversations_text_in_the_profile() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let marker = "zebramarker9931";
+    assert_code(
+        &say(
+            &env,
+            &model,
+            &format!("one {marker}\ntwo {marker}\nthree {marker}\n"),
+        ),
+        0,
+    );
+    assert_code(&env.run(["rollback", "2"]), 0);
+    // Wait until the index holds it, so the check below means something.
+    loop {
+        let hits = json_out(&env.run(["search", "--json", marker]));
+        if !hits.as_array().unwrap().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_code(&env.run(["clear", "--yes"]), 0);
+    let holding: Vec<_> = env
+        .profile_files()
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(p)
+                .unwrap_or_default()
+                .windows(marker.len())
+                .any(|w| w == marker.as_bytes())
+        })
+        .collect();
+    assert!(holding.is_empty(), "still holding the text: {holding:?}");
+    let hits = json_out(&env.run(["search", "--json", marker]));
+    assert_eq!(hits, serde_json::json!([]));
+}

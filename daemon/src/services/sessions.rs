@@ -319,10 +319,22 @@ impl Sessions for SessionsService {
         request: Request<ClearSessionRequest>,
     ) -> Result<Response<ClearSessionReply>, Status> {
         let req = request.into_inner();
-        let (group, _) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let agent = super::Scope::try_from(req.scope.as_ref())?.agent;
         let session = session_arg(&req.session_id)?;
         let cleared = group.get(session.clone()).await.map_err(status_of)?;
         let fresh = group.clear(session).await.map_err(status_of)?;
+        if let Some(doc) = &cleared {
+            crate::search::forget(&self.store.group_dir(&folder, &agent), &doc.id).await;
+            let (folder, id) = (std::path::PathBuf::from(&folder), doc.id.clone());
+            if let Err(e) = self
+                .snapshots
+                .call(move |s| s.forget_session(&folder, &id))
+                .await
+            {
+                tracing::debug!("no snapshot labels to forget: {e}");
+            }
+        }
         let (remote, remote_note) = match (&self.remote, cleared) {
             (Some(r), Some(doc)) => match crate::remote::clear::delete(r, &doc.id).await {
                 Deleted::NoCopy => (String::new(), String::new()),

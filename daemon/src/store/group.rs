@@ -132,9 +132,12 @@ impl Group {
                 let _ = reply.send(self.commit(folder, &id, *change));
             }
             Msg::Transcript(id, reply) => {
-                let result = self
-                    .session(folder, &id)
-                    .and_then(|s| s.transcript().map_err(|e| StoreError::Io(e.to_string())));
+                let result = self.session(folder, &id).and_then(|s| {
+                    s.transcript().map_err(|e| match e {
+                        LoadError::Branch(why) => StoreError::Moved(why),
+                        e => StoreError::Io(e.to_string()),
+                    })
+                });
                 let _ = reply.send(result);
             }
             Msg::Checkpoints(session, reply) => {
@@ -345,7 +348,28 @@ impl Group {
             .sessions
             .remove(&id)
             .ok_or_else(|| StoreError::NotFound(format!("no conversation {id} in this folder")))?;
-        for path in [&removed.paths.doc, &removed.paths.journal] {
+        // Everything of it goes: the state, the transcript and every
+        // rollback's cut tail (the text rolled back is the user's too).
+        let mut paths = vec![removed.paths.doc.clone(), removed.paths.journal.clone()];
+        paths.push(removed.paths.rollback_tail.clone());
+        let backups = removed.doc.rollback.iter().map(|b| &**b);
+        paths.extend(
+            backups
+                .chain(&removed.doc.older_rollbacks)
+                .map(|b| removed.paths.tail_of(b)),
+        );
+        let prefix = format!("{id}.rollback-");
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            paths.extend(entries.flatten().map(|e| e.path()).filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".jsonl"))
+            }));
+        }
+        // The folder's branch point must not name it any more: one-shots
+        // would go on sending its turns (by response id) to the model.
+        self.forget_shared(&id)?;
+        for path in &paths {
             match std::fs::remove_file(path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

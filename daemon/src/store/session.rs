@@ -305,6 +305,10 @@ pub enum LoadError {
     Io(#[from] io::Error),
     #[error("{path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    /// A one-shot's branch point can no longer be read back: nothing is
+    /// damaged, the conversation it branched from moved on or is gone.
+    #[error("{0}")]
+    Branch(String),
 }
 
 impl Session {
@@ -437,20 +441,25 @@ impl Session {
                     std::fs::read(base.journal.with_extension("json"))
                         .ok()
                         .and_then(|b| serde_json::from_slice(&b).ok());
-                if base_doc.is_none_or(|d| d.rollbacks != base.rollbacks) {
-                    return Err(LoadError::Corrupt {
-                        path: base.journal.clone(),
-                        reason: "the conversation this one-shot branched from was rolled back or \
-                                 cleared since, so its earlier turns cannot be resent"
-                            .into(),
-                    });
+                let unusable = |what: &str| {
+                    LoadError::Branch(format!(
+                        "this one-shot's branch point is unusable: the conversation it branched \
+                         from ({}) {what} since, and the model server no longer knows its chain, \
+                         so its earlier turns cannot be resent; run the prompt again (a new \
+                         one-shot branches from the folder's current state)",
+                        base.journal.with_extension("").display()
+                    ))
+                };
+                match &base_doc {
+                    None => return Err(unusable("was cleared")),
+                    Some(d) if d.rollbacks != base.rollbacks => {
+                        return Err(unusable("was rolled back"));
+                    }
+                    Some(_) => {}
                 }
                 let prefix = read_journal(&base.journal, base.bytes)?;
                 if prefix.len() as u64 != base.items {
-                    return Err(LoadError::Corrupt {
-                        path: base.journal.clone(),
-                        reason: "the conversation this one-shot branched from changed".into(),
-                    });
+                    return Err(unusable("changed"));
                 }
                 prefix
             }
