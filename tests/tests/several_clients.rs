@@ -276,3 +276,53 @@ fn clear_leaves_none_of_the_conversations_text_in_the_profile() {
     let hits = json_out(&env.run(["search", "--json", marker]));
     assert_eq!(hits, serde_json::json!([]));
 }
+
+/// A piped REPL talking to `model`, whose stdin the test writes as it goes.
+fn live_repl(env: &TestEnv, model: &FakeModel, args: &[&str]) -> std::process::Child {
+    env.agentx(args)
+        .env("AGENTX_BASE_URL", model.base_url())
+        .env("AGENTX_MODEL", "fake-model")
+        .env("OPENAI_API_KEY", agentx_tests::TEST_KEY)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// A REPL whose conversation another client cleared says so (once per
+/// message, naming /new and /resume) instead of "no conversation … in this
+/// folder", sends nothing, and goes on: /new then works. Piped, it exits 1
+/// because a message was not sent.
+#[test]
+fn a_repl_whose_conversation_was_cleared_elsewhere_says_so_and_offers_new() {
+    use std::io::Write as _;
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let mut repl = live_repl(&env, &model, &["--approval", "auto"]);
+    let mut input = repl.stdin.take().unwrap();
+    writeln!(input, "first").unwrap();
+    agentx_tests::wait_status(&env, |s| s["turns"] == 1);
+    let cleared = status(&env)["session_id"].as_str().unwrap().to_owned();
+    assert_code(&env.run(["clear", "--yes"]), 0);
+    let sent = model.requests().len();
+    writeln!(input, "second\n!echo local\n/new\nthird").unwrap();
+    drop(input);
+    let out = repl.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(!err.contains("no conversation"), "{err}");
+    assert_eq!(
+        err.matches("was cleared elsewhere").count(),
+        2,
+        "the message and the !command: {err}"
+    );
+    assert!(
+        err.contains(&cleared) && err.contains("/new") && err.contains("/resume"),
+        "{err}"
+    );
+    let text = agentx_tests::stdout(&out);
+    assert!(!text.contains("echo: second"), "{text}");
+    assert!(text.contains("echo: third [turns seen: 1]"), "{text}");
+    assert_eq!(model.requests().len(), sent + 1, "only `third` was sent");
+    assert_code(&out, 1);
+}
