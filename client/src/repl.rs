@@ -360,6 +360,7 @@ impl Chat<'_> {
                 scope: self.ctx.scope(),
                 session_id: self.session.id.clone(),
                 transcript,
+                client_pid: std::process::id(),
             })
             .await
             .map_err(|s| CliError::from_status("saving the !command output", &s))?;

@@ -326,3 +326,47 @@ fn a_repl_whose_conversation_was_cleared_elsewhere_says_so_and_offers_new() {
     assert_eq!(model.requests().len(), sent + 1, "only `third` was sent");
     assert_code(&out, 1);
 }
+
+/// `!cmd` output belongs to the REPL that ran it: it travels with that
+/// REPL's next message, not with another REPL's on the same conversation.
+#[test]
+fn a_local_command_goes_with_the_message_of_the_repl_that_ran_it() {
+    use std::io::Write as _;
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let mut a = live_repl(&env, &model, &["--approval", "auto"]);
+    let mut a_in = a.stdin.take().unwrap();
+    writeln!(a_in, "first").unwrap();
+    agentx_tests::wait_status(&env, |s| s["turns"] == 1);
+    let mut b = live_repl(&env, &model, &["--approval", "auto"]);
+    let mut b_in = b.stdin.take().unwrap();
+    writeln!(b_in, "!echo FROM-B-7731").unwrap();
+    agentx_tests::wait_status(&env, |s| s["pending_shell_transcript"] == true);
+    writeln!(a_in, "second from a").unwrap();
+    agentx_tests::wait_status(&env, |s| s["turns"] == 2);
+    writeln!(b_in, "third from b").unwrap();
+    agentx_tests::wait_status(&env, |s| s["turns"] == 3);
+    drop((a_in, b_in));
+    assert_code(&a.wait_with_output().unwrap(), 0);
+    assert_code(&b.wait_with_output().unwrap(), 0);
+    let bodies: Vec<String> = model
+        .requests()
+        .iter()
+        .map(|r| r.body["input"].to_string())
+        .collect();
+    let of = |text: &str| {
+        bodies
+            .iter()
+            .find(|b| b.contains(text))
+            .unwrap_or_else(|| panic!("no request with {text}: {bodies:?}"))
+            .clone()
+    };
+    assert!(
+        !of("second from a").contains("FROM-B-7731"),
+        "A's message carried B's !command"
+    );
+    assert!(
+        of("third from b").contains("FROM-B-7731"),
+        "B's message lost its !command"
+    );
+}

@@ -18,6 +18,7 @@ use super::{group_for, session_arg, status_of, summary};
 use crate::remote::Remote;
 use crate::remote::clear::Deleted;
 use crate::snapshot::service::Snapshots;
+use crate::store::session::ShellRun;
 use crate::store::session::{Marker, SessionDoc};
 use crate::store::{Change, OpenTarget, RollbackTarget, Store};
 
@@ -202,7 +203,8 @@ pub fn session_status(doc: Option<&SessionDoc>) -> SessionStatus {
         pending_tool_calls: doc.pending_calls.iter().map(shown_call).collect(),
         turns: doc.turns,
         transcript_items: u32::try_from(doc.journal_items).unwrap_or(u32::MAX),
-        has_pending_shell_transcript: !doc.pending_shell.is_empty(),
+        has_pending_shell_transcript: !doc.pending_shell.is_empty()
+            || !doc.pending_shell_runs.is_empty(),
         folder: doc.folder.clone(),
         agent: doc.agent.clone(),
         title: doc.title.clone(),
@@ -404,7 +406,13 @@ impl Sessions for SessionsService {
             .get(Some(id.clone()))
             .await
             .map_err(status_of)?
-            .map(|d| d.pending_shell.len())
+            .map(|d| {
+                d.pending_shell.len()
+                    + d.pending_shell_runs
+                        .iter()
+                        .map(|r| r.text.len())
+                        .sum::<usize>()
+            })
             .unwrap_or(0);
         if current + req.transcript.len() > MAX_SHELL_TRANSCRIPT {
             return Err(Status::resource_exhausted(format!(
@@ -415,9 +423,19 @@ impl Sessions for SessionsService {
         let doc = group
             .commit(
                 &id,
-                Change {
-                    add_pending_shell: Some(req.transcript),
-                    ..Change::default()
+                match crate::store::session::process_start(req.client_pid) {
+                    Some(started) if req.client_pid != 0 => Change {
+                        add_shell_run: Some(ShellRun {
+                            pid: req.client_pid,
+                            started,
+                            text: req.transcript,
+                        }),
+                        ..Change::default()
+                    },
+                    _ => Change {
+                        add_pending_shell: Some(req.transcript),
+                        ..Change::default()
+                    },
                 },
             )
             .await

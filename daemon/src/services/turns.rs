@@ -186,6 +186,7 @@ fn turn_spec(
         folder,
         mode,
         local_shell: start.local_shell_transcript,
+        client_pid: start.client_pid,
         settings,
         policy,
         instructions: if start.instructions.is_empty() {

@@ -14,7 +14,8 @@ use agentx_shared::conversation::{Item, PendingCall, Usage};
 use super::StoreError;
 use super::durable;
 use super::session::{
-    Checkpoint, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc, title_from,
+    Checkpoint, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc, ShellRun,
+    title_from,
 };
 
 mod files;
@@ -412,6 +413,13 @@ impl Group {
         if let Some(text) = change.add_pending_shell {
             doc.pending_shell.push_str(&text);
         }
+        // Runs are only appended meanwhile, so the positions still hold.
+        let mut n = 0;
+        doc.pending_shell_runs.retain(|_| {
+            n += 1;
+            !change.take_shell_runs.contains(&(n - 1))
+        });
+        doc.pending_shell_runs.extend(change.add_shell_run);
         if change.turn_completed {
             doc.turns += 1;
         }

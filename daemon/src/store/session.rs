@@ -33,8 +33,13 @@ pub struct SessionDoc {
     pub usage: Usage,
     pub last_user: String,
     pub last_assistant: String,
-    /// `!command` transcripts run locally since the last message.
+    /// `!command` transcripts run locally since the last message, by no
+    /// client in particular (sent with anyone's next message).
     pub pending_shell: String,
+    /// `!command` transcripts of one client each: sent with that client's
+    /// next message, or with anyone's once that client is gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_shell_runs: Vec<ShellRun>,
     pub pending_calls: Vec<PendingCall>,
     pub turns: u32,
     /// Tool calls approved for the rest of this conversation ("always").
@@ -76,6 +81,37 @@ pub struct SessionDoc {
     /// The conversation this one was forked from, and at which turn.
     #[serde(default)]
     pub forked_from: Option<super::fork::ForkOrigin>,
+}
+
+/// A `!command` transcript and the client process that ran it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShellRun {
+    pub pid: u32,
+    /// The process's start time (clock ticks since boot, from
+    /// `/proc/PID/stat`): a later process with the same pid is another client.
+    pub started: u64,
+    pub text: String,
+}
+
+impl ShellRun {
+    /// Whether the client that ran it is `pid` (started at `started`).
+    pub fn is_of(&self, pid: u32, started: Option<u64>) -> bool {
+        self.pid == pid && started == Some(self.started)
+    }
+
+    /// Whether the client that ran it still runs.
+    pub fn owner_alive(&self) -> bool {
+        process_start(self.pid) == Some(self.started)
+    }
+}
+
+/// When process `pid` started (clock ticks since boot), if it runs.
+pub fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces and parens):
+    // state is field 3, starttime field 22.
+    let rest = stat.rsplit_once(") ")?.1;
+    rest.split(' ').nth(19)?.parse().ok()
 }
 
 /// The committed prefix of another conversation's journal that this one
@@ -182,6 +218,7 @@ impl SessionDoc {
             last_user: String::new(),
             last_assistant: String::new(),
             pending_shell: String::new(),
+            pending_shell_runs: Vec::new(),
             pending_calls: Vec::new(),
             turns: 0,
             approve_all: false,

@@ -122,6 +122,9 @@ pub struct TurnSpec {
     pub folder: PathBuf,
     pub mode: Mode,
     pub local_shell: String,
+    /// The client that started the turn (0: unknown): its `!command`
+    /// transcripts go with its message, another live client's do not.
+    pub client_pid: u32,
     pub settings: Settings,
     pub policy: Policy,
     pub instructions: String,
@@ -326,6 +329,14 @@ impl Turn<'_> {
     async fn start_message(&mut self, doc: &SessionDoc, message: &str) -> Result<(), Stop> {
         let mut append = Self::settle_without_running(&doc.pending_calls);
         let mut shell = doc.pending_shell.clone();
+        let me = crate::store::session::process_start(self.spec.client_pid);
+        let mut taken = Vec::new();
+        for (i, run) in doc.pending_shell_runs.iter().enumerate() {
+            if run.is_of(self.spec.client_pid, me) || !run.owner_alive() {
+                shell.push_str(&run.text);
+                taken.push(i);
+            }
+        }
         shell.push_str(&self.spec.local_shell);
         let text = if shell.trim().is_empty() {
             message.to_owned()
@@ -343,6 +354,7 @@ impl Turn<'_> {
             pending_calls: Some(Vec::new()),
             last_user: Some(message.to_owned()),
             clear_pending_shell: true,
+            take_shell_runs: taken,
             turn_open: Some(true),
             interrupted: Some(None),
             failed: Some(None),

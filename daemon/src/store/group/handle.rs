@@ -45,6 +45,9 @@ pub struct Change {
     pub pending_calls: Option<Vec<PendingCall>>,
     pub clear_pending_shell: bool,
     pub add_pending_shell: Option<String>,
+    pub add_shell_run: Option<ShellRun>,
+    /// Positions in `pending_shell_runs` a message took (sent).
+    pub take_shell_runs: Vec<usize>,
     pub turn_completed: bool,
     pub approve_all: Option<bool>,
     pub unsent: Option<Vec<Item>>,
