@@ -370,3 +370,35 @@ fn a_local_command_goes_with_the_message_of_the_repl_that_ran_it() {
         "B's message lost its !command"
     );
 }
+
+/// A client killed with SIGKILL while its tool runs: the call is recorded
+/// as cut short because the client went away, not "cancelled by the user".
+#[test]
+fn a_killed_client_is_recorded_as_gone_not_as_cancelled_by_the_user() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let gate = tempfile::tempdir().unwrap();
+    let started = gate.path().join("started");
+    model.push(agentx_tests::fake_model::Reply::ToolCall {
+        name: "shell".into(),
+        arguments: serde_json::json!({"command": format!(
+            "touch {s}; sleep 600", s = started.display())}),
+    });
+    let child = env.chat_command(&model, ["--approval", "auto"], "run it\n");
+    while !started.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = child.wait_with_output();
+    let st = agentx_tests::wait_status(&env, |s| s["interrupted"].is_object());
+    let call = &st["pending_tool_calls"][0];
+    let output = call["output"].as_str().unwrap_or_default();
+    assert!(output.contains("went away"), "{call}");
+    assert!(!output.contains("cancelled by the user"), "{call}");
+    let why = st["interrupted"]["message"].as_str().unwrap_or_default();
+    assert!(why.contains("went away"), "{st}");
+}

@@ -147,6 +147,9 @@ pub struct Io {
     pub inputs: mpsc::Receiver<Input>,
     /// Becomes `true` when the client cancels or goes away.
     pub cancel: watch::Receiver<bool>,
+    /// Set before `cancel` when the client went away (killed, connection
+    /// lost) instead of cancelling.
+    pub client_gone: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Tools wait for this to become `true` (the folder's "before"
     /// snapshot is durable), so undo sees what they change.
     pub tools_gate: Option<watch::Receiver<bool>>,
@@ -246,6 +249,8 @@ impl Turn<'_> {
                 let marker = Marker {
                     message: if stopped {
                         "agentd stopped during the turn".into()
+                    } else if self.client_gone() {
+                        "the agentx that ran the turn went away before it finished".into()
                     } else {
                         "cancelled before it finished".into()
                     },
@@ -290,6 +295,13 @@ impl Turn<'_> {
 
     async fn emit(&self, event: Event) {
         let _ = self.io.events.send(event).await;
+    }
+
+    /// The cancel came from the client going away, not from the user.
+    fn client_gone(&self) -> bool {
+        self.io
+            .client_gone
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn cancelled(&self) -> bool {
