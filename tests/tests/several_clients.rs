@@ -402,3 +402,77 @@ fn a_killed_client_is_recorded_as_gone_not_as_cancelled_by_the_user() {
     let why = st["interrupted"]["message"].as_str().unwrap_or_default();
     assert!(why.contains("went away"), "{st}");
 }
+
+/// Ctrl-C on a terminal during a turn shows `^C` once: the terminal echoes
+/// it (ECHOCTL), so agentx does not print another. Runs the REPL on a
+/// pseudo-terminal through util-linux `script`.
+#[test]
+fn ctrl_c_on_a_terminal_shows_one_caret_c() {
+    use std::io::{Read as _, Write as _};
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return agentx_tests::skip("util-linux `script` is not installed");
+    }
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let gate = tempfile::tempdir().unwrap();
+    let started = gate.path().join("started");
+    model.push(agentx_tests::fake_model::Reply::ToolCall {
+        name: "shell".into(),
+        arguments: serde_json::json!({"command": format!(
+            "touch {s}; sleep 600", s = started.display())}),
+    });
+    let line = format!(
+        "stty cols 200; exec {} --approval auto",
+        agentx_tests::agentx_bin().display()
+    );
+    let mut script = {
+        let mut cmd = env.agentx::<[&str; 0], &str>([]);
+        let envs: Vec<_> = cmd
+            .get_envs()
+            .map(|(k, v)| (k.to_owned(), v.map(|v| v.to_owned())))
+            .collect();
+        cmd = std::process::Command::new("script");
+        for (k, v) in envs {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        cmd.args(["-qfec", &line, "/dev/null"])
+            .current_dir(&env.work)
+            .env("AGENTX_BASE_URL", model.base_url())
+            .env("AGENTX_MODEL", "fake-model")
+            .env("OPENAI_API_KEY", agentx_tests::TEST_KEY)
+            .env("TERM", "dumb")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut input = script.stdin.take().unwrap();
+    // The prompt comes once the conversation is open.
+    let mut out = script.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let _ = out.read_to_end(&mut all);
+        all
+    });
+    agentx_tests::wait_status(&env, |s| !s["session_id"].as_str().unwrap_or("").is_empty());
+    input.write_all(b"run it\r").unwrap();
+    while !started.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    input.write_all(b"\x03").unwrap();
+    agentx_tests::wait_status(&env, |s| s["interrupted"].is_object());
+    input.write_all(b"\x04").unwrap();
+    let status = script.wait().unwrap();
+    let shown = String::from_utf8_lossy(&reader.join().unwrap()).into_owned();
+    assert!(status.success(), "{shown}");
+    assert!(shown.contains("cancelling the turn"), "{shown}");
+    assert_eq!(shown.matches("^C").count(), 1, "{shown}");
+}
