@@ -6,8 +6,9 @@ use std::process::Stdio;
 
 use agentx_shared::config::Config;
 use agentx_shared::proto::{
-    AppendShellTranscriptRequest, ApprovalPolicy, FailedResponse, OpenSessionRequest, Resolve,
-    SessionSummary, TurnStart, TurnStatus, open_session_request::Target,
+    AppendShellTranscriptRequest, ApprovalPolicy, FailedResponse, GetStatusRequest,
+    OpenSessionRequest, Resolve, SessionSummary, TurnStart, TurnStatus,
+    open_session_request::Target,
 };
 
 use crate::cli::OnPending;
@@ -75,7 +76,11 @@ pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
             Err(err) if err.exit == Exit::Unreachable => return Err(err),
             Err(err) => {
                 chat.failures += 1;
-                chat.ui.info(&format!("agentx: {err}"));
+                let line = match chat.cleared_elsewhere().await {
+                    Some(line) => line,
+                    None => format!("agentx: {err}"),
+                };
+                chat.ui.info(&line);
             }
         }
     }
@@ -133,6 +138,30 @@ struct Opened {
 }
 
 impl Chat<'_> {
+    /// After a failure: whether this REPL's conversation is gone (another
+    /// client cleared it), as the line that says so and what to do.
+    async fn cleared_elsewhere(&self) -> Option<String> {
+        if self.session.id.is_empty() {
+            return None;
+        }
+        let asked = self
+            .ctx
+            .sessions()
+            .get_status(GetStatusRequest {
+                scope: self.ctx.scope(),
+                session_id: self.session.id.clone(),
+            })
+            .await;
+        match asked {
+            Err(s) if s.code() == tonic::Code::NotFound => Some(format!(
+                "agentx: conversation {} was cleared elsewhere (by another agentx), so this was \
+                 not sent: /new starts a new conversation, /resume lists the others",
+                self.session.id
+            )),
+            _ => None,
+        }
+    }
+
     /// Runs one turn: a message, or a retry/continue of the last one.
     async fn turn(&mut self, message: Option<&str>, resolve: Resolve) -> CliResult<()> {
         let config = &self.config;
@@ -331,6 +360,7 @@ impl Chat<'_> {
                 scope: self.ctx.scope(),
                 session_id: self.session.id.clone(),
                 transcript,
+                client_pid: std::process::id(),
             })
             .await
             .map_err(|s| CliError::from_status("saving the !command output", &s))?;

@@ -121,7 +121,7 @@ pub async fn run(
             m = events.message() => m,
             _ = tokio::signal::ctrl_c(), if !cancelled => {
                 cancelled = true;
-                ui.info("^C cancelling the turn…");
+                ui.interrupted("cancelling the turn…");
                 let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
                 continue;
             }

@@ -150,6 +150,24 @@ impl Ui {
     }
 
     /// Ends the streamed answer with a newline if it lacks one.
+    /// Says that Ctrl-C is cancelling `what`. A terminal that echoes
+    /// control characters (ECHOCTL, the default) has already shown `^C`
+    /// where the cursor was: the line goes on after it, so `^C` shows once.
+    pub fn interrupted(&mut self, what: &str) {
+        self.stop_waiting();
+        if echoes_ctrl_c() {
+            if self.mid_line {
+                println!(" {what}");
+                self.mid_line = false;
+            } else {
+                eprintln!(" {what}");
+            }
+        } else {
+            self.end_text();
+            eprintln!("^C {what}");
+        }
+    }
+
     pub fn end_text(&mut self) {
         if self.mid_line {
             println!();
@@ -178,4 +196,14 @@ pub fn confirm(question: &str) -> crate::error::CliResult<bool> {
         .read_line(&mut answer)
         .map_err(|e| crate::error::CliError::failed(e.to_string()))?;
     Ok(matches!(answer.trim().to_lowercase().as_str(), "y" | "yes"))
+}
+
+/// Whether the terminal on stdin echoes control characters as `^X`
+/// (then it already printed the `^C` of a Ctrl-C).
+pub fn echoes_ctrl_c() -> bool {
+    use nix::sys::termios::{LocalFlags, tcgetattr};
+    tcgetattr(std::io::stdin()).is_ok_and(|t| {
+        t.local_flags
+            .contains(LocalFlags::ECHO | LocalFlags::ECHOCTL)
+    })
 }

@@ -232,6 +232,11 @@ fn wait_for(path: &Path) {
     }
 }
 
+/// Both refuse at once, before any plan is shown: one line on stderr,
+/// nothing on stdout, exit 1 — also while the running tool has not written
+/// anything yet (the folder then matches the newest snapshot, which once
+/// made `rewind 1` print "nothing to change" and exit 0, and `undo` show the
+/// running message and "nothing to change" before refusing).
 #[test]
 fn undo_and_rewind_refuse_while_a_turn_runs_in_the_folder() {
     let env = TestEnv::new();
@@ -239,29 +244,38 @@ fn undo_and_rewind_refuse_while_a_turn_runs_in_the_folder() {
     seed(&env.work);
     assert_code(&env.run(["snapshot"]), 0);
     let gate = tempfile::tempdir().unwrap();
-    let (started, go) = (gate.path().join("started"), gate.path().join("go"));
+    let g = |name: &str| gate.path().join(name);
     model.push(Reply::ToolCall {
         name: "shell".into(),
         arguments: json!({"command": format!(
-            "echo half > half.txt; touch {s}; while [ ! -e {g} ]; do sleep 0.05; done; echo rest > rest.txt",
-            s = started.display(), g = go.display())}),
+            "touch {s1}; while [ ! -e {g1} ]; do sleep 0.05; done; echo half > half.txt; \
+             touch {s2}; while [ ! -e {g2} ]; do sleep 0.05; done; echo rest > rest.txt",
+            s1 = g("started").display(), g1 = g("go").display(),
+            s2 = g("half").display(), g2 = g("go2").display())}),
     });
     let child = env.chat_command(&model, ["--auto"], "write two files\n");
-    wait_for(&started);
-    for args in [vec!["undo", "--yes"], vec!["rewind", "1", "--yes"]] {
-        let out = env.run(&args);
-        assert_code(&out, 1);
-        assert!(
-            stderr(&out).contains("is running in this folder"),
-            "{args:?}: {}",
-            stderr(&out)
-        );
-    }
+    let refused = |when: &str| {
+        for args in [vec!["undo", "--yes"], vec!["rewind", "1", "--yes"]] {
+            let out = env.run(&args);
+            assert_code(&out, 1);
+            let err = stderr(&out);
+            assert!(
+                err.contains("is running in this folder") && err.trim_end().lines().count() == 1,
+                "{when}, {args:?}: {err}"
+            );
+            assert_eq!(agentx_tests::stdout(&out), "", "{when}, {args:?}");
+        }
+    };
+    wait_for(&g("started"));
+    refused("before the tool wrote");
+    std::fs::write(g("go"), "").unwrap();
+    wait_for(&g("half"));
+    refused("halfway");
     assert!(
         env.work.join("half.txt").exists(),
         "half of the message was reverted"
     );
-    std::fs::write(&go, "").unwrap();
+    std::fs::write(g("go2"), "").unwrap();
     assert_code(&child.wait_with_output().unwrap(), 0);
     // Once it is over, the whole message is undone.
     let out = env.run(["undo", "--yes"]);

@@ -6,7 +6,8 @@ use std::io::IsTerminal as _;
 use serde_json::{Value, json};
 
 use agentx_shared::proto::{
-    Checkpoint, ListCheckpointsRequest, RollbackRequest, SessionStatus, rollback_request,
+    Checkpoint, ListCheckpointsReply, ListCheckpointsRequest, RollbackRequest, SessionStatus,
+    rollback_request,
 };
 use agentx_shared::time::rfc3339_wire;
 
@@ -14,6 +15,11 @@ use crate::context::Ctx;
 use crate::error::{CliError, CliResult};
 
 pub async fn list(ctx: &Ctx, session_id: &str) -> CliResult<Vec<Checkpoint>> {
+    Ok(list_with_head(ctx, session_id).await?.checkpoints)
+}
+
+/// The checkpoints and the conversation's head as listed.
+async fn list_with_head(ctx: &Ctx, session_id: &str) -> CliResult<ListCheckpointsReply> {
     Ok(ctx
         .sessions()
         .list_checkpoints(ListCheckpointsRequest {
@@ -22,8 +28,7 @@ pub async fn list(ctx: &Ctx, session_id: &str) -> CliResult<Vec<Checkpoint>> {
         })
         .await
         .map_err(|s| CliError::from_status("listing checkpoints", &s))?
-        .into_inner()
-        .checkpoints)
+        .into_inner())
 }
 
 fn one_line(text: &str, max: usize) -> String {
@@ -93,20 +98,37 @@ pub enum Pick {
 
 /// Rolls back `session_id` ("" = current); returns the new state, or
 /// `None` when the user backed out of the picker.
+///
+/// N is resolved here to the checkpoint it names in the listing, and that
+/// listing's head travels with the request: agentd refuses when the
+/// conversation moved since (two rollbacks at once never stack).
 pub async fn rollback(ctx: &Ctx, session_id: &str, pick: Pick) -> CliResult<Option<SessionStatus>> {
-    let target = match pick {
-        Pick::Index(n) => rollback_request::Target::Index(n),
-        Pick::Undo => rollback_request::Target::Undo(true),
+    let listed = list_with_head(ctx, session_id).await?;
+    let cps = &listed.checkpoints;
+    let index = match pick {
+        Pick::Index(n) => Some(n),
+        Pick::Undo => None,
         Pick::Choose => {
-            let cps = list(ctx, session_id).await?;
             if cps.is_empty() {
                 return Err(CliError::failed("no checkpoints to roll back to yet"));
             }
-            match choose(&cps)? {
-                Some(n) => rollback_request::Target::Index(n),
+            match choose(cps)? {
+                Some(n) => Some(n),
                 None => return Ok(None),
             }
         }
+    };
+    let target = match index {
+        None => rollback_request::Target::Undo(true),
+        Some(n) => match cps.iter().find(|cp| cp.index == n) {
+            Some(cp) => rollback_request::Target::CheckpointId(cp.id.clone()),
+            None => {
+                return Err(CliError::failed(format!(
+                    "no checkpoint {n}: this conversation has {} (1 is the newest)",
+                    cps.len()
+                )));
+            }
+        },
     };
     let reply = ctx
         .sessions()
@@ -114,6 +136,7 @@ pub async fn rollback(ctx: &Ctx, session_id: &str, pick: Pick) -> CliResult<Opti
             scope: ctx.scope(),
             session_id: session_id.to_owned(),
             target: Some(target),
+            expect_head: listed.head,
         })
         .await
         .map_err(|s| CliError::from_status("rollback", &s))?

@@ -34,7 +34,11 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
             m = events.message() => m,
             _ = tokio::signal::ctrl_c(), if !cancelled => {
                 cancelled = true;
-                eprintln!("^C cancelling…");
+                if crate::ui::echoes_ctrl_c() {
+                    eprintln!(" cancelling…");
+                } else {
+                    eprintln!("^C cancelling…");
+                }
                 let _ = tx.send(input(turn_input::Input::Cancel(true))).await;
                 continue;
             }

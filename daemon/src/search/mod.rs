@@ -82,13 +82,42 @@ pub struct SearchIndex {
     sessions: AtomicU64,
 }
 
-static NOTIFY: OnceLock<Sender<PathBuf>> = OnceLock::new();
+static NOTIFY: OnceLock<Sender<Job>> = OnceLock::new();
+
+/// What the indexer thread is asked to do.
+enum Job {
+    /// Re-index (or drop) the conversation whose document is this path.
+    Touched(PathBuf),
+    /// The conversation was cleared: drop it, then rewrite the segments
+    /// that held it so its text leaves the disk; answer when done.
+    Forget(PathBuf, tokio::sync::oneshot::Sender<()>),
+}
 
 /// A conversation in group directory `dir` changed: re-index it soon.
 /// Never blocks (the indexer runs on its own thread).
 pub fn touched(dir: &Path, id: &str) {
     if let Some(tx) = NOTIFY.get() {
-        let _ = tx.send(dir.join(format!("{id}.json")));
+        let _ = tx.send(Job::Touched(dir.join(format!("{id}.json"))));
+    }
+}
+
+/// Drops cleared conversation `id` of `dir` from the index and purges the
+/// index files that still held its text; returns once that is on disk
+/// (at once when there is no index; bounded, so a stuck indexer cannot
+/// hold up a clear: the start-up reconcile drops it then).
+pub async fn forget(dir: &Path, id: &str) {
+    let Some(tx) = NOTIFY.get() else {
+        return;
+    };
+    let (done, wait) = tokio::sync::oneshot::channel();
+    if tx
+        .send(Job::Forget(dir.join(format!("{id}.json")), done))
+        .is_ok()
+        && tokio::time::timeout(std::time::Duration::from_secs(60), wait)
+            .await
+            .is_err()
+    {
+        tracing::warn!("the search index did not drop cleared conversation {id} in time");
     }
 }
 
@@ -226,12 +255,7 @@ fn turns(journal: &Path, committed: u64) -> Vec<(i64, String)> {
 }
 
 impl SearchIndex {
-    fn run(
-        &self,
-        mut writer: IndexWriter<TantivyDocument>,
-        rx: Receiver<PathBuf>,
-        sessions: &Path,
-    ) {
+    fn run(&self, mut writer: IndexWriter<TantivyDocument>, rx: Receiver<Job>, sessions: &Path) {
         let started = Instant::now();
         match self.reconcile(&mut writer, sessions) {
             Ok(n) => tracing::info!(
@@ -243,9 +267,18 @@ impl SearchIndex {
         }
         self.indexing.store(false, Ordering::SeqCst);
         while let Ok(first) = rx.recv() {
-            let mut batch: HashSet<PathBuf> = HashSet::from([first]);
-            while let Ok(more) = rx.try_recv() {
-                batch.insert(more);
+            let mut batch: HashSet<PathBuf> = HashSet::new();
+            let mut forgotten = Vec::new();
+            for job in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+                match job {
+                    Job::Touched(path) => {
+                        batch.insert(path);
+                    }
+                    Job::Forget(path, done) => {
+                        batch.insert(path);
+                        forgotten.push(done);
+                    }
+                }
             }
             self.indexing.store(true, Ordering::SeqCst);
             for path in &batch {
@@ -253,6 +286,14 @@ impl SearchIndex {
             }
             if let Err(e) = self.commit(&mut writer) {
                 tracing::warn!("search index commit failed: {e}");
+            }
+            if !forgotten.is_empty()
+                && let Err(e) = self.purge_deleted(&mut writer)
+            {
+                tracing::warn!("search index purge failed: {e}");
+            }
+            for done in forgotten {
+                let _ = done.send(());
             }
             self.indexing.store(false, Ordering::SeqCst);
         }
@@ -267,6 +308,25 @@ impl SearchIndex {
             &tantivy::collector::Count,
         )?;
         self.sessions.store(metas as u64, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Rewrites every segment holding deleted documents without them and
+    /// removes the old files: deleted text would otherwise stay on disk
+    /// until a merge happened to pick its segment.
+    fn purge_deleted(&self, writer: &mut IndexWriter<TantivyDocument>) -> Result<(), SearchError> {
+        let ids: Vec<_> = self
+            .index
+            .searchable_segment_metas()?
+            .into_iter()
+            .filter(|m| m.has_deletes())
+            .map(|m| m.id())
+            .collect();
+        if !ids.is_empty() {
+            writer.merge(&ids).wait()?;
+        }
+        writer.garbage_collect_files().wait()?;
+        self.reader.reload()?;
         Ok(())
     }
 

@@ -24,6 +24,7 @@ pub fn status_of(e: StoreError) -> Status {
     match e {
         StoreError::NotFound(_) => Status::not_found(message),
         StoreError::Invalid(_) => Status::invalid_argument(message),
+        StoreError::Moved(_) => Status::failed_precondition(message),
         StoreError::Disk(_) | StoreError::Io(_) => Status::internal(message),
         StoreError::Closed => Status::unavailable(message),
     }

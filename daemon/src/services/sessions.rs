@@ -18,6 +18,7 @@ use super::{group_for, session_arg, status_of, summary};
 use crate::remote::Remote;
 use crate::remote::clear::Deleted;
 use crate::snapshot::service::Snapshots;
+use crate::store::session::ShellRun;
 use crate::store::session::{Marker, SessionDoc};
 use crate::store::{Change, OpenTarget, RollbackTarget, Store};
 
@@ -170,6 +171,7 @@ fn checkpoint(index: usize, cp: &crate::store::session::Checkpoint) -> Checkpoin
         last_assistant_message: cp.last_assistant.clone(),
         usage: Some(cp.usage.into()),
         transcript_len: cp.journal_items,
+        id: cp.id(),
     }
 }
 
@@ -201,7 +203,8 @@ pub fn session_status(doc: Option<&SessionDoc>) -> SessionStatus {
         pending_tool_calls: doc.pending_calls.iter().map(shown_call).collect(),
         turns: doc.turns,
         transcript_items: u32::try_from(doc.journal_items).unwrap_or(u32::MAX),
-        has_pending_shell_transcript: !doc.pending_shell.is_empty(),
+        has_pending_shell_transcript: !doc.pending_shell.is_empty()
+            || !doc.pending_shell_runs.is_empty(),
         folder: doc.folder.clone(),
         agent: doc.agent.clone(),
         title: doc.title.clone(),
@@ -318,10 +321,22 @@ impl Sessions for SessionsService {
         request: Request<ClearSessionRequest>,
     ) -> Result<Response<ClearSessionReply>, Status> {
         let req = request.into_inner();
-        let (group, _) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let agent = super::Scope::try_from(req.scope.as_ref())?.agent;
         let session = session_arg(&req.session_id)?;
         let cleared = group.get(session.clone()).await.map_err(status_of)?;
         let fresh = group.clear(session).await.map_err(status_of)?;
+        if let Some(doc) = &cleared {
+            crate::search::forget(&self.store.group_dir(&folder, &agent), &doc.id).await;
+            let (folder, id) = (std::path::PathBuf::from(&folder), doc.id.clone());
+            if let Err(e) = self
+                .snapshots
+                .call(move |s| s.forget_session(&folder, &id))
+                .await
+            {
+                tracing::debug!("no snapshot labels to forget: {e}");
+            }
+        }
         let (remote, remote_note) = match (&self.remote, cleared) {
             (Some(r), Some(doc)) => match crate::remote::clear::delete(r, &doc.id).await {
                 Deleted::NoCopy => (String::new(), String::new()),
@@ -343,7 +358,7 @@ impl Sessions for SessionsService {
     ) -> Result<Response<ListCheckpointsReply>, Status> {
         let req = request.into_inner();
         let (group, _) = group_for(&self.store, req.scope.as_ref())?;
-        let cps = group
+        let (cps, head) = group
             .checkpoints(session_arg(&req.session_id)?)
             .await
             .map_err(status_of)?;
@@ -354,7 +369,7 @@ impl Sessions for SessionsService {
             .enumerate()
             .map(|(i, cp)| checkpoint(i + 1, cp))
             .collect();
-        Ok(Response::new(ListCheckpointsReply { checkpoints }))
+        Ok(Response::new(ListCheckpointsReply { checkpoints, head }))
     }
 
     async fn rollback(
@@ -367,9 +382,11 @@ impl Sessions for SessionsService {
             None => RollbackTarget::Index(1),
             Some(rollback_request::Target::Index(n)) => RollbackTarget::Index(n),
             Some(rollback_request::Target::Undo(_)) => RollbackTarget::Undo,
+            Some(rollback_request::Target::CheckpointId(id)) => RollbackTarget::Id(id),
         };
+        let expect = Some(req.expect_head).filter(|h| !h.is_empty());
         let doc = group
-            .rollback(session_arg(&req.session_id)?, target)
+            .rollback(session_arg(&req.session_id)?, target, expect)
             .await
             .map_err(status_of)?;
         Ok(Response::new(RollbackReply {
@@ -389,7 +406,13 @@ impl Sessions for SessionsService {
             .get(Some(id.clone()))
             .await
             .map_err(status_of)?
-            .map(|d| d.pending_shell.len())
+            .map(|d| {
+                d.pending_shell.len()
+                    + d.pending_shell_runs
+                        .iter()
+                        .map(|r| r.text.len())
+                        .sum::<usize>()
+            })
             .unwrap_or(0);
         if current + req.transcript.len() > MAX_SHELL_TRANSCRIPT {
             return Err(Status::resource_exhausted(format!(
@@ -400,9 +423,19 @@ impl Sessions for SessionsService {
         let doc = group
             .commit(
                 &id,
-                Change {
-                    add_pending_shell: Some(req.transcript),
-                    ..Change::default()
+                match crate::store::session::process_start(req.client_pid) {
+                    Some(started) if req.client_pid != 0 => Change {
+                        add_shell_run: Some(ShellRun {
+                            pid: req.client_pid,
+                            started,
+                            text: req.transcript,
+                        }),
+                        ..Change::default()
+                    },
+                    _ => Change {
+                        add_pending_shell: Some(req.transcript),
+                        ..Change::default()
+                    },
                 },
             )
             .await

@@ -150,6 +150,13 @@ impl SnapshotsApi for SnapshotsService {
         let req = request.into_inner();
         let (_, folder) = group_for(&self.store, req.scope.as_ref())?;
         let folder = PathBuf::from(folder);
+        // Refused before any plan is made: a plan of a folder that a turn or
+        // one-shot is still changing would show a state that is already gone
+        // ("nothing to change" while a tool writes). `restore` checks again.
+        self.snapshots
+            .busy()
+            .check(&folder)
+            .map_err(|e| snap_status(e.into()))?;
         let plan = match what(&req)? {
             What::Undo(session) => {
                 self.snapshots

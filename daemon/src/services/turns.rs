@@ -143,7 +143,13 @@ impl Turns for TurnsService {
         let (input_tx, input_rx) = mpsc::channel::<Input>(16);
         let cancel_tx = Arc::new(watch::channel(false).0);
 
-        tokio::spawn(pump_inputs(inputs, input_tx, Arc::clone(&cancel_tx)));
+        let client_gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        tokio::spawn(pump_inputs(
+            inputs,
+            input_tx,
+            Arc::clone(&cancel_tx),
+            Arc::clone(&client_gone),
+        ));
 
         let oneshot_id = oneshot.as_ref().map(|o| o.id.clone()).unwrap_or_default();
         let start = Start {
@@ -151,6 +157,7 @@ impl Turns for TurnsService {
             session,
             spec,
             oneshot,
+            client_gone,
         };
         let events = self.runner.start(start, input_rx, cancel_tx);
         let (wire_tx, wire_rx) = mpsc::channel::<Result<TurnEvent, Status>>(512);
@@ -186,6 +193,7 @@ fn turn_spec(
         folder,
         mode,
         local_shell: start.local_shell_transcript,
+        client_pid: start.client_pid,
         settings,
         policy,
         instructions: if start.instructions.is_empty() {
@@ -260,6 +268,7 @@ async fn pump_inputs(
     mut inputs: Streaming<TurnInput>,
     input_tx: mpsc::Sender<Input>,
     cancel: Arc<watch::Sender<bool>>,
+    client_gone: Arc<std::sync::atomic::AtomicBool>,
 ) {
     loop {
         match inputs.message().await {
@@ -285,7 +294,7 @@ async fn pump_inputs(
             Ok(Some(_)) => {}
             Ok(None) => return,
             Err(_) => {
-                let _ = cancel.send(true);
+                crate::turn::run::went_away(&cancel, &client_gone);
                 return;
             }
         }

@@ -121,3 +121,30 @@ pub(super) fn load_manifest(dir: &Path, id: &str) -> Result<(Manifest, u32), Sna
         .fold(base, |m, (upserts, removed)| m.apply(&upserts, &removed));
     Ok((manifest, depth))
 }
+
+/// Says what a snapshot label of a cleared conversation's message became.
+pub const CLEARED_LABEL: &str = "a message of a cleared conversation";
+
+impl SnapshotStore {
+    /// Conversation `session` was cleared: its snapshots stay (the folder's
+    /// history is the folder's), but their labels, which quote its
+    /// messages, no longer do.
+    pub fn forget_session(&mut self, folder: &Path, session: &str) -> Result<(), SnapError> {
+        let fs = self.folder(folder)?;
+        let mut changed = false;
+        for owner in fs
+            .timeline
+            .snaps
+            .iter_mut()
+            .flat_map(|s| s.owners.iter_mut())
+            .filter(|o| o.session == session && o.label != CLEARED_LABEL)
+        {
+            owner.label = CLEARED_LABEL.to_owned();
+            changed = true;
+        }
+        if changed {
+            save_timeline(&fs.dir, &fs.timeline)?;
+        }
+        Ok(())
+    }
+}

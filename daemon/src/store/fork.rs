@@ -369,6 +369,7 @@ pub async fn keep_as_fork(
     doc.created_at = now_ms();
     doc.updated_at = doc.created_at.max(parent.updated_at);
     doc.rollback = None;
+    doc.older_rollbacks = Vec::new();
     doc.rollbacks = 0;
     doc.base = None;
     doc.forked_from = Some(ForkOrigin {

@@ -14,7 +14,8 @@ use agentx_shared::conversation::{Item, PendingCall, Usage};
 use super::StoreError;
 use super::durable;
 use super::session::{
-    Checkpoint, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc, title_from,
+    Checkpoint, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc, ShellRun,
+    title_from,
 };
 
 mod files;
@@ -132,21 +133,25 @@ impl Group {
                 let _ = reply.send(self.commit(folder, &id, *change));
             }
             Msg::Transcript(id, reply) => {
-                let result = self
-                    .session(folder, &id)
-                    .and_then(|s| s.transcript().map_err(|e| StoreError::Io(e.to_string())));
+                let result = self.session(folder, &id).and_then(|s| {
+                    s.transcript().map_err(|e| match e {
+                        LoadError::Branch(why) => StoreError::Moved(why),
+                        e => StoreError::Io(e.to_string()),
+                    })
+                });
                 let _ = reply.send(result);
             }
             Msg::Checkpoints(session, reply) => {
-                let result = self
-                    .resolve(folder, session)
-                    .and_then(|id| Ok(self.session(folder, &id)?.doc.checkpoints.clone()));
+                let result = self.resolve(folder, session).and_then(|id| {
+                    let doc = &self.session(folder, &id)?.doc;
+                    Ok((doc.checkpoints.clone(), doc.head()))
+                });
                 let _ = reply.send(result);
             }
-            Msg::Rollback(session, target, in_turn, reply) => {
+            Msg::Rollback(session, target, expect, in_turn, reply) => {
                 let result = self
                     .resolve(folder, session)
-                    .and_then(|id| self.rollback(folder, &id, target, in_turn));
+                    .and_then(|id| self.rollback(folder, &id, target, expect.as_deref(), in_turn));
                 let _ = reply.send(result);
             }
             Msg::Shared(reply) => {
@@ -344,7 +349,28 @@ impl Group {
             .sessions
             .remove(&id)
             .ok_or_else(|| StoreError::NotFound(format!("no conversation {id} in this folder")))?;
-        for path in [&removed.paths.doc, &removed.paths.journal] {
+        // Everything of it goes: the state, the transcript and every
+        // rollback's cut tail (the text rolled back is the user's too).
+        let mut paths = vec![removed.paths.doc.clone(), removed.paths.journal.clone()];
+        paths.push(removed.paths.rollback_tail.clone());
+        let backups = removed.doc.rollback.iter().map(|b| &**b);
+        paths.extend(
+            backups
+                .chain(&removed.doc.older_rollbacks)
+                .map(|b| removed.paths.tail_of(b)),
+        );
+        let prefix = format!("{id}.rollback-");
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            paths.extend(entries.flatten().map(|e| e.path()).filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".jsonl"))
+            }));
+        }
+        // The folder's branch point must not name it any more: one-shots
+        // would go on sending its turns (by response id) to the model.
+        self.forget_shared(&id)?;
+        for path in &paths {
             match std::fs::remove_file(path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -387,6 +413,13 @@ impl Group {
         if let Some(text) = change.add_pending_shell {
             doc.pending_shell.push_str(&text);
         }
+        // Runs are only appended meanwhile, so the positions still hold.
+        let mut n = 0;
+        doc.pending_shell_runs.retain(|_| {
+            n += 1;
+            !change.take_shell_runs.contains(&(n - 1))
+        });
+        doc.pending_shell_runs.extend(change.add_shell_run);
         if change.turn_completed {
             doc.turns += 1;
         }

@@ -23,6 +23,9 @@ pub enum StoreError {
     NotFound(String),
     #[error("{0}")]
     Invalid(String),
+    /// The state changed since the caller looked (another client went on).
+    #[error("{0}")]
+    Moved(String),
     /// A file operation failed; the OS error is kept as the source.
     #[error("storage error: {0}")]
     Disk(#[source] std::sync::Arc<std::io::Error>),

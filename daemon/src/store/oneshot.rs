@@ -47,7 +47,23 @@ impl Store {
         prompt: &str,
     ) -> Result<Oneshot, StoreError> {
         let interactive = self.group(folder, agent)?;
-        let shared = interactive.shared().await?;
+        let shared = interactive.shared().await?.filter(|s| {
+            // A branch point naming a conversation that is gone (cleared
+            // before agentd reset branch points on clear) is not used: its
+            // turns were deleted on purpose.
+            let doc = self
+                .group_dir(folder, agent)
+                .join(format!("{}.json", s.session_id));
+            let there = doc.exists();
+            if !there {
+                tracing::warn!(
+                    "the branch point of {folder} ({agent}) names conversation {}, which is gone: \
+                     one-shots start fresh",
+                    s.session_id
+                );
+            }
+            there
+        });
         let parent = self.oneshots_dir(folder, agent)?;
         agentx_shared::profile::create_private_dir(&parent)?;
         let stamp = now_ms();

@@ -57,9 +57,13 @@ pub(super) fn apply(session: &mut Session, pulled: Pulled) -> std::io::Result<()
         // The journal is rewritten: the pusher starts this one over, and an
         // older rollback backup no longer fits it.
         doc.rollbacks += 1;
-        doc.rollback = None;
+        let mut stale: Vec<_> = doc.rollback.take().map(|b| *b).into_iter().collect();
+        stale.append(&mut doc.older_rollbacks);
         session.save()?;
         session.truncate_journal()?;
+        for backup in &stale {
+            let _ = std::fs::remove_file(session.paths.tail_of(backup));
+        }
     }
     session.append_raw(&pulled.lines, pulled.items)?;
     let doc = &mut session.doc;

@@ -33,8 +33,13 @@ pub struct SessionDoc {
     pub usage: Usage,
     pub last_user: String,
     pub last_assistant: String,
-    /// `!command` transcripts run locally since the last message.
+    /// `!command` transcripts run locally since the last message, by no
+    /// client in particular (sent with anyone's next message).
     pub pending_shell: String,
+    /// `!command` transcripts of one client each: sent with that client's
+    /// next message, or with anyone's once that client is gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_shell_runs: Vec<ShellRun>,
     pub pending_calls: Vec<PendingCall>,
     pub turns: u32,
     /// Tool calls approved for the rest of this conversation ("always").
@@ -63,6 +68,10 @@ pub struct SessionDoc {
     /// State before the last rollback, so it can be undone.
     #[serde(default)]
     pub rollback: Option<Box<RollbackBackup>>,
+    /// Backups of the rollbacks before the last one, oldest first: each
+    /// `rollback --undo` pops one (see [`MAX_ROLLBACK_BACKUPS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub older_rollbacks: Vec<RollbackBackup>,
     /// A one-shot's branch point: the interactive transcript it continues.
     #[serde(default)]
     pub base: Option<BaseRef>,
@@ -72,6 +81,37 @@ pub struct SessionDoc {
     /// The conversation this one was forked from, and at which turn.
     #[serde(default)]
     pub forked_from: Option<super::fork::ForkOrigin>,
+}
+
+/// A `!command` transcript and the client process that ran it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShellRun {
+    pub pid: u32,
+    /// The process's start time (clock ticks since boot, from
+    /// `/proc/PID/stat`): a later process with the same pid is another client.
+    pub started: u64,
+    pub text: String,
+}
+
+impl ShellRun {
+    /// Whether the client that ran it is `pid` (started at `started`).
+    pub fn is_of(&self, pid: u32, started: Option<u64>) -> bool {
+        self.pid == pid && started == Some(self.started)
+    }
+
+    /// Whether the client that ran it still runs.
+    pub fn owner_alive(&self) -> bool {
+        process_start(self.pid) == Some(self.started)
+    }
+}
+
+/// When process `pid` started (clock ticks since boot), if it runs.
+pub fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces and parens):
+    // state is field 3, starttime field 22.
+    let rest = stat.rsplit_once(") ")?.1;
+    rest.split(' ').nth(19)?.parse().ok()
 }
 
 /// The committed prefix of another conversation's journal that this one
@@ -130,6 +170,37 @@ pub struct RollbackBackup {
     /// The journal position the rollback went back to.
     pub rolled_back_to: u64,
     pub at: i64,
+    /// The file (in the conversation's directory) holding the journal tail
+    /// this rollback cut; `None`: `<id>.rollback.jsonl` (older backups).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<String>,
+}
+
+/// Rollbacks that can be undone one by one (the newest kept).
+pub const MAX_ROLLBACK_BACKUPS: usize = MAX_CHECKPOINTS;
+
+impl SessionDoc {
+    /// What the conversation looks like now, as one opaque token: a client
+    /// that chose a checkpoint from a listing sends it back, and agentd
+    /// refuses the rollback when the conversation moved since (a turn, a
+    /// rollback or its undo by another client).
+    pub fn head(&self) -> String {
+        format!(
+            "{}.{}.{}.{}.{}",
+            self.rollbacks,
+            self.journal_bytes,
+            self.checkpoints.len(),
+            self.checkpoints.last().map_or(0, |c| c.created_at),
+            self.older_rollbacks.len() + usize::from(self.rollback.is_some()),
+        )
+    }
+}
+
+impl Checkpoint {
+    /// A stable name for this checkpoint within its conversation.
+    pub fn id(&self) -> String {
+        format!("{}-{}", self.created_at, self.journal_bytes)
+    }
 }
 
 impl SessionDoc {
@@ -147,6 +218,7 @@ impl SessionDoc {
             last_user: String::new(),
             last_assistant: String::new(),
             pending_shell: String::new(),
+            pending_shell_runs: Vec::new(),
             pending_calls: Vec::new(),
             turns: 0,
             approve_all: false,
@@ -159,6 +231,7 @@ impl SessionDoc {
             cut_short: None,
             checkpoints: Vec::new(),
             rollback: None,
+            older_rollbacks: Vec::new(),
             base: None,
             rollbacks: 0,
             forked_from: None,
@@ -205,8 +278,18 @@ struct Entry {
 pub struct SessionPaths {
     pub doc: PathBuf,
     pub journal: PathBuf,
-    /// The journal tail cut by the last rollback.
+    /// The journal tail cut by a rollback whose backup names no file.
     pub rollback_tail: PathBuf,
+}
+
+impl SessionPaths {
+    /// Where `backup`'s cut journal tail is kept.
+    pub fn tail_of(&self, backup: &RollbackBackup) -> PathBuf {
+        match (&backup.tail, self.doc.parent()) {
+            (Some(name), Some(dir)) => dir.join(name),
+            _ => self.rollback_tail.clone(),
+        }
+    }
 }
 
 impl SessionPaths {
@@ -259,6 +342,10 @@ pub enum LoadError {
     Io(#[from] io::Error),
     #[error("{path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    /// A one-shot's branch point can no longer be read back: nothing is
+    /// damaged, the conversation it branched from moved on or is gone.
+    #[error("{0}")]
+    Branch(String),
 }
 
 impl Session {
@@ -349,7 +436,7 @@ impl Session {
     /// Moves the committed journal end back to `bytes`/`items`, saving the
     /// cut tail to the rollback file first. The document must be saved by
     /// the caller before [`Session::truncate_journal`] runs.
-    pub fn save_tail_from(&mut self, bytes: u64) -> io::Result<()> {
+    pub fn save_tail_from(&mut self, bytes: u64, to: &Path) -> io::Result<()> {
         let tail = if self.doc.journal_bytes > bytes {
             let mut file = File::open(&self.paths.journal)?;
             io::Seek::seek(&mut file, io::SeekFrom::Start(bytes))?;
@@ -362,7 +449,7 @@ impl Session {
         } else {
             Vec::new()
         };
-        durable::write_atomic(&self.paths.rollback_tail, &tail)
+        durable::write_atomic(to, &tail)
     }
 
     /// Cuts the journal file to the committed length (after a rollback
@@ -391,20 +478,25 @@ impl Session {
                     std::fs::read(base.journal.with_extension("json"))
                         .ok()
                         .and_then(|b| serde_json::from_slice(&b).ok());
-                if base_doc.is_none_or(|d| d.rollbacks != base.rollbacks) {
-                    return Err(LoadError::Corrupt {
-                        path: base.journal.clone(),
-                        reason: "the conversation this one-shot branched from was rolled back or \
-                                 cleared since, so its earlier turns cannot be resent"
-                            .into(),
-                    });
+                let unusable = |what: &str| {
+                    LoadError::Branch(format!(
+                        "this one-shot's branch point is unusable: the conversation it branched \
+                         from ({}) {what} since, and the model server no longer knows its chain, \
+                         so its earlier turns cannot be resent; run the prompt again (a new \
+                         one-shot branches from the folder's current state)",
+                        base.journal.with_extension("").display()
+                    ))
+                };
+                match &base_doc {
+                    None => return Err(unusable("was cleared")),
+                    Some(d) if d.rollbacks != base.rollbacks => {
+                        return Err(unusable("was rolled back"));
+                    }
+                    Some(_) => {}
                 }
                 let prefix = read_journal(&base.journal, base.bytes)?;
                 if prefix.len() as u64 != base.items {
-                    return Err(LoadError::Corrupt {
-                        path: base.journal.clone(),
-                        reason: "the conversation this one-shot branched from changed".into(),
-                    });
+                    return Err(unusable("changed"));
                 }
                 prefix
             }

@@ -122,6 +122,9 @@ pub struct TurnSpec {
     pub folder: PathBuf,
     pub mode: Mode,
     pub local_shell: String,
+    /// The client that started the turn (0: unknown): its `!command`
+    /// transcripts go with its message, another live client's do not.
+    pub client_pid: u32,
     pub settings: Settings,
     pub policy: Policy,
     pub instructions: String,
@@ -144,6 +147,9 @@ pub struct Io {
     pub inputs: mpsc::Receiver<Input>,
     /// Becomes `true` when the client cancels or goes away.
     pub cancel: watch::Receiver<bool>,
+    /// Set before `cancel` when the client went away (killed, connection
+    /// lost) instead of cancelling.
+    pub client_gone: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Tools wait for this to become `true` (the folder's "before"
     /// snapshot is durable), so undo sees what they change.
     pub tools_gate: Option<watch::Receiver<bool>>,
@@ -243,6 +249,8 @@ impl Turn<'_> {
                 let marker = Marker {
                     message: if stopped {
                         "agentd stopped during the turn".into()
+                    } else if self.client_gone() {
+                        "the agentx that ran the turn went away before it finished".into()
                     } else {
                         "cancelled before it finished".into()
                     },
@@ -289,6 +297,13 @@ impl Turn<'_> {
         let _ = self.io.events.send(event).await;
     }
 
+    /// The cancel came from the client going away, not from the user.
+    fn client_gone(&self) -> bool {
+        self.io
+            .client_gone
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn cancelled(&self) -> bool {
         *self.io.cancel.borrow()
     }
@@ -326,6 +341,14 @@ impl Turn<'_> {
     async fn start_message(&mut self, doc: &SessionDoc, message: &str) -> Result<(), Stop> {
         let mut append = Self::settle_without_running(&doc.pending_calls);
         let mut shell = doc.pending_shell.clone();
+        let me = crate::store::session::process_start(self.spec.client_pid);
+        let mut taken = Vec::new();
+        for (i, run) in doc.pending_shell_runs.iter().enumerate() {
+            if run.is_of(self.spec.client_pid, me) || !run.owner_alive() {
+                shell.push_str(&run.text);
+                taken.push(i);
+            }
+        }
         shell.push_str(&self.spec.local_shell);
         let text = if shell.trim().is_empty() {
             message.to_owned()
@@ -343,6 +366,7 @@ impl Turn<'_> {
             pending_calls: Some(Vec::new()),
             last_user: Some(message.to_owned()),
             clear_pending_shell: true,
+            take_shell_runs: taken,
             turn_open: Some(true),
             interrupted: Some(None),
             failed: Some(None),

@@ -29,6 +29,9 @@ pub struct Start {
     pub session: Option<String>,
     pub spec: TurnSpec,
     pub oneshot: Option<Oneshot>,
+    /// Set (before the cancel) when the client went away rather than
+    /// cancelling: what was cut short is recorded as such.
+    pub client_gone: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Runner {
@@ -61,6 +64,7 @@ impl Runner {
             session,
             spec,
             oneshot,
+            client_gone,
         } = start;
         let Some(lease) = self.lease(&group, session, oneshot.as_ref(), &out).await else {
             return;
@@ -91,11 +95,12 @@ impl Runner {
             events,
             inputs,
             cancel: cancelled,
+            client_gone: Arc::clone(&client_gone),
             tools_gate: Some(gate_rx),
         };
         let (finished, ()) = tokio::join!(
             self.engine.run(group, lease, spec, io),
-            forward(&mut engine_events, &out, &cancel)
+            forward(&mut engine_events, &out, &cancel, &client_gone)
         );
         // After the turn, whatever its outcome: what the message changed.
         if before.await.unwrap_or(false)
@@ -161,12 +166,22 @@ async fn forward(
     engine_events: &mut mpsc::Receiver<Event>,
     out: &mpsc::Sender<Result<Event, StoreError>>,
     cancel: &watch::Sender<bool>,
+    client_gone: &std::sync::atomic::AtomicBool,
 ) {
     while let Some(event) = engine_events.recv().await {
         if out.send(Ok(event)).await.is_err() {
-            let _ = cancel.send(true);
+            went_away(cancel, client_gone);
         }
     }
+}
+
+/// The client went away: cancels the turn, marked as gone unless the user
+/// had cancelled it already.
+pub fn went_away(cancel: &watch::Sender<bool>, client_gone: &std::sync::atomic::AtomicBool) {
+    if !*cancel.borrow() {
+        client_gone.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    let _ = cancel.send(true);
 }
 
 /// Whether the turn's last event says it completed.

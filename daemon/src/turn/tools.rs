@@ -141,7 +141,7 @@ impl Turn<'_> {
             Ok(o) if o.cancelled => {
                 pending[i].state = CallState::Finished;
                 pending[i].exit_code = o.exit_code;
-                pending[i].output = o.for_model();
+                pending[i].output = o.for_model_when(self.client_gone());
                 self.commit(Change {
                     pending_calls: Some(pending.to_vec()),
                     ..Change::default()

@@ -82,6 +82,23 @@ impl Group {
         })
     }
 
+    /// Drops every folder's shared checkpoint that names conversation `id`
+    /// (it is being cleared): one-shots there then start fresh.
+    pub(super) fn forget_shared(&mut self, id: &str) -> Result<(), StoreError> {
+        if !self.shares_checkpoint {
+            return Ok(());
+        }
+        let mut file: SharedFile = self.read_pointer("shared.json")?;
+        let before = file.shared.len();
+        file.shared.retain(|_, s| s.session_id != id);
+        if file.shared.len() == before {
+            return Ok(());
+        }
+        let bytes = serde_json::to_vec(&file).map_err(|e| StoreError::Io(e.to_string()))?;
+        durable::write_atomic(&self.dir.join("shared.json"), &bytes)?;
+        Ok(())
+    }
+
     /// Makes `doc`'s current state its folder+agent's shared checkpoint.
     pub(super) fn write_shared(&mut self, doc: &SessionDoc) -> Result<(), StoreError> {
         if !self.shares_checkpoint {
@@ -176,6 +193,10 @@ impl Group {
                 Err(LoadError::Io(e)) => {
                     self.notices
                         .push((None, format!("cannot read {}: {e}", path.display())));
+                }
+                // Loading reads no branch point (only `transcript` does).
+                Err(LoadError::Branch(why)) => {
+                    self.notices.push((None, why));
                 }
             }
         }

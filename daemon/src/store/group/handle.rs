@@ -45,6 +45,9 @@ pub struct Change {
     pub pending_calls: Option<Vec<PendingCall>>,
     pub clear_pending_shell: bool,
     pub add_pending_shell: Option<String>,
+    pub add_shell_run: Option<ShellRun>,
+    /// Positions in `pending_shell_runs` a message took (sent).
+    pub take_shell_runs: Vec<usize>,
     pub turn_completed: bool,
     pub approve_all: Option<bool>,
     pub unsent: Option<Vec<Item>>,
@@ -63,6 +66,8 @@ pub struct Change {
 pub enum RollbackTarget {
     /// 1 is the newest checkpoint.
     Index(u32),
+    /// The checkpoint with this id (see `Checkpoint::id`).
+    Id(String),
     /// Back to before the first message (used to retry a first turn).
     Origin,
     Undo,
@@ -104,14 +109,17 @@ pub(in crate::store) enum Msg {
         oneshot::Sender<Result<SessionDoc, StoreError>>,
     ),
     Transcript(String, oneshot::Sender<Result<Vec<Item>, StoreError>>),
+    /// The checkpoints and the conversation's head (`SessionDoc::head`).
     Checkpoints(
         Option<String>,
-        oneshot::Sender<Result<Vec<Checkpoint>, StoreError>>,
+        oneshot::Sender<Result<(Vec<Checkpoint>, String), StoreError>>,
     ),
-    /// The bool: asked by the turn that holds the conversation.
+    /// The head the caller expects (refused when it moved), and whether
+    /// the turn that holds the conversation asks.
     Rollback(
         Option<String>,
         RollbackTarget,
+        Option<String>,
         bool,
         oneshot::Sender<Result<SessionDoc, StoreError>>,
     ),
@@ -218,11 +226,11 @@ impl GroupHandle {
             .await?
     }
 
-    /// Checkpoints, oldest first.
+    /// Checkpoints, oldest first, and the conversation's head then.
     pub async fn checkpoints(
         &self,
         session: Option<String>,
-    ) -> Result<Vec<Checkpoint>, StoreError> {
+    ) -> Result<(Vec<Checkpoint>, String), StoreError> {
         self.ask(|tx| Msg::Checkpoints(session, tx)).await?
     }
 
@@ -231,8 +239,9 @@ impl GroupHandle {
         &self,
         session: Option<String>,
         target: RollbackTarget,
+        expect_head: Option<String>,
     ) -> Result<SessionDoc, StoreError> {
-        self.ask(|tx| Msg::Rollback(session, target, false, tx))
+        self.ask(|tx| Msg::Rollback(session, target, expect_head, false, tx))
             .await?
     }
 
@@ -243,7 +252,8 @@ impl GroupHandle {
         target: RollbackTarget,
     ) -> Result<SessionDoc, StoreError> {
         let id = Some(lease.doc.id.clone());
-        self.ask(|tx| Msg::Rollback(id, target, true, tx)).await?
+        self.ask(|tx| Msg::Rollback(id, target, None, true, tx))
+            .await?
     }
 
     /// Makes a prepared conversation document durable in this group.

@@ -2,6 +2,7 @@
 //! rollback): the transcript cut, the backup kept, the shared checkpoint moved.
 
 use super::*;
+use crate::store::session::MAX_ROLLBACK_BACKUPS;
 
 impl Group {
     /// Rolls conversation `id` back to `target` (or undoes the last
@@ -11,6 +12,7 @@ impl Group {
         folder: &str,
         id: &str,
         target: RollbackTarget,
+        expect_head: Option<&str>,
         in_turn: bool,
     ) -> Result<SessionDoc, StoreError> {
         if !in_turn && self.running.contains(id) {
@@ -20,11 +22,16 @@ impl Group {
         }
         let now = now_ms();
         let session = self.session(folder, id)?;
+        if expect_head.is_some_and(|h| h != session.doc.head()) {
+            return Err(StoreError::Moved(
+                "the conversation moved since (another client went on, rolled back or undid a \
+                 rollback): run `agentx checkpoints` again"
+                    .into(),
+            ));
+        }
         match target {
-            RollbackTarget::Index(_) | RollbackTarget::Origin => {
-                session.roll_back_to(target, now)?
-            }
             RollbackTarget::Undo => session.undo_rollback(now)?,
+            _ => session.roll_back_to(target, now)?,
         }
         let doc = session.doc.clone();
         self.index_hook(id);
@@ -38,18 +45,30 @@ impl Session {
     /// checkpoint it returns to (an empty one for the origin).
     fn rollback_checkpoint(
         &self,
-        target: RollbackTarget,
+        target: &RollbackTarget,
         now: i64,
     ) -> Result<(usize, Checkpoint), StoreError> {
         let count = self.doc.checkpoints.len();
         match target {
-            RollbackTarget::Index(n) if n == 0 || n as usize > count => Err(StoreError::NotFound(
+            &RollbackTarget::Index(n) if n == 0 || n as usize > count => Err(StoreError::NotFound(
                 format!("no checkpoint {n}: this conversation has {count} (1 is the newest)"),
             )),
-            RollbackTarget::Index(n) => {
+            &RollbackTarget::Index(n) => {
                 let keep = count - n as usize + 1;
                 Ok((keep, self.doc.checkpoints[keep - 1].clone()))
             }
+            RollbackTarget::Id(id) => self
+                .doc
+                .checkpoints
+                .iter()
+                .position(|c| &c.id() == id)
+                .map(|i| (i + 1, self.doc.checkpoints[i].clone()))
+                .ok_or_else(|| {
+                    StoreError::Moved(format!(
+                        "checkpoint {id} is no longer in this conversation (it moved since): \
+                         run `agentx checkpoints` again"
+                    ))
+                }),
             _ => Ok((
                 0,
                 SessionDoc::new(String::new(), String::new(), String::new(), now).checkpoint(now),
@@ -59,11 +78,32 @@ impl Session {
 
     /// Cuts the transcript back to the checkpoint `target` names, keeping
     /// the cut tail and a backup of the state so the rollback can be undone.
+    /// Earlier backups stay stacked below it while the conversation has not
+    /// gone on since them, so each rollback can be undone in turn.
     fn roll_back_to(&mut self, target: RollbackTarget, now: i64) -> Result<(), StoreError> {
-        let (keep, cp) = self.rollback_checkpoint(target, now)?;
-        self.save_tail_from(cp.journal_bytes)?;
+        let (keep, cp) = self.rollback_checkpoint(&target, now)?;
+        let name = format!("{}.rollback-{}.jsonl", self.doc.id, self.doc.rollbacks + 1);
+        let tail_path = self.paths.doc.with_file_name(&name);
+        self.save_tail_from(cp.journal_bytes, &tail_path)?;
+        let mut dropped = Vec::new();
         let doc = &mut self.doc;
-        let backup = take_backup(doc, cp.journal_bytes, now);
+        let mut backup = take_backup(doc, cp.journal_bytes, now);
+        backup.tail = Some(name);
+        if let Some(top) = doc.rollback.take() {
+            if top.rolled_back_to == doc.journal_bytes {
+                doc.older_rollbacks.push(*top);
+            } else {
+                // The conversation went on after it: none of them can be
+                // undone any more.
+                dropped.push(*top);
+                dropped.append(&mut doc.older_rollbacks);
+            }
+        }
+        let over = doc
+            .older_rollbacks
+            .len()
+            .saturating_sub(MAX_ROLLBACK_BACKUPS - 1);
+        dropped.extend(doc.older_rollbacks.drain(..over));
         doc.response_id = cp.response_id.clone();
         doc.usage = cp.usage;
         doc.last_user = cp.last_user.clone();
@@ -77,11 +117,15 @@ impl Session {
         doc.updated_at = now.max(doc.updated_at);
         self.save()?;
         self.truncate_journal()?;
+        for old in &dropped {
+            let _ = std::fs::remove_file(self.paths.tail_of(old));
+        }
         Ok(())
     }
 
     /// Undoes the last rollback: appends the cut tail back and restores the
-    /// backed-up state, if the conversation did not go on since.
+    /// backed-up state, if the conversation did not go on since. The backup
+    /// of the rollback before it becomes the next one to undo.
     fn undo_rollback(&mut self, now: i64) -> Result<(), StoreError> {
         let Some(backup) = self.doc.rollback.clone() else {
             return Err(StoreError::NotFound("there is no rollback to undo".into()));
@@ -93,14 +137,16 @@ impl Session {
                     .into(),
             ));
         }
-        let tail = std::fs::read(&self.paths.rollback_tail)?;
+        let tail_path = self.paths.tail_of(&backup);
+        let tail = std::fs::read(&tail_path)?;
         if tail.len() as u64 != backup.journal_bytes - backup.rolled_back_to {
             return Err(StoreError::Io(format!(
                 "{} does not match the rollback it belongs to; it cannot be undone",
-                self.paths.rollback_tail.display()
+                tail_path.display()
             )));
         }
         self.append_raw(&tail, backup.journal_items - self.doc.journal_items)?;
+        let backup = *backup;
         let doc = &mut self.doc;
         doc.response_id = backup.response_id;
         doc.usage = backup.usage;
@@ -112,10 +158,10 @@ impl Session {
         doc.interrupted = backup.interrupted;
         doc.failed = backup.failed;
         doc.checkpoints = backup.checkpoints;
-        doc.rollback = None;
+        doc.rollback = doc.older_rollbacks.pop().map(Box::new);
         doc.updated_at = now.max(doc.updated_at);
         self.save()?;
-        let _ = std::fs::remove_file(&self.paths.rollback_tail);
+        let _ = std::fs::remove_file(&tail_path);
         Ok(())
     }
 }
@@ -138,5 +184,6 @@ fn take_backup(doc: &mut SessionDoc, rolled_back_to: u64, now: i64) -> RollbackB
         checkpoints: doc.checkpoints.clone(),
         rolled_back_to,
         at: now,
+        tail: None,
     }
 }

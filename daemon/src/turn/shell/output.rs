@@ -31,10 +31,18 @@ impl Outcome {
 
     /// What the model is told.
     pub fn for_model(&self) -> String {
+        self.for_model_when(false)
+    }
+
+    /// What the model is told; `client_gone`: a cancel came from the
+    /// client going away (killed, connection lost), not from the user.
+    pub fn for_model_when(&self, client_gone: bool) -> String {
         let status = if self.stopped {
             "killed: agentd stopped while it ran".to_owned()
         } else if self.timed_out {
             "timed out (killed)".to_owned()
+        } else if self.cancelled && client_gone {
+            "killed: the agentx that ran the turn went away (killed or disconnected)".to_owned()
         } else if self.cancelled {
             "cancelled by the user (killed)".to_owned()
         } else {
