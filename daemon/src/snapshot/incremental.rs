@@ -474,7 +474,14 @@ impl SnapshotStore {
         pack: &mut PackWriter,
     ) -> Result<Scanned, SnapError> {
         let (Plan::Dirty { dirs, verify }, Some(prev)) = (plan, previous) else {
-            let (m, stats) = scan::scan(folder, excludes, previous, &self.blobs, pack)?;
+            // A watch just started gets its watches from this scan's walk.
+            let filler = self.watch.filler(folder);
+            let hook = filler.as_ref().map(|f| f as &dyn scan::DirHook);
+            let scanned = scan::scan_hooked(folder, excludes, previous, &self.blobs, pack, hook);
+            if let Some(f) = filler.map(super::watch::Filler::finish) {
+                self.watch.filled(folder, scanned.is_ok().then_some(f));
+            }
+            let (m, stats) = scanned?;
             return Ok(Scanned::full(m, stats));
         };
         let spliced = match splice(folder, excludes, prev, &dirs, &self.blobs, pack)? {

@@ -213,10 +213,25 @@ fn walk_dir(
     rel: &[u8],
     ex: &Excludes,
     started_ns: i64,
+    hook: Option<&dyn DirHook>,
 ) -> Vec<Entry> {
-    let Ok(names) = list_dir(dir) else {
-        return Vec::new(); // the caller marks it
-    };
+    walk_listed(dir, full_dir, rel, ex, started_ns, hook).unwrap_or_default()
+}
+
+/// [`walk_dir`], or None when `dir` itself cannot be listed (the caller
+/// marks it).
+fn walk_listed(
+    dir: &OwnedFd,
+    full_dir: &Path,
+    rel: &[u8],
+    ex: &Excludes,
+    started_ns: i64,
+    hook: Option<&dyn DirHook>,
+) -> Option<Vec<Entry>> {
+    if let Some(hook) = hook {
+        hook.entering(dir, rel);
+    }
+    let names = list_dir(dir).ok()?;
     let mut out = Vec::new();
     let mut subdirs = Vec::new();
     for name in names {
@@ -235,9 +250,11 @@ fn walk_dir(
         .par_iter()
         .map(|(sub, name)| match open_dir_at(dir, name) {
             Ok(fd) => {
-                let listed = list_dir(&fd).is_ok();
                 let full = full_dir.join(OsStr::from_bytes(name));
-                (walk_dir(&fd, &full, sub, ex, started_ns), listed)
+                match walk_listed(&fd, &full, sub, ex, started_ns, hook) {
+                    Some(entries) => (entries, true),
+                    None => (Vec::new(), false),
+                }
             }
             Err(Errno::ENOENT) => (Vec::new(), true),
             Err(_) => (Vec::new(), false),
@@ -272,7 +289,13 @@ fn walk_dir(
             Part::Tree(i) => sorted.extend(nested[i].take().unwrap_or_default()),
         }
     }
-    sorted
+    Some(sorted)
+}
+
+/// Told of every directory a full scan is about to list (the watcher puts
+/// its watch there first, so the scan and the watch start in one walk).
+pub trait DirHook: Sync {
+    fn entering(&self, dir: &OwnedFd, rel: &[u8]);
 }
 
 /// Temp files of a restore start with this; scans never capture them and
@@ -287,8 +310,20 @@ pub fn scan(
     blobs: &Blobs,
     pack: &mut PackWriter,
 ) -> std::io::Result<(Manifest, ScanStats)> {
+    scan_hooked(root, excludes, previous, blobs, pack, None)
+}
+
+/// [`scan`], telling `hook` of each directory before it is listed.
+pub fn scan_hooked(
+    root: &Path,
+    excludes: &Excludes,
+    previous: Option<&Manifest>,
+    blobs: &Blobs,
+    pack: &mut PackWriter,
+    hook: Option<&dyn DirHook>,
+) -> std::io::Result<(Manifest, ScanStats)> {
     scan_with(root, previous, blobs, pack, |root_fd, started_ns| {
-        walk_dir(root_fd, root, &[], excludes, started_ns)
+        walk_dir(root_fd, root, &[], excludes, started_ns, hook)
     })
 }
 
@@ -317,7 +352,7 @@ pub(super) fn walk_subtree(
     let fd = open_rel_dir(root_fd, rel).ok()?;
     list_dir(&fd).ok()?;
     let full = root.join(OsStr::from_bytes(rel));
-    Some(walk_dir(&fd, &full, rel, ex, started_ns))
+    Some(walk_dir(&fd, &full, rel, ex, started_ns, None))
 }
 
 /// [`scan`] with the listing supplied: `walk(root_fd, started_ns)` returns
@@ -417,7 +452,7 @@ mod tests {
             std::fs::write(root.join(f), f).unwrap();
         }
         let fd = open_dir_at(AT_FDCWD, root.as_os_str().as_bytes()).unwrap();
-        let entries = walk_dir(&fd, root, &[], &Excludes::default(), 0);
+        let entries = walk_dir(&fd, root, &[], &Excludes::default(), 0, None);
         let paths: Vec<&[u8]> = entries.iter().map(|e| e.path.as_slice()).collect();
         let mut sorted = paths.clone();
         sorted.sort();

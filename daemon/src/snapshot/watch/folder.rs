@@ -3,8 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use nix::errno::Errno;
@@ -25,6 +27,10 @@ const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
     .union(AddWatchFlags::IN_MOVE_SELF)
     .union(AddWatchFlags::IN_ONLYDIR)
     .union(AddWatchFlags::IN_DONT_FOLLOW);
+
+/// [`MASK`] for a watch added through `/proc/self/fd/N` (a magic link to
+/// the directory the scan holds open, which must be followed).
+const FD_MASK: AddWatchFlags = MASK.difference(AddWatchFlags::IN_DONT_FOLLOW);
 
 /// File systems whose changes inotify does not see in full (changes made by
 /// other clients or by the server): NFS, SMB/CIFS, FUSE, 9p, Ceph, AFS, Coda.
@@ -67,6 +73,86 @@ pub(super) struct FolderWatch {
     pub(super) root_id: [u64; 2],
     /// The file systems mounted below the folder when the watch started.
     pub(super) mounts: Vec<Mount>,
+    /// Its watches were put in place by a full scan's walk (until then it
+    /// watches nothing: see [`Filler`]).
+    pub(super) filled: bool,
+}
+
+/// Puts a watch on each directory a full scan enters, before the scan lists
+/// it: the scan and the start of the watch are one walk of the tree. The
+/// watch holds from the moment each directory is listed, as when the
+/// watches were put in place by a walk of their own before the scan.
+pub struct Filler<'a> {
+    inotify: &'a Inotify,
+    root: &'a Path,
+    max_dirs: usize,
+    found: Mutex<Vec<(WatchDescriptor, Vec<u8>)>>,
+    /// Why the watch cannot be complete, and whether that is a limit.
+    failed: Mutex<Option<(String, bool)>>,
+}
+
+/// What a [`Filler`] found: the watches, or why not.
+pub struct Filled {
+    found: Vec<(WatchDescriptor, Vec<u8>)>,
+    failed: Option<(String, bool)>,
+}
+
+impl Filler<'_> {
+    fn fail(&self, why: String, limit: bool) {
+        if let Ok(mut f) = self.failed.lock() {
+            f.get_or_insert((why, limit));
+        }
+    }
+
+    pub fn finish(self) -> Filled {
+        Filled {
+            found: self.found.into_inner().unwrap_or_default(),
+            failed: self
+                .failed
+                .into_inner()
+                .unwrap_or_else(|_| Some(("the watch could not be set up".into(), false))),
+        }
+    }
+}
+
+impl crate::snapshot::scan::DirHook for Filler<'_> {
+    fn entering(&self, dir: &OwnedFd, rel: &[u8]) {
+        if self.failed.lock().map_or(true, |f| f.is_some()) {
+            return;
+        }
+        let Ok(mut found) = self.found.lock() else {
+            return;
+        };
+        if found.len() >= self.max_dirs {
+            drop(found);
+            self.fail(
+                format!(
+                    "it has more than {} directories (AGENTX_WATCH_MAX_DIRS)",
+                    self.max_dirs
+                ),
+                true,
+            );
+            return;
+        }
+        let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        match self.inotify.add_watch(path.as_str(), FD_MASK) {
+            Ok(wd) => found.push((wd, rel.to_vec())),
+            Err(Errno::ENOSPC) => {
+                drop(found);
+                self.fail(
+                    "the inotify watch limit was reached (fs.inotify.max_user_watches)".into(),
+                    true,
+                );
+            }
+            Err(e) => {
+                drop(found);
+                self.fail(
+                    format!("cannot watch {}: {e}", short(&join(self.root, rel))),
+                    false,
+                );
+            }
+        }
+    }
 }
 
 use crate::snapshot::scan::identity;
@@ -109,9 +195,10 @@ fn child(dir: &[u8], name: &[u8]) -> Vec<u8> {
 }
 
 impl FolderWatch {
-    /// Watches every directory of `root` (excluded ones left out); the
-    /// watches are in place before this returns, so a scan that follows
-    /// misses nothing later events would not report.
+    /// A watch of `root` with no directory watched yet: the full scan that
+    /// follows puts them in place as it walks ([`FolderWatch::filler`]).
+    /// Fails for a folder inotify cannot follow (network and FUSE file
+    /// systems, at the folder or mounted in it).
     pub(super) fn start(
         root: &Path,
         ex: &Excludes,
@@ -143,7 +230,7 @@ impl FolderWatch {
         }
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .map_err(|e| format!("inotify_init failed: {e}"))?;
-        let mut w = Self {
+        let w = Self {
             inotify,
             root: root.to_path_buf(),
             names: ex.names.clone(),
@@ -160,11 +247,41 @@ impl FolderWatch {
             hit_limit: false,
             root_id,
             mounts,
+            filled: false,
         };
-        w.add_tree(Vec::new());
-        match w.broken.take() {
-            Some(reason) => Err(reason),
-            None => Ok(w),
+        Ok(w)
+    }
+
+    /// The hook of the full scan that fills this watch.
+    pub(super) fn filler(&self) -> Filler<'_> {
+        Filler {
+            inotify: &self.inotify,
+            root: &self.root,
+            max_dirs: self.max_dirs,
+            found: Mutex::new(Vec::new()),
+            failed: Mutex::new(None),
+        }
+    }
+
+    /// Takes the watches a full scan put in place (or why it could not).
+    pub(super) fn fill(&mut self, filled: Filled) {
+        self.filled = true;
+        if let Some((why, limit)) = filled.failed {
+            self.broken = Some(why);
+            self.hit_limit = limit;
+            return;
+        }
+        for (wd, dir) in filled.found {
+            // Entered twice (renamed during the walk): the rename's events,
+            // still queued, settle it, as in `add_tree`.
+            if let Some(other) = self.dirs.get(&wd)
+                && *other != dir
+                && self.wds.get(other) == Some(&wd)
+            {
+                self.wds.remove(&other.clone());
+            }
+            self.dirs.insert(wd, dir.clone());
+            self.wds.insert(dir, wd);
         }
     }
 

@@ -23,6 +23,7 @@ mod mounts;
 pub(crate) use mounts::mount_points;
 
 use folder::FolderWatch;
+pub use folder::{Filled, Filler};
 use mounts::MountTable;
 
 /// Limits and knobs, read from agentd's environment at start.
@@ -161,6 +162,11 @@ impl Watchers {
             return Plan::Full(reason.clone());
         }
         self.check_mounts();
+        // A watch whose filling scan did not finish watches only part of
+        // the tree: start again.
+        if self.folders.get(folder).is_some_and(|w| !w.filled) {
+            self.folders.remove(folder);
+        }
         let reason = match self.folders.get_mut(folder) {
             Some(w) => {
                 w.last_used = Instant::now();
@@ -218,7 +224,6 @@ impl Watchers {
         self.release_lru();
         match FolderWatch::start(folder, ex, &self.cfg, &self.mounts) {
             Ok(w) => {
-                tracing::debug!(folder = %folder.display(), dirs = w.wds.len(), "watching");
                 self.folders.insert(folder.to_path_buf(), w);
                 self.not_watched.remove(folder);
                 Plan::Full(match previous {
@@ -252,6 +257,31 @@ impl Watchers {
                 ),
                 true,
             );
+        }
+    }
+
+    /// The hook for the full scan about to run, when it is to put the
+    /// folder's watches in place (a watch just started).
+    pub fn filler(&self, folder: &Path) -> Option<Filler<'_>> {
+        self.folders
+            .get(folder)
+            .filter(|w| !w.filled && w.broken.is_none())
+            .map(FolderWatch::filler)
+    }
+
+    /// The scan [`Watchers::filler`] hooked ended: with what it found, or
+    /// (None) it failed, and the watch starts over.
+    pub fn filled(&mut self, folder: &Path, filled: Option<Filled>) {
+        match filled {
+            Some(f) => {
+                if let Some(w) = self.folders.get_mut(folder) {
+                    w.fill(f);
+                    tracing::debug!(folder = %folder.display(), dirs = w.wds.len(), "watching");
+                }
+            }
+            None => {
+                self.folders.remove(folder);
+            }
         }
     }
 
