@@ -831,3 +831,73 @@ fn a_conversation_the_server_refuses_is_reported_by_id_and_holds_up_no_other() {
     assert_eq!(synced["remote"]["pending"], 0, "{synced}");
     assert_eq!(records(pg, "t_refused", &poisoned).0, 2);
 }
+
+#[test]
+fn a_password_in_any_form_of_the_url_is_shown_nowhere() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("t_forms");
+    const MARK: &str = "Mark-5e3a9";
+    let port = pg.port;
+    let urls = [
+        // libpq's `password` parameter (trust authentication accepts it).
+        format!("postgresql://agentx@127.0.0.1:{port}/t_forms?password={MARK}-q"),
+        // User-info, percent-encoded, and the parameter; nothing listens.
+        format!("postgresql://agentx:{MARK}-u%2Dx@127.0.0.1:1/nowhere?password={MARK}-p"),
+        // `sslpassword` (agentx has no client key to open with it).
+        format!(
+            "postgresql://agentx@127.0.0.1:{port}/t_forms?sslpassword={MARK}-s&password={MARK}-t"
+        ),
+        // A URL that does not parse.
+        format!("postgresql://agentx:{MARK}-x@127.0.0.1:{port}/t_forms?bogus=1&password={MARK}-y"),
+        // Not a URL: libpq's key=value form.
+        format!("host=127.0.0.1 port={port} password='{MARK} k'"),
+    ];
+    let model = FakeModel::start();
+    for (n, url) in urls.iter().enumerate() {
+        let mut env = machine("machine-a", "git@github.com:acme/app.git", url);
+        env.extra_env.push(("RUST_LOG".into(), "debug".into()));
+        assert_code(&env.chat(&model, ["--approval", "never"], "hello\n"), 0);
+        let mut seen = String::new();
+        for args in [
+            &["sync", "--wait-ms", "3000"][..],
+            &["sync", "--json", "--wait-ms", "3000"],
+            &["sessions"],
+            &["sessions", "--json"],
+            &["status"],
+            &["status", "--json"],
+            &["daemon", "status"],
+            &["daemon", "status", "--json"],
+        ] {
+            let out = env.run(args);
+            let text = format!("{}{}", stdout(&out), stderr(&out));
+            assert!(
+                !text.contains(MARK),
+                "url {n}: agentx {args:?} shows it: {text}"
+            );
+            seen.push_str(&text);
+        }
+        let st = status(&env);
+        if n == 0 {
+            // The password parameter is used.
+            assert_eq!(st["remote"]["state"], "synced", "{st}");
+        } else {
+            let error = st["remote"]["last_error"].as_str().unwrap_or_default();
+            assert!(!error.is_empty(), "url {n}: {st}");
+        }
+        env.kill_daemons();
+        let log = env.home.join("log").join("agentd.log");
+        assert!(
+            std::fs::read_to_string(&log).is_ok_and(|l| !l.is_empty()),
+            "{} is empty",
+            log.display()
+        );
+        for file in env.profile_files() {
+            let bytes = std::fs::read(&file).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(MARK),
+                "url {n}: the password is in {}",
+                file.display()
+            );
+        }
+    }
+}

@@ -167,7 +167,7 @@ impl Remote {
             Err(e) => {
                 // config.toml does not parse: the client says so on every
                 // command; here the remote simply stays off.
-                tracing::warn!("remote store off: {}", url::redact_url(&e.to_string()));
+                tracing::warn!("remote store off: {}", url::redact_text(&e.to_string()));
                 return None;
             }
         };
@@ -287,10 +287,9 @@ impl Remote {
         let connecting = tls::connect(&url.config, &url.tls);
         let (mut client, connection) = match tokio::time::timeout(CONNECT_WAIT, connecting).await {
             Ok(Err(setup)) => {
-                return Err(RemoteError::Config(format!(
-                    "remote_url {}: {setup}",
-                    url.shown
-                )));
+                return Err(RemoteError::Config(
+                    url.redact(&format!("remote_url {}: {setup}", url.shown)),
+                ));
             }
             Ok(Ok(Ok(pair))) => pair,
             Ok(Ok(Err(e))) => {
