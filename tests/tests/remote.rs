@@ -901,3 +901,55 @@ fn a_password_in_any_form_of_the_url_is_shown_nowhere() {
         }
     }
 }
+
+#[test]
+fn remote_rows_whose_ids_name_agentds_own_files_are_neither_listed_nor_pulled() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("t_reserved");
+    let url = pg.url("t_reserved");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let b = machine("machine-b", "git@github.com:acme/app.git", &url);
+    let model = FakeModel::start();
+    assert_code(&a.chat(&model, ["--approval", "never"], "from a\n"), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    let a_id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    // Hostile rows: copies of A's conversation named like B's pointer files.
+    for id in ["current", "shared"] {
+        pg.execute(
+            "t_reserved",
+            &format!(
+                "INSERT INTO conversations (id, project, agent, title, machine, folder,
+                        created_at, updated_at, turns, records, rollbacks, response_id,
+                        usage, checkpoints, forked_from)
+                 SELECT '{id}', project, agent, title, machine, folder, created_at,
+                        updated_at + interval '1 minute', turns, records, rollbacks,
+                        response_id, usage, checkpoints, forked_from
+                   FROM conversations WHERE id = '{a_id}';
+                 INSERT INTO records (conversation_id, seq, at, item, machine)
+                 SELECT '{id}', seq, at, item, machine FROM records
+                  WHERE conversation_id = '{a_id}';"
+            ),
+        );
+    }
+    assert_code(&b.chat(&model, ["--approval", "never"], "from b\n"), 0);
+    let b_id = status(&b)["session_id"].as_str().unwrap().to_owned();
+
+    let ids: Vec<String> = titles(&b).into_iter().map(|(_, id)| id).collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(ids.contains(&a_id) && ids.contains(&b_id), "{ids:?}");
+    for id in ["current", "shared"] {
+        let out = b.chat(&model, ["resume", id], "");
+        assert_ne!(out.status.code(), Some(0), "resume {id}: {}", stdout(&out));
+        assert!(
+            stderr(&out).contains("not a conversation id"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    // B's pointer files are intact, also after a restart.
+    b.kill_daemons();
+    assert_eq!(status(&b)["session_id"], b_id.as_str());
+    let out = b.chat(&model, Vec::<&str>::new(), "again\n");
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("[turns seen: 2]"), "{}", stdout(&out));
+}

@@ -368,6 +368,13 @@ impl Remote {
                 })
             })
             .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+            .map(|rows| {
+                // A row no agentd made (its id could name one of a group
+                // directory's own files) is not listed.
+                rows.into_iter()
+                    .filter(|r| crate::store::is_conversation_id(&r.id))
+                    .collect()
+            })
             .map_err(RemoteError::db)
     }
 }

@@ -89,9 +89,10 @@ impl Remote {
         let mut hits: Vec<RemoteHit> = Vec::new();
         for row in rows {
             let hit = hit_of(&row).map_err(|e| self.server_error(e))?;
-            if !hits
-                .iter()
-                .any(|h| h.hit.session_id == hit.hit.session_id && h.hit.turn == hit.hit.turn)
+            if crate::store::is_conversation_id(&hit.hit.session_id)
+                && !hits
+                    .iter()
+                    .any(|h| h.hit.session_id == hit.hit.session_id && h.hit.turn == hit.hit.turn)
             {
                 hits.push(hit);
             }
