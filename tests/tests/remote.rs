@@ -630,3 +630,326 @@ fn search_finds_remote_only_conversations_of_the_project_marked_remote() {
     let text = stdout(&repl);
     assert!(text.contains(&format!("remote: {a_id}")), "{text}");
 }
+
+/// `first`, then distinct words (`w1 w2 …` in hex) up to `bytes` bytes.
+fn varied_words(first: &str, bytes: usize) -> String {
+    let mut text = first.to_owned();
+    let mut n = 0u64;
+    while text.len() + 12 < bytes {
+        n += 1;
+        text.push_str(&format!(" w{n:x}"));
+    }
+    text
+}
+
+/// This profile's conversations: (title, id).
+fn titles(env: &TestEnv) -> Vec<(String, String)> {
+    let listed = json_out(&env.run(["sessions", "--json"]));
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["title"].as_str().unwrap().to_owned(),
+                s["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn id_titled(env: &TestEnv, prefix: &str) -> String {
+    let all = titles(env);
+    all.iter()
+        .find(|(title, _)| title.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no conversation titled {prefix}…: {all:?}"))
+        .1
+        .clone()
+}
+
+#[test]
+fn a_large_message_of_varied_words_is_pushed_and_found_and_holds_up_nothing() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("t_large");
+    let url = pg.url("t_large");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let model = FakeModel::start();
+    assert_code(&a.chat(&model, ["--approval", "never"], "warm up\n"), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    // The database as the released schema 2 left it (an unbounded index,
+    // no revisions): agentd brings it up to date when it connects again.
+    a.kill_daemons();
+    pg.execute(
+        "t_large",
+        "DROP TABLE IF EXISTS schema_revision;
+         ALTER TABLE records DROP COLUMN search;
+         ALTER TABLE records ADD COLUMN search tsvector GENERATED ALWAYS AS (
+             to_tsvector('simple'::regconfig,
+                 coalesce(item->>'text', '') || ' ' || coalesce(item->>'arguments', '')
+                 || ' ' || coalesce(item->>'output', ''))
+         ) STORED;",
+    );
+
+    // ~1 MB of distinct words (legal: under agentx's 1 MiB per message),
+    // then an ordinary turn in another conversation, made after it.
+    let big = varied_words("zanzibar", 1_000_000);
+    let out = a.chat(
+        &model,
+        ["--approval", "never"],
+        &format!("/new\n{big}\n/new\nan ordinary turn\n"),
+    );
+    assert_code(&out, 0);
+    let big_id = id_titled(&a, "zanzibar w1 w2");
+    let ordinary_id = id_titled(&a, "an ordinary turn");
+
+    let synced = sync(&a);
+    assert_eq!(synced["reached"], true, "{synced}");
+    assert_eq!(
+        synced["remote"]["refused"],
+        serde_json::json!([]),
+        "{synced}"
+    );
+    let st = status(&a);
+    assert_eq!(st["remote"]["state"], "synced", "{st}");
+    assert_eq!(st["remote"]["pending"], 0, "{st}");
+    for id in [&big_id, &ordinary_id] {
+        let (count, _, _) = records(pg, "t_large", id);
+        assert!(count >= 2, "{id} has {count} records on the server");
+    }
+    assert_eq!(
+        pg.count(
+            "t_large",
+            &format!(
+                "SELECT count(*) FROM records WHERE conversation_id = '{big_id}' \
+                 AND length(item->>'text') >= 999000"
+            )
+        ),
+        2,
+        "the message and its echo"
+    );
+    // Revised, not migrated: an older agentd still works with it.
+    assert_eq!(
+        pg.count("t_large", "SELECT max(revision)::int8 FROM schema_revision"),
+        1
+    );
+    assert_eq!(
+        pg.count("t_large", "SELECT max(version)::int8 FROM schema_version"),
+        2
+    );
+
+    // Another machine finds it by its indexed part.
+    let b = machine("machine-b", "git@github.com:acme/app.git", &url);
+    let out = search_until(&b, &["zanzibar"], |hits| !hits.is_empty());
+    let hits = json_out(&out);
+    assert_eq!(hits[0]["session_id"], big_id.as_str(), "{hits}");
+    assert_eq!(hits[0]["where"], "remote", "{hits}");
+    assert!(
+        hits[0]["snippet"].as_str().unwrap().contains("zanzibar"),
+        "{hits}"
+    );
+}
+
+#[test]
+fn a_conversation_the_server_refuses_is_reported_by_id_and_holds_up_no_other() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("t_refused");
+    let a = machine(
+        "machine-a",
+        "git@github.com:acme/app.git",
+        &pg.url("t_refused"),
+    );
+    let model = FakeModel::start();
+    assert_code(&a.chat(&model, ["--approval", "never"], "warm up\n"), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    // The server refuses any record holding "poison-pill".
+    pg.execute(
+        "t_refused",
+        "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.item::text LIKE '%poison-pill%' THEN
+                 RAISE EXCEPTION 'no poison here';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_poison BEFORE INSERT ON records
+             FOR EACH ROW EXECUTE FUNCTION refuse_poison();",
+    );
+    // The refused conversation is made first: it is pushed first.
+    let out = a.chat(
+        &model,
+        ["--approval", "never"],
+        "/new\nswallow the poison-pill\n/new\nan innocent turn\n",
+    );
+    assert_code(&out, 0);
+    let poisoned = id_titled(&a, "swallow the poison-pill");
+    let innocent = id_titled(&a, "an innocent turn");
+
+    let out = a.run(["sync", "--json"]);
+    assert_code(&out, 1);
+    let synced: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(synced["reached"], true, "{synced}");
+    let refused = synced["remote"]["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{synced}");
+    assert_eq!(refused[0]["id"], poisoned.as_str(), "{synced}");
+    let error = refused[0]["error"].as_str().unwrap();
+    assert!(error.contains("no poison here"), "{error}");
+    let said = stderr(&out);
+    assert!(said.contains(&poisoned), "{said}");
+    assert!(!said.contains("unreachable"), "{said}");
+    // The other conversation got through.
+    assert_eq!(records(pg, "t_refused", &innocent).0, 2);
+    assert_eq!(records(pg, "t_refused", &poisoned).0, 0);
+
+    // status and daemon status name it too.
+    let st = status(&a);
+    assert_eq!(st["remote"]["pending"], 1, "{st}");
+    assert_eq!(st["remote"]["refused"][0]["id"], poisoned.as_str(), "{st}");
+    assert!(st["remote"]["last_error"].is_null(), "{st}");
+    let text = stdout(&a.run(["status"]));
+    assert!(text.contains(&format!("refused {poisoned}: ")), "{text}");
+    let daemon = json_out(&a.run(["daemon", "status", "--json"]));
+    assert_eq!(
+        daemon["remote"]["refused"][0]["id"],
+        poisoned.as_str(),
+        "{daemon}"
+    );
+    let text = stdout(&a.run(["daemon", "status"]));
+    assert!(text.contains(&format!("refused {poisoned}: ")), "{text}");
+    let out = a.run(["sync"]);
+    assert_code(&out, 1);
+    assert!(stderr(&out).contains(&poisoned), "{}", stderr(&out));
+
+    // Once the server takes it, it is pushed and no longer reported.
+    pg.execute("t_refused", "DROP TRIGGER refuse_poison ON records");
+    let synced = sync(&a);
+    assert_eq!(synced["reached"], true, "{synced}");
+    assert_eq!(
+        synced["remote"]["refused"],
+        serde_json::json!([]),
+        "{synced}"
+    );
+    assert_eq!(synced["remote"]["pending"], 0, "{synced}");
+    assert_eq!(records(pg, "t_refused", &poisoned).0, 2);
+}
+
+#[test]
+fn a_password_in_any_form_of_the_url_is_shown_nowhere() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("t_forms");
+    const MARK: &str = "Mark-5e3a9";
+    let port = pg.port;
+    let urls = [
+        // libpq's `password` parameter (trust authentication accepts it).
+        format!("postgresql://agentx@127.0.0.1:{port}/t_forms?password={MARK}-q"),
+        // User-info, percent-encoded, and the parameter; nothing listens.
+        format!("postgresql://agentx:{MARK}-u%2Dx@127.0.0.1:1/nowhere?password={MARK}-p"),
+        // `sslpassword` (agentx has no client key to open with it).
+        format!(
+            "postgresql://agentx@127.0.0.1:{port}/t_forms?sslpassword={MARK}-s&password={MARK}-t"
+        ),
+        // A URL that does not parse.
+        format!("postgresql://agentx:{MARK}-x@127.0.0.1:{port}/t_forms?bogus=1&password={MARK}-y"),
+        // Not a URL: libpq's key=value form.
+        format!("host=127.0.0.1 port={port} password='{MARK} k'"),
+    ];
+    let model = FakeModel::start();
+    for (n, url) in urls.iter().enumerate() {
+        let mut env = machine("machine-a", "git@github.com:acme/app.git", url);
+        env.extra_env.push(("RUST_LOG".into(), "debug".into()));
+        assert_code(&env.chat(&model, ["--approval", "never"], "hello\n"), 0);
+        let mut seen = String::new();
+        for args in [
+            &["sync", "--wait-ms", "3000"][..],
+            &["sync", "--json", "--wait-ms", "3000"],
+            &["sessions"],
+            &["sessions", "--json"],
+            &["status"],
+            &["status", "--json"],
+            &["daemon", "status"],
+            &["daemon", "status", "--json"],
+        ] {
+            let out = env.run(args);
+            let text = format!("{}{}", stdout(&out), stderr(&out));
+            assert!(
+                !text.contains(MARK),
+                "url {n}: agentx {args:?} shows it: {text}"
+            );
+            seen.push_str(&text);
+        }
+        let st = status(&env);
+        if n == 0 {
+            // The password parameter is used.
+            assert_eq!(st["remote"]["state"], "synced", "{st}");
+        } else {
+            let error = st["remote"]["last_error"].as_str().unwrap_or_default();
+            assert!(!error.is_empty(), "url {n}: {st}");
+        }
+        env.kill_daemons();
+        let log = env.home.join("log").join("agentd.log");
+        assert!(
+            std::fs::read_to_string(&log).is_ok_and(|l| !l.is_empty()),
+            "{} is empty",
+            log.display()
+        );
+        for file in env.profile_files() {
+            let bytes = std::fs::read(&file).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(MARK),
+                "url {n}: the password is in {}",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn remote_rows_whose_ids_name_agentds_own_files_are_neither_listed_nor_pulled() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("t_reserved");
+    let url = pg.url("t_reserved");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let b = machine("machine-b", "git@github.com:acme/app.git", &url);
+    let model = FakeModel::start();
+    assert_code(&a.chat(&model, ["--approval", "never"], "from a\n"), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    let a_id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    // Hostile rows: copies of A's conversation named like B's pointer files.
+    for id in ["current", "shared"] {
+        pg.execute(
+            "t_reserved",
+            &format!(
+                "INSERT INTO conversations (id, project, agent, title, machine, folder,
+                        created_at, updated_at, turns, records, rollbacks, response_id,
+                        usage, checkpoints, forked_from)
+                 SELECT '{id}', project, agent, title, machine, folder, created_at,
+                        updated_at + interval '1 minute', turns, records, rollbacks,
+                        response_id, usage, checkpoints, forked_from
+                   FROM conversations WHERE id = '{a_id}';
+                 INSERT INTO records (conversation_id, seq, at, item, machine)
+                 SELECT '{id}', seq, at, item, machine FROM records
+                  WHERE conversation_id = '{a_id}';"
+            ),
+        );
+    }
+    assert_code(&b.chat(&model, ["--approval", "never"], "from b\n"), 0);
+    let b_id = status(&b)["session_id"].as_str().unwrap().to_owned();
+
+    let ids: Vec<String> = titles(&b).into_iter().map(|(_, id)| id).collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(ids.contains(&a_id) && ids.contains(&b_id), "{ids:?}");
+    for id in ["current", "shared"] {
+        let out = b.chat(&model, ["resume", id], "");
+        assert_ne!(out.status.code(), Some(0), "resume {id}: {}", stdout(&out));
+        assert!(
+            stderr(&out).contains("not a conversation id"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    // B's pointer files are intact, also after a restart.
+    b.kill_daemons();
+    assert_eq!(status(&b)["session_id"], b_id.as_str());
+    let out = b.chat(&model, Vec::<&str>::new(), "again\n");
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("[turns seen: 2]"), "{}", stdout(&out));
+}

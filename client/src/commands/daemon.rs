@@ -161,6 +161,11 @@ fn print_running(reply: &DaemonStatusReply, compatible: bool, started_at: &str) 
     {
         println!("            last error: {error}");
     }
+    if let Some(remote) = reply.remote.as_ref() {
+        for line in super::sessions::refused_lines(remote, "            ") {
+            println!("{line}");
+        }
+    }
 }
 
 /// `synced (0 pending) postgresql://user@host:5432/db as laptop`, or `off`.

@@ -197,11 +197,12 @@ pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
     })
 }
 
-/// `{state, pending, last_error, url, machine}`; `state` is "off" when
-/// no remote store is configured.
+/// `{state, pending, last_error, url, machine, refused}`; `state` is "off"
+/// when no remote store is configured. `refused`: `[{id, error}]`, the
+/// conversations the server refused to take.
 pub fn remote_json(r: Option<&RemoteState>) -> Value {
     let Some(r) = r.filter(|r| !r.state.is_empty()) else {
-        return json!({"state": "off", "pending": 0, "last_error": null});
+        return json!({"state": "off", "pending": 0, "last_error": null, "refused": []});
     };
     let opt = |s: &str| if s.is_empty() { Value::Null } else { json!(s) };
     json!({
@@ -210,7 +211,16 @@ pub fn remote_json(r: Option<&RemoteState>) -> Value {
         "last_error": opt(&r.last_error),
         "url": opt(&r.url),
         "machine": opt(&r.machine),
+        "refused": r.refused.iter().map(|f| json!({"id": f.id, "error": f.error})).collect::<Vec<_>>(),
     })
+}
+
+/// One line per conversation the server refused, each starting with `lead`.
+pub fn refused_lines(r: &RemoteState, lead: &str) -> Vec<String> {
+    r.refused
+        .iter()
+        .map(|f| format!("{lead}refused {}: {}", f.id, f.error))
+        .collect()
 }
 
 /// `agentx sync`: push now, print what was pushed; exit 1 if the remote
@@ -258,7 +268,18 @@ pub async fn sync(ctx: &Ctx, as_json: bool, wait_ms: Option<u32>) -> CliResult<(
             reply.pushed_conversations, reply.pushed_records, remote.url, remote.pending
         );
     }
-    if reply.reached {
+    if reply.reached && !remote.refused.is_empty() {
+        let ids: Vec<String> = remote
+            .refused
+            .iter()
+            .map(|f| format!("{} ({})", f.id, f.error))
+            .collect();
+        Err(CliError::failed(format!(
+            "the remote store refused {} conversation(s), the others are synced: {}",
+            ids.len(),
+            ids.join("; ")
+        )))
+    } else if reply.reached {
         Ok(())
     } else if reply.timed_out {
         Err(CliError::failed(format!(
@@ -394,6 +415,9 @@ fn print_snapshots_and_remote(s: &SessionStatus) {
             "remote        {} ({} pending) {}{error}",
             r.state, r.pending, r.url
         );
+        for line in refused_lines(r, "              ") {
+            println!("{line}");
+        }
         if s.remote_copy {
             println!("              this conversation is kept there too");
         }

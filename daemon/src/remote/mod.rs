@@ -30,7 +30,7 @@ mod search;
 mod tls;
 mod url;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -38,7 +38,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_postgres::Client;
 
-use agentx_shared::proto::RemoteState;
+use agentx_shared::proto::{RemoteRefusal, RemoteState};
 
 pub use project::project_key;
 pub use search::RemoteHit;
@@ -56,6 +56,10 @@ pub enum RemoteError {
     /// A local file could not be read.
     #[error("{0}")]
     Local(String),
+    /// The server answered a push with an error about that conversation
+    /// (the connection is still usable): the others go on.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl RemoteError {
@@ -67,6 +71,20 @@ impl RemoteError {
             text = format!("{text}: {source}");
         }
         Self::Server(text)
+    }
+
+    /// Like [`RemoteError::db`], but an error the server answered about the
+    /// statement (not about the connection: SQLSTATE classes 08 and 57P) is
+    /// [`RemoteError::Refused`].
+    fn refused(e: tokio_postgres::Error) -> Self {
+        let statement = e.as_db_error().is_some_and(|db| {
+            let code = db.code().code();
+            !(code.starts_with("08") || code.starts_with("57P"))
+        });
+        match Self::db(e) {
+            Self::Server(text) if statement => Self::Refused(text),
+            other => other,
+        }
     }
 }
 
@@ -111,6 +129,9 @@ struct Inner {
     last_error: Option<String>,
     pushed_conversations: u64,
     pushed_records: u64,
+    /// Pending documents the server refused, each retried on its own
+    /// backoff while the others are pushed.
+    refused: BTreeMap<PathBuf, pusher::Refused>,
 }
 
 /// The remote store of this agentd.
@@ -146,7 +167,7 @@ impl Remote {
             Err(e) => {
                 // config.toml does not parse: the client says so on every
                 // command; here the remote simply stays off.
-                tracing::warn!("remote store off: {}", url::redact_url(&e.to_string()));
+                tracing::warn!("remote store off: {}", url::redact_text(&e.to_string()));
                 return None;
             }
         };
@@ -219,6 +240,14 @@ impl Remote {
                 last_error: inner.last_error.clone().unwrap_or_default(),
                 url: shown.clone(),
                 machine: self.machine.clone(),
+                refused: inner
+                    .refused
+                    .values()
+                    .map(|r| RemoteRefusal {
+                        id: r.id.clone(),
+                        error: r.error.clone(),
+                    })
+                    .collect(),
             }
         })
         .unwrap_or_default()
@@ -258,10 +287,9 @@ impl Remote {
         let connecting = tls::connect(&url.config, &url.tls);
         let (mut client, connection) = match tokio::time::timeout(CONNECT_WAIT, connecting).await {
             Ok(Err(setup)) => {
-                return Err(RemoteError::Config(format!(
-                    "remote_url {}: {setup}",
-                    url.shown
-                )));
+                return Err(RemoteError::Config(
+                    url.redact(&format!("remote_url {}: {setup}", url.shown)),
+                ));
             }
             Ok(Ok(Ok(pair))) => pair,
             Ok(Ok(Err(e))) => {
@@ -340,6 +368,13 @@ impl Remote {
                 })
             })
             .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+            .map(|rows| {
+                // A row no agentd made (its id could name one of a group
+                // directory's own files) is not listed.
+                rows.into_iter()
+                    .filter(|r| crate::store::is_conversation_id(&r.id))
+                    .collect()
+            })
             .map_err(RemoteError::db)
     }
 }

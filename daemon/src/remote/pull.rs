@@ -150,6 +150,11 @@ pub async fn open_remote(
     agent: &str,
     id: &str,
 ) -> Result<SessionDoc, RemoteError> {
+    if !crate::store::is_conversation_id(id) {
+        return Err(RemoteError::Config(format!(
+            "no conversation {id} here, and {id} is not a conversation id"
+        )));
+    }
     let project = super::project_key(Path::new(folder), &remote.machine);
     let read = async {
         let client = reader(remote).await?;

@@ -1,6 +1,7 @@
 //! The remote schema, created and migrated by agentd: numbered migrations
 //! recorded in `schema_version`, applied under a PostgreSQL advisory lock so
-//! two daemons starting at once never race.
+//! two daemons starting at once never race; then revisions (changes older
+//! agentds work with) recorded in `schema_revision`.
 
 use tokio_postgres::Client;
 
@@ -60,6 +61,36 @@ const MIGRATIONS: &[(i32, &str)] = &[
 /// The newest schema this agentd knows.
 pub const LATEST: i32 = 2;
 
+/// How many characters of a record (and of a title) are indexed for search.
+/// PostgreSQL refuses a `tsvector` past 1 MB (lexemes and positions), which a
+/// legal message of ~700 KB of varied words reaches; 100,000 characters stay
+/// well below it whatever the words (a few bytes a character at worst).
+pub const INDEXED_CHARS: i32 = 100_000;
+
+/// Revisions: changes to the newest version that an agentd knowing only that
+/// version works with unchanged (it reads and writes the same columns). They
+/// are recorded in `schema_revision`, apart from `schema_version`, because an
+/// agentd refuses a database whose `schema_version` is newer than it knows: a
+/// fix recorded there would lock every older agentd out. Never edit one: add
+/// the next. A change older agentds cannot work with is a migration.
+const REVISIONS: &[(i32, &str)] = &[(
+    1,
+    // Index a bounded prefix of each record and title (issue 23 §4): one
+    // large message made every push of its conversation fail.
+    "ALTER TABLE records DROP COLUMN search;
+    ALTER TABLE records ADD COLUMN search tsvector GENERATED ALWAYS AS (
+        to_tsvector('simple'::regconfig, left(
+            coalesce(item->>'text', '') || ' ' || coalesce(item->>'arguments', '')
+            || ' ' || coalesce(item->>'output', ''), 100000))
+    ) STORED;
+    CREATE INDEX records_search ON records USING gin (search);
+    ALTER TABLE conversations DROP COLUMN title_search;
+    ALTER TABLE conversations ADD COLUMN title_search tsvector GENERATED ALWAYS AS (
+        to_tsvector('simple'::regconfig, left(title, 100000))
+    ) STORED;
+    CREATE INDEX conversations_title_search ON conversations USING gin (title_search);",
+)];
+
 /// Brings the server's schema up to [`LATEST`].
 pub async fn migrate(client: &mut Client) -> Result<(), RemoteError> {
     client
@@ -107,5 +138,57 @@ async fn apply(client: &mut Client) -> Result<(), RemoteError> {
         tx.commit().await.map_err(RemoteError::db)?;
         tracing::info!(version, "remote schema migrated");
     }
+    revise(client).await
+}
+
+/// Applies the [`REVISIONS`] not applied yet (after the migrations, under
+/// the same lock). A database revised further by a newer agentd is fine.
+async fn revise(client: &mut Client) -> Result<(), RemoteError> {
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_revision (
+                revision integer PRIMARY KEY,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )",
+        )
+        .await
+        .map_err(RemoteError::db)?;
+    let current: i32 = client
+        .query_one(
+            "SELECT coalesce(max(revision), 0) FROM schema_revision",
+            &[],
+        )
+        .await
+        .map_err(RemoteError::db)?
+        .try_get(0)
+        .map_err(RemoteError::db)?;
+    for (revision, sql) in REVISIONS.iter().filter(|(r, _)| *r > current) {
+        let tx = client.transaction().await.map_err(RemoteError::db)?;
+        tx.batch_execute(sql).await.map_err(RemoteError::db)?;
+        tx.execute(
+            "INSERT INTO schema_revision (revision) VALUES ($1)",
+            &[revision],
+        )
+        .await
+        .map_err(RemoteError::db)?;
+        tx.commit().await.map_err(RemoteError::db)?;
+        tracing::info!(revision, "remote schema revised");
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_indexed_prefix_is_the_one_documented() {
+        let bound = format!("{INDEXED_CHARS})");
+        let sql = REVISIONS[0].1;
+        assert_eq!(sql.matches(&bound).count(), 2, "{sql}");
+        // Numbered from 1, in order.
+        for (n, (revision, _)) in REVISIONS.iter().enumerate() {
+            assert_eq!(usize::try_from(*revision).unwrap(), n + 1);
+        }
+    }
 }

@@ -20,6 +20,8 @@ pub struct RemoteHit {
 }
 
 /// Best records and titles first; the turn, time and snippet only for them.
+/// The snippet is cut from the indexed part of the record (a large record
+/// would make `ts_headline` slow, and it matched there).
 const QUERY: &str = "
 WITH q AS (SELECT websearch_to_tsquery('simple', $1) AS q),
 top AS (
@@ -44,8 +46,9 @@ SELECT c.id, c.folder, c.agent, c.title, c.machine, top.rank::float4,
        ) END::int8,
        (extract(epoch FROM coalesce(r.at, c.updated_at)) * 1000)::int8,
        ts_headline('simple',
-           CASE WHEN top.seq IS NULL THEN c.title
+           left(CASE WHEN top.seq IS NULL THEN c.title
                 ELSE coalesce(r.item->>'text', r.item->>'output', r.item->>'arguments', '') END,
+                $7::int4),
            q.q, $6)
   FROM top JOIN conversations c ON c.id = top.id
   LEFT JOIN records r ON r.conversation_id = top.id AND r.seq = top.seq, q
@@ -69,15 +72,27 @@ impl Remote {
         let options =
             format!("StartSel={START}, StopSel={STOP}, MaxWords=30, MinWords=12, MaxFragments=1");
         let rows = client
-            .query(QUERY, &[&text, &project, &agent, &local, &fetch, &options])
+            .query(
+                QUERY,
+                &[
+                    &text,
+                    &project,
+                    &agent,
+                    &local,
+                    &fetch,
+                    &options,
+                    &super::schema::INDEXED_CHARS,
+                ],
+            )
             .await
             .map_err(|e| self.server_error(e))?;
         let mut hits: Vec<RemoteHit> = Vec::new();
         for row in rows {
             let hit = hit_of(&row).map_err(|e| self.server_error(e))?;
-            if !hits
-                .iter()
-                .any(|h| h.hit.session_id == hit.hit.session_id && h.hit.turn == hit.hit.turn)
+            if crate::store::is_conversation_id(&hit.hit.session_id)
+                && !hits
+                    .iter()
+                    .any(|h| h.hit.session_id == hit.hit.session_id && h.hit.turn == hit.hit.turn)
             {
                 hits.push(hit);
             }

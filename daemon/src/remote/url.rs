@@ -18,8 +18,9 @@ pub struct RemoteUrl {
     pub config: tokio_postgres::Config,
     /// `postgresql://user@host:port/db`, never the password.
     pub shown: String,
-    /// The password, only to scrub it from foreign error messages.
-    secret: Option<String>,
+    /// The password and every secret written in the URL (as written and
+    /// decoded), only to scrub them from foreign error messages.
+    secrets: Vec<String>,
     /// Whether and how connections use TLS.
     pub tls: Tls,
 }
@@ -57,23 +58,19 @@ impl RemoteUrl {
     /// else the password file; TLS as [`tls::decide`] says.
     pub fn parse(url: &str, env: Env) -> Result<Self, RemoteError> {
         let url = url.trim();
-        let url_secret = password_in(url);
-        let scrub = |text: String| match &url_secret {
-            Some(p) if !p.is_empty() => text.replace(p.as_str(), "***"),
-            _ => text,
-        };
+        let mut secrets = secrets_in(url);
+        // A URL that is not used is never shown, not even redacted: where
+        // its secrets are cannot be told for sure.
         if !(url.starts_with("postgresql://") || url.starts_with("postgres://")) {
-            return Err(RemoteError::Config(format!(
-                "remote_url {} must start with postgresql:// (AGENTX_REMOTE_URL or remote_url in config.toml)",
-                scrub(format!("{url:?}"))
-            )));
+            return Err(RemoteError::Config(
+                "remote_url must start with postgresql:// (AGENTX_REMOTE_URL or remote_url in config.toml; not shown, as it may hold a password)".to_owned(),
+            ));
         }
         let (rest, ssl) = take_ssl_params(url);
         let mut config = tokio_postgres::Config::from_str(&rest).map_err(|e| {
             RemoteError::Config(format!(
-                "remote_url {} is not a valid PostgreSQL URL: {}",
-                redact_url(url),
-                scrub(e.to_string())
+                "remote_url is not a valid PostgreSQL URL (not shown, as it may hold a password): {}",
+                scrub(&secrets, &e.to_string())
             ))
         })?;
         fill_defaults(&mut config);
@@ -85,9 +82,13 @@ impl RemoteUrl {
         {
             config.password(p);
         }
-        let secret = config
-            .get_password()
-            .map(|p| String::from_utf8_lossy(p).into_owned());
+        if let Some(p) = config.get_password() {
+            secrets.push(String::from_utf8_lossy(p).into_owned());
+        }
+        // Longest first, so that no part of one is left by a shorter one.
+        secrets.retain(|s| !s.is_empty());
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
         config.application_name("agentd");
         config.connect_timeout(std::time::Duration::from_secs(5));
         let shown = shown(&config);
@@ -106,18 +107,26 @@ impl RemoteUrl {
         Ok(Self {
             config,
             shown,
-            secret,
+            secrets,
             tls,
         })
     }
 
-    /// `text` with the password (if any) replaced by `***`.
+    /// `text` with the password and every other secret of the URL replaced
+    /// by `***`, and any URL-style secret in it too ([`redact_text`]).
     pub fn redact(&self, text: &str) -> String {
-        match &self.secret {
-            Some(p) if !p.is_empty() => text.replace(p.as_str(), "***"),
-            _ => text.to_owned(),
-        }
+        scrub(&self.secrets, text)
     }
+}
+
+/// `text` without `secrets` (each replaced by `***`) nor any secret written
+/// URL- or libpq-style ([`redact_text`]).
+fn scrub(secrets: &[String], text: &str) -> String {
+    let mut text = text.to_owned();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        text = text.replace(secret.as_str(), "***");
+    }
+    redact_text(&text)
 }
 
 /// User (`PGUSER`, `USER`, else `postgres`), database (the user's name)
@@ -252,21 +261,109 @@ fn shown(config: &tokio_postgres::Config) -> String {
     format!("postgresql://{user}@{host}:{port}/{db}")
 }
 
-/// The password part of a `scheme://user:password@host…` URL, if any.
-fn password_in(url: &str) -> Option<String> {
-    let rest = url.split_once("://")?.1;
-    let authority = rest.split(['/', '?']).next()?;
-    let userinfo = authority.rsplit_once('@')?.0;
-    let password = userinfo.split_once(':')?.1;
-    Some(password.to_owned())
+/// Parameters whose value is a secret, as libpq names them.
+const SECRET_PARAMS: [&str; 2] = ["password", "sslpassword"];
+
+/// Where secrets are written in `text` (byte ranges, in order): the password
+/// of each `scheme://user:password@host` and the value of each `password`
+/// or `sslpassword` parameter, in a URL's query (`?password=…&…`) or a
+/// libpq key=value string (`password = '…'`).
+fn secret_spans(text: &str) -> Vec<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let ends_authority =
+        |c: char| c.is_whitespace() || matches!(c, '/' | '?' | '#' | '"' | '\'' | '`' | '<' | '>');
+    let mut spans = Vec::new();
+    let mut from = 0;
+    while let Some(found) = text[from..].find("://") {
+        let start = from + found + 3;
+        let end = text[start..]
+            .find(ends_authority)
+            .map_or(text.len(), |e| start + e);
+        let authority = &text[start..end];
+        if let Some(at) = authority.rfind('@')
+            && let Some(colon) = authority[..at].find(':')
+            && colon + 1 < at
+        {
+            spans.push((start + colon + 1, start + at));
+        }
+        from = start;
+    }
+    // Byte positions are the same in the lowercase copy (ASCII only).
+    let lower = text.to_ascii_lowercase();
+    let ends_value =
+        |b: u8| b.is_ascii_whitespace() || matches!(b, b'&' | b'#' | b'"' | b'\'' | b'`');
+    for key in SECRET_PARAMS {
+        let mut from = 0;
+        while let Some(found) = lower[from..].find(key) {
+            let k = from + found;
+            from = k + key.len();
+            // A word of its own (`sslpassword` is not `password`).
+            if k > 0 && (bytes[k - 1].is_ascii_alphanumeric() || bytes[k - 1] == b'_') {
+                continue;
+            }
+            let mut i = from;
+            while bytes.get(i) == Some(&b' ') {
+                i += 1;
+            }
+            if bytes.get(i) != Some(&b'=') {
+                continue;
+            }
+            i += 1;
+            while bytes.get(i) == Some(&b' ') {
+                i += 1;
+            }
+            let start = i;
+            if bytes.get(i) == Some(&b'\'') {
+                // libpq quoting: up to the closing quote, `\'` escaped.
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'\'' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i = (i + 1).min(bytes.len());
+            } else {
+                while i < bytes.len() && !ends_value(bytes[i]) {
+                    i += 1;
+                }
+            }
+            if i > start {
+                spans.push((start, i));
+            }
+        }
+    }
+    spans.sort_unstable();
+    spans
 }
 
-/// `url` with any password replaced by `***` (for URLs that did not parse).
-pub fn redact_url(url: &str) -> String {
-    match password_in(url) {
-        Some(p) if !p.is_empty() => url.replacen(&format!(":{p}@"), ":***@", 1),
-        _ => url.to_owned(),
+/// The secrets written in `url`, as written and percent-decoded.
+fn secrets_in(url: &str) -> Vec<String> {
+    let mut secrets = Vec::new();
+    for (start, end) in secret_spans(url) {
+        let Some(raw) = url.get(start..end) else {
+            continue;
+        };
+        let raw = raw.trim_matches('\'');
+        secrets.push(raw.to_owned());
+        secrets.push(percent_decode(raw));
     }
+    secrets
+}
+
+/// `text` with every secret written in it URL- or libpq-style (see
+/// [`secret_spans`]) replaced by `***`: for messages that may quote a URL.
+pub fn redact_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut pos = 0;
+    for (start, end) in secret_spans(text) {
+        if end <= pos {
+            continue;
+        }
+        let start = start.max(pos);
+        out.push_str(text.get(pos..start).unwrap_or_default());
+        out.push_str("***");
+        pos = end;
+    }
+    out.push_str(text.get(pos..).unwrap_or_default());
+    out
 }
 
 #[cfg(test)]
@@ -402,9 +499,44 @@ mod tests {
             .to_string();
         assert!(!err.contains("hunter2"), "{err}");
         assert_eq!(
-            redact_url("postgresql://a:b@c/d"),
+            redact_text("postgresql://a:b@c/d"),
             "postgresql://a:***@c/d".to_owned()
         );
         assert_eq!(percent_decode("a%2Fb%zz%"), "a/b%zz%");
+    }
+
+    #[test]
+    fn every_form_of_a_secret_in_a_url_is_redacted() {
+        assert_eq!(
+            redact_text("x postgresql://u@h/d?password=s1&sslmode=require&sslpassword=s2#f y"),
+            "x postgresql://u@h/d?password=***&sslmode=require&sslpassword=***#f y"
+        );
+        assert_eq!(
+            redact_text("host=h password = 'a b\\' c' user=u PASSWORD=z"),
+            "host=h password = *** user=u PASSWORD=***"
+        );
+        assert_eq!(
+            redact_text("\"postgres://u:p:q@h:1/d\" and password authentication failed"),
+            "\"postgres://u:***@h:1/d\" and password authentication failed"
+        );
+        // The password parameter is used, never shown, scrubbed as written
+        // and decoded.
+        let url = parse("postgresql://me@127.0.0.1/x?password=p%40ss&sslmode=disable").unwrap();
+        assert_eq!(url.config.get_password(), Some(&b"p@ss"[..]));
+        assert_eq!(url.redact("a p@ss b p%40ss"), "a *** b ***");
+        assert_eq!(url.shown, "postgresql://me@127.0.0.1:5432/x");
+        // A URL that is not used is not shown at all.
+        for bad in [
+            "postgresql://me:hunter2@h/x?sslpassword=k3y&bogus=1",
+            "postgresql://me@h/x?bogus=hunter2",
+            "host=h password=hunter2",
+            "postgresql://me:hunter2@h:notaport/x",
+        ] {
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(
+                !err.contains("hunter2") && !err.contains("k3y") && !err.contains("me@"),
+                "{err}"
+            );
+        }
     }
 }

@@ -217,10 +217,10 @@ pub async fn import(
     Ok((doc, renamed_from))
 }
 
-/// The id an imported conversation gets: the file's own unless it is not a
-/// valid id or is taken (then a fresh one, and the file's id as second).
+/// The id an imported conversation gets: the file's own unless it is not
+/// shaped as agentd's ids ([`super::is_conversation_id`]) or is taken (then a fresh one, and the file's id as second).
 async fn import_id(group: &GroupHandle, dir: &Path, wanted: &str) -> (String, Option<String>) {
-    let taken = agentx_shared::folder::check_component("id", wanted).is_err()
+    let taken = !super::is_conversation_id(wanted)
         || group.get(Some(wanted.to_owned())).await.is_ok()
         || SessionPaths::new(dir, wanted).doc.exists()
         || SessionPaths::new(dir, wanted).journal.exists();

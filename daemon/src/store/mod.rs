@@ -16,6 +16,20 @@ pub use group::{Change, GroupHandle, OpenTarget, Opened, RollbackTarget, TurnLea
 
 use agentx_shared::folder::{check_component, folder_key};
 
+/// Whether `id` has the shape of the ids agentd makes (hex milliseconds,
+/// `-`, six hex digits). Ids from elsewhere (the remote store, an imported
+/// file) must have it too, so that no conversation id is ever one of a
+/// group directory's own names (`current`, `shared`).
+pub fn is_conversation_id(id: &str) -> bool {
+    let hex = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    id.split_once('-').is_some_and(|(time, salt)| {
+        (11..=16).contains(&time.len()) && salt.len() == 6 && hex(time) && hex(salt)
+    })
+}
+
 /// Why a store request failed; mapped to a gRPC status at the edge.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -145,5 +159,34 @@ impl Store {
             registry.recent.pop_front();
         }
         Ok(GroupHandle::new(tx, folder.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod id_tests {
+    use super::*;
+
+    #[test]
+    fn only_ids_shaped_as_agentds_own_are_conversation_ids() {
+        for _ in 0..100 {
+            let id = group::new_id();
+            assert!(is_conversation_id(&id), "{id}");
+        }
+        for bad in [
+            "current",
+            "shared",
+            "",
+            "-",
+            "0000000000-000000",
+            "0000000000g-000000",
+            "0000000000A-000000",
+            "00000000000-0000000",
+            "00000000000-00000",
+            "../00000000000-000000",
+            "00000000000-000000.json",
+        ] {
+            assert!(!is_conversation_id(bad), "{bad}");
+        }
+        assert!(is_conversation_id("19ad6c2b1f0-0a3b4c"));
     }
 }

@@ -1,5 +1,7 @@
 //! The background pusher's loop: marks what changed (the outbox scan at start, then the
 //! store's notifications) and pushes it in passes with backoff, settling conflicts by a pull.
+//! A conversation the server refuses waits on a backoff of its own and is
+//! reported by id; it never holds up the others.
 
 mod outbox;
 mod send;
@@ -9,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_postgres::Client;
 
 use super::{Remote, RemoteError};
@@ -18,6 +21,16 @@ use send::{Sent, send};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The longest a refused conversation waits before it is tried again.
+const REFUSED_MAX: Duration = Duration::from_secs(300);
+
+/// A conversation whose push the server refused.
+pub(super) struct Refused {
+    pub(super) id: String,
+    pub(super) error: String,
+    backoff: Duration,
+    retry_at: Instant,
+}
 
 pub(super) async fn run(remote: Arc<Remote>, mut rx: mpsc::UnboundedReceiver<PathBuf>) {
     let scan_remote = Arc::clone(&remote);
@@ -37,6 +50,8 @@ pub(super) async fn run(remote: Arc<Remote>, mut rx: mpsc::UnboundedReceiver<Pat
     });
     let mut client: Option<Client> = None;
     let mut backoff = BACKOFF_MIN;
+    // `agentx sync` asked: refused conversations are tried again now.
+    let mut forced = false;
     loop {
         let Some(start) = remote.with(|i| {
             i.started += 1;
@@ -44,7 +59,7 @@ pub(super) async fn run(remote: Arc<Remote>, mut rx: mpsc::UnboundedReceiver<Pat
         }) else {
             return;
         };
-        let result = pass(&remote, &mut client).await;
+        let result = pass(&remote, &mut client, forced).await;
         let ok = result.is_ok();
         remote.with(|i| {
             i.attempted = true;
@@ -65,25 +80,42 @@ pub(super) async fn run(remote: Arc<Remote>, mut rx: mpsc::UnboundedReceiver<Pat
         remote.passes.send_replace(start);
         if ok {
             backoff = BACKOFF_MIN;
-            tokio::select! {
-                () = remote.wake.notified() => {}
-                () = remote.now.notified() => {}
-            }
+            let retry = remote
+                .with(|i| i.refused.values().map(|r| r.retry_at).min())
+                .flatten();
+            forced = tokio::select! {
+                () = remote.wake.notified() => false,
+                () = remote.now.notified() => true,
+                () = sleep_until(retry) => false,
+            };
         } else {
             if client.as_ref().is_some_and(Client::is_closed) {
                 client = None;
             }
-            tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
-                () = remote.now.notified() => {}
-            }
+            forced = tokio::select! {
+                () = tokio::time::sleep(backoff) => false,
+                () = remote.now.notified() => true,
+            };
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     }
 }
 
-/// One pass over everything pending.
-async fn pass(remote: &Arc<Remote>, client: &mut Option<Client>) -> Result<(), RemoteError> {
+/// Until `at`, or forever.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One pass over everything pending (refused conversations only once
+/// their backoff ended, or when `forced`).
+async fn pass(
+    remote: &Arc<Remote>,
+    client: &mut Option<Client>,
+    forced: bool,
+) -> Result<(), RemoteError> {
     let url = remote
         .url
         .as_ref()
@@ -100,7 +132,7 @@ async fn pass(remote: &Arc<Remote>, client: &mut Option<Client>) -> Result<(), R
         let todo: Vec<PathBuf> = remote
             .with(|i| i.pending.iter().cloned().collect())
             .unwrap_or_default();
-        if !push_all(remote, client, todo).await? {
+        if !push_all(remote, client, todo, forced).await? {
             break;
         }
     }
@@ -112,6 +144,7 @@ async fn push_all(
     remote: &Arc<Remote>,
     client: &mut Option<Client>,
     todo: Vec<PathBuf>,
+    forced: bool,
 ) -> Result<bool, RemoteError> {
     let url = remote
         .url
@@ -122,6 +155,14 @@ async fn push_all(
         let Some(c) = client.as_mut() else {
             return Ok(settled);
         };
+        let waiting = remote.with(|i| {
+            i.refused
+                .get(&doc_path)
+                .is_some_and(|r| r.retry_at > Instant::now())
+        });
+        if waiting == Some(true) && !forced {
+            continue;
+        }
         let _sync = super::pull::SYNC.lock().await;
         let Some(push) = read_pending(remote, &doc_path).await? else {
             continue;
@@ -144,6 +185,10 @@ async fn push_all(
             Ok(Sent::Gone) => {
                 let _ = std::fs::remove_file(remote.pushed_dir.join(format!("{}.json", push.id)));
                 settled = true;
+                continue;
+            }
+            Err(RemoteError::Refused(e)) if !c.is_closed() => {
+                refuse(remote, &doc_path, &push.id, url.redact(&e));
                 continue;
             }
             Err(e) => {
@@ -170,11 +215,37 @@ async fn read_pending(remote: &Arc<Remote>, doc_path: &Path) -> Result<Option<Pu
     Ok(match read {
         Ok(Some(push)) => Some(push),
         Ok(None) => {
-            remote.with(|i| i.pending.remove(doc_path));
+            remote.with(|i| {
+                i.pending.remove(doc_path);
+                i.refused.remove(doc_path);
+            });
             None
         }
         Err(RetryLater) => None,
     })
+}
+
+/// The server refused the push of `id` (its document at `doc_path`): it
+/// stays pending and waits on its own backoff, reported by id.
+fn refuse(remote: &Remote, doc_path: &Path, id: &str, error: String) {
+    remote.with(|i| {
+        let backoff = i
+            .refused
+            .get(doc_path)
+            .map_or(BACKOFF_MIN, |r| (r.backoff * 2).min(REFUSED_MAX));
+        if i.refused.get(doc_path).is_none_or(|r| r.error != error) {
+            tracing::warn!(%id, "remote: the server refused this conversation: {error}");
+        }
+        i.refused.insert(
+            doc_path.to_path_buf(),
+            Refused {
+                id: id.to_owned(),
+                error,
+                backoff,
+                retry_at: Instant::now() + backoff,
+            },
+        );
+    });
 }
 
 /// Records a push that went through: what was pushed (for the next one to
@@ -199,6 +270,7 @@ async fn record_pushed(remote: &Remote, doc_path: &Path, push: &Push) {
         if current_hash(doc_path).as_deref() == Some(push.hash.as_str()) {
             i.pending.remove(doc_path);
         }
+        i.refused.remove(doc_path);
         i.pushed_conversations += 1;
         i.pushed_records += records;
     });

@@ -32,11 +32,14 @@ async fn in_sequence(
             &[&push.doc.id],
         )
         .await
-        .map_err(RemoteError::db)?;
+        .map_err(RemoteError::refused)?;
     let Some(row) = row else {
         return Ok((push.start > 0 && !push.reset).then_some(Sent::Gone));
     };
-    let theirs = row.try_get::<_, i64>(0).map_err(RemoteError::db)?.max(0) as u64;
+    let theirs = row
+        .try_get::<_, i64>(0)
+        .map_err(RemoteError::refused)?
+        .max(0) as u64;
     let ok = if push.reset {
         push.known == Some(theirs)
     } else {
@@ -65,9 +68,9 @@ async fn all_ours(
             &[&id, &seqs, &ats, &items],
         )
         .await
-        .map_err(RemoteError::db)?
+        .map_err(RemoteError::refused)?
         .try_get(0)
-        .map_err(RemoteError::db)?;
+        .map_err(RemoteError::refused)?;
     Ok(same == seqs.len() as i64)
 }
 
@@ -77,7 +80,7 @@ pub(super) async fn send(
     machine: &str,
     push: &Push,
 ) -> Result<Sent, RemoteError> {
-    let tx = client.transaction().await.map_err(RemoteError::db)?;
+    let tx = client.transaction().await.map_err(RemoteError::refused)?;
     if let Some(not_now) = in_sequence(&tx, push).await? {
         return Ok(not_now);
     }
@@ -88,13 +91,13 @@ pub(super) async fn send(
             &[&push.doc.id],
         )
         .await
-        .map_err(RemoteError::db)?;
+        .map_err(RemoteError::refused)?;
     }
     if !insert_records(&tx, machine, push).await? {
         // Another machine's record holds one of these places.
         return Ok(Sent::Conflict);
     }
-    tx.commit().await.map_err(RemoteError::db)?;
+    tx.commit().await.map_err(RemoteError::refused)?;
     Ok(Sent::Pushed)
 }
 
@@ -163,7 +166,7 @@ async fn upsert(
         ],
     )
     .await
-    .map_err(RemoteError::db)?;
+    .map_err(RemoteError::refused)?;
     Ok(())
 }
 
@@ -187,7 +190,7 @@ async fn insert_records(
             &[&doc.id, &seqs, &ats, &items, &machine],
         )
         .await
-        .map_err(RemoteError::db)?;
+        .map_err(RemoteError::refused)?;
         if !all_ours(tx, &doc.id, &seqs, &ats, &items).await? {
             return Ok(false);
         }
