@@ -9,7 +9,8 @@
 //! `EAGAIN` before a snapshot sees every change made before that snapshot.
 //! Anything that breaks the chain (queue overflow, watch limit, a watch that
 //! cannot be added, the folder itself moved, an unmount) drops the watch: the
-//! next snapshot is a full scan, taken after a fresh set of watches is in place.
+//! next snapshot is a full scan, whose walk puts a fresh set of watches in
+//! place (each directory's just before the scan lists it).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

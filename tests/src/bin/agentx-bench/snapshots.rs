@@ -58,7 +58,27 @@ pub fn bench_snapshots() -> anyhow::Result<()> {
     report::print_header(&generated, runs);
     // AGENTX_BENCH_SNAP_ONLY=watcher: only agentx with the watcher (for
     // profiling it; the other columns and the targets are then meaningless).
-    let only_watcher = std::env::var("AGENTX_BENCH_SNAP_ONLY").is_ok_and(|v| v == "watcher");
+    let only = std::env::var("AGENTX_BENCH_SNAP_ONLY").unwrap_or_default();
+    // AGENTX_BENCH_SNAP_ONLY=first: only the first-snapshot rows, watcher
+    // and full scans in both orders (a quick check of what watching adds).
+    if only == "first" {
+        let (tree, files) = (generated.tree.as_path(), generated.files.as_slice());
+        let mut row = Vec::new();
+        for watch in [true, false, false, true] {
+            row.push(runtime.block_on(agentx::first_snapshot_ms(tree, files, watch, runs))?);
+        }
+        println!(
+            "first snapshot: watcher {:.0} ms then full scans {:.0} ms ({:.2}x); full scans {:.0} ms then watcher {:.0} ms ({:.2}x)",
+            row[0],
+            row[1],
+            row[0] / row[1],
+            row[2],
+            row[3],
+            row[3] / row[2]
+        );
+        return Ok(());
+    }
+    let only_watcher = only == "watcher";
     let results = measure(&runtime, &generated, scratch.path(), runs, only_watcher)?;
     report::print_table(&results, generated.files.len());
     Ok(())
