@@ -145,8 +145,8 @@ impl Watchers {
 
     /// Drains the folder's events and says how to snapshot it against the
     /// manifest `base` (its newest). When the answer is a full scan, a fresh
-    /// watch is put in place first where possible, so the scan is the new base
-    /// — unless `dirs` (the directories `base` holds, counted only then) says
+    /// watch is started where possible, which that scan's walk fills (see
+    /// [`Watchers::filler`]), so the scan is the new base — unless `dirs` (the directories `base` holds, counted only then) says
     /// the folder is over the watch cap: then no watch is tried at all, so a
     /// folder too large to watch costs no more than with the watcher off.
     pub fn plan(

@@ -40,17 +40,7 @@ pub(super) async fn bench_agentx(
     runs: usize,
     model: &FakeModel,
 ) -> anyhow::Result<SnapResults> {
-    let bench = Bench {
-        tree,
-        files,
-        watch,
-        runs,
-        scope: Scope {
-            folder: tree.display().to_string(),
-            agent: "default".into(),
-        },
-        base: if watch { 0 } else { 1000 },
-    };
+    let bench = Bench::new(tree, files, watch, runs);
     let first = bench.first_snapshots().await?;
 
     let env = bench.start_env()?;
@@ -115,18 +105,29 @@ pub(super) async fn first_snapshot_ms(
     watch: bool,
     runs: usize,
 ) -> anyhow::Result<f64> {
-    let bench = Bench {
-        tree,
-        files,
-        watch,
-        runs,
-        scope: Scope {
-            folder: tree.display().to_string(),
-            agent: "default".into(),
-        },
-        base: 0,
-    };
-    Ok(median_ms(bench.first_snapshots().await?))
+    Ok(median_ms(
+        Bench::new(tree, files, watch, runs)
+            .first_snapshots()
+            .await?,
+    ))
+}
+
+impl<'a> Bench<'a> {
+    /// The configuration `watch` on `tree` (its edits distinct from the
+    /// other configuration's).
+    fn new(tree: &'a Path, files: &'a [PathBuf], watch: bool, runs: usize) -> Self {
+        Self {
+            tree,
+            files,
+            watch,
+            runs,
+            scope: Scope {
+                folder: tree.display().to_string(),
+                agent: "default".into(),
+            },
+            base: if watch { 0 } else { 1000 },
+        }
+    }
 }
 
 impl Bench<'_> {
