@@ -343,3 +343,55 @@ fn completions_and_the_man_page_are_generated() {
     // Neither starts agentd.
     assert!(env.daemon_pids().is_empty());
 }
+
+/// Titles are shown to people: escape sequences in them (an OSC 52
+/// clipboard write, a screen clear) reach the terminal only as visible
+/// text in `sessions`, `sessions --tree`, `search` and the resume header;
+/// `--json` keeps them as they are.
+#[test]
+fn control_characters_in_titles_never_reach_the_terminal_raw() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "harmless words\n"),
+        0,
+    );
+    let title = "evil \x1b]52;c;cm0gLXJmIH4=\x07 narwhal \x1b[2J\u{9b}31m end";
+    let out = env.run(["rename", title]);
+    assert_code(&out, 0);
+    assert!(!stdout(&out).contains('\x1b'), "rename echoed raw: {out:?}");
+    assert_eq!(sessions(&env)[0]["title"], title);
+    let json = stdout(&env.run(["sessions", "--json"]));
+    assert!(json.contains("\\u001b]52;c;"), "{json}");
+
+    let raw =
+        |text: &str| text.contains('\x1b') || text.contains('\x07') || text.contains('\u{9b}');
+    for args in [&["sessions"][..], &["sessions", "--tree"], &["status"]] {
+        let out = env.run(args);
+        assert_code(&out, 0);
+        let text = stdout(&out);
+        assert!(
+            !raw(&text),
+            "{args:?} printed raw control characters: {text:?}"
+        );
+        assert!(text.contains("\\x1b]52;c;"), "{args:?}: {text:?}");
+    }
+    search_until(&env, &["narwhal"], |h| !h.is_empty());
+    let out = env.run(["search", "narwhal"]);
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    assert!(
+        !raw(&text),
+        "search printed raw control characters: {text:?}"
+    );
+    assert!(text.contains("narwhal"), "{text}");
+
+    let out = env.chat(&model, ["resume"], "");
+    assert_code(&out, 0);
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("resuming"), "{text}");
+    assert!(
+        !raw(&text),
+        "resume printed raw control characters: {text:?}"
+    );
+}
