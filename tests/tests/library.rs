@@ -395,3 +395,22 @@ fn control_characters_in_titles_never_reach_the_terminal_raw() {
         "resume printed raw control characters: {text:?}"
     );
 }
+
+/// `--limit 0` is a usage error (exit 2), not "the default".
+#[test]
+fn search_limit_zero_is_a_usage_error() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "the quick brown fox\n"),
+        0,
+    );
+    search_until(&env, &["fox"], |h| !h.is_empty());
+    let out = env.run(["search", "--limit", "0", "fox"]);
+    assert_code(&out, 2);
+    assert!(stdout(&out).is_empty(), "{out:?}");
+    assert!(stderr(&out).contains("--limit"), "{out:?}");
+    let out = env.run(["search", "--json", "--limit", "1", "fox"]);
+    assert_code(&out, 0);
+    assert_eq!(json_out(&out).as_array().map(Vec::len), Some(1));
+}
