@@ -414,3 +414,43 @@ fn search_limit_zero_is_a_usage_error() {
     assert_code(&out, 0);
     assert_eq!(json_out(&out).as_array().map(Vec::len), Some(1));
 }
+
+/// Query syntax is not an error: `fox:*` and other punctuation-heavy text
+/// is searched as words, and finds what it names.
+#[test]
+fn punctuation_heavy_queries_are_searched_as_text() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(
+            &model,
+            ["--approval", "never"],
+            "the fox: jumps over c++ and a[0] -- title:nope (really)\n",
+        ),
+        0,
+    );
+    search_until(&env, &["jumps"], |h| !h.is_empty());
+    for query in [
+        "fox:*",
+        "fox:",
+        "title:nope",
+        "a[0]",
+        "c++ AND",
+        "(really",
+        "\"fox",
+        "-- jumps ^ ~",
+        "over:fox AND *",
+        "fox:/ jumps",
+        "\"fox jumps\"",
+        "{fox}",
+    ] {
+        let out = env.run(["search", "--json", "--", query]);
+        assert_code(&out, 0);
+        let hits = json_out(&out);
+        let hits = hits.as_array().unwrap();
+        assert_eq!(hits.len(), 1, "{query:?} found {hits:?}");
+    }
+    let out = env.run(["search", "--json", "*:*"]);
+    assert_code(&out, 0);
+    assert_eq!(json_out(&out), json!([]));
+}
