@@ -353,9 +353,13 @@ fn control_characters_in_titles_never_reach_the_terminal_raw() {
     let env = TestEnv::new();
     let model = FakeModel::start();
     assert_code(
-        &env.chat(&model, ["--approval", "never"], "harmless words\n"),
+        &env.chat(&model, ["--approval", "never"], "harmless \x1b[1Awords\n"),
         0,
     );
+    let out = env.run(["checkpoints"]);
+    assert_code(&out, 0);
+    assert!(!stdout(&out).contains('\x1b'), "checkpoints: {out:?}");
+    assert!(stdout(&out).contains("harmless \\x1b[1Awords"), "{out:?}");
     let title = "evil \x1b]52;c;cm0gLXJmIH4=\x07 narwhal \x1b[2J\u{9b}31m end";
     let out = env.run(["rename", title]);
     assert_code(&out, 0);
