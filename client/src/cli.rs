@@ -175,8 +175,8 @@ pub enum Command {
         all: bool,
         #[arg(long)]
         json: bool,
-        /// At most this many hits.
-        #[arg(long, default_value_t = 20)]
+        /// At most this many hits (1 or more; 0 is a usage error).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
         limit: u32,
     },
     /// Write conversation N (1 = newest) or ID (default: the current one) as

@@ -8,6 +8,7 @@ mod context;
 mod error;
 mod picker;
 mod repl;
+mod show;
 mod turn;
 mod ui;
 mod usage;

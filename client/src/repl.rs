@@ -16,6 +16,7 @@ use crate::commands::checkpoints::{self, Pick};
 use crate::commands::sessions;
 use crate::context::{Ctx, provider_settings};
 use crate::error::{CliError, CliResult, Exit};
+use crate::show::{visible, visible_lines};
 use crate::turn;
 use crate::ui::{Line, Ui};
 
@@ -387,9 +388,9 @@ async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
         .ok_or_else(|| CliError::failed("agentd returned no conversation"))?;
     let mut shown = String::new();
     for exchange in &reply.recent {
-        shown.push_str(&format!("› {}\n", exchange.user));
+        shown.push_str(&format!("› {}\n", visible_lines(&exchange.user)));
         if !exchange.assistant.is_empty() {
-            shown.push_str(&format!("{}\n", exchange.assistant));
+            shown.push_str(&format!("{}\n", visible_lines(&exchange.assistant)));
         }
     }
     let header = if session.turns == 0 {
@@ -397,7 +398,9 @@ async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
     } else {
         format!(
             "resuming {} ({} turn(s)): {}",
-            session.id, session.turns, session.title
+            session.id,
+            session.turns,
+            visible(&session.title)
         )
     };
     if ui.interactive {

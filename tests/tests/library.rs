@@ -343,3 +343,118 @@ fn completions_and_the_man_page_are_generated() {
     // Neither starts agentd.
     assert!(env.daemon_pids().is_empty());
 }
+
+/// Titles are shown to people: escape sequences in them (an OSC 52
+/// clipboard write, a screen clear) reach the terminal only as visible
+/// text in `sessions`, `sessions --tree`, `search` and the resume header;
+/// `--json` keeps them as they are.
+#[test]
+fn control_characters_in_titles_never_reach_the_terminal_raw() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "harmless \x1b[1Awords\n"),
+        0,
+    );
+    let out = env.run(["checkpoints"]);
+    assert_code(&out, 0);
+    assert!(!stdout(&out).contains('\x1b'), "checkpoints: {out:?}");
+    assert!(stdout(&out).contains("harmless \\x1b[1Awords"), "{out:?}");
+    let title = "evil \x1b]52;c;cm0gLXJmIH4=\x07 narwhal \x1b[2J\u{9b}31m end";
+    let out = env.run(["rename", title]);
+    assert_code(&out, 0);
+    assert!(!stdout(&out).contains('\x1b'), "rename echoed raw: {out:?}");
+    assert_eq!(sessions(&env)[0]["title"], title);
+    let json = stdout(&env.run(["sessions", "--json"]));
+    assert!(json.contains("\\u001b]52;c;"), "{json}");
+
+    let raw =
+        |text: &str| text.contains('\x1b') || text.contains('\x07') || text.contains('\u{9b}');
+    for args in [&["sessions"][..], &["sessions", "--tree"], &["status"]] {
+        let out = env.run(args);
+        assert_code(&out, 0);
+        let text = stdout(&out);
+        assert!(
+            !raw(&text),
+            "{args:?} printed raw control characters: {text:?}"
+        );
+        assert!(text.contains("\\x1b]52;c;"), "{args:?}: {text:?}");
+    }
+    search_until(&env, &["narwhal"], |h| !h.is_empty());
+    let out = env.run(["search", "narwhal"]);
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    assert!(
+        !raw(&text),
+        "search printed raw control characters: {text:?}"
+    );
+    assert!(text.contains("narwhal"), "{text}");
+
+    let out = env.chat(&model, ["resume"], "");
+    assert_code(&out, 0);
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(text.contains("resuming"), "{text}");
+    assert!(
+        !raw(&text),
+        "resume printed raw control characters: {text:?}"
+    );
+}
+
+/// `--limit 0` is a usage error (exit 2), not "the default".
+#[test]
+fn search_limit_zero_is_a_usage_error() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "the quick brown fox\n"),
+        0,
+    );
+    search_until(&env, &["fox"], |h| !h.is_empty());
+    let out = env.run(["search", "--limit", "0", "fox"]);
+    assert_code(&out, 2);
+    assert!(stdout(&out).is_empty(), "{out:?}");
+    assert!(stderr(&out).contains("--limit"), "{out:?}");
+    let out = env.run(["search", "--json", "--limit", "1", "fox"]);
+    assert_code(&out, 0);
+    assert_eq!(json_out(&out).as_array().map(Vec::len), Some(1));
+}
+
+/// Query syntax is not an error: `fox:*` and other punctuation-heavy text
+/// is searched as words, and finds what it names.
+#[test]
+fn punctuation_heavy_queries_are_searched_as_text() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(
+            &model,
+            ["--approval", "never"],
+            "the fox: jumps over c++ and a[0] -- title:nope (really)\n",
+        ),
+        0,
+    );
+    search_until(&env, &["jumps"], |h| !h.is_empty());
+    for query in [
+        "fox:*",
+        "fox:",
+        "title:nope",
+        "a[0]",
+        "c++ AND",
+        "(really",
+        "\"fox",
+        "-- jumps ^ ~",
+        "over:fox AND *",
+        "fox:/ jumps",
+        "\"fox jumps\"",
+        "{fox}",
+    ] {
+        let out = env.run(["search", "--json", "--", query]);
+        assert_code(&out, 0);
+        let hits = json_out(&out);
+        let hits = hits.as_array().unwrap();
+        assert_eq!(hits.len(), 1, "{query:?} found {hits:?}");
+    }
+    let out = env.run(["search", "--json", "*:*"]);
+    assert_code(&out, 0);
+    assert_eq!(json_out(&out), json!([]));
+}

@@ -531,3 +531,37 @@ fn a_turn_on_a_remote_conversation_goes_on_locally_when_the_server_is_silent() {
     assert!(notes[0].contains("within 1500 ms"), "{said}");
     assert_eq!(status(&a)["turns"], 2);
 }
+
+/// A remote store that fails while a remote-only conversation is pulled
+/// fails the resume (exit 1) naming the remote store; agentd is fine and
+/// is not blamed (exit 3, "lost the connection to agentd").
+#[test]
+fn a_remote_failure_while_resuming_exits_1_and_names_the_remote_store() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("c_resume_fails");
+    let url = pg.url("c_resume_fails");
+    let a = machine("machine-a", "git@github.com:acme/fails.git", &url);
+    let b = machine("machine-b", "https://github.com/acme/fails", &url);
+    let model = FakeModel::start();
+    assert_code(&a.chat(&model, ["--approval", "never"], "only on a\n"), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    let listed = json_out(&b.run(["sessions", "--json"]));
+    assert_eq!(listed[0]["where"], "remote", "{listed}");
+
+    pg.execute(
+        "c_resume_fails",
+        "ALTER TABLE records RENAME TO records_away",
+    );
+    let out = b.chat(&model, ["resume", id.as_str()], "then on b\n");
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("remote store"), "{said}");
+    assert!(!said.contains("lost the connection to agentd"), "{said}");
+    // agentd is fine: it still answers.
+    assert_code(&b.run(["status", "--json"]), 0);
+    pg.execute(
+        "c_resume_fails",
+        "ALTER TABLE records_away RENAME TO records",
+    );
+}

@@ -37,7 +37,8 @@ fn one_line(text: &str, max: usize) -> String {
         .find(|l| !l.trim().is_empty())
         .unwrap_or("")
         .trim();
-    let mut out: String = line.chars().take(max).collect();
+    let taken: String = line.chars().take(max).collect();
+    let mut out = crate::show::visible(&taken).into_owned();
     if line.chars().count() > max {
         out.push('…');
     }

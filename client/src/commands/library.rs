@@ -19,6 +19,7 @@ use crate::cli::ExportFormat;
 use crate::commands::sessions;
 use crate::context::Ctx;
 use crate::error::{CliError, CliResult};
+use crate::show::visible;
 
 /// Largest export document sent or received.
 const MAX_DOCUMENT: usize = 64 * 1024 * 1024;
@@ -118,7 +119,7 @@ pub async fn rename_command(ctx: &Ctx, words: &[String]) -> CliResult<()> {
     };
     let id = resolve(ctx, target).await?;
     let renamed = rename(ctx, &id, &title).await?;
-    println!("{}  {}", renamed.id, renamed.title);
+    println!("{}  {}", renamed.id, visible(&renamed.title));
     Ok(())
 }
 
@@ -135,13 +136,13 @@ fn marked(snippet: &str, hit: &SearchHit, open: &str, close: &str) -> String {
         {
             continue;
         }
-        out.push_str(&snippet[at..start]);
+        out.push_str(&visible(&snippet[at..start]));
         out.push_str(open);
-        out.push_str(&snippet[start..end]);
+        out.push_str(&visible(&snippet[start..end]));
         out.push_str(close);
         at = end;
     }
-    out.push_str(&snippet[at..]);
+    out.push_str(&visible(&snippet[at..]));
     out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -208,12 +209,13 @@ pub fn print_hits(ctx: &Ctx, hits: &[SearchHit]) {
             i + 1,
             h.session_id,
             crate::when::human(h.at.as_ref()),
-            h.title
+            visible(&h.title)
         );
+        let (folder, agent) = (visible(&h.folder), visible(&h.agent));
         if h.r#where == "remote" {
-            println!("     {} (agent {}, on {})", h.folder, h.agent, h.machine);
+            println!("     {folder} (agent {agent}, on {})", visible(&h.machine));
         } else if h.folder != ctx.scope.folder || h.agent != ctx.scope.agent {
-            println!("     {} (agent {})", h.folder, h.agent);
+            println!("     {folder} (agent {agent})");
         }
         println!("     {}", marked(&h.snippet, h, open, close));
     }
@@ -370,9 +372,9 @@ pub fn print_tree(list: &[SessionSummary]) {
         children: &HashMap<&str, Vec<&SessionSummary>>,
     ) {
         let title = if s.title.is_empty() {
-            "(empty)"
+            "(empty)".into()
         } else {
-            &s.title
+            visible(&s.title)
         };
         let origin = match &s.forked_from {
             Some(f) if number.contains_key(f.id.as_str()) => format!("  @turn {}", f.turn),

@@ -12,6 +12,7 @@ use agentx_shared::time::rfc3339_wire;
 
 use crate::context::Ctx;
 use crate::error::{CliError, CliResult};
+use crate::show::visible;
 
 pub fn summary_json(s: &SessionSummary) -> Value {
     json!({
@@ -82,9 +83,9 @@ pub async fn list(ctx: &Ctx) -> CliResult<Vec<SessionSummary>> {
 /// One line of the list (without its number).
 pub fn label(s: &SessionSummary) -> String {
     let title = if s.title.is_empty() {
-        "(empty)"
+        "(empty)".into()
     } else {
-        s.title.as_str()
+        visible(&s.title)
     };
     let origin = s
         .forked_from
@@ -92,7 +93,7 @@ pub fn label(s: &SessionSummary) -> String {
         .map(|f| format!("  (fork of {} @turn {})", f.id, f.turn))
         .unwrap_or_default();
     let remote = if s.location == "remote" {
-        format!("remote: ({}) ", s.machine)
+        format!("remote: ({}) ", visible(&s.machine))
     } else {
         String::new()
     };
@@ -327,7 +328,7 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
 /// checkpoints.
 fn print_conversation(ctx: &Ctx, s: &SessionStatus) {
     let u = s.usage.unwrap_or_default();
-    println!("conversation  {}  {}", s.session_id, s.title);
+    println!("conversation  {}  {}", s.session_id, visible(&s.title));
     println!(
         "folder        {} (agent {})",
         ctx.scope.folder, ctx.scope.agent

@@ -44,7 +44,7 @@ impl Chat<'_> {
             ("rename", Some(_)) => {
                 let renamed = library::rename(self.ctx, &self.session.id, rest).await?;
                 self.session.title = renamed.title.clone();
-                println!("renamed: {}", renamed.title);
+                println!("renamed: {}", crate::show::visible(&renamed.title));
             }
             ("search", None) => return Err(CliError::usage("/search needs some text")),
             ("search", Some(_)) => {

@@ -1,5 +1,6 @@
-//! Answering a query: the text parsed leniently (all words required), scoped to
-//! a folder+agent or not, ranked, and each hit given its snippet and highlights.
+//! Answering a query: the text taken literally (all words required, `"quoted
+//! phrases"` kept; no other query syntax), scoped to a folder+agent or not,
+//! ranked, and each hit given its snippet and highlights.
 
 use tantivy::TantivyDocument;
 use tantivy::collector::TopDocs;
@@ -39,9 +40,14 @@ impl SearchIndex {
         if text.trim().is_empty() {
             return Err(SearchError::Query("search needs some text".into()));
         }
+        let literal = literal(text);
+        if literal.is_empty() {
+            // Only punctuation: no word to find.
+            return Ok(Vec::new());
+        }
         let mut parser = QueryParser::for_index(&self.index, vec![f.body, f.title]);
         parser.set_conjunction_by_default();
-        let (query, _) = parser.parse_query_lenient(text);
+        let (query, _) = parser.parse_query_lenient(&literal);
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, query.box_clone())];
         if let Some((folder, agent)) = scope {
             clauses.push((Occur::Must, Box::new(self.term_query(f.folder, folder))));
@@ -97,5 +103,51 @@ impl SearchIndex {
             });
         }
         Ok(hits)
+    }
+}
+
+/// `text` as a query that means only its words: what is not a letter or a
+/// digit becomes a space (the index's tokenizer splits there anyway, so
+/// nothing findable is lost), words are lowercased (so `AND`, `OR`, `NOT`
+/// are words, not operators), and `"quoted phrases"` stay phrases. `fox:*`
+/// thus searches for "fox" instead of a field named fox.
+fn literal(text: &str) -> String {
+    fn words(part: &str) -> Vec<String> {
+        part.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect()
+    }
+    let parts: Vec<&str> = text.split('"').collect();
+    let closed = if parts.len() % 2 == 1 {
+        parts.len()
+    } else {
+        // An unclosed quote: its text is plain words.
+        parts.len() - 1
+    };
+    let mut out: Vec<String> = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        let found = words(part);
+        if i % 2 == 1 && i < closed && found.len() > 1 {
+            out.push(format!("\"{}\"", found.join(" ")));
+        } else {
+            out.extend(found);
+        }
+    }
+    out.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::literal;
+
+    #[test]
+    fn query_syntax_is_taken_as_words() {
+        assert_eq!(literal("fox:*"), "fox");
+        assert_eq!(literal("title:x AND (y OR -z)^2"), "title x and y or z 2");
+        assert_eq!(literal("a \"Quick  brown\" fox"), "a \"quick brown\" fox");
+        assert_eq!(literal("\"one\" \"open ended"), "one open ended");
+        assert_eq!(literal("*:* [] {}"), "");
+        assert_eq!(literal("über-straße"), "über straße");
     }
 }

@@ -138,8 +138,11 @@ impl SessionsService {
         .await
         .map_err(|e| match e {
             crate::remote::RemoteError::Config(m) => Status::not_found(m),
-            other => Status::unavailable(format!(
-                "conversation {id} is not here; the remote store: {other}"
+            // Not Unavailable: to agentx that means agentd itself went
+            // away (exit 3), and agentd is fine; the remote store failed.
+            other => Status::aborted(format!(
+                "conversation {id} is not here, and pulling it from the remote store \
+                 failed: {other}"
             )),
         })?;
         group

@@ -1,0 +1,54 @@
+//! The rendering edge for text that came from outside (titles, machine
+//! names, folders, snippets, transcripts — remote rows and imported files
+//! included): control characters never reach the terminal raw. C0 (below
+//! 0x20), DEL and C1 (0x80–0x9F) become visible escapes such as `\x1b`, so
+//! an OSC 52 clipboard write, a window title or a cursor move is shown as
+//! text instead of being obeyed. `--json` output does not go through here:
+//! JSON escapes them itself.
+
+use std::borrow::Cow;
+
+fn is_control(c: char) -> bool {
+    c < '\u{20}' || ('\u{7f}'..='\u{9f}').contains(&c)
+}
+
+/// `s` with every control character shown as a visible escape; one line.
+pub fn visible(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\t' => out.push(' '),
+            c if is_control(c) => out.push_str(&format!("\\x{:02x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Like [`visible`], but line breaks stay line breaks (for multi-line text
+/// such as the exchanges shown when resuming).
+pub fn visible_lines(s: &str) -> String {
+    s.split('\n')
+        .map(|line| visible(line.strip_suffix('\r').unwrap_or(line)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_c0_del_and_c1_and_keeps_the_rest() {
+        assert_eq!(visible("plain — ü"), "plain — ü");
+        assert_eq!(
+            visible("a\x1b]52;c;aGk=\x07b\x1b[2J\u{7f}\u{9b}c\td"),
+            "a\\x1b]52;c;aGk=\\x07b\\x1b[2J\\x7f\\x9bc d"
+        );
+        assert_eq!(visible("one\ntwo"), "one\\x0atwo");
+        assert_eq!(visible_lines("one\r\n\x1b[Htwo"), "one\n\\x1b[Htwo");
+    }
+}
