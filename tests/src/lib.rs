@@ -197,6 +197,17 @@ impl TestEnv {
         out
     }
 
+    /// The files under the profile whose bytes contain `needle` (secrets
+    /// and cleared text must be in none).
+    pub fn profile_files_containing(&self, needle: &str) -> Vec<PathBuf> {
+        self.profile_files()
+            .into_iter()
+            .filter(|f| {
+                std::fs::read(f).is_ok_and(|b| String::from_utf8_lossy(&b).contains(needle))
+            })
+            .collect()
+    }
+
     /// Runs `agentx ARGS` to completion.
     pub fn run<I, S>(&self, args: I) -> Output
     where
