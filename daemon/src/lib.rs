@@ -7,6 +7,7 @@
 pub mod cli;
 #[doc(hidden)]
 pub mod fuzzing;
+mod layers;
 mod listener;
 mod logging;
 mod peer;

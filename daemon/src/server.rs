@@ -210,13 +210,20 @@ struct Domain {
 
 impl Domain {
     fn start(profile: &Profile) -> anyhow::Result<Self> {
-        let store = Store::new(profile.sessions_dir());
+        // The store announces its commits; the indexer and the pusher
+        // subscribe (the store knows neither).
+        let commits = crate::store::Commits::default();
+        let store = Store::new(profile.sessions_dir(), commits.clone());
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let snapshots = Snapshots::start(profile.checkpoints_dir(), home, profile.config_file())
             .context("cannot start the snapshot store")?;
         // HTTP clients are made per proxy setting as turns need them.
         let engine = Arc::new(Engine::default());
-        let search = crate::search::start(profile.dir.join("search"), profile.sessions_dir())
+        let search = crate::search::start(
+            profile.dir.join("search"),
+            profile.sessions_dir(),
+            commits.subscribe(),
+        )
             .map_err(|e| tracing::warn!("search is off: {e}"))
             .ok();
         // The remote store (off without remote_url): pushes in the background.
@@ -224,6 +231,7 @@ impl Domain {
             &profile.dir,
             profile.sessions_dir(),
             &profile.config_file(),
+            commits.subscribe(),
         );
         crate::remote::pull::attach_store(&store);
         Ok(Self {

@@ -34,6 +34,9 @@ pub struct RemoteCopy {
     /// (seq, turns, response id, created at, usage, last user, last assistant).
     pub checkpoints: Vec<serde_json::Value>,
     pub forked_from: Option<crate::store::fork::ForkOrigin>,
+    /// The chain of the whole line ("" for a row written before lines were
+    /// hashed).
+    pub head: String,
     /// Records from `from` on.
     pub from: u64,
     pub lines: Vec<Record>,
@@ -43,32 +46,58 @@ fn db(e: tokio_postgres::Error) -> RemoteError {
     RemoteError::db(e)
 }
 
-/// The remote's record count for `id` (`None`: it keeps no such conversation).
-pub async fn remote_records(client: &Client, id: &str) -> Result<Option<u64>, RemoteError> {
+/// The remote's record count and line head for `id` (`None`: it keeps no
+/// such conversation; a `None` head: a row written before lines were hashed).
+pub async fn remote_line(
+    client: &Client,
+    id: &str,
+) -> Result<Option<(u64, Option<String>)>, RemoteError> {
     let row = client
-        .query_opt("SELECT records FROM conversations WHERE id = $1", &[&id])
+        .query_opt(
+            "SELECT records, head FROM conversations WHERE id = $1",
+            &[&id],
+        )
         .await
         .map_err(db)?;
-    row.map(|r| r.try_get::<_, i64>(0).map(|n| n.max(0) as u64))
-        .transpose()
-        .map_err(db)
+    row.map(|r| {
+        Ok((
+            r.try_get::<_, i64>(0)?.max(0) as u64,
+            r.try_get::<_, Option<String>>(1)?,
+        ))
+    })
+    .transpose()
+    .map_err(db)
 }
 
-/// Reads the remote copy of `id` with its records from `from` on.
+/// Reads the remote copy of `id` in one statement, so the row and its
+/// records are one consistent snapshot (a push commits both at once). With
+/// `known` (records and chain this machine last saw), only the records past
+/// it, when the server's line still starts with it; else all of them.
 pub async fn read_remote(
     client: &Client,
     id: &str,
-    from: u64,
+    known: Option<(u64, &str)>,
 ) -> Result<Option<RemoteCopy>, RemoteError> {
+    let (known_items, known_head) = known.unwrap_or((0, ""));
+    let known_items = i64::try_from(known_items).unwrap_or(i64::MAX);
     let Some(row) = client
         .query_opt(
-            "SELECT project, agent, title, machine,
-                    (extract(epoch FROM created_at) * 1000)::int8,
-                    (extract(epoch FROM updated_at) * 1000)::int8,
-                    turns, records, response_id, usage::text, checkpoints::text,
-                    forked_from::text
-               FROM conversations WHERE id = $1",
-            &[&id],
+            "WITH base AS (
+                SELECT CASE WHEN $2::int8 > 0 AND $3::text <> '' AND (
+                    SELECT chain FROM records WHERE conversation_id = $1 AND seq = $2::int8 - 1
+                ) = $3::text THEN $2::int8 ELSE 0 END AS first
+            )
+            SELECT c.project, c.agent, c.title, c.machine,
+                   (extract(epoch FROM c.created_at) * 1000)::int8,
+                   (extract(epoch FROM c.updated_at) * 1000)::int8,
+                   c.turns, c.records, c.response_id, c.usage::text, c.checkpoints::text,
+                   c.forked_from::text, c.head, b.first,
+                   (SELECT coalesce(json_agg(json_build_array(
+                                r.seq, coalesce(round(extract(epoch FROM r.at) * 1000)::int8, 0),
+                                r.item) ORDER BY r.seq), '[]')::text
+                      FROM records r WHERE r.conversation_id = c.id AND r.seq >= b.first)
+              FROM conversations c, base b WHERE c.id = $1",
+            &[&id, &known_items, &known_head],
         )
         .await
         .map_err(db)?
@@ -83,30 +112,26 @@ pub async fn read_remote(
         .and_then(|c| serde_json::from_str::<Vec<serde_json::Value>>(&c).ok())
         .unwrap_or_default();
     let forked_from = text(11)?.and_then(|f| serde_json::from_str(&f).ok());
-    let first = i64::try_from(from).unwrap_or(i64::MAX);
-    let rows = client
-        .query(
-            "SELECT seq, coalesce(round(extract(epoch FROM at) * 1000)::int8, 0), item::text
-               FROM records WHERE conversation_id = $1 AND seq >= $2 ORDER BY seq",
-            &[&id, &first],
-        )
-        .await
-        .map_err(db)?;
-    let mut lines = Vec::with_capacity(rows.len());
-    for (expected, r) in (first..).zip(&rows) {
-        let seq: i64 = r.try_get(0).map_err(db)?;
+    let first: i64 = row.try_get(13).map_err(db)?;
+    let listed: Vec<(i64, i64, serde_json::Value)> = serde_json::from_str(
+        &text(14)?.unwrap_or_default(),
+    )
+    .map_err(|e| RemoteError::Server(format!("the records of {id} do not read: {e}")))?;
+    let records = row.try_get::<_, i64>(7).map_err(db)?.max(0);
+    if records - first != listed.len() as i64 {
+        return Err(RemoteError::Server(format!(
+            "the remote copy of {id} says {records} records but holds {}",
+            first + listed.len() as i64
+        )));
+    }
+    let mut lines = Vec::with_capacity(listed.len());
+    for (expected, (seq, at, item)) in (first..).zip(listed) {
         if seq != expected {
             return Err(RemoteError::Server(format!(
                 "the remote copy of {id} misses record {expected}"
             )));
         }
-        let item: String = r.try_get(2).map_err(db)?;
-        let item = serde_json::from_str(&item)
-            .map_err(|e| RemoteError::Server(format!("record {seq} of {id} is not JSON: {e}")))?;
-        lines.push(Record {
-            at: r.try_get(1).map_err(db)?,
-            item,
-        });
+        lines.push(Record { at, item });
     }
     Ok(Some(RemoteCopy {
         project: row.try_get(0).map_err(db)?,
@@ -116,12 +141,13 @@ pub async fn read_remote(
         created_at: row.try_get(4).map_err(db)?,
         updated_at: row.try_get(5).map_err(db)?,
         turns: u32::try_from(row.try_get::<_, i32>(6).map_err(db)?).unwrap_or(0),
-        records: row.try_get::<_, i64>(7).map_err(db)?.max(0) as u64,
+        records: records as u64,
         response_id: text(8)?,
         usage,
         checkpoints,
         forked_from,
-        from,
+        head: text(12)?.unwrap_or_default(),
+        from: first as u64,
         lines,
     }))
 }
@@ -168,10 +194,12 @@ pub fn shared_prefix(local: &[(Record, u64)], remote: &[Record], remote_from: u6
 
 /// A journal line as the store writes it.
 fn line(record: &Record) -> Result<Vec<u8>, RemoteError> {
-    let item: Item = serde_json::from_value(record.item.clone()).map_err(|e| {
+    // Checked as a transcript item, but kept as the server has it: the
+    // local copy must compare equal to the remote's, field for field.
+    serde_json::from_value::<Item>(record.item.clone()).map_err(|e| {
         RemoteError::Server(format!("a remote record is not a transcript item: {e}"))
     })?;
-    let mut value = serde_json::to_value(&item).map_err(|e| RemoteError::Local(e.to_string()))?;
+    let mut value = record.item.clone();
     if let Some(obj) = value.as_object_mut() {
         obj.insert("at".into(), record.at.into());
     }
@@ -296,6 +324,7 @@ mod tests {
             usage: Usage::default(),
             checkpoints: vec![serde_json::json!({"seq": 2, "turns": 1})],
             forked_from: None,
+            head: String::new(),
             from: 0,
             lines: vec![rec(1, "a"), rec(3, "theirs")],
         };

@@ -3,7 +3,7 @@
 //!
 //! It is on when `remote_url` (config.toml) or `AGENTX_REMOTE_URL` is
 //! set. Local stays the truth: the store tells us when a conversation
-//! committed ([`touched`]) and a background pusher sends the new journal
+//! committed (it announces each commit; see `store::Commits`) and a background pusher sends the new journal
 //! records and the document's metadata, batched and idempotently (records
 //! keyed by conversation id and sequence number), retrying with backoff
 //! while the server is down. A turn never waits for it.
@@ -21,6 +21,7 @@
 
 pub mod clear;
 mod copy;
+mod line;
 mod pgpass;
 mod project;
 pub mod pull;
@@ -32,7 +33,7 @@ mod url;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc, watch};
@@ -85,16 +86,6 @@ impl RemoteError {
             Self::Server(text) if statement => Self::Refused(text),
             other => other,
         }
-    }
-}
-
-static NOTIFY: OnceLock<mpsc::UnboundedSender<PathBuf>> = OnceLock::new();
-
-/// A conversation in group directory `dir` committed a change: push it
-/// soon. Never blocks; a no-op when remote keeping is off.
-pub fn touched(dir: &Path, id: &str) {
-    if let Some(tx) = NOTIFY.get() {
-        let _ = tx.send(dir.join(format!("{id}.json")));
     }
 }
 
@@ -160,6 +151,7 @@ impl Remote {
         profile_dir: &Path,
         sessions_dir: PathBuf,
         config_file: &Path,
+        commits: mpsc::UnboundedReceiver<PathBuf>,
     ) -> Option<Arc<Self>> {
         let raw = match agentx_shared::config::remote_url(config_file) {
             Ok(Some(raw)) => raw,
@@ -186,11 +178,7 @@ impl Remote {
         match &remote.url {
             Ok(url) => {
                 tracing::info!(url = %url.shown, machine = %remote.machine, "remote store on");
-                let (tx, rx) = mpsc::unbounded_channel();
-                if NOTIFY.set(tx).is_err() {
-                    tracing::warn!("remote pusher already running in this process");
-                }
-                tokio::spawn(pusher::run(Arc::clone(&remote), rx));
+                tokio::spawn(pusher::run(Arc::clone(&remote), commits));
                 pull::activate(&remote);
             }
             Err(e) => {

@@ -9,7 +9,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio_postgres::Client;
 
 use super::copy::{self, RemoteCopy};
@@ -17,7 +16,6 @@ use super::pusher::{Pushed, current_hash, load_pushed, save_pushed};
 use super::{Remote, RemoteError};
 use crate::store::session::{SessionDoc, SessionPaths};
 use crate::store::{GroupHandle, Store, StoreError, TurnLease};
-use crate::turn::Event;
 
 /// How long a turn waits for the remote before going on locally.
 pub const PULL_WAIT: Duration = Duration::from_millis(1500);
@@ -122,13 +120,14 @@ pub(super) async fn reader(remote: &Remote) -> Result<Arc<Client>, RemoteError> 
 
 /// Records what is now known to be on the server for `doc`: the pusher
 /// pushes from there. `hash`: the document as pushed ("" when its
-/// metadata still has to go).
-fn remember(remote: &Remote, doc: &SessionDoc, items: u64, bytes: u64, hash: String) {
+/// metadata still has to go); `head`: the chain of the server's line.
+fn remember(remote: &Remote, doc: &SessionDoc, at: (u64, u64), head: &str, hash: String) {
     let state = Pushed {
         hash,
-        items,
-        bytes,
+        items: at.0,
+        bytes: at.1,
         rollbacks: doc.rollbacks,
+        head: head.to_owned(),
     };
     let path = remote.pushed_dir.join(format!("{}.json", doc.id));
     if let Err(e) = save_pushed(&path, &state) {
@@ -158,7 +157,7 @@ pub async fn open_remote(
     let project = super::project_key(Path::new(folder), &remote.machine);
     let read = async {
         let client = reader(remote).await?;
-        copy::read_remote(&client, id, 0).await
+        copy::read_remote(&client, id, None).await
     };
     let copy = match tokio::time::timeout(OPEN_WAIT, read).await {
         Ok(copy) => copy?,
@@ -202,12 +201,11 @@ pub async fn open_remote(
     crate::store::durable::write_atomic(&SessionPaths::new(&dir, id).journal, &pulled.lines)
         .map_err(|e| RemoteError::Local(e.to_string()))?;
     group.adopt(doc.clone()).await.map_err(local)?;
-    crate::search::touched(&dir, id);
     remember(
         remote,
         &doc,
-        doc.journal_items,
-        doc.journal_bytes,
+        (doc.journal_items, doc.journal_bytes),
+        &copy.head,
         doc_hash(&dir, id),
     );
     tracing::info!(id, records = doc.journal_items, from = %copy.machine, "pulled a conversation from the remote");
@@ -215,18 +213,17 @@ pub async fn open_remote(
 }
 
 /// Before a turn: brings in what other machines added to the leased
-/// conversation (bounded wait). Returns the lease to run on: another one
-/// when this machine's line was kept as a fork. Notices go to `out`.
-pub async fn before_turn(
-    group: &GroupHandle,
-    lease: TurnLease,
-    out: &mpsc::Sender<Result<Event, StoreError>>,
-) -> TurnLease {
+/// conversation (bounded wait). Returns the lease to run on, holding the
+/// conversation as it now is (the model must see what was pulled), or
+/// another one when this machine's line was kept as a fork; and what the
+/// user should be told.
+pub async fn before_turn(group: &GroupHandle, mut lease: TurnLease) -> (TurnLease, Vec<String>) {
+    let mut notes = Vec::new();
     let Some(remote) = ACTIVE.get() else {
-        return lease;
+        return (lease, notes);
     };
     if lease.doc.base.is_some() || !has_copy(remote, &lease.doc.id) {
-        return lease;
+        return (lease, notes);
     }
     let id = lease.doc.id.clone();
     let settled = tokio::time::timeout(PULL_WAIT, async {
@@ -246,66 +243,72 @@ pub async fn before_turn(
         )),
         Ok(Ok((None, _sync))) => None,
         Ok(Ok((Some(copy), _sync))) => match settle(remote, group, &lease, copy).await {
-            Ok(()) => None,
+            Ok(Some(now)) if now.id == lease.doc.id => {
+                lease.doc = now;
+                None
+            }
+            Ok(_) => None,
             Err(e) => Some(format!("could not bring in the remote's turns: {e}")),
         },
     };
     if let Some(note) = note {
         tracing::warn!(id = %id, "{note}");
-        let _ = out.send(Ok(Event::Notice(note))).await;
+        notes.push(note);
     }
     let Some(fork) = take_fork_of(&id) else {
-        return lease;
+        return (lease, notes);
     };
-    let _ = out.send(Ok(Event::Notice(fork.line()))).await;
+    notes.push(fork.line());
     // The fork is new here: no turn holds it, so this does not wait.
     match group.begin_turn(Some(fork.to.clone())).await {
-        Ok(forked) => forked,
+        Ok(forked) => (forked, notes),
         Err(e) => {
             tracing::warn!("remote: cannot continue fork {}: {e}", fork.to);
-            lease
+            (lease, notes)
         }
     }
 }
 
-/// The remote copy of `doc` when other machines changed it since this one
-/// last pushed or pulled (`None`: nothing to bring in).
+/// The remote copy of `doc` when its line on the server is not the one
+/// this machine last pushed or pulled (`None`: nothing to bring in).
 async fn fetch(
     remote: &Remote,
     client: &Client,
     doc: &SessionDoc,
 ) -> Result<Option<RemoteCopy>, RemoteError> {
     let known = load_pushed(&remote.pushed_dir, &doc.id);
-    let Some(records) = copy::remote_records(client, &doc.id).await? else {
+    let Some((records, head)) = copy::remote_line(client, &doc.id).await? else {
         return Ok(None);
     };
-    if known.as_ref().is_some_and(|k| k.items == records) {
+    let same = known.as_ref().is_some_and(|k| {
+        k.items == records
+            && match head.as_deref() {
+                Some(head) if !head.is_empty() => k.head == head,
+                // A row from before lines were hashed: counted.
+                _ => true,
+            }
+    });
+    if same {
         return Ok(None);
     }
-    // Compare from the last record both were known to share; from the
-    // start when either side was rewritten since.
-    let from = match &known {
-        Some(k)
-            if k.items > 0
-                && k.rollbacks == doc.rollbacks
-                && records >= k.items
-                && doc.journal_items >= k.items =>
-        {
-            k.items - 1
-        }
-        _ => 0,
-    };
-    copy::read_remote(client, &doc.id, from).await
+    // Only what follows the line both last shared, when the local copy
+    // still holds it unchanged and the server's line still starts with it.
+    let base = known
+        .as_ref()
+        .filter(|k| k.rollbacks == doc.rollbacks && doc.journal_items >= k.items)
+        .map(|k| (k.items, k.head.as_str()));
+    copy::read_remote(client, &doc.id, base).await
 }
 
 /// Makes the leased conversation agree with `copy`: nothing to do, push
-/// ours, take theirs, or keep ours as a fork and take theirs.
+/// ours, take theirs, or keep ours as a fork and take theirs. Returns the
+/// conversation as it now is when it took records from the server.
 pub(super) async fn settle(
     remote: &Remote,
     group: &GroupHandle,
     lease: &TurnLease,
     mut copy: RemoteCopy,
-) -> Result<(), RemoteError> {
+) -> Result<Option<SessionDoc>, RemoteError> {
     let local_err = |e: StoreError| RemoteError::Local(e.to_string());
     let doc = group
         .get(Some(lease.doc.id.clone()))
@@ -319,19 +322,21 @@ pub(super) async fn settle(
     let paths = SessionPaths::new(&dir, &doc.id);
     let local = copy::read_local(&paths.journal, doc.journal_bytes)
         .map_err(|e| RemoteError::Local(e.to_string()))?;
-    let mut shared = copy::shared_prefix(&local, &copy.lines, copy.from);
-    if copy.from > 0 && shared <= copy.from {
-        // Even the last record known to be shared differs: compare all.
+    if copy.from > local.len() as u64 {
+        // The local journal no longer holds the line the read started
+        // after (a rollback meanwhile): compare all.
         let again = async {
             let client = reader(remote).await?;
-            copy::read_remote(&client, &doc.id, 0).await
+            copy::read_remote(&client, &doc.id, None).await
         };
         copy = tokio::time::timeout(PULL_WAIT, again)
             .await
             .map_err(|_| RemoteError::Server("the remote store stopped answering".into()))??
             .ok_or_else(|| RemoteError::Server(format!("{} left the remote", doc.id)))?;
-        shared = copy::shared_prefix(&local, &copy.lines, 0);
     }
+    // Below `copy.from` the server's line is, by its chain, the one this
+    // machine last shared with it.
+    let shared = copy::shared_prefix(&local, &copy.lines, copy.from);
     let (mine, theirs) = (doc.journal_items, copy.records);
     if shared == theirs {
         // Theirs is a prefix of ours (or the same): push ours from there.
@@ -339,9 +344,9 @@ pub(super) async fn settle(
             .checked_sub(1)
             .and_then(|i| local.get(usize::try_from(i).ok()?))
             .map_or(0, |(_, end)| *end);
-        remember(remote, &doc, shared, bytes, String::new());
+        remember(remote, &doc, (shared, bytes), &copy.head, String::new());
         remote.mark(paths.doc.clone());
-        return Ok(());
+        return Ok(None);
     }
     if shared < mine {
         // Both went on: ours is kept as a fork first.
@@ -372,12 +377,12 @@ pub(super) async fn settle(
     remember(
         remote,
         &now,
-        now.journal_items,
-        now.journal_bytes,
+        (now.journal_items, now.journal_bytes),
+        &copy.head,
         doc_hash(&dir, &now.id),
     );
     tracing::info!(id = %now.id, records = now.journal_items - shared, from = %copy.machine, "pulled records from the remote");
-    Ok(())
+    Ok(Some(now))
 }
 
 /// The pusher found `doc_path`'s conversation changed on the server by
@@ -414,8 +419,8 @@ pub(super) async fn settle_for_pusher(remote: &Remote, doc_path: &Path) -> Resul
         return Ok(());
     };
     let client = reader(remote).await?;
-    match copy::read_remote(&client, &doc.id, 0).await? {
-        Some(copy) => settle(remote, &group, &lease, copy).await,
+    match copy::read_remote(&client, &doc.id, None).await? {
+        Some(copy) => settle(remote, &group, &lease, copy).await.map(drop),
         None => Ok(()),
     }
 }

@@ -56,10 +56,19 @@ const MIGRATIONS: &[(i32, &str)] = &[
         ) STORED;
         CREATE INDEX conversations_title_search ON conversations USING gin (title_search);",
     ),
+    (
+        3,
+        // Lines identified by content (issue 23 §1): each record carries the
+        // hash of the line up to it, the row the hash of its whole line. A
+        // migration, not a revision: an older agentd would push without
+        // them and slip past the check that keeps lines from interleaving.
+        "ALTER TABLE records ADD COLUMN chain text;
+        ALTER TABLE conversations ADD COLUMN head text;",
+    ),
 ];
 
 /// The newest schema this agentd knows.
-pub const LATEST: i32 = 2;
+pub const LATEST: i32 = 3;
 
 /// How many characters of a record (and of a title) are indexed for search.
 /// PostgreSQL refuses a `tsvector` past 1 MB (lexemes and positions), which a

@@ -93,14 +93,6 @@ enum Job {
     Forget(PathBuf, tokio::sync::oneshot::Sender<()>),
 }
 
-/// A conversation in group directory `dir` changed: re-index it soon.
-/// Never blocks (the indexer runs on its own thread).
-pub fn touched(dir: &Path, id: &str) {
-    if let Some(tx) = NOTIFY.get() {
-        let _ = tx.send(Job::Touched(dir.join(format!("{id}.json"))));
-    }
-}
-
 /// Drops cleared conversation `id` of `dir` from the index and purges the
 /// index files that still held its text; returns once that is on disk
 /// (at once when there is no index; bounded, so a stuck indexer cannot
@@ -122,8 +114,13 @@ pub async fn forget(dir: &Path, id: &str) {
 }
 
 /// Opens (or rebuilds) the index in `index_dir` and starts the indexer
-/// thread, which first reconciles the index with `sessions_dir`.
-pub fn start(index_dir: PathBuf, sessions_dir: PathBuf) -> Result<Arc<SearchIndex>, SearchError> {
+/// thread, which first reconciles the index with `sessions_dir`, then
+/// re-indexes each conversation document `commits` names.
+pub fn start(
+    index_dir: PathBuf,
+    sessions_dir: PathBuf,
+    mut commits: tokio::sync::mpsc::UnboundedReceiver<PathBuf>,
+) -> Result<Arc<SearchIndex>, SearchError> {
     let (index, f) = open_or_create(&index_dir)?;
     let reader = index
         .reader_builder()
@@ -138,6 +135,14 @@ pub fn start(index_dir: PathBuf, sessions_dir: PathBuf) -> Result<Arc<SearchInde
         sessions: AtomicU64::new(0),
     });
     let (tx, rx) = std::sync::mpsc::channel();
+    let touched = tx.clone();
+    tokio::spawn(async move {
+        while let Some(doc) = commits.recv().await {
+            if touched.send(Job::Touched(doc)).is_err() {
+                return;
+            }
+        }
+    });
     if NOTIFY.set(tx).is_err() {
         tracing::warn!("search indexer already running in this process");
     }

@@ -113,7 +113,6 @@ async fn adopt(group: &GroupHandle, dir: &Path, doc: SessionDoc) -> Result<Sessi
         let _ = std::fs::remove_file(SessionPaths::new(dir, &id).journal);
         return Err(e);
     }
-    crate::search::touched(dir, &id);
     Ok(doc)
 }
 

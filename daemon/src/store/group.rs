@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use agentx_shared::conversation::{Item, PendingCall, Usage};
 
 use super::StoreError;
+use super::commits::Commits;
 use super::durable;
 use super::session::{
     Checkpoint, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc, ShellRun,
@@ -25,23 +26,25 @@ mod turns;
 
 pub use handle::*;
 
-/// Starts the actor for `dir` and returns its mailbox. `shares_checkpoint`:
-/// successful turns and rollbacks here move the folder+agent's shared
-/// checkpoint (interactive conversations do; one-shots never do).
+/// Starts the actor for `dir` and returns its mailbox. With `commits`, its
+/// changes are announced there, and successful turns and rollbacks move
+/// the folder+agent's shared checkpoint (interactive conversations do;
+/// one-shots' private state never does).
 /// `exclusive`: held for the actor's whole life before it touches a file,
 /// so an actor started for a directory whose previous actor is still
 /// finishing its last request (its caller went away) waits for it.
 pub(super) fn spawn(
     dir: PathBuf,
     agent: String,
-    shares_checkpoint: bool,
+    commits: Option<Commits>,
     exclusive: Option<Arc<tokio::sync::Mutex<()>>>,
 ) -> Mailbox {
     let (tx, rx) = mpsc::unbounded_channel();
     let actor = Group {
         dir,
         agent,
-        shares_checkpoint,
+        shares_checkpoint: commits.is_some(),
+        commits: commits.unwrap_or_default(),
         loaded: false,
         sessions: HashMap::new(),
         current: HashMap::new(),
@@ -61,7 +64,7 @@ pub(super) fn spawn(
 
 /// An actor of its own for `dir` (a one-shot's private state).
 pub fn spawn_private(dir: PathBuf, folder: String, agent: String) -> GroupHandle {
-    GroupHandle::new(spawn(dir, agent, false, None), folder)
+    GroupHandle::new(spawn(dir, agent, None, None), folder)
 }
 
 /// `current.json`: which conversation is current, per real folder (folders
@@ -87,6 +90,8 @@ struct Group {
     dir: PathBuf,
     agent: String,
     shares_checkpoint: bool,
+    /// Where its changes are announced (nowhere for a one-shot's state).
+    commits: Commits,
     loaded: bool,
     /// Every conversation of the directory, whatever its real folder.
     sessions: HashMap<String, Session>,
@@ -222,7 +227,9 @@ impl Group {
         }
         let session = agentx_shared::profile::create_private_dir(&self.dir)
             .and_then(|()| Session::create(&self.dir, doc))?;
-        self.sessions.insert(session.doc.id.clone(), session);
+        let id = session.doc.id.clone();
+        self.sessions.insert(id.clone(), session);
+        self.index_hook(&id);
         Ok(())
     }
 
@@ -233,13 +240,10 @@ impl Group {
             .ok_or_else(|| StoreError::NotFound("this folder has no conversation yet".into()))
     }
 
-    /// Tells the search indexer and the remote pusher a conversation
-    /// changed (never waits on either).
+    /// Announces that a conversation changed (to the search indexer and
+    /// the remote pusher, never waiting on either).
     fn index_hook(&self, id: &str) {
-        if self.shares_checkpoint {
-            crate::search::touched(&self.dir, id);
-            crate::remote::touched(&self.dir, id);
-        }
+        self.commits.announce(&self.dir, id);
     }
 
     /// `folder`'s conversations, newest first.

@@ -2,8 +2,11 @@
 //! files and serializes every write; handlers reach it through a [`GroupHandle`].
 
 pub(crate) mod durable;
+mod commits;
 pub mod fork;
 mod group;
+
+pub use commits::Commits;
 pub mod oneshot;
 pub mod pulled;
 pub mod session;
@@ -73,6 +76,8 @@ const DEFAULT_IDLE_GROUPS: usize = 64;
 /// request starts a new actor that loads the directory again.
 pub struct Store {
     sessions_dir: PathBuf,
+    /// Where groups announce their commits.
+    commits: Commits,
     groups: Mutex<Registry>,
     max_idle: usize,
     /// One-shots running now (their state must not be pruned).
@@ -90,13 +95,15 @@ struct Registry {
 }
 
 impl Store {
-    pub fn new(sessions_dir: PathBuf) -> Arc<Self> {
+    /// The store of `sessions_dir`, announcing its commits on `commits`.
+    pub fn new(sessions_dir: PathBuf, commits: Commits) -> Arc<Self> {
         let max_idle = std::env::var("AGENTX_MAX_IDLE_GROUPS")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(DEFAULT_IDLE_GROUPS);
         Arc::new(Self {
             sessions_dir,
+            commits,
             groups: Mutex::new(Registry::default()),
             max_idle,
             active_oneshots: Mutex::new(HashSet::new()),
@@ -136,7 +143,7 @@ impl Store {
                 let tx = group::spawn(
                     self.group_dir(folder, agent),
                     agent.to_owned(),
-                    true,
+                    Some(self.commits.clone()),
                     Some(lock.clone()),
                 );
                 registry.live.insert(key.clone(), (tx.downgrade(), lock));

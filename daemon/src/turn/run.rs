@@ -70,7 +70,10 @@ impl Runner {
             return;
         };
         // Other machines' turns first (remote store); may continue a fork.
-        let lease = crate::remote::pull::before_turn(&group, lease, &out).await;
+        let (lease, notes) = crate::remote::pull::before_turn(&group, lease).await;
+        for note in notes {
+            let _ = out.send(Ok(Event::Notice(note))).await;
+        }
         let folder = spec.folder.clone();
         let session_id = lease.doc.id.clone();
         // Restores of this folder refuse until the turn (and its "after"

@@ -254,9 +254,10 @@ async fn record_pushed(remote: &Remote, doc_path: &Path, push: &Push) {
     let records = push.records.len() as u64;
     let state = Pushed {
         hash: push.hash.clone(),
-        items: push.doc.journal_items,
-        bytes: push.doc.journal_bytes,
+        items: push.end.items,
+        bytes: push.end.bytes,
         rollbacks: push.doc.rollbacks,
+        head: push.head.clone(),
     };
     let state_path = remote.pushed_dir.join(format!("{}.json", push.id));
     let saved = tokio::task::spawn_blocking(move || save_pushed(&state_path, &state)).await;
