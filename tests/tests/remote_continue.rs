@@ -331,6 +331,14 @@ fn agentd_killed_mid_push_loses_nothing_and_duplicates_nothing() {
     let again = sync(&a);
     assert_eq!(again["reached"], true, "{again}");
     assert_eq!(again["forks"], Value::Array(Vec::new()), "{again}");
+    // The line check saw its own records on the server (the same chain)
+    // and let the push through: no conflict was settled on the way.
+    let log = std::fs::read_to_string(a.home.join("log").join("agentd.log")).unwrap();
+    assert!(
+        !log.contains("changed elsewhere since the last push"),
+        "the repeated push was taken for another machine's: {log}"
+    );
+    assert_eq!(again["pushed_records"], 2, "{again}");
     let items = status(&a)["transcript_items"].as_i64().unwrap();
     assert_eq!(items, 6);
     assert_eq!(records(pg, "c_kill", &id), (items, items, items));

@@ -1,0 +1,212 @@
+//! Lines identified by content (issue 23 §1, §2) against a real PostgreSQL
+//! cluster: a rollback on one machine and a turn on another make a fork,
+//! never an interleaved line; a turn still running elsewhere is not pulled;
+//! a pull reads one snapshot; after a pull the model sees what was pulled,
+//! with either provider.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use agentx_tests::fake_model::FakeModel;
+use agentx_tests::postgres::{Cluster, machine, records, shared};
+use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
+
+fn sync(env: &TestEnv) -> Value {
+    let out = env.run(["sync", "--json"]);
+    assert_code(&out, 0);
+    json_out(&out)
+}
+
+fn status(env: &TestEnv) -> Value {
+    json_out(&env.run(["status", "--json"]))
+}
+
+/// The texts of conversation `id` on the server, in order.
+fn texts(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
+    pg.query(
+        db,
+        &format!("SELECT item->>'text' FROM records WHERE conversation_id = '{id}' ORDER BY seq"),
+    )
+    .iter()
+    .filter_map(|r| r.get::<_, Option<String>>(0))
+    .collect()
+}
+
+/// What the user said in conversation `id` on the server, in order.
+fn said(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
+    texts(pg, db, id)
+        .into_iter()
+        .filter(|t| !t.starts_with("echo"))
+        .collect()
+}
+
+/// What the user said in the current conversation of `env`, as its own
+/// copy holds it (`agentx export` of the conversation).
+fn local_said(env: &TestEnv, id: &str) -> Vec<String> {
+    let out = env.run(["export", id, "--format", "json"]);
+    assert_code(&out, 0);
+    let doc = json_out(&out);
+    doc["conversation"]["transcript"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{doc}"))
+        .iter()
+        .filter(|i| i["type"] == "user")
+        .filter_map(|i| i["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// One turn; what it printed, stdout then stderr.
+fn say(env: &TestEnv, model: &FakeModel, text: &str) -> String {
+    let out = env.chat(model, ["--approval", "never"], &format!("{text}\n"));
+    assert_code(&out, 0);
+    format!("{}{}", stdout(&out), stderr(&out))
+}
+
+#[test]
+fn a_rollback_on_one_machine_and_a_turn_on_another_make_a_fork_never_an_interleaved_line() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("l_rollback");
+    let url = pg.url("l_rollback");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let b = machine("machine-b", "git@github.com:acme/app.git", &url);
+    let model = FakeModel::start();
+    say(&a, &model, "one");
+    say(&a, &model, "two");
+    assert_eq!(sync(&a)["reached"], true);
+    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    // B takes the conversation: both share its 4 records.
+    assert_code(&b.chat(&model, ["resume", id.as_str()], ""), 0);
+    assert_eq!(status(&b)["transcript_items"], 4);
+
+    // A goes back to the first turn and says something else: the server
+    // again holds 4 records, with other content.
+    // (Checkpoints are numbered newest first: 2 is the first turn's.)
+    assert_code(&a.run(["rollback", "2"]), 0);
+    say(&a, &model, "two-prime");
+    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(said(pg, "l_rollback", &id), ["one", "two-prime"]);
+
+    // B goes on from its old line: its turn must not land after A's.
+    let out = say(&b, &model, "three");
+    assert!(out.contains("kept as a fork"), "{out}");
+    assert!(out.contains("echo: three [turns seen: 3]"), "{out}");
+    let synced = sync(&b);
+    assert_eq!(synced["reached"], true, "{synced}");
+    assert_eq!(synced["remote"]["pending"], 0, "{synced}");
+    assert_eq!(said(pg, "l_rollback", &id), ["one", "two-prime"]);
+    let fork = status(&b)["session_id"].as_str().unwrap().to_owned();
+    assert_ne!(fork, id);
+    assert_eq!(said(pg, "l_rollback", &fork), ["one", "two", "three"]);
+    let (n, distinct, end) = records(pg, "l_rollback", &fork);
+    assert_eq!((n, distinct, end), (6, 6, 6));
+    // B's copy of the conversation is the server's, not its old line.
+    assert_eq!(local_said(&b, &id), ["one", "two-prime"]);
+
+    // A's next turn goes on its own line, with nothing of B's in it.
+    let out = say(&a, &model, "four");
+    assert!(out.contains("echo: four [turns seen: 3]"), "{out}");
+    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(said(pg, "l_rollback", &id), ["one", "two-prime", "four"]);
+    assert_eq!(local_said(&a, &id), ["one", "two-prime", "four"]);
+}
+
+#[test]
+fn a_turn_still_running_on_another_machine_is_not_pulled_as_if_finished() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("l_running");
+    let url = pg.url("l_running");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let b = machine("machine-b", "git@github.com:acme/app.git", &url);
+    let model = FakeModel::start();
+    say(&a, &model, "one");
+    assert_eq!(sync(&a)["reached"], true);
+    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+
+    // A's next turn runs a 6 s tool: its user message and the call are
+    // committed on A long before the answer.
+    let running = a.chat_command(&model, ["--auto"], "CALL sleep 6\n");
+    let give_up = Instant::now() + Duration::from_secs(20);
+    while status(&a)["transcript_items"].as_i64().unwrap_or(0) < 4 {
+        assert!(Instant::now() < give_up, "A's turn never committed its call");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Everything A has is pushed now; the unfinished turn stays on A.
+    let synced = sync(&a);
+    assert_eq!(synced["reached"], true, "{synced}");
+    assert_eq!(said(pg, "l_running", &id), ["one"]);
+    assert_eq!(
+        pg.count(
+            "l_running",
+            &format!("SELECT turns::int8 FROM conversations WHERE id = '{id}'")
+        ),
+        1
+    );
+    // B opening it meanwhile gets the finished turn only.
+    assert_code(&b.chat(&model, ["resume", id.as_str()], ""), 0);
+    assert_eq!(local_said(&b, &id), ["one"]);
+    assert_eq!(status(&b)["transcript_items"], 2);
+
+    // Once A's turn is over it goes out whole, and B's next turn has it.
+    assert_code(&running.wait_with_output().unwrap(), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(said(pg, "l_running", &id), ["one", "CALL sleep 6"]);
+    let out = say(&b, &model, "after");
+    assert!(!out.contains("fork"), "{out}");
+    assert_eq!(local_said(&b, &id), ["one", "CALL sleep 6", "after"]);
+    let st = status(&b);
+    assert_eq!(st["turns"], 3, "{st}");
+}
+
+/// A: "hello from A"; B resumes it and says "hello from B"; A: "again A".
+/// A's request must carry B's turn: the model sees three turns.
+fn the_model_sees_the_pulled_turn(db: &str, provider: Option<&str>) {
+    let Some(pg) = shared() else { return };
+    pg.create_db(db);
+    let url = pg.url(db);
+    let mut a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let mut b = machine("machine-b", "git@github.com:acme/app.git", &url);
+    if let Some(provider) = provider {
+        for env in [&mut a, &mut b] {
+            env.extra_env
+                .push(("AGENTX_PROVIDER".into(), provider.into()));
+        }
+    }
+    let model = FakeModel::start();
+    say(&a, &model, "hello from A");
+    assert_eq!(sync(&a)["reached"], true);
+    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    let out = b.chat(
+        &model,
+        ["resume", id.as_str(), "--approval", "never"],
+        "hello from B\n",
+    );
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains("echo: hello from B [turns seen: 2]"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(sync(&b)["reached"], true);
+    let out = say(&a, &model, "again A");
+    assert!(out.contains("echo: again A [turns seen: 3]"), "{out}");
+    assert_eq!(
+        local_said(&a, &id),
+        ["hello from A", "hello from B", "again A"]
+    );
+    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(
+        said(pg, db, &id),
+        ["hello from A", "hello from B", "again A"]
+    );
+}
+
+#[test]
+fn after_a_pull_the_model_sees_what_was_pulled_responses() {
+    the_model_sees_the_pulled_turn("l_sees_responses", None);
+}
+
+#[test]
+fn after_a_pull_the_model_sees_what_was_pulled_chat_completions() {
+    the_model_sees_the_pulled_turn("l_sees_chat", Some("chat"));
+}
