@@ -210,3 +210,101 @@ fn after_a_pull_the_model_sees_what_was_pulled_responses() {
 fn after_a_pull_the_model_sees_what_was_pulled_chat_completions() {
     the_model_sees_the_pulled_turn("l_sees_chat", Some("chat"));
 }
+
+/// Runs `first` in a transaction on `url`, then waits until told to run
+/// `then` (which ends the transaction).
+fn transaction_in_two_steps(
+    url: String,
+    first: &'static str,
+    then: String,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            client.batch_execute(first).await.unwrap();
+            ready_tx.send(()).unwrap();
+            tokio::task::spawn_blocking(move || wait.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            client.batch_execute(&then).await.unwrap();
+        });
+    });
+    ready.recv().unwrap();
+    (go, holder)
+}
+
+#[test]
+fn a_pull_reads_the_row_and_its_records_as_one_snapshot() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("l_torn");
+    let url = pg.url("l_torn");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let b = machine("machine-b", "git@github.com:acme/app.git", &url);
+    let model = FakeModel::start();
+    say(&a, &model, "one");
+    assert_eq!(sync(&a)["reached"], true);
+    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_code(&b.chat(&model, ["resume", id.as_str()], ""), 0);
+    say(&a, &model, "two");
+    assert_eq!(sync(&a)["reached"], true);
+
+    // Another machine's push of a third turn is under way: it holds the
+    // records table while it writes, and commits the row and its records
+    // together once B's pull is reading.
+    let third = format!(
+        "INSERT INTO records (conversation_id, seq, at, item, machine, chain) VALUES
+           ('{id}', 4, now(), '{{\"type\":\"user\",\"text\":\"three\"}}', 'machine-c', 'c4'),
+           ('{id}', 5, now(), '{{\"type\":\"assistant\",\"text\":\"echo: three\"}}', 'machine-c', 'c5');
+         UPDATE conversations SET records = 6, turns = 3, head = 'c5', machine = 'machine-c',
+                checkpoints = checkpoints || jsonb_build_array(jsonb_build_object(
+                    'seq', 6, 'turns', 3, 'created_at', 0, 'usage', '{{}}'::jsonb,
+                    'last_user', 'three', 'last_assistant', 'echo: three'))
+          WHERE id = '{id}';
+         COMMIT;"
+    );
+    let (go, holder) = transaction_in_two_steps(
+        url.clone(),
+        "BEGIN; LOCK TABLE records IN ACCESS EXCLUSIVE MODE",
+        third,
+    );
+    let turn = b.chat_command(&model, ["--approval", "never"], "four\n");
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while pg.count(
+        "l_torn",
+        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+         WHERE NOT l.granted AND c.relname = 'records'",
+    ) == 0
+    {
+        assert!(Instant::now() < give_up, "B's pull never read the records");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    go.send(()).unwrap();
+    holder.join().unwrap();
+    let out = turn.wait_with_output().unwrap();
+    assert_code(&out, 0);
+    // B took the third turn with its own row: every user message of its
+    // copy is a turn with its checkpoint, so each can be rolled back to.
+    assert_eq!(local_said(&b, &id), ["one", "two", "three", "four"]);
+    let st = status(&b);
+    assert_eq!(st["turns"], 4, "{st}");
+    let out = b.run(["checkpoints", "--json"]);
+    assert_code(&out, 0);
+    let checkpoints = json_out(&out);
+    let ends: Vec<i64> = checkpoints
+        .as_array()
+        .unwrap_or_else(|| panic!("{checkpoints}"))
+        .iter()
+        .filter_map(|c| c["transcript_len"].as_i64())
+        .collect();
+    assert_eq!(ends, [8, 6, 4, 2], "{checkpoints}");
+}
