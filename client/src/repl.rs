@@ -206,8 +206,8 @@ impl Chat<'_> {
         }
         if finished.status == TurnStatus::Failed as i32 {
             return Err(CliError::failed(format!(
-                "the turn failed: {} (agentx retry, agentx retry --new-chain, agentx rollback or \
-                 agentx clear settle it)",
+                "the turn failed: {} (agentx retry or agentx retry --new-chain send it again, \
+                 agentx rollback drops it, agentx clear deletes the whole conversation)",
                 finished.error
             )));
         }
@@ -220,7 +220,10 @@ impl Chat<'_> {
         loop {
             let answer = match self
                 .ui
-                .read_line("[r]etry, [n]ew chain, roll[b]ack, [c]lear, or Enter to go on: ")
+                .read_line(
+                    "[r]etry, [n]ew chain, roll[b]ack (drop the failed turn), [c]lear (delete this \
+                     conversation), or Enter to go on: ",
+                )
                 .await
             {
                 Line::Text(t) => t.trim().to_lowercase(),
@@ -231,7 +234,8 @@ impl Chat<'_> {
                 "r" | "retry" => Box::pin(self.turn(None, Resolve::RetryRequest)).await,
                 "n" | "new chain" => Box::pin(self.turn(None, Resolve::NewChain)).await,
                 "b" | "rollback" => self.rollback(Pick::Choose).await,
-                "c" | "clear" => self.clear().await,
+                // A deletion: asked, naming what goes, as /clear does.
+                "c" | "clear" => self.clear_command().await,
                 _ => {
                     eprintln!("please answer r, n, b, c or Enter");
                     continue;
@@ -245,7 +249,7 @@ impl Chat<'_> {
         if let Some(failed) = &opened.failed {
             self.ui.info(&format!(
                 "agentx: the last turn failed: {} — /retry sends it again, /retry new-chain \
-                 starts a new chain, /rollback or /clear drop it",
+                 starts a new chain, /rollback drops it, /clear deletes the whole conversation",
                 failed.message
             ));
         }

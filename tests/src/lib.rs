@@ -7,6 +7,7 @@
 pub mod fake_model;
 pub mod postgres;
 pub mod schema;
+pub mod tmux;
 
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt as _;

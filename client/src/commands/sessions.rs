@@ -471,23 +471,36 @@ pub async fn clear(ctx: &Ctx, session_id: &str) -> CliResult<(SessionSummary, St
 }
 
 /// `agentx clear`: asks first unless --yes (and refuses to guess without a terminal).
+/// The question before a conversation is deleted: what goes (title, id,
+/// turns) and where.
+pub fn clear_question(s: &SessionStatus) -> String {
+    let also = if s.remote_copy {
+        " here and its copy on the remote store"
+    } else {
+        ""
+    };
+    let title = if s.title.is_empty() {
+        String::new()
+    } else {
+        format!("{:?} ", visible(&s.title))
+    };
+    let turns = match s.turns {
+        1 => "1 turn".to_owned(),
+        n => format!("{n} turns"),
+    };
+    format!(
+        "delete conversation {title}({}, {turns}){also}?",
+        s.session_id
+    )
+}
+
 pub async fn clear_command(ctx: &Ctx, yes: bool) -> CliResult<()> {
     let s = fetch_status(ctx, "").await?;
     if s.session_id.is_empty() {
         println!("no conversation to clear");
         return Ok(());
     }
-    let also = if s.remote_copy {
-        " here and its copy on the remote store"
-    } else {
-        ""
-    };
-    if !yes
-        && !crate::ui::confirm(&format!(
-            "delete conversation {} ({} turns){also}?",
-            s.session_id, s.turns
-        ))?
-    {
+    if !yes && !crate::ui::confirm(&clear_question(&s))? {
         println!("nothing changed");
         return Ok(());
     }

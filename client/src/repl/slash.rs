@@ -175,14 +175,10 @@ impl Chat<'_> {
     }
 
     /// `/clear`, confirmed at a terminal (saying when the remote copy goes too).
-    async fn clear_command(&mut self) -> CliResult<()> {
+    pub(super) async fn clear_command(&mut self) -> CliResult<()> {
         let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
-        let question = if status.remote_copy {
-            "delete this conversation's stored state here and its copy on the remote store?"
-        } else {
-            "delete this conversation's stored state?"
-        };
-        if self.ui.interactive && !crate::ui::confirm(question)? {
+        if self.ui.interactive && !crate::ui::confirm(&sessions::clear_question(&status))? {
+            println!("nothing changed");
             return Ok(());
         }
         self.clear().await

@@ -1,0 +1,57 @@
+//! The REPL in a real terminal (tmux: send-keys, capture-pane), as a person uses it:
+//! the failure menu never deletes a conversation on one key.
+
+use agentx_tests::fake_model::{FakeModel, Reply};
+use agentx_tests::tmux::Pane;
+use agentx_tests::{TestEnv, assert_code, json_out};
+
+fn status(env: &TestEnv) -> serde_json::Value {
+    json_out(&env.run(["status", "--json"]))
+}
+
+#[test]
+fn clear_in_the_failure_menu_asks_naming_what_goes_and_no_keeps_it() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&env.chat(&model, ["--approval", "never"], "keep me\n"), 0);
+    let id = status(&env)["session_id"].as_str().unwrap().to_owned();
+    model.push(Reply::http_error(
+        400,
+        Some("invalid_request_error"),
+        "scripted bad request",
+    ));
+    let Some(pane) = Pane::start(&env, &model, &["--approval", "never"]) else {
+        return;
+    };
+    pane.wait_for("keep me");
+    pane.line("this one fails");
+    let screen = pane.wait_for("or Enter to go on:");
+    assert!(
+        screen.contains("[c]lear (delete this conversation)"),
+        "{screen}"
+    );
+    pane.line("c");
+    // It asks, naming the conversation and what it holds.
+    let screen = pane.wait_for("[y/N]");
+    assert!(
+        screen.contains(&format!("delete conversation \"keep me\" ({id}, 1 turn)?")),
+        "{screen}"
+    );
+    pane.line("n");
+    pane.wait_for("nothing changed");
+    let st = status(&env);
+    assert_eq!(st["session_id"], id.as_str(), "{st}");
+    assert_eq!(st["turns"], 1, "{st}");
+    let hits = json_out(&env.run(["search", "keep", "--json"]));
+    assert!(
+        hits.to_string().contains(&id),
+        "search no longer finds it: {hits}"
+    );
+
+    // Asked again and answered yes, it goes.
+    pane.line("/clear");
+    pane.wait_for_n("[y/N]", 2);
+    pane.line("y");
+    pane.wait_for("cleared");
+    assert_ne!(status(&env)["session_id"], id.as_str());
+}
