@@ -32,7 +32,9 @@ impl Ctx {
         // conversion would name another folder, so refuse with the reason.
         let Some(text) = folder.to_str() else {
             return Err(CliError::failed(format!(
-                "agentx needs a folder whose path is valid UTF-8, and {} is not (the path is                  shown to the model and kept in JSON); rename it, or run agentx in a folder                  with a UTF-8 path",
+                "this folder's path is not valid UTF-8: {} (a conversation's folder is shown to \
+                 the model and kept in JSON); rename it, or run agentx in a folder with a UTF-8 \
+                 path",
                 folder.display()
             )));
         };

@@ -92,8 +92,7 @@ async fn run(cli: Cli) -> CliResult<()> {
             return commands::daemon::run(&profile, action).await;
         }
         (Some(Command::Completions { shell }), None) => {
-            commands::library::completions(shell);
-            return Ok(());
+            return commands::library::completions(shell);
         }
         (Some(Command::Man), None) => return commands::library::man(),
         (Some(_), Some(_)) => {

@@ -269,10 +269,7 @@ pub async fn export_command(
     }
     match output {
         None => {
-            let mut out = std::io::stdout().lock();
-            out.write_all(text.as_bytes())
-                .and_then(|()| out.flush())
-                .map_err(|e| CliError::failed(format!("writing the export: {e}")))?;
+            print_all(text.as_bytes(), "the export")?;
         }
         Some(path) => {
             let mut file = std::fs::OpenOptions::new()
@@ -413,20 +410,36 @@ pub fn print_tree(list: &[SessionSummary]) {
 }
 
 /// `agentx completions SHELL`.
-pub fn completions(shell: clap_complete::Shell) {
+pub fn completions(shell: clap_complete::Shell) -> CliResult<()> {
     use clap::CommandFactory as _;
     let mut command = crate::cli::Cli::command();
-    clap_complete::generate(shell, &mut command, "agentx", &mut std::io::stdout());
+    // Made whole first: clap_complete panics when its writer fails.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "agentx", &mut script);
+    print_all(&script, "the completion script")
 }
 
 /// `agentx man`: the man page in roff.
 pub fn man() -> CliResult<()> {
     use clap::CommandFactory as _;
     let command = crate::cli::Cli::command();
-    let mut out = std::io::stdout().lock();
+    let mut page = Vec::new();
     clap_mangen::Man::new(command)
-        .render(&mut out)
-        .map_err(|e| CliError::failed(format!("writing the man page: {e}")))
+        .render(&mut page)
+        .map_err(|e| CliError::failed(format!("writing the man page: {e}")))?;
+    print_all(&page, "the man page")
+}
+
+/// Writes `bytes` to stdout; a reader that went away (`| head -1`) ends
+/// it quietly, as every other command does.
+fn print_all(bytes: &[u8], what: &str) -> CliResult<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError::failed(format!("writing {what}: {e}"))),
+    }
 }
 
 #[cfg(test)]
