@@ -6,6 +6,7 @@ mod commands;
 mod connect;
 mod context;
 mod error;
+mod history;
 mod picker;
 mod repl;
 mod show;

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::history::History;
+
 /// Where chat input comes from.
 pub enum Input {
     /// An interactive terminal with line editing and history.
@@ -25,6 +27,8 @@ pub enum Line {
 
 pub struct Ui {
     pub input: Input,
+    /// Where accepted lines are kept across sessions.
+    history: History,
     /// stdin is a terminal: prompts, history, spinner.
     pub interactive: bool,
     spinner: Option<ProgressBar>,
@@ -38,11 +42,27 @@ pub struct Ui {
 }
 
 impl Ui {
+    /// Terminal I/O with no history kept on disk.
     pub fn new() -> Self {
+        Self::with_history(History::none())
+    }
+
+    /// Terminal I/O whose line editor starts with `history`'s lines and
+    /// keeps each accepted one there.
+    pub fn with_history(history: History) -> Self {
         let interactive = std::io::stdin().is_terminal();
         let input = if interactive {
-            match rustyline::DefaultEditor::new() {
-                Ok(editor) => Input::Editor(Box::new(editor)),
+            let config = rustyline::Config::builder()
+                .history_ignore_space(true)
+                .max_history_size(crate::history::MAX_LINES)
+                .map(|b| b.build());
+            match config.and_then(rustyline::DefaultEditor::with_config) {
+                Ok(mut editor) => {
+                    for line in history.load() {
+                        let _ = editor.add_history_entry(line);
+                    }
+                    Input::Editor(Box::new(editor))
+                }
                 Err(_) => Input::Lines,
             }
         } else {
@@ -51,6 +71,7 @@ impl Ui {
         Self {
             interactive: interactive && matches!(input, Input::Editor(_)),
             input,
+            history,
             spinner: None,
             mid_line: false,
             stream: std::io::stdout().is_terminal(),
@@ -76,8 +97,9 @@ impl Ui {
                 };
                 let line = match line {
                     Ok(line) => {
-                        if !line.trim().is_empty() {
+                        if History::keeps(&line) {
                             let _ = editor.add_history_entry(line.as_str());
+                            self.history.append(&line);
                         }
                         Line::Text(line)
                     }

@@ -63,11 +63,15 @@ impl Pane {
             script.push_str(&quote(arg));
         }
         script.push('\n');
+        // Each pane its own tmux server: one just killed may still be
+        // going away.
+        static PANES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = PANES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let root = env.root().to_path_buf();
-        let path = root.join("pane.sh");
+        let path = root.join(format!("pane-{n}.sh"));
         std::fs::write(&path, script).unwrap();
         let pane = Pane {
-            socket: root.join("tmux.sock"),
+            socket: root.join(format!("tmux-{n}.sock")),
         };
         let started = pane
             .tmux(["new-session", "-d", "-x", "160", "-y", "50", "sh"])

@@ -55,3 +55,45 @@ fn clear_in_the_failure_menu_asks_naming_what_goes_and_no_keeps_it() {
     pane.wait_for("cleared");
     assert_ne!(status(&env)["session_id"], id.as_str());
 }
+
+#[test]
+fn prompt_history_is_kept_privately_across_sessions_without_space_led_lines() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let Some(pane) = Pane::start(&env, &model, &["--approval", "never"]) else {
+        return;
+    };
+    pane.line("remember this line");
+    pane.wait_for("echo: remember this line");
+    pane.line(" sk-pasted-secret");
+    pane.wait_for("echo: sk-pasted-secret");
+    pane.key("C-d");
+    drop(pane);
+    let path = env.home.join("history");
+    let kept = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(kept, "remember this line\n");
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    // The next REPL has it: Up brings the line back to the prompt.
+    let pane = Pane::start(&env, &model, &["--approval", "never"]).unwrap();
+    pane.wait_for("remember this line");
+    let before = pane.screen().matches("remember this line").count();
+    pane.key("Up");
+    pane.wait_for_n("remember this line", before + 1);
+    pane.key("C-u");
+    pane.key("C-d");
+    drop(pane);
+
+    // Turned off, nothing more is written.
+    let mut off = env;
+    off.extra_env
+        .push(("AGENTX_HISTORY".into(), "off".into()));
+    let pane = Pane::start(&off, &model, &["--approval", "never"]).unwrap();
+    pane.line("not kept");
+    pane.wait_for("echo: not kept");
+    pane.key("C-d");
+    drop(pane);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), kept);
+}
