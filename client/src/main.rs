@@ -162,13 +162,17 @@ async fn dispatch(ctx: &Ctx, command: Command) -> CliResult<()> {
 
 /// `agentx resume [N|ID]`: the latest conversation, the Nth newest or the
 /// one with this id.
+/// `agentx resume [N|ID]`: without one, at a terminal, the picker `/resume`
+/// shows; without a terminal, the latest.
 async fn resume(ctx: &Ctx, target: Option<String>) -> CliResult<()> {
+    use std::io::IsTerminal as _;
     let target = match target {
-        None => Target::Latest(true),
-        Some(t) => match t.parse::<u32>() {
-            Ok(n) => commands::sessions::nth(ctx, n).await?,
-            Err(_) => Target::Id(t),
+        None if std::io::stdin().is_terminal() => match commands::sessions::pick(ctx, "").await? {
+            Some(target) => target,
+            None => return Ok(()),
         },
+        None => Target::Latest(true),
+        Some(t) => commands::sessions::named(ctx, &t).await?,
     };
     repl::run(ctx, target).await
 }

@@ -97,3 +97,41 @@ fn prompt_history_is_kept_privately_across_sessions_without_space_led_lines() {
     drop(pane);
     assert_eq!(std::fs::read_to_string(&path).unwrap(), kept);
 }
+
+#[test]
+fn resume_takes_ids_where_they_are_printed_and_opens_the_picker_without_one() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&env.chat(&model, ["--approval", "never"], "first talk\n"), 0);
+    let first = status(&env)["session_id"].as_str().unwrap().to_owned();
+    assert_code(
+        &env.chat(&model, ["new", "--approval", "never"], "second talk\n"),
+        0,
+    );
+    // `/resume ID` in the REPL, the id as /search prints it.
+    let Some(pane) = Pane::start(&env, &model, &["--approval", "never"]) else {
+        return;
+    };
+    pane.wait_for("second talk");
+    pane.line(&format!("/resume {first}"));
+    pane.wait_for("first talk");
+    let screen = pane.screen();
+    assert!(!screen.contains("takes a number"), "{screen}");
+    pane.wait_for("›");
+    assert_eq!(status(&env)["session_id"], first.as_str());
+    pane.key("C-d");
+    drop(pane);
+
+    // `agentx resume` with no argument at a terminal: the picker; Enter
+    // on the newest opens it.
+    let pane = Pane::start(&env, &model, &["resume", "--approval", "never"]).unwrap();
+    let screen = pane.wait_for("resume (arrows or a number");
+    assert!(screen.contains("second talk"), "{screen}");
+    pane.key("Enter");
+    pane.wait_for("resuming");
+    pane.line("after picking");
+    pane.wait_for("echo: after picking");
+    let st = status(&env);
+    assert_ne!(st["session_id"], first.as_str(), "{st}");
+    assert_eq!(st["turns"], 2, "{st}");
+}

@@ -67,6 +67,37 @@ pub async fn nth(ctx: &Ctx, n: u32) -> CliResult<Target> {
         })
 }
 
+/// The conversation `text` names: a number in the merged list (1 =
+/// newest) or an id, as every list and search prints them.
+pub async fn named(ctx: &Ctx, text: &str) -> CliResult<Target> {
+    match text.trim().parse::<u32>() {
+        Ok(n) => nth(ctx, n).await,
+        Err(_) => Ok(Target::Id(text.trim().to_owned())),
+    }
+}
+
+/// At a terminal, the user picks one of the merged list (`None`: cancelled,
+/// or no terminal; then the list is printed, then `hint`).
+pub async fn pick(ctx: &Ctx, hint: &str) -> CliResult<Option<Target>> {
+    use std::io::IsTerminal as _;
+    let (list, note) = list_with_remote(ctx).await?;
+    if !note.is_empty() {
+        eprintln!("agentx: {note}");
+    }
+    if list.is_empty() {
+        println!("no conversations here yet");
+        return Ok(None);
+    }
+    if !std::io::stdin().is_terminal() {
+        print_list(&list);
+        println!("{hint}");
+        return Ok(None);
+    }
+    let labels: Vec<String> = list.iter().map(label).collect();
+    let picked = crate::picker::pick("resume (arrows or a number, Enter, Esc = cancel)", &labels)?;
+    Ok(picked.map(|index| Target::Id(list[index].id.clone())))
+}
+
 pub async fn list(ctx: &Ctx) -> CliResult<Vec<SessionSummary>> {
     Ok(ctx
         .sessions()

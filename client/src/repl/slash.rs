@@ -57,10 +57,7 @@ impl Chat<'_> {
             }
             ("resume", None) => self.pick_and_resume().await?,
             ("resume", Some(n)) => {
-                let index = n
-                    .parse::<u32>()
-                    .map_err(|_| CliError::usage(format!("/resume takes a number, not {n:?}")))?;
-                let target = sessions::nth(self.ctx, index).await?;
+                let target = sessions::named(self.ctx, n).await?;
                 self.resume(target).await?;
             }
             ("status", _) => {
@@ -111,22 +108,8 @@ impl Chat<'_> {
 
     /// `/resume`: a picker at a terminal, else the numbered list.
     async fn pick_and_resume(&mut self) -> CliResult<()> {
-        let (list, note) = sessions::list_with_remote(self.ctx).await?;
-        if !note.is_empty() {
-            self.ui.info(&format!("agentx: {note}"));
-        }
-        if self.ui.interactive && !list.is_empty() {
-            let labels: Vec<String> = list.iter().map(sessions::label).collect();
-            let picked =
-                crate::picker::pick("resume (arrows or a number, Enter, Esc = cancel)", &labels)?;
-            if let Some(index) = picked {
-                self.resume(Target::Id(list[index].id.clone())).await?;
-            }
-            return Ok(());
-        }
-        sessions::print_list(&list);
-        if !list.is_empty() {
-            println!("/resume N continues conversation N");
+        if let Some(target) = sessions::pick(self.ctx, "/resume N or /resume ID continues one").await? {
+            self.resume(target).await?;
         }
         Ok(())
     }
