@@ -39,7 +39,9 @@ pub struct Global {
     #[arg(long, global = true, value_name = "NAME", default_value = "default")]
     pub agent: String,
 
-    /// Tool approval policy.
+    /// Tool approval policy. The chat asks by default; a one-shot runs
+    /// nothing without --auto (it says so and exits 1), and asks with
+    /// `ask` only at a terminal.
     #[arg(long, global = true, value_enum)]
     pub approval: Option<Approval>,
 
@@ -47,8 +49,9 @@ pub struct Global {
     #[arg(long, global = true)]
     pub auto: bool,
 
-    /// When the last turn was interrupted and no terminal can ask: continue
-    /// it, retry its message, or start a new conversation.
+    /// The chat only: when the last turn was interrupted and no terminal can
+    /// ask, continue it, retry its message, or start a new conversation
+    /// (a one-shot refuses it: it never has one).
     #[arg(long, global = true, value_enum, value_name = "ACTION")]
     pub on_pending: Option<OnPending>,
 }

@@ -18,8 +18,9 @@ use crate::error::{CliError, CliResult};
 /// Runs one one-shot with `prompt` (`-`: read from stdin) and prints its
 /// events and result.
 pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
+    let from_args = prompt != "-";
     let prompt = read_prompt(prompt)?;
-    let start = turn_start(ctx, prompt)?;
+    let start = turn_start(ctx, prompt, from_args)?;
     let input = crate::turn::input;
     let (tx, mut events) = crate::turn::open(&ctx.channel(), start, "the one-shot").await?;
     let mut out = Output {
@@ -27,6 +28,7 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
         stream: !as_json && std::io::stdout().is_terminal(),
         mid_line: false,
         answer: String::new(),
+        needed_approval: 0,
     };
     let mut cancelled = false;
     loop {
@@ -55,10 +57,21 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
         match event.event {
             None => {}
             Some(Event::ApprovalRequest(r)) => {
-                // Never asked for a one-shot; answer no should it happen.
+                // Asked only under --approval ask, at a terminal.
+                let question = format!("run `{}`?", crate::show::visible(&r.command));
+                let yes = tokio::task::spawn_blocking(move || crate::ui::confirm(&question))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .unwrap_or(false);
+                let decision = if yes {
+                    approval_decision::Decision::Yes
+                } else {
+                    approval_decision::Decision::No
+                };
                 let answer = ApprovalDecision {
                     call_id: r.call_id,
-                    decision: approval_decision::Decision::No as i32,
+                    decision: decision as i32,
                 };
                 let _ = tx.send(input(turn_input::Input::Approval(answer))).await;
             }
@@ -86,14 +99,28 @@ fn read_prompt(prompt: String) -> CliResult<String> {
 }
 
 /// The request starting a one-shot with `prompt` under the configuration.
-fn turn_start(ctx: &Ctx, prompt: String) -> CliResult<TurnStart> {
+fn turn_start(ctx: &Ctx, prompt: String, prompt_from_args: bool) -> CliResult<TurnStart> {
     let config = ctx.config()?;
-    // No one is there to ask: tools run only with --auto.
+    if ctx.global.on_pending.is_some() {
+        return Err(CliError::usage(
+            "--on-pending settles an interrupted chat turn; a one-shot never has one",
+        ));
+    }
+    // Tools run with --auto; --approval ask asks at a terminal; else
+    // nothing runs (and the one-shot says so and exits 1).
     let auto = ctx.global.auto || ctx.global.approval == Some(Approval::Auto);
-    let policy = if auto {
-        ApprovalPolicy::Auto
-    } else {
-        ApprovalPolicy::Never
+    let policy = match ctx.global.approval {
+        _ if auto => ApprovalPolicy::Auto,
+        Some(Approval::Ask) if std::io::stdin().is_terminal() && prompt_from_args => {
+            ApprovalPolicy::Ask
+        }
+        Some(Approval::Ask) => {
+            return Err(CliError::usage(
+                "--approval ask needs a terminal to ask on; use --auto (or --approval auto) to \
+                 let the one-shot run commands",
+            ));
+        }
+        _ => ApprovalPolicy::Never,
     };
     Ok(TurnStart {
         scope: ctx.scope(),
@@ -133,6 +160,8 @@ struct Output {
     mid_line: bool,
     /// The answer when it comes in pieces.
     answer: String,
+    /// Calls not run because nobody could approve them.
+    needed_approval: usize,
 }
 
 impl Output {
@@ -141,6 +170,12 @@ impl Output {
         if let Event::AnswerChunk(piece) = event {
             self.answer.push_str(piece);
             return;
+        }
+        if let Event::ToolResult(r) = event
+            && r.denied
+            && !r.not_run.is_empty()
+        {
+            self.needed_approval += 1;
         }
         if self.as_json {
             if let Some(line) = JsonEvent::of(event) {
@@ -160,9 +195,7 @@ impl Output {
             Event::ToolResult(r) if !r.not_run.is_empty() => {
                 eprintln!("  ↳ not run: {}", r.not_run);
             }
-            Event::ToolResult(r) if r.denied => {
-                eprintln!("  ↳ denied (one-shots run tools only with --auto)");
-            }
+            Event::ToolResult(r) if r.denied => eprintln!("  ↳ declined"),
             Event::ToolResult(r) => {
                 let status = r
                     .exit_code
@@ -225,6 +258,11 @@ impl Output {
             eprintln!("{}", crate::turn::cut_short_line(&f.cut_short));
         }
         match status {
+            "completed" if self.needed_approval > 0 => Err(CliError::failed(format!(
+                "{} command(s) the model asked for were not run: they need approval, and a \
+                 one-shot runs commands only with --auto (or --approval auto)",
+                self.needed_approval
+            ))),
             "completed" => Ok(()),
             "interrupted" if crate::turn::daemon_stopped(&f) => {
                 Err(CliError::unreachable(format!(

@@ -113,14 +113,25 @@ impl Turn<'_> {
             self.approve(&call.call_id, &command).await?
         };
         if !approved {
-            let output = if was_running {
-                "interrupted while running and not run again (it may have partly run)"
+            // Said as it is: declined by the user, or never asked because
+            // this turn's policy lets nothing run (no one to ask).
+            let (output, reason) = if was_running {
+                (
+                    "interrupted while running and not run again (it may have partly run)",
+                    "",
+                )
+            } else if self.spec.policy == Policy::Never {
+                (
+                    "not run: commands need approval, and this turn's approval policy is never \
+                     (nobody was asked); the user can allow commands with --auto",
+                    NEEDS_APPROVAL,
+                )
             } else {
-                "the user declined to run this command"
+                ("the user declined to run this command", "")
             };
             return Ok(Ran {
                 denied: true,
-                ..Ran::not_run(output.to_owned(), String::new())
+                ..Ran::not_run(output.to_owned(), reason.to_owned())
             });
         }
         pending[i].state = CallState::Running;
@@ -222,6 +233,12 @@ impl Turn<'_> {
         }
     }
 }
+
+
+/// Why a call did not run under approval policy `never` (the user sees it;
+/// a one-shot that meets it exits non-zero).
+const NEEDS_APPROVAL: &str =
+    "needs approval (approval policy never): run with --auto or --approval auto to allow commands";
 
 /// What one call gave: its output for the model and how it went.
 struct Ran {

@@ -1,0 +1,45 @@
+//! One-shots tell the truth about commands nobody approved: the model is told why, the
+//! user gets one line saying how to allow them, and the exit status is not 0.
+
+use agentx_tests::fake_model::FakeModel;
+use agentx_tests::{TestEnv, assert_code, stderr};
+
+#[test]
+fn a_one_shot_without_auto_says_the_command_needs_approval_and_exits_1() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let out = env.chat(&model, ["exec", "CALL touch made-by-tool"], "");
+    assert_code(&out, 1);
+    let err = stderr(&out);
+    assert!(err.contains("need approval"), "{err}");
+    assert!(err.contains("--auto"), "{err}");
+    assert!(!env.work.join("made-by-tool").exists());
+    // The model was told it was not run, and why: not that someone declined.
+    let requests = model.requests();
+    let told = requests
+        .iter()
+        .map(|r| r.body.to_string())
+        .find(|b| b.contains("function_call_output"))
+        .expect("the call's output reached the model");
+    assert!(told.contains("approval policy is never"), "{told}");
+    assert!(!told.contains("the user declined"), "{told}");
+
+    // With --auto it runs and exits 0.
+    let out = env.chat(&model, ["exec", "--auto", "CALL touch made-by-tool"], "");
+    assert_code(&out, 0);
+    assert!(env.work.join("made-by-tool").exists());
+}
+
+#[test]
+fn options_that_mean_nothing_for_a_one_shot_are_refused() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let out = env.chat(&model, ["exec", "--on-pending", "retry", "hi"], "");
+    assert_code(&out, 2);
+    assert!(stderr(&out).contains("one-shot"), "{}", stderr(&out));
+    // Without a terminal there is no one to ask.
+    let out = env.chat(&model, ["exec", "--approval", "ask", "hi"], "");
+    assert_code(&out, 2);
+    assert!(stderr(&out).contains("needs a terminal"), "{}", stderr(&out));
+    assert!(model.requests().is_empty());
+}
