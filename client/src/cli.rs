@@ -77,10 +77,12 @@ pub enum Command {
         /// Print one JSON event per line.
         #[arg(long)]
         json: bool,
+        /// What to ask ('-' reads it from stdin).
         prompt: String,
     },
     /// This folder's conversations, newest first.
     Sessions {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         /// Draw forks under the conversation they came from.
@@ -89,6 +91,7 @@ pub enum Command {
     },
     /// Push to the remote store now (remote_url), waiting at most --wait-ms.
     Sync {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         /// How long to wait for the push (default 10000).
@@ -96,22 +99,33 @@ pub enum Command {
         wait_ms: Option<u32>,
     },
     /// Open the chat on conversation N (1 = newest) or ID.
-    Resume { target: Option<String> },
+    Resume {
+        /// N (1 = newest, as `sessions` numbers them) or ID; none: pick one
+        /// at a terminal, else the latest.
+        #[arg(value_name = "N|ID")]
+        target: Option<String>,
+    },
     /// Open the chat on a new conversation.
     New,
     /// The current conversation's state.
     Status {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// This conversation's checkpoints, newest first.
     Checkpoints {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Restore checkpoint N (1 = newest); --undo reverts the last rollback.
     Rollback {
+        /// Checkpoint N (1 = newest, as `checkpoints` numbers them); none:
+        /// pick one at a terminal, else the newest.
+        #[arg(value_name = "N")]
         index: Option<u32>,
+        /// Revert the last rollback.
         #[arg(long, conflicts_with = "index")]
         undo: bool,
     },
@@ -123,37 +137,47 @@ pub enum Command {
     },
     /// Delete the current conversation's stored state and start fresh.
     Clear {
+        /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
     },
     /// This folder's snapshots, newest first.
     Snapshots {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Snapshot the folder now.
     Snapshot {
+        /// A label shown in `snapshots`.
         #[arg(long, value_name = "TEXT")]
         label: Option<String>,
     },
     /// Put back what the last message changed.
     Undo {
+        /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
+        /// Also overwrite paths changed since the message (conflicts).
         #[arg(long)]
         force: bool,
     },
     /// Put the folder back as snapshot N (or ID) had it.
     Rewind {
+        /// Snapshot N (1 = newest, as `snapshots` numbers them) or its ID;
+        /// none: list them.
         #[arg(value_name = "N|ID")]
         index: Option<String>,
+        /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
+        /// Also overwrite paths changed since the snapshot was taken elsewhere (conflicts).
         #[arg(long)]
         force: bool,
     },
     /// Retained one-shot states (failed or interrupted).
     Oneshots {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         #[command(subcommand)]
@@ -161,7 +185,11 @@ pub enum Command {
     },
     /// Start a new conversation from checkpoint N (1 = newest, the default)
     /// of the current one; the original stays as it is.
-    Fork { checkpoint: Option<u32> },
+    Fork {
+        /// Checkpoint N (1 = newest, the default).
+        #[arg(value_name = "N")]
+        checkpoint: Option<u32>,
+    },
     /// Give conversation N (1 = newest) or ID, or the current one, a title.
     Rename {
         /// [N|ID] TITLE
@@ -171,11 +199,13 @@ pub enum Command {
     /// Full-text search over messages, tool outputs and titles (this folder
     /// and agent; every folder with --all).
     Search {
+        /// Words, and "phrases" in quotes, all of which a hit holds.
         #[arg(required = true, num_args = 1.., value_name = "TEXT")]
         text: Vec<String>,
         /// Search every folder and agent.
         #[arg(long)]
         all: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         /// At most this many hits (1 or more; 0 is a usage error).
@@ -185,7 +215,10 @@ pub enum Command {
     /// Write conversation N (1 = newest) or ID (default: the current one) as
     /// JSON (re-importable) or Markdown.
     Export {
+        /// Conversation N (1 = newest) or ID; none: the current one.
+        #[arg(value_name = "N|ID")]
         target: Option<String>,
+        /// json (re-importable) or markdown.
         #[arg(long, value_enum, default_value = "json")]
         format: ExportFormat,
         /// Write to FILE instead of stdout (never overwrites).
@@ -194,13 +227,17 @@ pub enum Command {
     },
     /// Add a conversation from an `agentx export` JSON file ('-' reads stdin).
     Import {
+        /// An `agentx export` JSON file ('-' reads stdin).
         file: PathBuf,
         /// The folder it belongs to here (default: the current folder or -C).
         #[arg(long, value_name = "DIR")]
         folder: Option<PathBuf>,
     },
     /// Print a shell completion script: bash, zsh, fish, elvish or powershell.
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Print the agentx(1) man page (roff).
     Man,
     /// Manage the agentd daemon.
@@ -219,7 +256,10 @@ pub enum ExportFormat {
 #[derive(Debug, Subcommand)]
 pub enum OneshotsAction {
     /// Print one retained one-shot: its state and transcript.
-    Show { id: String },
+    Show {
+        /// The one-shot's id, as `oneshots` lists them.
+        id: String,
+    },
     /// Remove every retained one-shot of this folder.
     Prune,
 }
@@ -232,6 +272,7 @@ pub enum DaemonAction {
     Stop,
     /// Whether agentd runs: pid, version, uptime, socket, profile. Never starts it.
     Status {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -248,6 +289,28 @@ pub enum DaemonAction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_argument_of_every_command_says_what_it_is() {
+        use clap::CommandFactory as _;
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "agentx", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:?}");
+    }
 
     #[test]
     fn global_flags_work_after_the_subcommand() {

@@ -20,8 +20,12 @@ pub struct History {
 impl History {
     /// The history of the profile at `profile_dir`, unless turned off.
     pub fn of_profile(profile_dir: &Path) -> Self {
-        let off = std::env::var("AGENTX_HISTORY")
-            .is_ok_and(|v| matches!(v.trim().to_lowercase().as_str(), "off" | "0" | "false" | "no"));
+        let off = std::env::var("AGENTX_HISTORY").is_ok_and(|v| {
+            matches!(
+                v.trim().to_lowercase().as_str(),
+                "off" | "0" | "false" | "no"
+            )
+        });
         Self {
             path: (!off).then(|| profile_dir.join("history")),
         }

@@ -38,6 +38,7 @@ struct Chat<'a> {
 pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
     let config = ctx.config()?;
     let policy = ctx.approval(&config, ApprovalPolicy::Ask);
+    crate::ui::entering_repl();
     let mut ui = Ui::with_history(crate::history::History::of_profile(&ctx.profile.dir));
     let opened = open(ctx, target, &mut ui).await?;
     let mut chat = Chat {

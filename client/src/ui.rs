@@ -8,6 +8,24 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::history::History;
 
+/// Whether this process runs the REPL: hints then name slash commands.
+static IN_REPL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, hints name slash commands (`/rewind N`), not `agentx …`.
+pub fn entering_repl() {
+    IN_REPL.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How the user runs `command` (e.g. "rewind N") from where they are:
+/// `/rewind N` in the REPL, `agentx rewind N` at the shell.
+pub fn how(command: &str) -> String {
+    if IN_REPL.load(std::sync::atomic::Ordering::Relaxed) {
+        format!("/{command}")
+    } else {
+        format!("agentx {command}")
+    }
+}
+
 /// Where chat input comes from.
 pub enum Input {
     /// An interactive terminal with line editing and history.

@@ -17,8 +17,14 @@ mod tests {
             "store",
             &["remote", "search", "turn", "snapshot", "services", "server"],
         ),
-        ("snapshot", &["remote", "search", "turn", "services", "server"]),
-        ("search", &["remote", "turn", "snapshot", "services", "server"]),
+        (
+            "snapshot",
+            &["remote", "search", "turn", "services", "server"],
+        ),
+        (
+            "search",
+            &["remote", "turn", "snapshot", "services", "server"],
+        ),
         ("remote", &["turn", "snapshot", "services", "server"]),
         ("turn", &["services", "server"]),
     ];

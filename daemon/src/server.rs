@@ -224,8 +224,8 @@ impl Domain {
             profile.sessions_dir(),
             commits.subscribe(),
         )
-            .map_err(|e| tracing::warn!("search is off: {e}"))
-            .ok();
+        .map_err(|e| tracing::warn!("search is off: {e}"))
+        .ok();
         // The remote store (off without remote_url): pushes in the background.
         let remote = crate::remote::Remote::start(
             &profile.dir,

@@ -45,11 +45,9 @@ impl Pane {
         let mut script = String::from("#!/bin/sh\n");
         for (key, value) in cmd.get_envs() {
             match value {
-                Some(v) => script.push_str(&format!(
-                    "export {}={}\n",
-                    key.to_string_lossy(),
-                    quote(v)
-                )),
+                Some(v) => {
+                    script.push_str(&format!("export {}={}\n", key.to_string_lossy(), quote(v)))
+                }
                 None => script.push_str(&format!("unset {}\n", key.to_string_lossy())),
             }
         }
@@ -98,10 +96,7 @@ impl Pane {
 
     /// Types `text` (literally), without Enter.
     pub fn type_text(&self, text: &str) {
-        let ok = self
-            .tmux(["send-keys", "-l", "--", text])
-            .status()
-            .unwrap();
+        let ok = self.tmux(["send-keys", "-l", "--", text]).status().unwrap();
         assert!(ok.success());
     }
 

@@ -478,7 +478,10 @@ fn a_folder_whose_path_is_not_utf8_is_refused_with_the_reason() {
     let err = stderr(&out);
     assert!(err.contains("valid UTF-8"), "{err}");
     // One sentence, said once: no "agentx: agentx", no run of spaces.
-    assert!(!err.contains("agentx: agentx") && !err.contains("  "), "{err}");
+    assert!(
+        !err.contains("agentx: agentx") && !err.contains("  "),
+        "{err}"
+    );
     assert!(!err.contains("does not exist"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(model.requests().is_empty());

@@ -40,6 +40,10 @@ fn options_that_mean_nothing_for_a_one_shot_are_refused() {
     // Without a terminal there is no one to ask.
     let out = env.chat(&model, ["exec", "--approval", "ask", "hi"], "");
     assert_code(&out, 2);
-    assert!(stderr(&out).contains("needs a terminal"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("needs a terminal"),
+        "{}",
+        stderr(&out)
+    );
     assert!(model.requests().is_empty());
 }

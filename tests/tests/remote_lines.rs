@@ -128,7 +128,10 @@ fn a_turn_still_running_on_another_machine_is_not_pulled_as_if_finished() {
     let running = a.chat_command(&model, ["--auto"], "CALL sleep 6\n");
     let give_up = Instant::now() + Duration::from_secs(20);
     while status(&a)["transcript_items"].as_i64().unwrap_or(0) < 4 {
-        assert!(Instant::now() < give_up, "A's turn never committed its call");
+        assert!(
+            Instant::now() < give_up,
+            "A's turn never committed its call"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     // Everything A has is pushed now; the unfinished turn stays on A.

@@ -88,8 +88,7 @@ fn prompt_history_is_kept_privately_across_sessions_without_space_led_lines() {
 
     // Turned off, nothing more is written.
     let mut off = env;
-    off.extra_env
-        .push(("AGENTX_HISTORY".into(), "off".into()));
+    off.extra_env.push(("AGENTX_HISTORY".into(), "off".into()));
     let pane = Pane::start(&off, &model, &["--approval", "never"]).unwrap();
     pane.line("not kept");
     pane.wait_for("echo: not kept");
@@ -102,7 +101,10 @@ fn prompt_history_is_kept_privately_across_sessions_without_space_led_lines() {
 fn resume_takes_ids_where_they_are_printed_and_opens_the_picker_without_one() {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    assert_code(&env.chat(&model, ["--approval", "never"], "first talk\n"), 0);
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "first talk\n"),
+        0,
+    );
     let first = status(&env)["session_id"].as_str().unwrap().to_owned();
     assert_code(
         &env.chat(&model, ["new", "--approval", "never"], "second talk\n"),
@@ -134,4 +136,29 @@ fn resume_takes_ids_where_they_are_printed_and_opens_the_picker_without_one() {
     let st = status(&env);
     assert_ne!(st["session_id"], first.as_str(), "{st}");
     assert_eq!(st["turns"], 2, "{st}");
+}
+
+#[test]
+fn hints_inside_the_repl_name_slash_commands() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "make a snapshot\n"),
+        0,
+    );
+    let Some(pane) = Pane::start(&env, &model, &["--approval", "never"]) else {
+        return;
+    };
+    pane.wait_for("make a snapshot");
+    pane.line("/rewind");
+    let screen = pane.wait_for("puts the folder back");
+    assert!(screen.contains("`/rewind N` (or `/rewind ID`)"), "{screen}");
+    assert!(!screen.contains("agentx rewind"), "{screen}");
+    // The same listing at the shell names the shell command.
+    let out = env.run(["rewind"]);
+    assert!(
+        agentx_tests::stdout(&out).contains("`agentx rewind N`"),
+        "{}",
+        agentx_tests::stdout(&out)
+    );
 }

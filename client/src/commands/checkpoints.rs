@@ -182,7 +182,10 @@ pub async fn rollback_command(ctx: &Ctx, index: Option<u32>, undo: bool) -> CliR
         Some(status) if undo => println!("rollback undone: back at turn {}", status.turns),
         Some(status) => {
             println!("{}", describe(&status));
-            println!("(files are untouched; `agentx rollback --undo` reverts this)");
+            println!(
+                "(files are untouched; `{}` reverts this)",
+                crate::ui::how("rollback --undo")
+            );
         }
     }
     Ok(())

@@ -418,8 +418,9 @@ fn print_markers(s: &SessionStatus) {
     }
     if s.has_rollback_backup {
         println!(
-            "rollback      backup from {} (agentx rollback --undo restores it)",
-            crate::when::human(s.rollback_backup_at.as_ref())
+            "rollback      backup from {} ({} restores it)",
+            crate::when::human(s.rollback_backup_at.as_ref()),
+            crate::ui::how("rollback --undo")
         );
     }
 }

@@ -217,13 +217,13 @@ async fn apply(ctx: &Ctx, request: RestoreRequest, verb: &str) -> CliResult<Rest
 /// Prints what the restore did; fails when some path could not be restored.
 fn report(reply: &RestoreReply, verb: &str, undo: bool) -> CliResult<()> {
     println!(
-        "{verb}: {} restored, {} skipped, {} left alone, {} failed (snapshot {} holds the state before; `agentx rewind {}` returns to it)",
+        "{verb}: {} restored, {} skipped, {} left alone, {} failed (snapshot {} holds the state before; `{}` returns to it)",
         reply.applied.len(),
         reply.skipped.len(),
         reply.left_alone.len(),
         reply.errors.len(),
         reply.pre_restore_snapshot_id,
-        reply.pre_restore_snapshot_id
+        crate::ui::how(&format!("rewind {}", reply.pre_restore_snapshot_id))
     );
     if !reply.skipped.is_empty() {
         eprintln!("skipped (changed since; --force restores them too):");
@@ -274,7 +274,9 @@ pub async fn rewind(ctx: &Ctx, index: Option<String>, yes: bool, force: bool) ->
         None => {
             list(ctx, false).await?;
             println!(
-                "`agentx rewind N` (or `agentx rewind ID`) puts the folder back as that snapshot had it"
+                "`{}` (or `{}`) puts the folder back as that snapshot had it",
+                crate::ui::how("rewind N"),
+                crate::ui::how("rewind ID")
             );
             Ok(())
         }

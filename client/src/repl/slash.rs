@@ -108,7 +108,9 @@ impl Chat<'_> {
 
     /// `/resume`: a picker at a terminal, else the numbered list.
     async fn pick_and_resume(&mut self) -> CliResult<()> {
-        if let Some(target) = sessions::pick(self.ctx, "/resume N or /resume ID continues one").await? {
+        if let Some(target) =
+            sessions::pick(self.ctx, "/resume N or /resume ID continues one").await?
+        {
             self.resume(target).await?;
         }
         Ok(())

@@ -113,10 +113,9 @@ pub async fn read_remote(
         .unwrap_or_default();
     let forked_from = text(11)?.and_then(|f| serde_json::from_str(&f).ok());
     let first: i64 = row.try_get(13).map_err(db)?;
-    let listed: Vec<(i64, i64, serde_json::Value)> = serde_json::from_str(
-        &text(14)?.unwrap_or_default(),
-    )
-    .map_err(|e| RemoteError::Server(format!("the records of {id} do not read: {e}")))?;
+    let listed: Vec<(i64, i64, serde_json::Value)> =
+        serde_json::from_str(&text(14)?.unwrap_or_default())
+            .map_err(|e| RemoteError::Server(format!("the records of {id} do not read: {e}")))?;
     let records = row.try_get::<_, i64>(7).map_err(db)?.max(0);
     if records - first != listed.len() as i64 {
         return Err(RemoteError::Server(format!(

@@ -69,10 +69,10 @@ mod tests {
 
     #[test]
     fn the_chain_depends_on_content_and_order_not_on_key_order() {
-        let a: Value = serde_json::from_str(r#"{"type":"user","text":"hi","x":{"b":1,"a":2}}"#)
-            .unwrap();
-        let b: Value = serde_json::from_str(r#"{"x":{"a":2,"b":1},"text":"hi","type":"user"}"#)
-            .unwrap();
+        let a: Value =
+            serde_json::from_str(r#"{"type":"user","text":"hi","x":{"b":1,"a":2}}"#).unwrap();
+        let b: Value =
+            serde_json::from_str(r#"{"x":{"a":2,"b":1},"text":"hi","type":"user"}"#).unwrap();
         assert_eq!(next("", 5, &a), next("", 5, &b));
         assert_ne!(next("", 5, &a), next("", 6, &a));
         let other: Value = serde_json::from_str(r#"{"type":"user","text":"hi!"}"#).unwrap();

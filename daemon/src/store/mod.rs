@@ -1,8 +1,8 @@
 //! The conversation store: one actor task per (folder, agent) group owns its
 //! files and serializes every write; handlers reach it through a [`GroupHandle`].
 
-pub(crate) mod durable;
 mod commits;
+pub(crate) mod durable;
 pub mod fork;
 mod group;
 

@@ -234,7 +234,6 @@ impl Turn<'_> {
     }
 }
 
-
 /// Why a call did not run under approval policy `never` (the user sees it;
 /// a one-shot that meets it exits non-zero).
 const NEEDS_APPROVAL: &str =

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::remote::{Remote, line};
 use crate::remote::project::project_key;
+use crate::remote::{Remote, line};
 use crate::store::session::{Checkpoint, SessionDoc};
 
 /// What was last pushed of one conversation (or pulled: what is known to
@@ -209,7 +209,9 @@ pub(super) fn read_push(remote: &Remote, doc_path: &Path) -> Result<Option<Push>
         );
         return Err(RetryLater);
     }
-    let head = records.last().map_or_else(|| base.to_owned(), |r| r.chain.clone());
+    let head = records
+        .last()
+        .map_or_else(|| base.to_owned(), |r| r.chain.clone());
     let project = project_key(Path::new(&doc.folder), &remote.machine);
     Ok(Some(Push {
         id: doc.id.clone(),
