@@ -19,10 +19,16 @@ pub fn entering_repl() {
 /// How the user runs `command` (e.g. "rewind N") from where they are:
 /// `/rewind N` in the REPL, `agentx rewind N` at the shell.
 pub fn how(command: &str) -> String {
+    how_either(command, command)
+}
+
+/// [`how`] for a command spelled differently at the shell and in the REPL
+/// (`agentx rollback --undo`, `/rollback undo`).
+pub fn how_either(shell: &str, repl: &str) -> String {
     if IN_REPL.load(std::sync::atomic::Ordering::Relaxed) {
-        format!("/{command}")
+        format!("/{repl}")
     } else {
-        format!("agentx {command}")
+        format!("agentx {shell}")
     }
 }
 

@@ -184,7 +184,7 @@ pub async fn rollback_command(ctx: &Ctx, index: Option<u32>, undo: bool) -> CliR
             println!("{}", describe(&status));
             println!(
                 "(files are untouched; `{}` reverts this)",
-                crate::ui::how("rollback --undo")
+                crate::ui::how_either("rollback --undo", "rollback undo")
             );
         }
     }

@@ -420,7 +420,7 @@ fn print_markers(s: &SessionStatus) {
         println!(
             "rollback      backup from {} ({} restores it)",
             crate::when::human(s.rollback_backup_at.as_ref()),
-            crate::ui::how("rollback --undo")
+            crate::ui::how_either("rollback --undo", "rollback undo")
         );
     }
 }
