@@ -258,8 +258,9 @@ impl Chat<'_> {
             return Ok(());
         };
         self.ui.info(&format!(
-            "agentx: the last turn was interrupted: {}; {} tool call(s) unanswered",
-            interrupted.message, opened.pending
+            "agentx: the last turn was interrupted: {}; {} unanswered",
+            interrupted.message,
+            agentx_shared::plural::count(opened.pending, "tool call")
         ));
         let choice = if self.ui.interactive {
             loop {
@@ -402,9 +403,9 @@ async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
         format!("new conversation {}", session.id)
     } else {
         format!(
-            "resuming {} ({} turn(s)): {}",
+            "resuming {} ({}): {}",
             session.id,
-            session.turns,
+            agentx_shared::plural::count(session.turns, "turn"),
             visible(&session.title)
         )
     };

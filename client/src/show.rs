@@ -52,3 +52,63 @@ mod tests {
         assert_eq!(visible_lines("one\r\n\x1b[Htwo"), "one\n\\x1b[Htwo");
     }
 }
+
+/// Rows as aligned text: every column but the last padded to its widest
+/// cell (in characters), those marked in `right` aligned right, two spaces
+/// between columns. Relative times and counts of different widths stay in
+/// line this way.
+pub fn table(rows: &[Vec<String>], right: &[bool]) -> Vec<String> {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    rows.iter()
+        .map(|row| {
+            let mut line = String::new();
+            for (c, cell) in row.iter().enumerate() {
+                if c > 0 {
+                    line.push_str("  ");
+                }
+                let pad = widths[c].saturating_sub(cell.chars().count());
+                let last = c + 1 == row.len();
+                if right.get(c).copied().unwrap_or(false) {
+                    line.push_str(&" ".repeat(pad));
+                    line.push_str(cell);
+                } else {
+                    line.push_str(cell);
+                    if !last {
+                        line.push_str(&" ".repeat(pad));
+                    }
+                }
+            }
+            line
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+
+    #[test]
+    fn columns_line_up_whatever_the_widths() {
+        let rows = vec![
+            vec!["1".into(), "just now".into(), "1 turn".into(), "a".into()],
+            vec![
+                "10".into(),
+                "yesterday 14:02".into(),
+                "12 turns".into(),
+                "b".into(),
+            ],
+        ];
+        let lines = table(&rows, &[true, false, true, false]);
+        assert_eq!(lines[0], " 1  just now           1 turn  a");
+        assert_eq!(lines[1], "10  yesterday 14:02  12 turns  b");
+    }
+}

@@ -195,8 +195,16 @@ fn show_tool_result(ui: &mut Ui, result: &ToolResultEvent) {
             None => "killed".to_owned(),
         }
     };
-    let lines = result.output.lines().count();
-    ui.info(&format!("  ↳ {status}, {lines} line(s) of output"));
+    ui.info(&format!(
+        "  ↳ {status}, {} of output",
+        agentx_shared::plural::count(output_lines(&result.output), "line")
+    ));
+}
+
+/// The lines of a command's output, without the status line agentd puts
+/// first for the model (`exit code 0`).
+pub fn output_lines(output: &str) -> u64 {
+    output.lines().skip(1).count() as u64
 }
 
 /// A retry, saying so when part of an answer was already shown.

@@ -26,8 +26,8 @@ pub fn json(u: &Usage) -> Value {
 pub fn line(u: &Usage) -> String {
     if agentx_shared::conversation::Usage::from(u).unknown() {
         return format!(
-            "not reported by the model server ({} response(s))",
-            u.unreported_responses
+            "not reported by the model server ({})",
+            agentx_shared::plural::count(u.unreported_responses, "response")
         );
     }
     let mut text = format!(
@@ -36,8 +36,8 @@ pub fn line(u: &Usage) -> String {
     );
     if u.unreported_responses > 0 {
         text.push_str(&format!(
-            "; {} response(s) without usage not counted",
-            u.unreported_responses
+            "; {} without usage not counted",
+            agentx_shared::plural::count(u.unreported_responses, "response")
         ));
     }
     text
@@ -65,7 +65,7 @@ mod tests {
             ..Usage::default()
         };
         assert_eq!(json(&some)["total_tokens"], 15);
-        assert!(line(&some).contains("1 response(s) without usage"));
+        assert!(line(&some).contains("1 response without usage"));
         let all = Usage {
             total_tokens: 3,
             ..Usage::default()

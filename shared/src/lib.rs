@@ -5,6 +5,7 @@ pub mod config;
 pub mod conversation;
 pub mod export;
 pub mod folder;
+pub mod plural;
 pub mod profile;
 pub mod proto;
 pub mod time;

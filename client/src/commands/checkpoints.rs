@@ -45,13 +45,19 @@ fn one_line(text: &str, max: usize) -> String {
     out
 }
 
-fn label(cp: &Checkpoint) -> String {
-    format!(
-        "{:>2}  {}  {}",
-        cp.index,
-        crate::when::human(cp.created_at.as_ref()),
-        one_line(&cp.last_user_message, 60)
-    )
+/// One aligned line per checkpoint: number, when, the message.
+fn labels(cps: &[Checkpoint]) -> Vec<String> {
+    let rows: Vec<Vec<String>> = cps
+        .iter()
+        .map(|cp| {
+            vec![
+                cp.index.to_string(),
+                crate::when::human(cp.created_at.as_ref()),
+                one_line(&cp.last_user_message, 60),
+            ]
+        })
+        .collect();
+    crate::show::table(&rows, &[true, false, false])
 }
 
 pub fn print_list(cps: &[Checkpoint]) {
@@ -59,8 +65,8 @@ pub fn print_list(cps: &[Checkpoint]) {
         println!("no checkpoints yet: each successful turn adds one");
         return;
     }
-    for cp in cps {
-        println!("{}", label(cp));
+    for line in labels(cps) {
+        println!("{line}");
     }
 }
 
@@ -154,7 +160,7 @@ fn choose(cps: &[Checkpoint]) -> CliResult<Option<u32>> {
     if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
         return Ok(Some(1));
     }
-    let items: Vec<String> = cps.iter().map(label).collect();
+    let items = labels(cps);
     let picked = crate::picker::pick(
         "roll back to (arrows or a number, Enter = newest, Esc = cancel)",
         &items,

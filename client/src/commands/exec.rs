@@ -201,8 +201,8 @@ impl Output {
                     .exit_code
                     .map_or("killed".to_owned(), |c| format!("exit {c}"));
                 eprintln!(
-                    "  ↳ {status}, {} line(s) of output",
-                    r.output.lines().count()
+                    "  ↳ {status}, {} of output",
+                    agentx_shared::plural::count(crate::turn::output_lines(&r.output), "line")
                 );
             }
             Event::Notice(text) => eprintln!("agentx: {text}"),
@@ -259,9 +259,9 @@ impl Output {
         }
         match status {
             "completed" if self.needed_approval > 0 => Err(CliError::failed(format!(
-                "{} command(s) the model asked for were not run: they need approval, and a \
-                 one-shot runs commands only with --auto (or --approval auto)",
-                self.needed_approval
+                "{} the model asked for not run: they need approval, and a one-shot runs \
+                 commands only with --auto (or --approval auto)",
+                agentx_shared::plural::count(self.needed_approval as u64, "command")
             ))),
             "completed" => Ok(()),
             "interrupted" if crate::turn::daemon_stopped(&f) => {

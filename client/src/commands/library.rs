@@ -327,10 +327,10 @@ pub async fn import_command(ctx: &Ctx, file: &Path, folder: Option<&Path>) -> Cl
         );
     }
     println!(
-        "imported {} ({} turn(s), {} items) into {}: agentx -C {} resume {}",
+        "imported {} ({}, {}) into {}: agentx -C {} resume {}",
         session.id,
-        session.turns,
-        parsed.conversation.transcript.len(),
+        agentx_shared::plural::count(session.turns, "turn"),
+        agentx_shared::plural::count(parsed.conversation.transcript.len() as u64, "item"),
         scope.folder,
         scope.folder,
         session.id
@@ -379,10 +379,10 @@ pub fn print_tree(list: &[SessionSummary]) {
             None => String::new(),
         };
         println!(
-            "{prefix}{branch}{:>2}  {}  {:>3} turn(s)  {title}{origin}",
+            "{prefix}{branch}{:>2}  {}  {:>9}  {title}{origin}",
             number.get(s.id.as_str()).copied().unwrap_or(0),
             s.id,
-            s.turns
+            agentx_shared::plural::count(s.turns, "turn")
         );
         let kids = children
             .get(s.id.as_str())

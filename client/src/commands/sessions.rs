@@ -93,7 +93,7 @@ pub async fn pick(ctx: &Ctx, hint: &str) -> CliResult<Option<Target>> {
         println!("{hint}");
         return Ok(None);
     }
-    let labels: Vec<String> = list.iter().map(label).collect();
+    let labels = labels(&list);
     let picked = crate::picker::pick("resume (arrows or a number, Enter, Esc = cancel)", &labels)?;
     Ok(picked.map(|index| Target::Id(list[index].id.clone())))
 }
@@ -111,8 +111,9 @@ pub async fn list(ctx: &Ctx) -> CliResult<Vec<SessionSummary>> {
         .sessions)
 }
 
-/// One line of the list (without its number).
-pub fn label(s: &SessionSummary) -> String {
+/// The list's cells of one conversation (without its number): where and
+/// id, when, turns, title and origin.
+fn cells(s: &SessionSummary) -> Vec<String> {
     let title = if s.title.is_empty() {
         "(empty)".into()
     } else {
@@ -128,22 +129,37 @@ pub fn label(s: &SessionSummary) -> String {
     } else {
         String::new()
     };
-    format!(
-        "{remote}{}  {}  {:>3} turn(s)  {title}{origin}",
-        s.id,
+    vec![
+        format!("{remote}{}", s.id),
         crate::when::human(s.updated_at.as_ref()),
-        s.turns
-    )
+        agentx_shared::plural::count(s.turns, "turn"),
+        format!("{title}{origin}"),
+    ]
 }
 
-/// Numbered list, newest first (1 = newest).
+/// One aligned line per conversation (without its number).
+pub fn labels(sessions: &[SessionSummary]) -> Vec<String> {
+    let rows: Vec<Vec<String>> = sessions.iter().map(cells).collect();
+    crate::show::table(&rows, &[false, false, true, false])
+}
+
+/// Numbered list, newest first (1 = newest), its columns aligned.
 pub fn print_list(sessions: &[SessionSummary]) {
     if sessions.is_empty() {
         println!("no conversations in this folder yet");
         return;
     }
-    for (i, s) in sessions.iter().enumerate() {
-        println!("{:>3}  {}", i + 1, label(s));
+    let rows: Vec<Vec<String>> = sessions
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut row = vec![(i + 1).to_string()];
+            row.extend(cells(s));
+            row
+        })
+        .collect();
+    for line in crate::show::table(&rows, &[true, false, false, true, false]) {
+        println!("{line}");
     }
 }
 
@@ -296,8 +312,11 @@ pub async fn sync(ctx: &Ctx, as_json: bool, wait_ms: Option<u32>) -> CliResult<(
     }
     if !as_json {
         println!(
-            "pushed {} conversation(s), {} record(s) to {}; {} pending",
-            reply.pushed_conversations, reply.pushed_records, remote.url, remote.pending
+            "pushed {}, {} to {}; {} pending",
+            agentx_shared::plural::count(reply.pushed_conversations, "conversation"),
+            agentx_shared::plural::count(reply.pushed_records, "record"),
+            remote.url,
+            remote.pending
         );
     }
     if reply.reached && !remote.refused.is_empty() {
@@ -307,8 +326,8 @@ pub async fn sync(ctx: &Ctx, as_json: bool, wait_ms: Option<u32>) -> CliResult<(
             .map(|f| format!("{} ({})", f.id, f.error))
             .collect();
         Err(CliError::failed(format!(
-            "the remote store refused {} conversation(s), the others are synced: {}",
-            ids.len(),
+            "the remote store refused {}, the others are synced: {}",
+            agentx_shared::plural::count(ids.len() as u64, "conversation"),
             ids.join("; ")
         )))
     } else if reply.reached {
@@ -383,8 +402,8 @@ fn print_conversation(ctx: &Ctx, s: &SessionStatus) {
 fn print_pending(s: &SessionStatus) {
     if !s.pending_tool_calls.is_empty() {
         println!(
-            "pending       {} tool call(s) from an interrupted turn",
-            s.pending_tool_calls.len()
+            "pending       {} from an interrupted turn",
+            agentx_shared::plural::count(s.pending_tool_calls.len() as u64, "tool call")
         );
         for c in &s.pending_tool_calls {
             println!(

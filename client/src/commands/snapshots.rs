@@ -41,15 +41,21 @@ pub async fn list(ctx: &Ctx, as_json: bool) -> CliResult<()> {
     if reply.snapshots.is_empty() {
         println!("no snapshots of this folder yet: one is taken before every message");
     }
-    for s in &reply.snapshots {
-        println!(
-            "{:>3}  {}  {:>4} changed  {:>6} files  {}",
-            s.index,
-            crate::when::human(s.created_at.as_ref()),
-            s.changed_files,
-            s.files,
-            s.label
-        );
+    let rows: Vec<Vec<String>> = reply
+        .snapshots
+        .iter()
+        .map(|s| {
+            vec![
+                s.index.to_string(),
+                crate::when::human(s.created_at.as_ref()),
+                format!("{} changed", s.changed_files),
+                agentx_shared::plural::count(s.files, "file"),
+                crate::show::visible(&s.label).into_owned(),
+            ]
+        })
+        .collect();
+    for line in crate::show::table(&rows, &[true, false, true, true, false]) {
+        println!("{line}");
     }
     println!("store: {} bytes on disk", reply.store_bytes);
     Ok(())
@@ -70,8 +76,9 @@ pub async fn take(ctx: &Ctx, label: Option<String>) -> CliResult<()> {
     );
     if snap.skipped > 0 {
         eprintln!(
-            "{} path(s) not captured ({}): restores leave them alone",
-            snap.skipped, snap.skipped_why
+            "{} not captured ({}): restores leave them alone",
+            agentx_shared::plural::count(snap.skipped, "path"),
+            snap.skipped_why
         );
     }
     Ok(())
@@ -165,8 +172,8 @@ fn show_plan(plan: &RestorePlan, undo: bool) {
     }
     if !plan.left_alone.is_empty() {
         eprintln!(
-            "left alone ({} path(s) agentx could not capture):",
-            plan.left_alone.len()
+            "left alone ({} agentx could not capture):",
+            agentx_shared::plural::count(plan.left_alone.len() as u64, "path")
         );
         show(&plan.left_alone);
     }
@@ -180,7 +187,10 @@ fn go_ahead(plan: &RestorePlan, verb: &str, undo: bool, yes: bool) -> CliResult<
         // An undo still moves past this message (and any it passed over).
         return Ok(undo);
     }
-    eprintln!("{verb} will change {} path(s):", plan.changes.len());
+    eprintln!(
+        "{verb} will change {}:",
+        agentx_shared::plural::count(plan.changes.len() as u64, "path")
+    );
     show(&plan.changes);
     if !yes {
         if !std::io::stdin().is_terminal() {
@@ -244,8 +254,8 @@ fn report(reply: &RestoreReply, verb: &str, undo: bool) -> CliResult<()> {
     }
     if !reply.errors.is_empty() {
         return Err(CliError::failed(format!(
-            "{} path(s) could not be restored",
-            reply.errors.len()
+            "{} could not be restored",
+            agentx_shared::plural::count(reply.errors.len() as u64, "path")
         )));
     }
     Ok(())

@@ -345,8 +345,8 @@ impl SnapshotStore {
             };
             if !rescanned {
                 let why = format!(
-                    "a restore found {} path(s) changed without an event, e.g. {}: {why}",
-                    differ.len(),
+                    "a restore found {} changed without an event, e.g. {}: {why}",
+                    agentx_shared::plural::count(differ.len(), "path"),
                     restore::escape(first)
                 );
                 tracing::warn!(folder = %folder.display(), "{why}; rescanning in full");

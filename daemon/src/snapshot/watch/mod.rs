@@ -391,10 +391,16 @@ impl Watchers {
                 return format!("not watched: {reason} (the next snapshot scans in full)");
             }
             let last = match w.last_dirty {
-                Some(n) => format!("the last snapshot re-read {n} directories"),
+                Some(n) => format!(
+                    "the last snapshot re-read {}",
+                    agentx_shared::plural::count(n as u64, "directory")
+                ),
                 None => "the last snapshot was a full scan".into(),
             };
-            return format!("watched ({} directories; {last})", w.wds.len());
+            return format!(
+                "watched ({}; {last})",
+                agentx_shared::plural::count(w.wds.len() as u64, "directory")
+            );
         }
         match self.not_watched.get(folder) {
             Some((reason, ..)) => format!("not watched: {reason}"),

@@ -1,0 +1,66 @@
+//! Listings a person reads: columns that line up whatever the widths of
+//! their cells (a relative time of days ago beside "just now"), and counts in words (`1 turn`, `2 turns`, `1 file`).
+
+use agentx_tests::fake_model::FakeModel;
+use agentx_tests::{TestEnv, assert_code, stdout};
+
+/// The character column where `needle` starts on each line holding one.
+fn columns_of(text: &str, needles: &[&str]) -> Vec<usize> {
+    needles
+        .iter()
+        .map(|n| {
+            let line = text
+                .lines()
+                .find(|l| l.contains(n))
+                .unwrap_or_else(|| panic!("no line with {n:?}:\n{text}"));
+            line[..line.find(n).unwrap()].chars().count()
+        })
+        .collect()
+}
+
+#[test]
+fn sessions_line_up_and_listings_count_in_words() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "alpha\nalpha two\n"),
+        0,
+    );
+    assert_code(
+        &env.chat(&model, ["new", "--approval", "never"], "beta one\n"),
+        0,
+    );
+    // The first one last changed days ago: its relative time is wider
+    // than "just now" (its document edited while agentd is stopped).
+    assert_code(&env.run(["daemon", "stop"]), 0);
+    let doc = env
+        .profile_files()
+        .into_iter()
+        .find(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && std::fs::read_to_string(p)
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                    .is_some_and(|v| v["title"] == "alpha")
+        })
+        .expect("alpha's document");
+    let mut value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&doc).unwrap()).unwrap();
+    let days = 3 * 24 * 3600 * 1000;
+    value["updated_at"] = (value["updated_at"].as_i64().unwrap() - days).into();
+    std::fs::write(&doc, value.to_string()).unwrap();
+    std::fs::write(env.work.join("only.txt"), "x").unwrap();
+    assert_code(&env.agentx(["snapshot"]).output().unwrap(), 0);
+
+    let out = stdout(&env.run(["sessions"]));
+    assert!(out.contains(" 1 turn "), "{out}");
+    assert!(out.contains("2 turns"), "{out}");
+    assert!(!out.contains("(s)"), "{out}");
+    assert!(out.contains("just now"), "{out}");
+    let cols = columns_of(&out, &["alpha", "beta one"]);
+    assert_eq!(cols[0], cols[1], "titles do not line up:\n{out}");
+
+    let out = stdout(&env.run(["snapshots"]));
+    assert!(out.contains(" 1 file "), "{out}");
+    assert!(!out.contains("1 files"), "{out}");
+}
