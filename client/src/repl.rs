@@ -126,6 +126,9 @@ pub async fn retry(ctx: &Ctx, new_chain: bool) -> CliResult<()> {
     chat.turn(None, resolve).await
 }
 
+/// How many lines of each message the resume replay shows.
+const REPLAY_LINES: usize = 6;
+
 enum Flow {
     Continue,
     Exit,
@@ -393,10 +396,22 @@ async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
         .session
         .ok_or_else(|| CliError::failed("agentd returned no conversation"))?;
     let mut shown = String::new();
-    for exchange in &reply.recent {
-        shown.push_str(&format!("› {}\n", visible_lines(&exchange.user)));
+    let last = reply.recent.len().saturating_sub(1);
+    for (n, exchange) in reply.recent.iter().enumerate() {
+        let user = crate::show::first_lines(&visible_lines(&exchange.user), REPLAY_LINES);
+        shown.push_str(&format!("› {user}\n"));
         if !exchange.assistant.is_empty() {
-            shown.push_str(&format!("{}\n", visible_lines(&exchange.assistant)));
+            let answer =
+                crate::show::first_lines(&visible_lines(&exchange.assistant), REPLAY_LINES);
+            shown.push_str(&format!("{answer}\n"));
+        } else if n == last {
+            // The last turn did not finish: say so rather than show it
+            // as if its answer were missing.
+            if let Some(marker) = &reply.interrupted {
+                shown.push_str(&format!("  (interrupted: {})\n", visible(&marker.message)));
+            } else if let Some(marker) = &reply.failed {
+                shown.push_str(&format!("  (failed: {})\n", visible(&marker.message)));
+            }
         }
     }
     let header = if session.turns == 0 {

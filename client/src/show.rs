@@ -53,6 +53,20 @@ mod tests {
     }
 }
 
+/// The first `n` lines of `text`, then `… N more lines` when it had more.
+pub fn first_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() <= n {
+        return text.trim_end_matches('\n').to_owned();
+    }
+    let more = lines.len() - n;
+    format!(
+        "{}\n  … {}",
+        lines[..n].join("\n"),
+        agentx_shared::plural::count(more, "more line")
+    )
+}
+
 /// Rows as aligned text: every column but the last padded to its widest
 /// cell (in characters), those marked in `right` aligned right, two spaces
 /// between columns. Relative times and counts of different widths stay in
