@@ -1,5 +1,6 @@
-//! One-shots tell the truth about commands nobody approved: the model is told why, the
-//! user gets one line saying how to allow them, and the exit status is not 0.
+//! One-shots tell the truth: about commands nobody approved (the model is told why, the
+//! user how to allow them, and the exit status is not 0), and about their changes to the
+//! folder, which `undo` names along with the rewind that takes them back.
 
 use agentx_tests::fake_model::FakeModel;
 use agentx_tests::{TestEnv, assert_code, stderr};
@@ -46,4 +47,26 @@ fn options_that_mean_nothing_for_a_one_shot_are_refused() {
         stderr(&out)
     );
     assert!(model.requests().is_empty());
+}
+
+#[test]
+fn undo_after_a_one_shot_says_who_changed_the_folder_and_how_to_take_it_back() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&env.chat(&model, ["--approval", "never"], "hello\n"), 0);
+    let out = env.chat(
+        &model,
+        ["exec", "--auto", "CALL echo made > by-one-shot.txt"],
+        "",
+    );
+    assert_code(&out, 0);
+    assert!(env.work.join("by-one-shot.txt").exists());
+    let out = env.run(["undo", "--yes"]);
+    assert_code(&out, 1);
+    let err = stderr(&out);
+    assert!(err.contains("one-shot oneshot-"), "{err}");
+    assert!(err.contains("agentx rewind 2"), "{err}");
+    // The hint is right: that rewind takes the one-shot's change back.
+    assert_code(&env.run(["rewind", "2", "--yes"]), 0);
+    assert!(!env.work.join("by-one-shot.txt").exists());
 }

@@ -78,14 +78,55 @@ impl SnapshotStore {
             }
             return Ok(((before, after), passed));
         }
-        Err(SnapError::NotFound(if passed.is_empty() {
-            "no message of this conversation to undo (the last 50 snapshots have none)".into()
+        let why = if passed.is_empty() {
+            "no message of this conversation to undo (the last 50 snapshots have none)".to_owned()
         } else {
             format!(
                 "no message of this conversation to undo: the {} left changed nothing",
-                passed.len()
+                agentx_shared::plural::count(passed.len(), "message")
             )
+        };
+        Err(SnapError::NotFound(match self.oneshot_change(folder)? {
+            Some(hint) => format!("{why}; {hint}"),
+            None => why,
         }))
+    }
+
+    /// When a one-shot changed the folder, which one and how to take its
+    /// change back: one-shots have no undo of their own, a rewind to the
+    /// snapshot before it does it.
+    fn oneshot_change(&mut self, folder: &Path) -> Result<Option<String>, SnapError> {
+        let snaps: Vec<Snap> = self.list(folder)?;
+        for (n, before) in snaps.iter().enumerate() {
+            let Some(owner) = before
+                .owners
+                .iter()
+                .find(|o| o.phase == Phase::Before && o.session.starts_with("oneshot-"))
+            else {
+                continue;
+            };
+            let Some(after) = snaps.iter().find(|s| {
+                s.owners
+                    .iter()
+                    .any(|o| o.phase == Phase::After && o.pair == owner.pair)
+            }) else {
+                continue;
+            };
+            let b = self.manifest_of(folder, before)?;
+            let a = self.manifest_of(folder, after)?;
+            if restore::plan_undo(&b, &a, &a, &restore::Suspects::none()).is_empty() {
+                continue;
+            }
+            let index = n + 1;
+            let label: String = owner.label.chars().take(60).collect();
+            return Ok(Some(format!(
+                "one-shot {} ({label:?}) changed the folder, and one-shots have no undo: \
+                 rewind {index} (agentx rewind {index}, /rewind {index} in the chat) puts the \
+                 folder back as it was before it",
+                owner.session
+            )));
+        }
+        Ok(None)
     }
 
     /// A scan of the folder as it is now, stored nowhere.
