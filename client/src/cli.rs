@@ -112,6 +112,10 @@ pub enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Also the internals: the model server's URL and last response
+        /// id, how snapshots watch the folder.
+        #[arg(long, short)]
+        verbose: bool,
     },
     /// This conversation's checkpoints, newest first.
     Checkpoints {

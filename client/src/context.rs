@@ -23,6 +23,24 @@ pub struct Ctx {
     daemon: std::cell::RefCell<Daemon>,
 }
 
+/// The model, provider and approval mode the chat uses here.
+pub struct Setup {
+    pub model: String,
+    pub provider: String,
+    pub base_url: String,
+    pub approval: &'static str,
+}
+
+impl Setup {
+    /// One line: `gpt-5 (responses), approval ask`.
+    pub fn line(&self) -> String {
+        format!(
+            "{} ({}), approval {}",
+            self.model, self.provider, self.approval
+        )
+    }
+}
+
 impl Ctx {
     /// Resolves the folder, then reaches (or starts) agentd.
     pub async fn connect(profile: Profile, global: Global) -> CliResult<Self> {
@@ -90,6 +108,25 @@ impl Ctx {
             ));
         }
         Ok(config)
+    }
+
+    /// What the chat talks to and how it runs tools, as the banner,
+    /// `status` and `status --json` show it.
+    pub fn setup(&self) -> CliResult<Setup> {
+        // Shown whether or not a key is set (a turn says when one is missing).
+        let config = Config::load(&self.profile.config_file())
+            .map_err(|e| CliError::failed(e.to_string()))?;
+        let approval = match self.approval(&config, ApprovalPolicy::Ask) {
+            ApprovalPolicy::Auto => "auto",
+            ApprovalPolicy::Never => "never",
+            _ => "ask",
+        };
+        Ok(Setup {
+            model: config.model.clone(),
+            provider: config.provider.as_str().to_owned(),
+            base_url: config.base_url.clone(),
+            approval,
+        })
     }
 
     /// The tool policy: --approval/--auto, then config.toml, then `fallback`.

@@ -138,7 +138,7 @@ async fn dispatch(ctx: &Ctx, command: Command) -> CliResult<()> {
         Command::Import { file, folder } => {
             commands::library::import_command(ctx, &file, folder.as_deref()).await
         }
-        Command::Status { json } => commands::sessions::status(ctx, json).await,
+        Command::Status { json, verbose } => commands::sessions::status(ctx, json, verbose).await,
         Command::Sync { json, wait_ms } => commands::sessions::sync(ctx, json, wait_ms).await,
         Command::Clear { yes } => commands::sessions::clear_command(ctx, yes).await,
         Command::New => repl::run(ctx, Target::New(true)).await,

@@ -414,7 +414,7 @@ async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
             }
         }
     }
-    let header = if session.turns == 0 {
+    let mut header = if session.turns == 0 {
         format!("new conversation {}", session.id)
     } else {
         format!(
@@ -424,6 +424,9 @@ async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
             visible(&session.title)
         )
     };
+    if let Ok(setup) = ctx.setup() {
+        header.push_str(&format!("\nmodel {}", setup.line()));
+    }
     if ui.interactive {
         println!("{header}");
         print!("{shown}");

@@ -64,3 +64,46 @@ fn sessions_line_up_and_listings_count_in_words() {
     assert!(out.contains(" 1 file "), "{out}");
     assert!(!out.contains("1 files"), "{out}");
 }
+
+#[test]
+fn status_and_the_banner_say_the_model_provider_and_approval_and_keep_internals_for_verbose() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let out = env.chat(&model, ["--approval", "never"], "hi\n");
+    assert_code(&out, 0);
+    // The banner (on stderr when scripted).
+    let banner = agentx_tests::stderr(&out);
+    assert!(
+        banner.contains("model fake-model (responses), approval never"),
+        "{banner}"
+    );
+    let plain = stdout(
+        &env.agentx(["status"])
+            .env("AGENTX_MODEL", "fake-model")
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        plain.contains("model         fake-model (responses), approval ask"),
+        "{plain}"
+    );
+    assert!(!plain.contains("response id"), "{plain}");
+    assert!(!plain.contains("watch "), "{plain}");
+    let verbose = stdout(
+        &env.agentx(["status", "--verbose"])
+            .env("AGENTX_MODEL", "fake-model")
+            .output()
+            .unwrap(),
+    );
+    assert!(verbose.contains("response id   resp_"), "{verbose}");
+    assert!(verbose.contains("watch "), "{verbose}");
+    let json = agentx_tests::json_out(
+        &env.agentx(["status", "--json", "--auto"])
+            .env("AGENTX_MODEL", "fake-model")
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(json["model"], "fake-model", "{json}");
+    assert_eq!(json["provider"], "responses", "{json}");
+    assert_eq!(json["approval"], "auto", "{json}");
+}

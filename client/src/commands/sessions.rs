@@ -220,8 +220,13 @@ pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
         .as_ref()
         .filter(|_| s.has_rollback_backup)
         .map(|at| json!({"at": rfc3339_wire(Some(at))}));
+    let setup = ctx.setup().ok();
     json!({
         "session_id": s.session_id,
+        "model": setup.as_ref().map(|s| s.model.clone()),
+        "provider": setup.as_ref().map(|s| s.provider.clone()),
+        "base_url": setup.as_ref().map(|s| s.base_url.clone()),
+        "approval": setup.as_ref().map(|s| s.approval),
         "response_id": if s.response_id.is_empty() { Value::Null } else { json!(s.response_id) },
         "folder": ctx.scope.folder,
         "agent": ctx.scope.agent,
@@ -354,8 +359,9 @@ pub async fn sync(ctx: &Ctx, as_json: bool, wait_ms: Option<u32>) -> CliResult<(
     }
 }
 
-/// Prints the current conversation's state as `agentx status` shows it.
-pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
+/// Prints the current conversation's state as `agentx status` shows it;
+/// `verbose` adds internals (the server's response id, the watch).
+pub fn print_status(ctx: &Ctx, s: &SessionStatus, verbose: bool) {
     if s.session_id.is_empty() {
         println!(
             "no conversation in {} yet (agent {})",
@@ -363,10 +369,10 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
         );
         return;
     }
-    print_conversation(ctx, s);
+    print_conversation(ctx, s, verbose);
     print_pending(s);
     print_markers(s);
-    print_snapshots_and_remote(s);
+    print_snapshots_and_remote(s, verbose);
     println!(
         "daemon        pid {}, version {}",
         ctx.hello().pid,
@@ -376,19 +382,27 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus) {
 
 /// The status lines naming the conversation and its transcript, usage and
 /// checkpoints.
-fn print_conversation(ctx: &Ctx, s: &SessionStatus) {
+fn print_conversation(ctx: &Ctx, s: &SessionStatus, verbose: bool) {
     let u = s.usage.unwrap_or_default();
     println!("conversation  {}  {}", s.session_id, visible(&s.title));
     println!(
         "folder        {} (agent {})",
         ctx.scope.folder, ctx.scope.agent
     );
-    let response = if s.response_id.is_empty() {
-        "-"
-    } else {
-        s.response_id.as_str()
-    };
-    println!("response id   {response}");
+    if let Ok(setup) = ctx.setup() {
+        println!("model         {}", setup.line());
+        if verbose {
+            println!("server        {}", setup.base_url);
+        }
+    }
+    if verbose {
+        let response = if s.response_id.is_empty() {
+            "-"
+        } else {
+            s.response_id.as_str()
+        };
+        println!("response id   {response}");
+    }
     println!(
         "turns         {} ({} transcript items)",
         s.turns, s.transcript_items
@@ -445,12 +459,12 @@ fn print_markers(s: &SessionStatus) {
 }
 
 /// The status lines for the folder's snapshots and the remote store (when on).
-fn print_snapshots_and_remote(s: &SessionStatus) {
+fn print_snapshots_and_remote(s: &SessionStatus, verbose: bool) {
     println!(
         "snapshots     {} ({} bytes stored)",
         s.snapshots, s.snapshot_store_bytes
     );
-    if !s.snapshot_watch.is_empty() {
+    if verbose && !s.snapshot_watch.is_empty() {
         println!("watch         {}", s.snapshot_watch);
     }
     if let Some(r) = s
@@ -476,12 +490,12 @@ fn print_snapshots_and_remote(s: &SessionStatus) {
     }
 }
 
-pub async fn status(ctx: &Ctx, as_json: bool) -> CliResult<()> {
+pub async fn status(ctx: &Ctx, as_json: bool, verbose: bool) -> CliResult<()> {
     let s = fetch_status(ctx, "").await?;
     if as_json {
         println!("{}", status_json(ctx, &s));
     } else {
-        print_status(ctx, &s);
+        print_status(ctx, &s, verbose);
     }
     Ok(())
 }

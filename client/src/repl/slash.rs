@@ -60,9 +60,10 @@ impl Chat<'_> {
                 let target = sessions::named(self.ctx, n).await?;
                 self.resume(target).await?;
             }
-            ("status", _) => {
+            ("status", arg) => {
                 let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
-                sessions::print_status(self.ctx, &status);
+                let verbose = matches!(arg, Some("verbose" | "-v" | "--verbose"));
+                sessions::print_status(self.ctx, &status, verbose);
             }
             ("checkpoints", _) => {
                 let cps = checkpoints::list(self.ctx, &self.session.id).await?;
