@@ -331,6 +331,9 @@ fn a_schema_migrated_by_a_newer_agentd_meanwhile_stops_the_pushes_with_a_clear_e
     assert_eq!(sync(&a)["reached"], true);
     let id = status(&a)["session_id"].as_str().unwrap().to_owned();
     let before = records(pg, "s_newer", &id);
+    // The listing's connection is made (and kept) before the change.
+    let out = a.run(["sessions", "--json"]);
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
 
     // A newer agentd migrates the database while this one runs.
     pg.execute(
@@ -349,6 +352,10 @@ fn a_schema_migrated_by_a_newer_agentd_meanwhile_stops_the_pushes_with_a_clear_e
     assert!(error.contains(&expected), "{synced}");
     assert!(error.contains("update agentx"), "{synced}");
     assert_eq!(records(pg, "s_newer", &id), before, "nothing was pushed");
+    // Listing learns it too, and says so.
+    let out = a.run(["sessions", "--json"]);
+    assert_code(&out, 0);
+    assert!(stderr(&out).contains(&expected), "{}", stderr(&out));
     let st = status(&a);
     assert_eq!(st["remote"]["state"], "pending", "{st}");
     assert!(

@@ -130,10 +130,12 @@ async fn pass(
         // (connecting again checks again), and listing, search and pull
         // connect again too and learn it there.
         *client = None;
-        remote.lanes.clear();
         return Err(match e {
             RemoteError::Server(text) => RemoteError::Server(url.redact(&text)),
-            other => other,
+            other => {
+                remote.lanes.clear();
+                other
+            }
         });
     }
     if let Some(c) = client.as_ref() {
