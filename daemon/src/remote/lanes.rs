@@ -6,7 +6,9 @@
 //! statement is bounded by the server (`statement_timeout`), and a caller
 //! that stops waiting (its timeout fired and its future was dropped) does not
 //! leave its query running: the query is cancelled with the connection's
-//! cancel key and the connection closed.
+//! cancel key and the connection closed — at once for callers that say when
+//! they are done (listing, search), after a one-second check that the
+//! connection is idle for those that do not (pull).
 
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
