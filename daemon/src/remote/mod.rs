@@ -21,6 +21,7 @@
 
 pub mod clear;
 mod copy;
+mod lanes;
 mod line;
 mod pgpass;
 mod project;
@@ -41,6 +42,7 @@ use tokio_postgres::Client;
 
 use agentx_shared::proto::{RemoteRefusal, RemoteState};
 
+pub use lanes::list_wait;
 pub use project::project_key;
 pub use search::RemoteHit;
 use url::RemoteUrl;
@@ -89,8 +91,6 @@ impl RemoteError {
     }
 }
 
-/// How long listing waits for the remote before answering with local only.
-pub const LIST_WAIT: Duration = Duration::from_millis(900);
 /// How long `agentx sync` waits by default.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
 /// How long one connection attempt may take.
@@ -139,8 +139,9 @@ pub struct Remote {
     now: Notify,
     /// The start number of the last finished pass.
     passes: watch::Sender<u64>,
-    /// The connection listings use (the pusher has its own).
-    reader: Mutex<Option<Arc<Client>>>,
+    /// The connections listing, search and pull use, one each (the pusher
+    /// has its own).
+    lanes: Arc<lanes::Lanes>,
 }
 
 impl Remote {
@@ -173,7 +174,7 @@ impl Remote {
             wake: Notify::new(),
             now: Notify::new(),
             passes: watch::Sender::new(0),
-            reader: Mutex::new(None),
+            lanes: Arc::default(),
         });
         match &remote.url {
             Ok(url) => {
@@ -313,22 +314,7 @@ impl Remote {
             .url
             .as_ref()
             .map_err(|e| RemoteError::Config(e.clone()))?;
-        let cached = self
-            .reader
-            .lock()
-            .ok()
-            .and_then(|r| r.clone())
-            .filter(|c| !c.is_closed());
-        let client = match cached {
-            Some(c) => c,
-            None => {
-                let c = Arc::new(Self::connect(url).await?);
-                if let Ok(mut r) = self.reader.lock() {
-                    *r = Some(Arc::clone(&c));
-                }
-                c
-            }
-        };
+        let client = self.lane(lanes::Lane::List).await?;
         let rows = client
             .query(
                 "SELECT id, title, folder, machine,
@@ -343,6 +329,7 @@ impl Remote {
             )
             .await
             .map_err(|e| RemoteError::Server(url.redact(&RemoteError::db(e).to_string())))?;
+        client.done();
         rows.iter()
             .map(|row| {
                 Ok(RemoteRow {

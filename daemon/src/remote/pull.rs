@@ -96,26 +96,9 @@ pub fn has_copy(remote: &Remote, id: &str) -> bool {
     remote.pushed_dir.join(format!("{id}.json")).exists()
 }
 
-/// The listing connection, (re)made when needed.
-pub(super) async fn reader(remote: &Remote) -> Result<Arc<Client>, RemoteError> {
-    let url = remote
-        .url
-        .as_ref()
-        .map_err(|e| RemoteError::Config(e.clone()))?;
-    let cached = remote
-        .reader
-        .lock()
-        .ok()
-        .and_then(|r| r.clone())
-        .filter(|c| !c.is_closed());
-    if let Some(c) = cached {
-        return Ok(c);
-    }
-    let c = Arc::new(Remote::connect(url).await?);
-    if let Ok(mut r) = remote.reader.lock() {
-        *r = Some(Arc::clone(&c));
-    }
-    Ok(c)
+/// The pull's own connection (issue 23 §5), (re)made when needed.
+pub(super) async fn reader(remote: &Remote) -> Result<super::lanes::LaneClient, RemoteError> {
+    remote.lane_unmarked(super::lanes::Lane::Pull).await
 }
 
 /// Records what is now known to be on the server for `doc`: the pusher

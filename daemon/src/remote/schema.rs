@@ -114,6 +114,28 @@ pub async fn migrate(client: &mut Client) -> Result<(), RemoteError> {
     result.and(unlocked)
 }
 
+/// Whether the server's schema is still one this agentd knows: another
+/// agentd may have migrated it since this connection was made (issue 23 §5).
+/// One cheap query; [`RemoteError::Config`] when it is newer.
+pub async fn check(client: &Client) -> Result<(), RemoteError> {
+    let current: i32 = client
+        .query_one("SELECT coalesce(max(version), 0) FROM schema_version", &[])
+        .await
+        .map_err(RemoteError::db)?
+        .try_get(0)
+        .map_err(RemoteError::db)?;
+    if current > LATEST {
+        return Err(too_new(current));
+    }
+    Ok(())
+}
+
+fn too_new(current: i32) -> RemoteError {
+    RemoteError::Config(format!(
+        "the remote's schema is version {current}, newer than this agentd knows ({LATEST}); update agentx"
+    ))
+}
+
 async fn apply(client: &mut Client) -> Result<(), RemoteError> {
     client
         .batch_execute(
@@ -131,9 +153,7 @@ async fn apply(client: &mut Client) -> Result<(), RemoteError> {
         .try_get(0)
         .map_err(RemoteError::db)?;
     if current > LATEST {
-        return Err(RemoteError::Config(format!(
-            "the remote's schema is version {current}, newer than this agentd knows ({LATEST}); update agentx"
-        )));
+        return Err(too_new(current));
     }
     for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
         let tx = client.transaction().await.map_err(RemoteError::db)?;

@@ -65,7 +65,7 @@ impl Remote {
         local: &[String],
         limit: usize,
     ) -> Result<Vec<RemoteHit>, RemoteError> {
-        let client = super::pull::reader(self).await?;
+        let client = self.lane(super::lanes::Lane::Search).await?;
         let (project, agent) = scope.unzip();
         // Several records of one turn may match: fetch more, keep the best.
         let fetch = i64::try_from(limit.saturating_mul(3)).unwrap_or(i64::MAX);
@@ -86,6 +86,7 @@ impl Remote {
             )
             .await
             .map_err(|e| self.server_error(e))?;
+        client.done();
         let mut hits: Vec<RemoteHit> = Vec::new();
         for row in rows {
             let hit = hit_of(&row).map_err(|e| self.server_error(e))?;

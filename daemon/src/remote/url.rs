@@ -251,6 +251,8 @@ fn shown(config: &tokio_postgres::Config) -> String {
         .get_hosts()
         .iter()
         .map(|h| match h {
+            // An IPv6 literal in brackets, as in the URL.
+            Host::Tcp(name) if name.contains(':') => format!("[{name}]"),
             Host::Tcp(name) => name.clone(),
             Host::Unix(path) => path.display().to_string(),
         })
@@ -487,6 +489,35 @@ mod tests {
             err.contains("sslmode=bogus") && !err.contains("hunter2"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn only_loopback_ip_literals_go_plain_when_the_url_does_not_say() {
+        // issue 23 §8: an IP literal is not local because it is a literal.
+        let verified = Tls::On {
+            verify: Verify::Full,
+            roots: tls::root_file(None),
+        };
+        for host in [
+            "192.0.2.7",
+            "10.1.2.3",
+            "[2001:db8::1]",
+            "[fd00::2]",
+            "db.example.com",
+        ] {
+            let url = parse(&format!("postgresql://me@{host}:5432/db")).unwrap();
+            assert_eq!(url.tls, verified, "{host}");
+            assert_eq!(url.config.get_ssl_mode(), SslMode::Require, "{host}");
+            assert_eq!(url.shown, format!("postgresql://me@{host}:5432/db"));
+        }
+        for host in ["127.0.0.1", "127.9.8.7", "[::1]", "localhost", "LocalHost"] {
+            let url = parse(&format!("postgresql://me@{host}:5432/db")).unwrap();
+            assert_eq!(url.tls, Tls::Off, "{host}");
+            assert_eq!(url.config.get_ssl_mode(), SslMode::Disable, "{host}");
+        }
+        // Several hosts: plain only when every one is local.
+        let url = parse("postgresql://me@127.0.0.1:5432,192.0.2.7:5432/db").unwrap();
+        assert_eq!(url.tls, verified);
     }
 
     #[test]

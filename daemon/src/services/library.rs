@@ -59,14 +59,14 @@ impl LibraryService {
             let key = key.as_ref().map(|(p, a)| (p.as_str(), *a));
             remote.search(&query, key, &local, limit).await
         };
-        match tokio::time::timeout(crate::remote::LIST_WAIT, searching).await {
+        match tokio::time::timeout(crate::remote::list_wait(), searching).await {
             Ok(Ok(hits)) => Ok(hits.into_iter().map(remote_hit).collect()),
             Ok(Err(e)) => Err(format!(
                 "the remote store was not reached ({e}); showing this machine's matches only"
             )),
             Err(_) => Err(format!(
                 "the remote store was not reached within {} ms; showing this machine's matches only",
-                crate::remote::LIST_WAIT.as_millis()
+                crate::remote::list_wait().as_millis()
             )),
         }
     }

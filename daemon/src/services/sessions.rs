@@ -60,7 +60,7 @@ impl SessionsService {
         }
         let project = crate::remote::project_key(std::path::Path::new(folder), remote.machine());
         let rows = match tokio::time::timeout(
-            crate::remote::LIST_WAIT,
+            crate::remote::list_wait(),
             remote.list(&project, agent),
         )
         .await
@@ -79,7 +79,7 @@ impl SessionsService {
                     local,
                     format!(
                         "the remote store was not reached within {} ms; showing this machine's conversations only",
-                        crate::remote::LIST_WAIT.as_millis()
+                        crate::remote::list_wait().as_millis()
                     ),
                 );
             }

@@ -121,7 +121,22 @@ async fn pass(
         .as_ref()
         .map_err(|e| RemoteError::Config(e.clone()))?;
     if client.as_ref().is_none_or(Client::is_closed) {
+        // Connecting migrates, and refuses a schema newer than ours.
         *client = Some(Remote::connect(url).await?);
+    } else if let Some(c) = client.as_ref()
+        && let Err(e) = super::schema::check(c).await
+    {
+        // Migrated by a newer agentd while connected: push nothing more
+        // (connecting again checks again), and listing, search and pull
+        // connect again too and learn it there.
+        *client = None;
+        return Err(match e {
+            RemoteError::Server(text) => RemoteError::Server(url.redact(&text)),
+            other => {
+                remote.lanes.clear();
+                other
+            }
+        });
     }
     if let Some(c) = client.as_ref() {
         super::clear::flush(remote, c).await?;
