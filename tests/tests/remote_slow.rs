@@ -143,7 +143,19 @@ fn a_search_held_up_on_the_server_blocks_no_listing_and_is_cancelled_when_given_
     assert_eq!(listed[0]["id"], id.as_str(), "{listed}");
     assert_eq!(listed[0]["where"], "remote", "{listed}");
     assert!(took < Duration::from_millis(1500), "listing took {took:?}");
-    assert_eq!(searches_running(pg, "s_held"), 1, "still held up");
+    let active: Vec<String> = pg
+        .query(
+            "s_held",
+            "SELECT query FROM pg_stat_activity WHERE application_name = 'agentd' AND state = 'active'",
+        )
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect();
+    assert_eq!(
+        searches_running(pg, "s_held"),
+        1,
+        "still held up: {active:#?}"
+    );
 
     // The search gives up after its wait, with this machine's hits and a
     // line saying so; its query is gone from the server at once, though
@@ -173,15 +185,18 @@ fn a_search_held_up_on_the_server_blocks_no_listing_and_is_cancelled_when_given_
     assert_eq!(hits[0]["where"], "remote", "{hits}");
 }
 
-/// agentd's pulls of records running on the server now.
-fn pulls_running(pg: &Cluster, db: &str) -> i64 {
-    pg.count(
+/// The server processes running one of agentd's pulls of records now.
+fn pulls_running(pg: &Cluster, db: &str) -> Vec<i32> {
+    pg.query(
         db,
-        "SELECT count(*) FROM pg_stat_activity
+        "SELECT pid FROM pg_stat_activity
           WHERE pid <> pg_backend_pid() AND state = 'active'
             AND application_name = 'agentd'
-            AND query LIKE '%FROM records WHERE conversation_id = $1 AND seq >= $2%'",
+            AND query LIKE '%FROM records r WHERE r.conversation_id = c.id AND r.seq >= b.first%'",
     )
+    .iter()
+    .map(|r| r.get::<_, i32>(0))
+    .collect()
 }
 
 #[test]
@@ -208,9 +223,13 @@ fn a_pull_given_up_before_a_turn_is_cancelled_on_the_server() {
         std::thread::spawn(move || child.wait_with_output().unwrap())
     };
     assert!(
-        eventually(Duration::from_secs(3), || pulls_running(pg, "s_pull") == 1),
+        eventually(Duration::from_secs(3), || pulls_running(pg, "s_pull").len()
+            == 1),
         "the pull never reached the server"
     );
+    // The turn's own pull (the pusher may pull later, after the turn, to
+    // settle B's push: that one is background work and may wait).
+    let turns_pull = pulls_running(pg, "s_pull")[0];
     let out = turn.join().unwrap();
     let ended = Instant::now();
     assert_code(&out, 0);
@@ -222,8 +241,8 @@ fn a_pull_given_up_before_a_turn_is_cancelled_on_the_server() {
     // The pull's query does not outlive the turn that gave up on it by
     // more than the check that the connection is idle (1 s).
     assert!(
-        eventually(Duration::from_millis(2500), || pulls_running(pg, "s_pull")
-            == 0),
+        eventually(Duration::from_millis(2500), || !pulls_running(pg, "s_pull")
+            .contains(&turns_pull)),
         "the given-up pull still runs on the server"
     );
     println!(
