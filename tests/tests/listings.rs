@@ -107,3 +107,55 @@ fn status_and_the_banner_say_the_model_provider_and_approval_and_keep_internals_
     assert_eq!(json["provider"], "responses", "{json}");
     assert_eq!(json["approval"], "auto", "{json}");
 }
+
+#[test]
+fn empty_conversations_left_behind_are_neither_listed_nor_kept() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&env.chat(&model, ["--approval", "never"], "hello\n"), 0);
+    let first = agentx_tests::json_out(&env.run(["status", "--json"]))["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Three /new in a row without a word: one empty conversation, the
+    // current one, is listed; the others are gone from the profile.
+    for _ in 0..3 {
+        assert_code(&env.chat(&model, ["new"], ""), 0);
+    }
+    let listed = agentx_tests::json_out(&env.run(["sessions", "--json"]));
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "{listed}");
+    assert!(ids.contains(&first.as_str()), "{listed}");
+    let docs = || {
+        env.profile_files()
+            .into_iter()
+            .filter(|p| {
+                p.to_string_lossy().contains("/sessions/")
+                    && p.extension().is_some_and(|e| e == "json")
+                    && !matches!(
+                        p.file_stem().and_then(|s| s.to_str()),
+                        Some("current" | "shared")
+                    )
+            })
+            .count()
+    };
+    assert_eq!(docs(), 2, "{:?}", env.profile_files());
+    // Going back to the first one leaves the empty one behind: gone too.
+    assert_code(&env.chat(&model, ["resume", first.as_str()], ""), 0);
+    let listed = agentx_tests::json_out(&env.run(["sessions", "--json"]));
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(docs(), 1, "{:?}", env.profile_files());
+    // A conversation with something said in it is never removed this way.
+    assert_code(
+        &env.chat(&model, ["new", "--approval", "never"], "kept\n"),
+        0,
+    );
+    assert_code(&env.chat(&model, ["resume", first.as_str()], ""), 0);
+    let listed = agentx_tests::json_out(&env.run(["sessions", "--json"]));
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+}

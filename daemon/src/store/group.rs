@@ -67,6 +67,18 @@ pub fn spawn_private(dir: PathBuf, folder: String, agent: String) -> GroupHandle
     GroupHandle::new(spawn(dir, agent, None, None), folder)
 }
 
+/// A conversation nothing was said in yet, with nothing waiting in it.
+fn is_empty(doc: &SessionDoc) -> bool {
+    doc.journal_items == 0
+        && doc.title.is_empty()
+        && doc.base.is_none()
+        && doc.forked_from.is_none()
+        && doc.pending_shell.is_empty()
+        && doc.unsent.is_empty()
+        && doc.rollback.is_none()
+        && doc.older_rollbacks.is_empty()
+}
+
 /// `current.json`: which conversation is current, per real folder (folders
 /// whose keys collide share the directory, never the pointer).
 #[derive(Default, Serialize, Deserialize)]
@@ -247,12 +259,16 @@ impl Group {
     }
 
     /// `folder`'s conversations, newest first.
+    /// `folder`'s conversations, newest first; an empty one only while it
+    /// is the folder's current one (`/new` and `/clear` leave none behind).
     fn newest_first(&self, folder: &str) -> Vec<&SessionDoc> {
+        let current = self.current.get(folder);
         let mut docs: Vec<&SessionDoc> = self
             .sessions
             .values()
             .map(|s| &s.doc)
             .filter(|d| d.folder == folder)
+            .filter(|d| !is_empty(d) || current == Some(&d.id))
             .collect();
         docs.sort_by(|a, b| {
             b.updated_at
@@ -278,7 +294,41 @@ impl Group {
     }
 
     fn set_current(&mut self, folder: &str, id: &str) -> Result<(), StoreError> {
-        self.current.insert(folder.to_owned(), id.to_owned());
+        let left = self.current.insert(folder.to_owned(), id.to_owned());
+        self.write_current(folder, id)?;
+        // The conversation left behind goes if nothing was ever said in it.
+        if let Some(left) = left.filter(|l| l != id) {
+            self.drop_if_empty(folder, &left);
+        }
+        Ok(())
+    }
+
+    /// Removes conversation `id` of `folder` when it is empty and no turn
+    /// holds it; a failure only leaves it (unlisted) where it was.
+    fn drop_if_empty(&mut self, folder: &str, id: &str) {
+        let empty = self
+            .sessions
+            .get(id)
+            .is_some_and(|s| s.doc.folder == folder && is_empty(&s.doc));
+        if !empty || self.running.contains(id) {
+            return;
+        }
+        let Some(gone) = self.sessions.remove(id) else {
+            return;
+        };
+        for path in [&gone.paths.doc, &gone.paths.journal] {
+            if let Err(e) = std::fs::remove_file(path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!("cannot remove empty conversation {id}: {e}");
+            }
+        }
+        let _ = durable::fsync_dir(&self.dir);
+        self.index_hook(id);
+    }
+
+    /// Writes `current.json` saying `id` is `folder`'s current conversation.
+    fn write_current(&mut self, folder: &str, id: &str) -> Result<(), StoreError> {
         let mut file: CurrentFile = self.read_pointer("current.json")?;
         if file.current.get(folder).map(String::as_str) == Some(id) {
             return Ok(());
