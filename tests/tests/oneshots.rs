@@ -138,10 +138,11 @@ fn tools_are_denied_unless_auto() {
         name: "shell".into(),
         arguments: json!({"command": "touch made"}),
     });
+    // Not run, said so (how to allow it), and not a success (issue 25 §6).
     let out = exec(&env, &model, &["make it"]);
-    assert_code(&out, 0);
+    assert_code(&out, 1);
     assert!(!env.work.join("made").exists());
-    assert!(stderr(&out).contains("denied"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("need approval"), "{}", stderr(&out));
     model.push(Reply::ToolCall {
         name: "shell".into(),
         arguments: json!({"command": "touch made"}),
