@@ -330,7 +330,10 @@ mod tests {
         .unwrap();
         assert_eq!(cli.global.profile.as_deref(), Some("w"));
         assert_eq!(cli.global.agent, "a");
-        assert!(matches!(cli.command, Some(Command::Status { json: true })));
+        assert!(matches!(
+            cli.command,
+            Some(Command::Status { json: true, .. })
+        ));
     }
 
     #[test]

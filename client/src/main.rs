@@ -3,6 +3,7 @@
 
 mod cli;
 mod commands;
+mod completion;
 mod connect;
 mod context;
 mod error;

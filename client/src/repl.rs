@@ -54,6 +54,9 @@ pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
         eprintln!("/help for commands, Ctrl-D to leave");
     }
     loop {
+        if chat.ui.interactive {
+            chat.refresh_completions().await;
+        }
         let line = match chat.ui.read_line("› ").await {
             Line::Text(line) => line,
             Line::Interrupted => continue,
@@ -216,6 +219,23 @@ impl Chat<'_> {
             )));
         }
         turn::check(&finished)
+    }
+
+    /// What Tab may offer at the next prompt: this folder's conversations,
+    /// this conversation's checkpoints, the folder's snapshots (a failure
+    /// only leaves the previous ones).
+    async fn refresh_completions(&self) {
+        let mut known = crate::completion::Known::default();
+        if let Ok(list) = sessions::list(self.ctx).await {
+            known.conversations = list.into_iter().map(|s| s.id).collect();
+        }
+        if let Ok(cps) = checkpoints::list(self.ctx, &self.session.id).await {
+            known.checkpoints = cps.len();
+        }
+        if let Ok(n) = crate::commands::snapshots::count(self.ctx).await {
+            known.snapshots = n;
+        }
+        self.ui.set_known(known);
     }
 
     /// After a failed turn at a terminal: retry, new chain, rollback, clear, or go on.

@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::completion::{ChatHelper, Known};
 use crate::history::History;
+
+/// The REPL's line editor.
+pub type LineEditor = rustyline::Editor<ChatHelper, rustyline::history::DefaultHistory>;
 
 /// Whether this process runs the REPL: hints then name slash commands.
 static IN_REPL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -34,8 +38,8 @@ pub fn how_either(shell: &str, repl: &str) -> String {
 
 /// Where chat input comes from.
 pub enum Input {
-    /// An interactive terminal with line editing and history.
-    Editor(Box<rustyline::DefaultEditor>),
+    /// An interactive terminal with line editing, history and completion.
+    Editor(Box<LineEditor>),
     /// Lines from a pipe or file: one message or command per line.
     Lines,
 }
@@ -51,6 +55,8 @@ pub enum Line {
 
 pub struct Ui {
     pub input: Input,
+    /// What Tab may offer now.
+    known: std::sync::Arc<std::sync::Mutex<Known>>,
     /// Where accepted lines are kept across sessions.
     history: History,
     /// stdin is a terminal: prompts, history, spinner.
@@ -74,14 +80,18 @@ impl Ui {
     /// Terminal I/O whose line editor starts with `history`'s lines and
     /// keeps each accepted one there.
     pub fn with_history(history: History) -> Self {
+        let known = std::sync::Arc::default();
         let interactive = std::io::stdin().is_terminal();
         let input = if interactive {
             let config = rustyline::Config::builder()
                 .history_ignore_space(true)
                 .max_history_size(crate::history::MAX_LINES)
                 .map(|b| b.build());
-            match config.and_then(rustyline::DefaultEditor::with_config) {
+            match config.and_then(LineEditor::with_config) {
                 Ok(mut editor) => {
+                    editor.set_helper(Some(ChatHelper {
+                        known: std::sync::Arc::clone(&known),
+                    }));
                     for line in history.load() {
                         let _ = editor.add_history_entry(line);
                     }
@@ -95,11 +105,19 @@ impl Ui {
         Self {
             interactive: interactive && matches!(input, Input::Editor(_)),
             input,
+            known,
             history,
             spinner: None,
             mid_line: false,
             stream: std::io::stdout().is_terminal(),
             streamed: false,
+        }
+    }
+
+    /// What Tab completion may offer from now on.
+    pub fn set_known(&self, known: Known) {
+        if let Ok(mut k) = self.known.lock() {
+            *k = known;
         }
     }
 

@@ -162,3 +162,41 @@ fn hints_inside_the_repl_name_slash_commands() {
         agentx_tests::stdout(&out)
     );
 }
+
+#[test]
+fn tab_completes_slash_commands_and_conversation_ids() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "older talk\n"),
+        0,
+    );
+    let older = status(&env)["session_id"].as_str().unwrap().to_owned();
+    assert_code(
+        &env.chat(&model, ["new", "--approval", "never"], "newer talk\n"),
+        0,
+    );
+    let Some(pane) = Pane::start(&env, &model, &["--approval", "never"]) else {
+        return;
+    };
+    pane.wait_for("newer talk");
+    pane.wait_for("›");
+    pane.type_text("/resu");
+    pane.key("Tab");
+    pane.wait_for("/resume ");
+    // The id's first characters it shares with no other, then Tab.
+    let unique = (1..older.len())
+        .map(|n| &older[..n])
+        .find(|p| !status(&env)["session_id"].as_str().unwrap().starts_with(p))
+        .unwrap();
+    pane.type_text(unique);
+    pane.key("Tab");
+    pane.wait_for(&format!("/resume {older}"));
+    pane.key("Enter");
+    pane.wait_for("older talk");
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while status(&env)["session_id"] != older.as_str() {
+        assert!(std::time::Instant::now() < give_up, "not resumed");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -61,6 +61,17 @@ pub async fn list(ctx: &Ctx, as_json: bool) -> CliResult<()> {
     Ok(())
 }
 
+/// How many snapshots this folder has (what `/rewind N` may name).
+pub async fn count(ctx: &Ctx) -> CliResult<usize> {
+    Ok(client(ctx)
+        .list_snapshots(ListSnapshotsRequest { scope: ctx.scope() })
+        .await
+        .map_err(|s| CliError::from_status("listing snapshots", &s))?
+        .into_inner()
+        .snapshots
+        .len())
+}
+
 pub async fn take(ctx: &Ctx, label: Option<String>) -> CliResult<()> {
     let snap = client(ctx)
         .take_snapshot(TakeSnapshotRequest {

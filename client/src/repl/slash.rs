@@ -12,11 +12,11 @@ use crate::error::{CliError, CliResult};
 const HELP: &str = "\
 messages are sent to the model; lines starting with / are commands:
   /new              start a new conversation (the old one stays listed)
-  /resume [N]       pick a conversation (arrows or its number), or continue the Nth (1 = newest)
+  /resume [N|ID]    pick a conversation (arrows or its number), or continue the Nth (1 = newest) or ID
   /fork [N]         continue in a new conversation from checkpoint N (default: the newest)
   /rename TITLE     give this conversation a title
   /search TEXT      search this folder's conversations (messages, tool output, titles)
-  /status           this conversation's state
+  /status [verbose] this conversation's state (verbose: with the internals)
   /checkpoints      this conversation's checkpoints (1 = newest)
   /rollback [N]     restore a checkpoint (a picker without N); files are untouched
   /rollback undo    revert the last rollback
@@ -25,7 +25,7 @@ messages are sent to the model; lines starting with / are commands:
   /undo [force]     put back what the last message changed (shows the list first)
   /rewind [N|ID]    list snapshots, or put the folder back as snapshot N had it
   /clear            delete this conversation's stored state and start fresh
-  /help             this list
+  /help             this list (Tab completes commands and their arguments)
   /exit             leave (also Ctrl-D)
   !COMMAND          run COMMAND here in your terminal; its output goes with your next message";
 
