@@ -157,6 +157,23 @@ pub enum Command {
         #[arg(long, value_name = "TEXT")]
         label: Option<String>,
     },
+    /// What message N (1 = the last) of this conversation changed, as a
+    /// unified diff; or, with --since, what changed since a snapshot.
+    Diff {
+        /// Message N of this conversation (1 = the last, the default).
+        #[arg(value_name = "N", conflicts_with = "since")]
+        message: Option<u32>,
+        /// Snapshot N (1 = newest, as `snapshots` numbers them) or ID: what
+        /// changed from it to the folder now.
+        #[arg(long, value_name = "N|ID")]
+        since: Option<String>,
+        /// Per-file line counts instead of the diff.
+        #[arg(long, conflicts_with = "json")]
+        stat: bool,
+        /// Per-file counts as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Put back what the last message changed.
     Undo {
         /// Do not ask for confirmation.

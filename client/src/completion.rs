@@ -24,6 +24,7 @@ pub const COMMANDS: &[&str] = &[
     "checkpoints",
     "rollback",
     "retry",
+    "diff",
     "undo",
     "rewind",
     "clear",

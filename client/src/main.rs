@@ -152,6 +152,26 @@ async fn dispatch(ctx: &Ctx, command: Command) -> CliResult<()> {
         Command::Retry { new_chain } => repl::retry(ctx, new_chain).await,
         Command::Snapshots { json } => commands::snapshots::list(ctx, json).await,
         Command::Snapshot { label } => commands::snapshots::take(ctx, label).await,
+        Command::Diff {
+            message,
+            since,
+            stat,
+            json,
+        } => {
+            use commands::diff::{DiffOf, Format};
+            let of = match since {
+                Some(s) => DiffOf::Since(s),
+                None => DiffOf::Message(message.unwrap_or(1)),
+            };
+            let format = if json {
+                Format::Json
+            } else if stat {
+                Format::Stat
+            } else {
+                Format::Patch
+            };
+            commands::diff::diff(ctx, of, format).await
+        }
         Command::Undo { yes, force } => commands::snapshots::undo(ctx, yes, force).await,
         Command::Rewind { index, yes, force } => {
             commands::snapshots::rewind(ctx, index, yes, force).await

@@ -2,6 +2,7 @@
 
 pub mod checkpoints;
 pub mod daemon;
+pub mod diff;
 pub mod exec;
 mod exec_events;
 pub mod library;

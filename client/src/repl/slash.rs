@@ -22,6 +22,7 @@ messages are sent to the model; lines starting with / are commands:
   /rollback undo    revert the last rollback
   /retry            send the last failed or interrupted turn again
   /retry new-chain  ... starting a new server-side chain from the saved conversation
+  /diff [N]         what message N (1 = the last) changed, as a diff
   /undo [force]     put back what the last message changed (shows the list first)
   /rewind [N|ID]    list snapshots, or put the folder back as snapshot N had it
   /clear            delete this conversation's stored state and start fresh
@@ -72,6 +73,19 @@ impl Chat<'_> {
             ("rollback", arg) => self.rollback_command(arg).await?,
             ("retry", arg) => self.retry_command(arg).await?,
             ("clear", _) => self.clear_command().await?,
+            ("diff", arg) => {
+                use crate::commands::diff::{self, DiffOf, Format};
+                let n = match arg {
+                    None => 1,
+                    Some(n) => n.parse::<u32>().map_err(|_| {
+                        CliError::usage(format!(
+                            "/diff takes a message number (1 = the last), not {n:?}"
+                        ))
+                    })?,
+                };
+                let reply = diff::fetch(self.ctx, &self.session.id, &DiffOf::Message(n)).await?;
+                diff::print(&reply, Format::Patch)?;
+            }
             ("undo", arg) => {
                 let force = arg == Some("force");
                 let yes = !self.ui.interactive;

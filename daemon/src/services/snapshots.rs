@@ -7,8 +7,9 @@ use tonic::{Request, Response, Status};
 
 use agentx_shared::proto::snapshots_server::Snapshots as SnapshotsApi;
 use agentx_shared::proto::{
-    ChangeKind, ListSnapshotsReply, ListSnapshotsRequest, PlannedChange, RestorePlan, RestoreReply,
-    RestoreRequest, SnapshotInfo, TakeSnapshotRequest, Timestamp, restore_request::Target,
+    ChangeKind, DiffReply, DiffRequest, ListSnapshotsReply, ListSnapshotsRequest, PlannedChange,
+    RestorePlan, RestoreReply, RestoreRequest, SnapshotInfo, TakeSnapshotRequest, Timestamp,
+    diff_request, restore_request::Target,
 };
 
 use super::group_for;
@@ -95,8 +96,71 @@ fn what(req: &RestoreRequest) -> Result<What, Status> {
     }
 }
 
+/// What a diff request compares, checked at the edge.
+fn diff_of(req: &DiffRequest) -> Result<crate::snapshot::diff::DiffOf, Status> {
+    use crate::snapshot::diff::DiffOf;
+    let id = |what: &'static str, id: &str| {
+        agentx_shared::folder::check_component(what, id)
+            .map(drop)
+            .map_err(|e| Status::invalid_argument(e.to_string()))
+    };
+    match &req.target {
+        Some(diff_request::Target::SessionId(session)) => {
+            id("session id", session)?;
+            Ok(DiffOf::Message {
+                session: session.clone(),
+                n: req.message.max(1) as usize,
+            })
+        }
+        Some(diff_request::Target::SinceIndex(n)) => {
+            Ok(DiffOf::Since(RewindTo::Index(*n as usize)))
+        }
+        Some(diff_request::Target::SinceId(snap)) => {
+            id("snapshot id", snap)?;
+            Ok(DiffOf::Since(RewindTo::Id(snap.clone())))
+        }
+        None => Err(Status::invalid_argument(
+            "say what to compare: a message or a snapshot",
+        )),
+    }
+}
+
+/// A diff on the wire.
+fn wire_diff(d: crate::snapshot::diff::Diff) -> DiffReply {
+    DiffReply {
+        from: d.from,
+        to: d.to,
+        files: d
+            .files
+            .into_iter()
+            .map(|f| agentx_shared::proto::FileDiff {
+                path: f.path,
+                change: f.change.to_owned(),
+                added_lines: f.added,
+                removed_lines: f.removed,
+                binary: f.binary,
+                too_big: f.too_big,
+                unified: f.unified,
+            })
+            .collect(),
+    }
+}
+
 #[tonic::async_trait]
 impl SnapshotsApi for SnapshotsService {
+    async fn diff(&self, request: Request<DiffRequest>) -> Result<Response<DiffReply>, Status> {
+        let req = request.into_inner();
+        let (_, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let folder = PathBuf::from(folder);
+        let of = diff_of(&req)?;
+        let diff = self
+            .snapshots
+            .call(move |s| s.diff(&folder, &of))
+            .await
+            .map_err(snap_status)?;
+        Ok(Response::new(wire_diff(diff)))
+    }
+
     async fn list_snapshots(
         &self,
         request: Request<ListSnapshotsRequest>,

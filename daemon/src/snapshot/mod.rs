@@ -11,6 +11,7 @@
 //! points at the previous manifest: only the timeline is written.
 
 mod blobs;
+pub mod diff;
 mod incremental;
 pub mod manifest;
 pub mod restore;
