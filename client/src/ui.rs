@@ -247,19 +247,29 @@ impl Ui {
     }
 }
 
-/// Asks a yes/no question on the terminal; without one, refuses to guess.
-pub fn confirm(question: &str) -> crate::error::CliResult<bool> {
+/// Asks `question` on the terminal (it says what may be answered) and
+/// returns the answer, trimmed and lowercased; without a terminal, refuses
+/// to guess.
+pub fn ask(question: &str) -> crate::error::CliResult<String> {
     if !std::io::stdin().is_terminal() {
         return Err(crate::error::CliError::usage(format!(
             "{question} — no terminal to ask on: pass --yes to confirm"
         )));
     }
-    eprint!("{question} [y/N] ");
+    eprint!("{question} ");
     let mut answer = String::new();
     std::io::stdin()
         .read_line(&mut answer)
         .map_err(|e| crate::error::CliError::failed(e.to_string()))?;
-    Ok(matches!(answer.trim().to_lowercase().as_str(), "y" | "yes"))
+    Ok(answer.trim().to_lowercase())
+}
+
+/// Asks a yes/no question on the terminal; without one, refuses to guess.
+pub fn confirm(question: &str) -> crate::error::CliResult<bool> {
+    Ok(matches!(
+        ask(&format!("{question} [y/N]"))?.as_str(),
+        "y" | "yes"
+    ))
 }
 
 /// Whether the terminal on stdin echoes control characters as `^X`

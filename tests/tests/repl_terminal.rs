@@ -200,3 +200,27 @@ fn tab_completes_slash_commands_and_conversation_ids() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+#[test]
+fn undo_offers_the_diff_before_asking() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(
+            &model,
+            ["--auto"],
+            "CALL printf 'made by the agent\\n' > f.txt\n",
+        ),
+        0,
+    );
+    let Some(pane) = Pane::start(&env, &model, &["undo"]) else {
+        return;
+    };
+    pane.wait_for("[y/N, d = show the diff]");
+    pane.line("d");
+    pane.wait_for("+made by the agent");
+    pane.wait_for_n("[y/N, d = show the diff]", 2);
+    pane.line("n");
+    pane.wait_for("nothing changed");
+    assert!(env.work.join("f.txt").exists());
+}

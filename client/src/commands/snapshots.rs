@@ -147,7 +147,19 @@ pub async fn restore(ctx: &Ctx, what: Restore, yes: bool, force: bool) -> CliRes
         request.target = Some(Target::RewindId(plan.target_id.clone()));
     }
     show_plan(&plan, undo);
-    if !go_ahead(&plan, verb, undo, yes)? {
+    // What the user may look at first: the message's diff (undo), or what
+    // changed since the snapshot (rewind).
+    let (session, of) = match &what {
+        Restore::Undo(session) => (
+            session.clone(),
+            super::diff::DiffOf::Message(1 + plan.passed.len() as u32),
+        ),
+        _ => (
+            String::new(),
+            super::diff::DiffOf::Since(plan.target_id.clone()),
+        ),
+    };
+    if !go_ahead(ctx, &plan, (verb, undo, yes), (&session, &of)).await? {
         return Ok(());
     }
     let reply = apply(ctx, request, verb).await?;
@@ -192,7 +204,12 @@ fn show_plan(plan: &RestorePlan, undo: bool) {
 
 /// Shows the planned changes and asks (unless `yes`); false: nothing is
 /// to be done (nothing to change for a rewind, or the user said no).
-fn go_ahead(plan: &RestorePlan, verb: &str, undo: bool, yes: bool) -> CliResult<bool> {
+async fn go_ahead(
+    ctx: &Ctx,
+    plan: &RestorePlan,
+    (verb, undo, yes): (&str, bool, bool),
+    (session, diff): (&str, &super::diff::DiffOf),
+) -> CliResult<bool> {
     if plan.changes.is_empty() {
         println!("nothing to change: the folder already matches");
         // An undo still moves past this message (and any it passed over).
@@ -209,9 +226,20 @@ fn go_ahead(plan: &RestorePlan, verb: &str, undo: bool, yes: bool) -> CliResult<
                 "{verb} needs --yes when not run from a terminal"
             )));
         }
-        if !crate::ui::confirm(&format!("{verb} these changes?"))? {
-            println!("nothing changed");
-            return Ok(false);
+        loop {
+            match crate::ui::ask(&format!("{verb} these changes? [y/N, d = show the diff]"))?
+                .as_str()
+            {
+                "y" | "yes" => break,
+                "d" | "diff" => {
+                    let reply = super::diff::fetch(ctx, session, diff).await?;
+                    super::diff::print(&reply, super::diff::Format::Patch)?;
+                }
+                _ => {
+                    println!("nothing changed");
+                    return Ok(false);
+                }
+            }
         }
     }
     Ok(true)
