@@ -40,6 +40,7 @@ pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
     let policy = ctx.approval(&config, ApprovalPolicy::Ask);
     crate::ui::entering_repl();
     let mut ui = Ui::with_history(crate::history::History::of_profile(&ctx.profile.dir));
+    ui.tool_lines = config.tool_output_lines;
     let opened = open(ctx, target, &mut ui).await?;
     let mut chat = Chat {
         ctx,

@@ -150,7 +150,9 @@ pub async fn run(
             Some(Event::TextDelta(delta)) => ui.text(&delta),
             Some(Event::AnswerChunk(piece)) => answer.push_str(&piece),
             Some(Event::ToolCall(call)) => {
-                ui.info(&format!("» {}: {}", call.name, shown_call(&call.arguments)));
+                let shown = shown_call(&call.arguments);
+                ui.info(&format!("» {}: {shown}", call.name));
+                ui.start_running(&format!("running {shown}"));
             }
             Some(Event::ApprovalRequest(request)) => {
                 let decision = ask_approval(ui).await;
@@ -195,10 +197,44 @@ fn show_tool_result(ui: &mut Ui, result: &ToolResultEvent) {
             None => "killed".to_owned(),
         }
     };
+    for line in head_and_tail(&result.output, ui.tool_lines) {
+        ui.info(&format!("  │ {line}"));
+    }
     ui.info(&format!(
         "  ↳ {status}, {} of output",
         agentx_shared::plural::count(output_lines(&result.output), "line")
     ));
+}
+
+/// A command's output (without agentd's status line) cut to its first and
+/// last lines, `n` in all, with a line saying how many were left out.
+pub fn head_and_tail(output: &str, n: usize) -> Vec<String> {
+    let lines: Vec<&str> = output.lines().skip(1).collect();
+    if n == 0 {
+        return Vec::new();
+    }
+    if lines.len() <= n {
+        return lines
+            .iter()
+            .map(|l| crate::show::visible(l).into_owned())
+            .collect();
+    }
+    let head = n.div_ceil(2);
+    let tail = n - head;
+    let mut shown: Vec<String> = lines[..head]
+        .iter()
+        .map(|l| crate::show::visible(l).into_owned())
+        .collect();
+    shown.push(format!(
+        "… {} …",
+        agentx_shared::plural::count(lines.len() - n, "more line")
+    ));
+    shown.extend(
+        lines[lines.len() - tail..]
+            .iter()
+            .map(|l| crate::show::visible(l).into_owned()),
+    );
+    shown
 }
 
 /// The lines of a command's output, without the status line agentd puts

@@ -69,6 +69,8 @@ pub struct Ui {
     pub stream: bool,
     /// Some answer text was streamed in this model attempt.
     pub streamed: bool,
+    /// How many lines of a command's output are shown (head and tail).
+    pub tool_lines: usize,
 }
 
 impl Ui {
@@ -111,6 +113,7 @@ impl Ui {
             mid_line: false,
             stream: std::io::stdout().is_terminal(),
             streamed: false,
+            tool_lines: agentx_shared::config::DEFAULT_TOOL_OUTPUT_LINES,
         }
     }
 
@@ -167,11 +170,21 @@ impl Ui {
 
     /// Shows a spinner on stderr while waiting (terminal only).
     pub fn start_waiting(&mut self, message: &str) {
+        self.spin(message, "{spinner} {msg}");
+    }
+
+    /// Shows a spinner and the time elapsed while a tool runs (terminal only).
+    pub fn start_running(&mut self, message: &str) {
+        self.spin(message, "{spinner} {msg} ({elapsed})");
+    }
+
+    fn spin(&mut self, message: &str, template: &str) {
+        self.stop_waiting();
         if !self.interactive || !std::io::stderr().is_terminal() {
             return;
         }
         let bar = ProgressBar::new_spinner();
-        if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
+        if let Ok(style) = ProgressStyle::with_template(template) {
             bar.set_style(style);
         }
         bar.set_message(message.to_owned());

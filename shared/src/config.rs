@@ -53,6 +53,9 @@ pub enum ApprovalMode {
     Never,
 }
 
+/// Lines of a command's output the chat shows by default.
+pub const DEFAULT_TOOL_OUTPUT_LINES: usize = 8;
+
 /// The file's shape; every field optional.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,6 +66,7 @@ struct File {
     approval: Option<ApprovalMode>,
     instructions: Option<String>,
     shell_timeout_secs: Option<u64>,
+    tool_output_lines: Option<usize>,
     snapshot_exclude: Option<Vec<String>>,
     /// The remote store (PostgreSQL URL); read by agentd, see [`remote_url`].
     remote_url: Option<String>,
@@ -108,6 +112,9 @@ pub struct Config {
     pub approval: Option<ApprovalMode>,
     pub instructions: Option<String>,
     pub shell_timeout_secs: Option<u64>,
+    /// How many lines of a command's output the chat shows (its head and
+    /// tail); `AGENTX_TOOL_OUTPUT_LINES`, else the file, else 8; 0 shows none.
+    pub tool_output_lines: usize,
     /// Extra directory names left out of folder snapshots.
     pub snapshot_exclude: Vec<String>,
 }
@@ -157,6 +164,14 @@ impl Config {
             approval: file.approval,
             instructions: file.instructions,
             shell_timeout_secs: file.shell_timeout_secs,
+            tool_output_lines: match env("AGENTX_TOOL_OUTPUT_LINES") {
+                Some(n) => n.trim().parse().map_err(|_| {
+                    ConfigError::Invalid(format!(
+                        "AGENTX_TOOL_OUTPUT_LINES={n} is not a number of lines"
+                    ))
+                })?,
+                None => file.tool_output_lines.unwrap_or(DEFAULT_TOOL_OUTPUT_LINES),
+            },
             snapshot_exclude: file.snapshot_exclude.unwrap_or_default(),
         })
     }

@@ -159,3 +159,42 @@ fn empty_conversations_left_behind_are_neither_listed_nor_kept() {
     let listed = agentx_tests::json_out(&env.run(["sessions", "--json"]));
     assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
 }
+
+#[test]
+fn a_command_s_output_is_shown_as_its_head_and_tail_with_a_true_line_count() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let out = env.chat(&model, ["--auto"], "CALL seq 1 20\n");
+    assert_code(&out, 0);
+    let shown = agentx_tests::stderr(&out);
+    // 8 lines by default: the first 4 and the last 4, and how many not.
+    assert!(
+        shown.contains("  │ 1\n  │ 2\n  │ 3\n  │ 4\n  │ … 12 more lines …\n  │ 17\n"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("  │ 20\n  ↳ exit 0, 20 lines of output"),
+        "{shown}"
+    );
+    // Configurable (0: none).
+    let out = env
+        .agentx(["--auto"])
+        .env("AGENTX_TOOL_OUTPUT_LINES", "0")
+        .env("AGENTX_BASE_URL", model.base_url())
+        .env("AGENTX_MODEL", "fake-model")
+        .env("OPENAI_API_KEY", agentx_tests::TEST_KEY)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write as _;
+            c.stdin.take().unwrap().write_all(b"CALL seq 1 3\n")?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert_code(&out, 0);
+    let shown = agentx_tests::stderr(&out);
+    assert!(!shown.contains("  │"), "{shown}");
+    assert!(shown.contains("exit 0, 3 lines of output"), "{shown}");
+}
