@@ -198,3 +198,33 @@ fn a_command_s_output_is_shown_as_its_head_and_tail_with_a_true_line_count() {
     assert!(!shown.contains("  │"), "{shown}");
     assert!(shown.contains("exit 0, 3 lines of output"), "{shown}");
 }
+
+#[test]
+fn snapshots_list_a_message_s_before_and_after_as_one_row() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&env.chat(&model, ["--auto"], "CALL echo x > made.txt\n"), 0);
+    assert_code(
+        &env.agentx(["snapshot", "--label", "by hand"])
+            .output()
+            .unwrap(),
+        0,
+    );
+    let out = stdout(&env.run(["snapshots"]));
+    let rows: Vec<&str> = out.lines().filter(|l| !l.starts_with("store:")).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(
+        rows[0].trim_start().starts_with('1') && rows[0].contains("by hand"),
+        "{out}"
+    );
+    assert!(rows[1].trim_start().starts_with("3→2"), "{out}");
+    assert!(rows[1].contains("1 changed"), "{out}");
+    let json = agentx_tests::json_out(&env.run(["snapshots", "--json"]));
+    let phases: Vec<&str> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["manual", "after", "before"], "{json}");
+}

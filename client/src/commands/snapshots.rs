@@ -32,7 +32,8 @@ pub async fn list(ctx: &Ctx, as_json: bool) -> CliResult<()> {
             .map(|s| {
                 json!({"index": s.index, "id": s.id, "created_at": rfc3339_wire(s.created_at.as_ref()),
                     "label": s.label, "files": s.files, "bytes": s.bytes, "changed_files": s.changed_files,
-                    "skipped": s.skipped, "skipped_why": s.skipped_why})
+                    "skipped": s.skipped, "skipped_why": s.skipped_why,
+                    "phase": if s.phase.is_empty() { Value::Null } else { json!(s.phase) }})
             })
             .collect();
         println!("{}", Value::Array(docs));
@@ -41,19 +42,7 @@ pub async fn list(ctx: &Ctx, as_json: bool) -> CliResult<()> {
     if reply.snapshots.is_empty() {
         println!("no snapshots of this folder yet: one is taken before every message");
     }
-    let rows: Vec<Vec<String>> = reply
-        .snapshots
-        .iter()
-        .map(|s| {
-            vec![
-                s.index.to_string(),
-                crate::when::human(s.created_at.as_ref()),
-                format!("{} changed", s.changed_files),
-                agentx_shared::plural::count(s.files, "file"),
-                crate::show::visible(&s.label).into_owned(),
-            ]
-        })
-        .collect();
+    let rows = rows(&reply.snapshots);
     for line in crate::show::table(&rows, &[true, false, true, true, false]) {
         println!("{line}");
     }
@@ -70,6 +59,36 @@ pub async fn count(ctx: &Ctx) -> CliResult<usize> {
         .into_inner()
         .snapshots
         .len())
+}
+
+/// One row per snapshot, except a message's after and before snapshots
+/// (listed next to each other, newest first), which share one: `2→1`, what
+/// the message changed, its label.
+fn rows(snaps: &[agentx_shared::proto::SnapshotInfo]) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    let mut i = 0;
+    while let Some(s) = snaps.get(i) {
+        let before = snaps.get(i + 1).filter(|b| {
+            s.phase == "after" && b.phase == "before" && !s.pair.is_empty() && b.pair == s.pair
+        });
+        let index = match before {
+            Some(b) => format!("{}→{}", b.index, s.index),
+            None => s.index.to_string(),
+        };
+        let what = match s.phase.as_str() {
+            "pre-restore" => "before a restore: ",
+            _ => "",
+        };
+        rows.push(vec![
+            index,
+            crate::when::human(s.created_at.as_ref()),
+            format!("{} changed", s.changed_files),
+            agentx_shared::plural::count(s.files, "file"),
+            format!("{what}{}", crate::show::visible(&s.label)),
+        ]);
+        i += if before.is_some() { 2 } else { 1 };
+    }
+    rows
 }
 
 pub async fn take(ctx: &Ctx, label: Option<String>) -> CliResult<()> {

@@ -54,6 +54,18 @@ pub fn info(index: usize, s: &Snap) -> SnapshotInfo {
         changed_files: s.changed,
         skipped: s.skipped,
         skipped_why: s.skipped_why.clone(),
+        phase: s
+            .owners
+            .first()
+            .map(|o| match o.phase {
+                Phase::Before => "before",
+                Phase::After => "after",
+                Phase::Manual => "manual",
+                Phase::PreRestore => "pre-restore",
+            })
+            .unwrap_or_default()
+            .to_owned(),
+        pair: s.owners.first().map(|o| o.pair.clone()).unwrap_or_default(),
     }
 }
 
