@@ -14,8 +14,18 @@ use crate::context::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::show::visible;
 
-pub fn summary_json(s: &SessionSummary) -> Value {
+/// Where conversation `s` lives as seen from folder `here`: `None` when
+/// here, else a relative path (another checkout: `../other`).
+pub fn kept_in(s: &SessionSummary, here: &str) -> Option<String> {
+    (s.location != "remote" && !s.folder.is_empty() && s.folder != here)
+        .then(|| agentx_shared::folder::relative(here, &s.folder))
+}
+
+/// `s` as JSON; `in`: its folder relative to `here` when this machine
+/// keeps it in another folder (another checkout of the project).
+pub fn summary_json(s: &SessionSummary, here: &str) -> Value {
     json!({
+        "in": kept_in(s, here),
         "id": s.id,
         "title": s.title,
         "folder": s.folder,
@@ -80,8 +90,8 @@ pub async fn list(ctx: &Ctx) -> CliResult<Vec<SessionSummary>> {
         .sessions)
 }
 
-/// One line of the list (without its number).
-pub fn label(s: &SessionSummary) -> String {
+/// One line of the list (without its number), as seen from folder `here`.
+pub fn label(s: &SessionSummary, here: &str) -> String {
     let title = if s.title.is_empty() {
         "(empty)".into()
     } else {
@@ -94,6 +104,8 @@ pub fn label(s: &SessionSummary) -> String {
         .unwrap_or_default();
     let remote = if s.location == "remote" {
         format!("remote: ({}) ", visible(&s.machine))
+    } else if let Some(there) = kept_in(s, here) {
+        format!("in {} ", visible(&there))
     } else {
         String::new()
     };
@@ -106,13 +118,13 @@ pub fn label(s: &SessionSummary) -> String {
 }
 
 /// Numbered list, newest first (1 = newest).
-pub fn print_list(sessions: &[SessionSummary]) {
+pub fn print_list(sessions: &[SessionSummary], here: &str) {
     if sessions.is_empty() {
         println!("no conversations in this folder yet");
         return;
     }
     for (i, s) in sessions.iter().enumerate() {
-        println!("{:>3}  {}", i + 1, label(s));
+        println!("{:>3}  {}", i + 1, label(s, here));
     }
 }
 
@@ -128,10 +140,11 @@ pub async fn sessions(ctx: &Ctx, as_json: bool, tree: bool) -> CliResult<()> {
     if tree {
         crate::commands::library::print_tree(&sessions);
     } else if as_json {
-        let docs: Vec<Value> = sessions.iter().map(summary_json).collect();
+        let here = ctx.scope.folder.as_str();
+        let docs: Vec<Value> = sessions.iter().map(|s| summary_json(s, here)).collect();
         println!("{}", Value::Array(docs));
     } else {
-        print_list(&sessions);
+        print_list(&sessions, &ctx.scope.folder);
     }
     Ok(())
 }

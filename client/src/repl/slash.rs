@@ -116,7 +116,10 @@ impl Chat<'_> {
             self.ui.info(&format!("agentx: {note}"));
         }
         if self.ui.interactive && !list.is_empty() {
-            let labels: Vec<String> = list.iter().map(sessions::label).collect();
+            let labels: Vec<String> = list
+                .iter()
+                .map(|s| sessions::label(s, &self.ctx.scope.folder))
+                .collect();
             let picked =
                 crate::picker::pick("resume (arrows or a number, Enter, Esc = cancel)", &labels)?;
             if let Some(index) = picked {
@@ -124,7 +127,7 @@ impl Chat<'_> {
             }
             return Ok(());
         }
-        sessions::print_list(&list);
+        sessions::print_list(&list, &self.ctx.scope.folder);
         if !list.is_empty() {
             println!("/resume N continues conversation N");
         }

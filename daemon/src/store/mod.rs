@@ -2,6 +2,7 @@
 //! files and serializes every write; handlers reach it through a [`GroupHandle`].
 
 pub(crate) mod durable;
+pub mod elsewhere;
 pub mod fork;
 mod group;
 pub mod oneshot;
