@@ -290,5 +290,20 @@ fn with_no_remote_another_checkouts_conversation_is_forked_and_another_projects_
     let st = status(&env);
     assert_eq!(st["session_id"], id.as_str());
     assert_eq!(st["turns"], 1, "{st}");
-    assert_one_folder_per_id(&env, 2);
+
+    // Importing clone 1's export in clone 2 keeps the id one folder's too.
+    let file = env.root().join("one.json");
+    assert_code(
+        &env.run(["export", id.as_str(), "-o", file.to_str().unwrap()]),
+        0,
+    );
+    env.work = env.root().join("clone2");
+    let out = env.run(["import", file.to_str().unwrap()]);
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains(&format!("conversation {id} exists already; imported as")),
+        "{}",
+        stdout(&out)
+    );
+    assert_one_folder_per_id(&env, 3);
 }

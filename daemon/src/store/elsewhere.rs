@@ -53,6 +53,21 @@ fn doc_paths(dir: &Path) -> Vec<PathBuf> {
     paths
 }
 
+/// Whether the profile whose group directory is `group_dir`
+/// (`<sessions>/<folder-key>/<agent>`) keeps conversation `id` in any group
+/// (one id lives in one folder per profile). Blocking.
+pub(super) fn kept_beside(group_dir: &Path, id: &str) -> bool {
+    let Some(sessions) = group_dir.parent().and_then(Path::parent) else {
+        return false;
+    };
+    super::is_conversation_id(id)
+        && subdirs(sessions).iter().any(|folder_dir| {
+            subdirs(folder_dir)
+                .iter()
+                .any(|dir| SessionPaths::new(dir, id).doc.exists())
+        })
+}
+
 impl Store {
     /// Where this profile keeps conversation `id`, in any folder and for
     /// any agent (`None`: nowhere). Blocking: reads directories.
