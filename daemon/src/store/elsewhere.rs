@@ -211,3 +211,55 @@ pub async fn fork_into(
     crate::search::touched(to_dir, &doc.id);
     Ok(doc)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes a conversation document of `folder` into its group directory.
+    fn keep(store: &Store, folder: &str, agent: &str, updated_at: i64) -> String {
+        let id = group::new_id();
+        let dir = store.group_dir(folder, agent);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut doc = SessionDoc::new(id.clone(), folder.into(), agent.into(), updated_at);
+        doc.updated_at = updated_at;
+        let path = SessionPaths::new(&dir, &id).doc;
+        std::fs::write(path, serde_json::to_vec(&doc).unwrap()).unwrap();
+        id
+    }
+
+    #[test]
+    fn other_checkouts_of_the_project_are_found_and_an_id_has_one_holder() {
+        let root = tempfile::tempdir().unwrap();
+        let store = Store::new(root.path().join("sessions"));
+        let own = keep(&store, "/w/clone2", "default", 1);
+        let old = keep(&store, "/w/clone1", "default", 2);
+        let new = keep(&store, "/w/clone1", "default", 3);
+        let other_agent = keep(&store, "/w/clone1", "reviewer", 4);
+        let other_project = keep(&store, "/w/other", "default", 5);
+        std::fs::write(
+            store.group_dir("/w/clone1", "default").join("current.json"),
+            b"{}",
+        )
+        .unwrap();
+        let same = |f: &str| f.starts_with("/w/clone");
+        let found: Vec<String> = store
+            .kept_elsewhere("/w/clone2", "default", same)
+            .into_iter()
+            .map(|d| d.id)
+            .collect();
+        assert_eq!(found, [new.clone(), old]);
+        let held = store.holder(&other_agent).unwrap();
+        assert_eq!(
+            (held.folder.as_str(), held.agent.as_str()),
+            ("/w/clone1", "reviewer")
+        );
+        assert_eq!(store.holder(&own).unwrap().folder, "/w/clone2");
+        assert_eq!(store.holder(&other_project).unwrap().folder, "/w/other");
+        assert!(store.holder("current").is_none());
+        assert!(store.holder(&group::new_id()).is_none());
+        let beside = store.group_dir("/w/clone2", "default");
+        assert!(kept_beside(&beside, &new));
+        assert!(!kept_beside(&beside, &group::new_id()));
+    }
+}
