@@ -56,8 +56,33 @@ pub fn check_component(what: &'static str, name: &str) -> Result<(), NameError> 
     Ok(())
 }
 
+/// Absolute folder `to` as seen from absolute folder `from` (`../b`,
+/// `sub`, `.`): how a listing names another checkout of the same project.
+pub fn relative(from: &str, to: &str) -> String {
+    let a: Vec<&str> = from.split('/').filter(|c| !c.is_empty()).collect();
+    let b: Vec<&str> = to.split('/').filter(|c| !c.is_empty()).collect();
+    let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let mut out: Vec<&str> = vec![".."; a.len() - common];
+    out.extend(&b[common..]);
+    if out.is_empty() {
+        ".".to_owned()
+    } else {
+        out.join("/")
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn relative_paths_between_checkouts() {
+        use super::relative;
+        assert_eq!(relative("/w/clone2", "/w/clone1"), "../clone1");
+        assert_eq!(relative("/w/a/b", "/w/c"), "../../c");
+        assert_eq!(relative("/w", "/w/sub/x"), "sub/x");
+        assert_eq!(relative("/w/x", "/w/x/"), ".");
+        assert_eq!(relative("/", "/w"), "w");
+    }
+
     use super::*;
     use std::path::Path;
 

@@ -14,8 +14,18 @@ use crate::context::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::show::visible;
 
-pub fn summary_json(s: &SessionSummary) -> Value {
+/// Where conversation `s` lives as seen from folder `here`: `None` when
+/// here, else a relative path (another checkout: `../other`).
+pub fn kept_in(s: &SessionSummary, here: &str) -> Option<String> {
+    (s.location != "remote" && !s.folder.is_empty() && s.folder != here)
+        .then(|| agentx_shared::folder::relative(here, &s.folder))
+}
+
+/// `s` as JSON; `in`: its folder relative to `here` when this machine
+/// keeps it in another folder (another checkout of the project).
+pub fn summary_json(s: &SessionSummary, here: &str) -> Value {
     json!({
+        "in": kept_in(s, here),
         "id": s.id,
         "title": s.title,
         "folder": s.folder,
@@ -89,11 +99,11 @@ pub async fn pick(ctx: &Ctx, hint: &str) -> CliResult<Option<Target>> {
         return Ok(None);
     }
     if !std::io::stdin().is_terminal() {
-        print_list(&list);
+        print_list(&list, &ctx.scope.folder);
         println!("{hint}");
         return Ok(None);
     }
-    let labels = labels(&list);
+    let labels = labels(&list, &ctx.scope.folder);
     let picked = crate::picker::pick("resume (arrows or a number, Enter, Esc = cancel)", &labels)?;
     Ok(picked.map(|index| Target::Id(list[index].id.clone())))
 }
@@ -111,9 +121,9 @@ pub async fn list(ctx: &Ctx) -> CliResult<Vec<SessionSummary>> {
         .sessions)
 }
 
-/// The list's cells of one conversation (without its number): where and
-/// id, when, turns, title and origin.
-fn cells(s: &SessionSummary) -> Vec<String> {
+/// The list's cells of one conversation as seen from folder `here`
+/// (without its number): where and id, when, turns, title and origin.
+fn cells(s: &SessionSummary, here: &str) -> Vec<String> {
     let title = if s.title.is_empty() {
         "(empty)".into()
     } else {
@@ -126,6 +136,8 @@ fn cells(s: &SessionSummary) -> Vec<String> {
         .unwrap_or_default();
     let remote = if s.location == "remote" {
         format!("remote: ({}) ", visible(&s.machine))
+    } else if let Some(there) = kept_in(s, here) {
+        format!("in {} ", visible(&there))
     } else {
         String::new()
     };
@@ -137,14 +149,15 @@ fn cells(s: &SessionSummary) -> Vec<String> {
     ]
 }
 
-/// One aligned line per conversation (without its number).
-pub fn labels(sessions: &[SessionSummary]) -> Vec<String> {
-    let rows: Vec<Vec<String>> = sessions.iter().map(cells).collect();
+/// One aligned line per conversation as seen from folder `here` (without
+/// its number).
+pub fn labels(sessions: &[SessionSummary], here: &str) -> Vec<String> {
+    let rows: Vec<Vec<String>> = sessions.iter().map(|s| cells(s, here)).collect();
     crate::show::table(&rows, &[false, false, true, false])
 }
 
 /// Numbered list, newest first (1 = newest), its columns aligned.
-pub fn print_list(sessions: &[SessionSummary]) {
+pub fn print_list(sessions: &[SessionSummary], here: &str) {
     if sessions.is_empty() {
         println!("no conversations in this folder yet");
         return;
@@ -154,7 +167,7 @@ pub fn print_list(sessions: &[SessionSummary]) {
         .enumerate()
         .map(|(i, s)| {
             let mut row = vec![(i + 1).to_string()];
-            row.extend(cells(s));
+            row.extend(cells(s, here));
             row
         })
         .collect();
@@ -175,10 +188,11 @@ pub async fn sessions(ctx: &Ctx, as_json: bool, tree: bool) -> CliResult<()> {
     if tree {
         crate::commands::library::print_tree(&sessions);
     } else if as_json {
-        let docs: Vec<Value> = sessions.iter().map(summary_json).collect();
+        let here = ctx.scope.folder.as_str();
+        let docs: Vec<Value> = sessions.iter().map(|s| summary_json(s, here)).collect();
         println!("{}", Value::Array(docs));
     } else {
-        print_list(&sessions);
+        print_list(&sessions, &ctx.scope.folder);
     }
     Ok(())
 }

@@ -43,7 +43,7 @@ use tokio_postgres::Client;
 use agentx_shared::proto::{RemoteRefusal, RemoteState};
 
 pub use lanes::list_wait;
-pub use project::project_key;
+pub use project::{machine_name, project_key};
 pub use search::RemoteHit;
 use url::RemoteUrl;
 

@@ -179,6 +179,13 @@ pub async fn open_remote(
     if let Ok(Some(here)) = group.get(Some(id.to_owned())).await {
         return Ok(here);
     }
+    // One id lives in one folder per profile: never a second local copy.
+    if let Some(held) = store.holder(id) {
+        return Err(RemoteError::Config(format!(
+            "conversation {id} is already kept in {} on this machine; resume it there",
+            held.dir.display()
+        )));
+    }
     agentx_shared::profile::create_private_dir(&dir)
         .map_err(|e| RemoteError::Local(e.to_string()))?;
     crate::store::durable::write_atomic(&SessionPaths::new(&dir, id).journal, &pulled.lines)

@@ -47,9 +47,14 @@ impl LibraryService {
         let group_dir = scope.as_ref().map(|(f, a)| self.store.group_dir(f, a));
         let searching = async {
             let lister = Arc::clone(&remote);
-            let local = tokio::task::spawn_blocking(move || lister.local_ids(group_dir.as_deref()))
-                .await
-                .map_err(|e| RemoteError::Local(e.to_string()))?;
+            let (local, profile) = tokio::task::spawn_blocking(move || {
+                (
+                    lister.local_ids(group_dir.as_deref()),
+                    lister.local_ids(None),
+                )
+            })
+            .await
+            .map_err(|e| RemoteError::Local(e.to_string()))?;
             let key = scope.as_ref().map(|(folder, agent)| {
                 (
                     crate::remote::project_key(std::path::Path::new(folder), remote.machine()),
@@ -57,10 +62,21 @@ impl LibraryService {
                 )
             });
             let key = key.as_ref().map(|(p, a)| (p.as_str(), *a));
-            remote.search(&query, key, &local, limit).await
+            let hits = remote.search(&query, key, &local, limit).await?;
+            Ok::<_, RemoteError>((hits, profile))
         };
         match tokio::time::timeout(crate::remote::list_wait(), searching).await {
-            Ok(Ok(hits)) => Ok(hits.into_iter().map(remote_hit).collect()),
+            Ok(Ok((hits, profile))) => Ok(hits
+                .into_iter()
+                .map(|h| {
+                    // Kept by this profile in another checkout: local.
+                    if profile.contains(&h.hit.session_id) {
+                        wire_hit(h.hit, "local", remote.machine().to_owned())
+                    } else {
+                        remote_hit(h)
+                    }
+                })
+                .collect()),
             Ok(Err(e)) => Err(format!(
                 "the remote store was not reached ({e}); showing this machine's matches only"
             )),

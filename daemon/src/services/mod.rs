@@ -1,6 +1,7 @@
 //! The gRPC services: each converts wire types to domain calls on the store
 //! or the turn engine and back. Nothing below this edge sees protobuf types.
 
+mod checkouts;
 pub mod daemon;
 pub mod library;
 pub mod oneshots;

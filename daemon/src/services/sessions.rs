@@ -58,6 +58,16 @@ impl SessionsService {
             s.location = "local".to_owned();
             s.machine = remote.machine().to_owned();
         }
+        // This machine's conversations in other checkouts of the project
+        // are local too (listed with their folder), never "remote".
+        let elsewhere =
+            super::checkouts::listed_elsewhere(&self.store, remote, folder, agent).await;
+        let elsewhere_ids: std::collections::HashSet<String> =
+            elsewhere.iter().map(|s| s.id.clone()).collect();
+        if !elsewhere.is_empty() {
+            local.extend(elsewhere);
+            local.sort_by_key(|s| std::cmp::Reverse(s.updated_at.map_or(0, |t| t.unix_ms)));
+        }
         let project = crate::remote::project_key(std::path::Path::new(folder), remote.machine());
         let rows = match tokio::time::timeout(
             crate::remote::list_wait(),
@@ -86,6 +96,9 @@ impl SessionsService {
         };
         let mut merged = local;
         for row in rows {
+            if elsewhere_ids.contains(&row.id) {
+                continue;
+            }
             if let Some(s) = merged.iter_mut().find(|s| s.id == row.id) {
                 s.location = "both".to_owned();
                 s.machine = row.machine;
@@ -266,8 +279,25 @@ impl Sessions for SessionsService {
         };
         let opened = match (group.open(target).await, wanted) {
             (Err(crate::store::StoreError::NotFound(why)), Some(id)) => {
-                self.open_remote(&group, req.scope.as_ref(), &id, why)
-                    .await?
+                // One id lives in one folder per profile: kept in another
+                // checkout, it is forked here, never pulled a second time.
+                let scope = super::Scope::try_from(req.scope.as_ref())?;
+                match super::checkouts::open_elsewhere(
+                    &self.store,
+                    self.remote.as_deref(),
+                    &group,
+                    &scope.folder,
+                    &scope.agent,
+                    &id,
+                )
+                .await?
+                {
+                    Some(opened) => opened,
+                    None => {
+                        self.open_remote(&group, req.scope.as_ref(), &id, why)
+                            .await?
+                    }
+                }
             }
             (other, _) => other.map_err(status_of)?,
         };

@@ -222,7 +222,8 @@ async fn import_id(group: &GroupHandle, dir: &Path, wanted: &str) -> (String, Op
     let taken = !super::is_conversation_id(wanted)
         || group.get(Some(wanted.to_owned())).await.is_ok()
         || SessionPaths::new(dir, wanted).doc.exists()
-        || SessionPaths::new(dir, wanted).journal.exists();
+        || SessionPaths::new(dir, wanted).journal.exists()
+        || super::elsewhere::kept_beside(dir, wanted);
     if taken {
         (free_id(dir), Some(wanted.to_owned()))
     } else {

@@ -3,6 +3,7 @@
 
 mod commits;
 pub(crate) mod durable;
+pub mod elsewhere;
 pub mod fork;
 mod group;
 
