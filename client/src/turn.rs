@@ -168,6 +168,7 @@ pub async fn run(
                 }
                 ui.start_waiting("working…");
             }
+            Some(Event::ToolOutput(piece)) => ui.tool_output(&piece.text),
             Some(Event::ToolResult(result)) => {
                 show_tool_result(ui, &result);
                 ui.start_waiting("thinking…");

@@ -71,6 +71,8 @@ pub struct Ui {
     pub streamed: bool,
     /// How many lines of a command's output are shown (head and tail).
     pub tool_lines: usize,
+    /// The running command's line and its output so far (the live tail).
+    running: Option<(String, String)>,
 }
 
 impl Ui {
@@ -114,6 +116,7 @@ impl Ui {
             stream: std::io::stdout().is_terminal(),
             streamed: false,
             tool_lines: agentx_shared::config::DEFAULT_TOOL_OUTPUT_LINES,
+            running: None,
         }
     }
 
@@ -173,9 +176,39 @@ impl Ui {
         self.spin(message, "{spinner} {msg}");
     }
 
-    /// Shows a spinner and the time elapsed while a tool runs (terminal only).
+    /// Shows a spinner and the time elapsed while a tool runs (terminal
+    /// only), and under it the last lines of its output as they come.
     pub fn start_running(&mut self, message: &str) {
-        self.spin(message, "{spinner} {msg} ({elapsed})");
+        self.spin(message, "{spinner} ({elapsed}) {msg}");
+        self.running = Some((message.to_owned(), String::new()));
+    }
+
+    /// More output of the running command: the live tail shows its last
+    /// lines (as many as `tool_lines`).
+    pub fn tool_output(&mut self, text: &str) {
+        let Some((line, output)) = &mut self.running else {
+            return;
+        };
+        output.push_str(text);
+        // Only the tail is ever shown: keep it short.
+        if output.len() > 64 * 1024 {
+            let cut = output.len() - 32 * 1024;
+            let cut = (cut..output.len())
+                .find(|i| output.is_char_boundary(*i))
+                .unwrap_or(output.len());
+            output.drain(..cut);
+        }
+        let Some(bar) = &self.spinner else {
+            return;
+        };
+        let lines: Vec<&str> = output.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(self.tool_lines)..];
+        let mut message = line.clone();
+        for l in tail {
+            let shown: String = crate::show::visible(l).chars().take(200).collect();
+            message.push_str(&format!("\n  │ {shown}"));
+        }
+        bar.set_message(message);
     }
 
     fn spin(&mut self, message: &str, template: &str) {
@@ -193,6 +226,7 @@ impl Ui {
     }
 
     pub fn stop_waiting(&mut self) {
+        self.running = None;
         if let Some(bar) = self.spinner.take() {
             bar.finish_and_clear();
         }

@@ -70,3 +70,30 @@ fn undo_after_a_one_shot_says_who_changed_the_folder_and_how_to_take_it_back() {
     assert_code(&env.run(["rewind", "2", "--yes"]), 0);
     assert!(!env.work.join("by-one-shot.txt").exists());
 }
+
+#[test]
+fn json_one_shots_carry_a_command_s_output_as_it_comes_and_whole() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let out = env.chat(
+        &model,
+        ["exec", "--json", "--auto", "CALL echo streamed-out"],
+        "",
+    );
+    assert_code(&out, 0);
+    let lines: Vec<serde_json::Value> = agentx_tests::stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let pieces: String = lines
+        .iter()
+        .filter(|e| e["type"] == "tool_output")
+        .map(|e| e["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(pieces, "streamed-out\n", "{lines:?}");
+    let result = lines.iter().find(|e| e["type"] == "tool_result").unwrap();
+    assert!(
+        result["output"].as_str().unwrap().contains("streamed-out"),
+        "{result}"
+    );
+}

@@ -224,3 +224,27 @@ fn undo_offers_the_diff_before_asking() {
     pane.wait_for("nothing changed");
     assert!(env.work.join("f.txt").exists());
 }
+
+#[test]
+fn a_running_command_shows_a_timer_and_its_output_as_it_comes() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let Some(pane) = Pane::start(&env, &model, &["--auto"]) else {
+        return;
+    };
+    pane.wait_for("›");
+    let gate = env.root().join("gate");
+    pane.line(&format!(
+        "CALL echo first-$((0+1)); while [ ! -e {} ]; do sleep 0.05; done; echo second-$((1+1))",
+        gate.display()
+    ));
+    // Seen while the command still runs (it waits for the gate).
+    let screen = pane.wait_for("│ first-1");
+    assert!(screen.contains("running "), "{screen}");
+    assert!(screen.contains("s) running"), "no timer: {screen}");
+    assert!(!screen.contains("second-2"), "{screen}");
+    std::fs::write(&gate, "").unwrap();
+    pane.wait_for("exit 0, 2 lines of output");
+    let screen = pane.screen();
+    assert!(screen.contains("  │ second-2"), "{screen}");
+}

@@ -30,6 +30,11 @@ pub enum JsonEvent<'a> {
         #[serde(skip_serializing_if = "str::is_empty")]
         not_run: &'a str,
     },
+    /// Output of a running command as it arrives.
+    ToolOutput {
+        call_id: &'a str,
+        text: &'a str,
+    },
     Notice {
         message: &'a str,
     },
@@ -72,6 +77,10 @@ impl<'a> JsonEvent<'a> {
                 denied: r.denied,
                 timed_out: r.timed_out,
                 not_run: &r.not_run,
+            },
+            Event::ToolOutput(o) => Self::ToolOutput {
+                call_id: &o.call_id,
+                text: &o.text,
             },
             Event::Notice(message) => Self::Notice { message },
             Event::Retry(r) => Self::Retry {

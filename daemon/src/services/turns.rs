@@ -445,6 +445,10 @@ fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
             timed_out,
             not_run: not_run.unwrap_or_default(),
         }),
+        Event::ToolOutput { call_id, text } => W::ToolOutput(proto::ToolOutputEvent {
+            call_id,
+            text: crate::turn::head(&text, WIRE_COMMAND),
+        }),
         Event::Notice(text) => W::Notice(crate::turn::head(&text, WIRE_COMMAND)),
         Event::Retry {
             attempt,

@@ -82,6 +82,11 @@ pub enum Event {
         /// Why the call never ran (bad arguments, unknown tool, exec failed).
         not_run: Option<String>,
     },
+    /// Output of a running tool call as it arrives (display only).
+    ToolOutput {
+        call_id: String,
+        text: String,
+    },
     Notice(String),
     Retry {
         attempt: u32,

@@ -43,6 +43,7 @@ pub fn parameters() -> serde_json::Value {
 /// When agentd stops ([`stop_all`]) the command and all it started are
 /// killed at once and the outcome says `stopped` (a command asked to run
 /// after that is not started): the turn records it and ends as interrupted.
+#[cfg(test)]
 pub async fn run(
     command: &str,
     cwd: &Path,
@@ -51,6 +52,22 @@ pub async fn run(
     cancel: watch::Receiver<bool>,
 ) -> std::io::Result<Outcome> {
     TOOLS.run(command, cwd, env, timeout, cancel).await
+}
+
+/// Runs the command as `run` does (a `true` on `cancel` kills it, agentd
+/// stopping kills it), sending each piece of output to `progress` as it
+/// arrives too (never waiting: a piece the receiver has no room for is
+/// dropped; the outcome holds the whole bounded output).
+pub async fn run_showing(
+    command: &str,
+    cwd: &Path,
+    env: &Environment,
+    (timeout, cancel): (Duration, watch::Receiver<bool>),
+    progress: tokio::sync::mpsc::Sender<Vec<u8>>,
+) -> std::io::Result<Outcome> {
+    TOOLS
+        .run_with(command, cwd, env, (timeout, cancel), Some(progress))
+        .await
 }
 
 /// Kills every running tool command of this agentd, with all it started,
@@ -94,6 +111,7 @@ impl Tools {
         true
     }
 
+    #[cfg(test)]
     pub async fn run(
         &self,
         command: &str,
@@ -102,12 +120,32 @@ impl Tools {
         timeout: Duration,
         cancel: watch::Receiver<bool>,
     ) -> std::io::Result<Outcome> {
+        self.run_with(command, cwd, env, (timeout, cancel), None)
+            .await
+    }
+
+    /// Runs a command, sending output to `progress` as it arrives.
+    pub async fn run_with(
+        &self,
+        command: &str,
+        cwd: &Path,
+        env: &Environment,
+        (timeout, cancel): (Duration, watch::Receiver<bool>),
+        progress: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+    ) -> std::io::Result<Outcome> {
         let mut stop = self.stop.subscribe();
         if *stop.borrow_and_update() || crate::stopping::requested() {
             return Ok(Outcome::not_run_stopping());
         }
         let (status_pipe, pipe, mut kill) = spawn_supervised(command, cwd, env, stop.clone())?;
-        let ended = watch_command(status_pipe, pipe, &mut kill, cancel, &mut stop, timeout).await?;
+        let ended = watch_command(
+            (status_pipe, pipe),
+            &mut kill,
+            (cancel, &mut stop),
+            timeout,
+            progress,
+        )
+        .await?;
         // What the command left running in the background goes on, watched
         // by its supervisor.
         kill.armed = false;
@@ -141,12 +179,14 @@ struct Ended {
 /// firing `kill` on the timeout, a cancel or a stop; `Err` when `sh` could
 /// not start (`kill` disarmed).
 async fn watch_command(
-    mut status_pipe: tokio::process::ChildStdout,
-    mut pipe: tokio::net::unix::pipe::Receiver,
+    (mut status_pipe, mut pipe): (
+        tokio::process::ChildStdout,
+        tokio::net::unix::pipe::Receiver,
+    ),
     kill: &mut KillSwitch,
-    mut cancel: watch::Receiver<bool>,
-    stop: &mut watch::Receiver<bool>,
+    (mut cancel, stop): (watch::Receiver<bool>, &mut watch::Receiver<bool>),
     timeout: Duration,
+    progress: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
 ) -> std::io::Result<Ended> {
     let mut output = Bounded::new();
     let mut buf = vec![0u8; 8192];
@@ -160,7 +200,14 @@ async fn watch_command(
         tokio::select! {
             read = pipe.read(&mut buf), if !eof => match read {
                 Ok(0) | Err(_) => eof = true,
-                Ok(n) => output.push(&buf[..n]),
+                Ok(n) => {
+                    output.push(&buf[..n]);
+                    // Shown as it comes; never waited for (dropped when
+                    // the reader lags).
+                    if let Some(progress) = &progress {
+                        let _ = progress.try_send(buf[..n].to_vec());
+                    }
+                }
             },
             read = status_pipe.read(&mut report_buf), if status.is_none() => match read {
                 Ok(n) if n > 0 && report.len() < 64 => report.extend_from_slice(&report_buf[..n]),

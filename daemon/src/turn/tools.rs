@@ -140,14 +140,35 @@ impl Turn<'_> {
             ..Change::default()
         })
         .await?;
-        let outcome = shell::run(
+        // Its output goes to the client as it comes, for display.
+        let (progress, mut pieces) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+        let events = self.io.events.clone();
+        let call_id = call.call_id.clone();
+        let forward = tokio::spawn(async move {
+            while let Some(piece) = pieces.recv().await {
+                let text = String::from_utf8_lossy(&piece).into_owned();
+                let event = Event::ToolOutput {
+                    call_id: call_id.clone(),
+                    text,
+                };
+                // Display only: never waits on a slow or gone client.
+                if let Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) =
+                    events.try_send(event)
+                {
+                    return;
+                }
+            }
+        });
+        let outcome = shell::run_showing(
             &command,
             &self.spec.folder,
             &self.spec.env,
-            self.spec.shell_timeout,
-            self.io.cancel.clone(),
+            (self.spec.shell_timeout, self.io.cancel.clone()),
+            progress,
         )
         .await;
+        // Every piece shown before the result.
+        let _ = forward.await;
         match outcome {
             Ok(o) if o.cancelled => {
                 pending[i].state = CallState::Finished;
