@@ -248,3 +248,30 @@ fn a_running_command_shows_a_timer_and_its_output_as_it_comes() {
     let screen = pane.screen();
     assert!(screen.contains("  │ second-2"), "{screen}");
 }
+
+#[test]
+fn a_long_diff_on_a_terminal_is_colored_and_paged() {
+    let mut env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--auto"], "CALL seq 1 200 > many.txt\n"),
+        0,
+    );
+    let paged = env.root().join("paged");
+    env.extra_env
+        .push(("PAGER".into(), format!("cat > {}", paged.display())));
+    let Some(pane) = Pane::start(&env, &model, &["diff"]) else {
+        return;
+    };
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string(&paged).is_ok_and(|t| t.contains("+200")) {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "never paged:\n{}",
+            pane.screen()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(30));
+    }
+    let text = std::fs::read_to_string(&paged).unwrap();
+    assert!(text.contains("\x1b[32m+1\x1b[0m"), "not colored: {text:?}");
+}
