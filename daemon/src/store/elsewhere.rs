@@ -231,7 +231,10 @@ mod tests {
     #[test]
     fn other_checkouts_of_the_project_are_found_and_an_id_has_one_holder() {
         let root = tempfile::tempdir().unwrap();
-        let store = Store::new(root.path().join("sessions"));
+        let store = Store::new(
+            root.path().join("sessions"),
+            crate::store::Commits::default(),
+        );
         let own = keep(&store, "/w/clone2", "default", 1);
         let old = keep(&store, "/w/clone1", "default", 2);
         let new = keep(&store, "/w/clone1", "default", 3);
