@@ -111,9 +111,13 @@ impl Chat<'_> {
 
     /// `/resume`: a picker at a terminal, else the numbered list.
     async fn pick_and_resume(&mut self) -> CliResult<()> {
-        let (list, note) = sessions::list_with_remote(self.ctx).await?;
+        let (list, note, more) = sessions::list_with_remote_more(self.ctx).await?;
         if !note.is_empty() {
             self.ui.info(&format!("agentx: {note}"));
+        }
+        if more > 0 {
+            self.ui
+                .info(&format!("agentx: {}", sessions::more_line(more)));
         }
         if self.ui.interactive && !list.is_empty() {
             let labels: Vec<String> = list.iter().map(sessions::label).collect();

@@ -21,6 +21,7 @@
 
 pub mod clear;
 mod copy;
+mod listen;
 mod pgpass;
 mod project;
 pub mod pull;
@@ -105,6 +106,17 @@ const SYNC_WAIT: Duration = Duration::from_secs(10);
 /// How long one connection attempt may take.
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
 
+/// The most remote conversations a listing shows (the newest).
+pub const LIST_MAX: i64 = 1000;
+
+/// A listing of the remote's conversations: the newest [`LIST_MAX`], and
+/// how many more there are.
+pub struct RemoteList {
+    pub rows: Vec<RemoteRow>,
+    /// Older conversations not listed.
+    pub more: u64,
+}
+
 /// A remote conversation as listed.
 pub struct RemoteRow {
     pub id: String,
@@ -150,6 +162,8 @@ pub struct Remote {
     passes: watch::Sender<u64>,
     /// The connection listings use (the pusher has its own).
     reader: Mutex<Option<Arc<Client>>>,
+    /// Which conversations other agentds changed (LISTEN/NOTIFY).
+    listener: listen::Listener,
 }
 
 impl Remote {
@@ -182,6 +196,7 @@ impl Remote {
             now: Notify::new(),
             passes: watch::Sender::new(0),
             reader: Mutex::new(None),
+            listener: listen::Listener::default(),
         });
         match &remote.url {
             Ok(url) => {
@@ -191,6 +206,7 @@ impl Remote {
                     tracing::warn!("remote pusher already running in this process");
                 }
                 tokio::spawn(pusher::run(Arc::clone(&remote), rx));
+                tokio::spawn(listen::run(url.clone(), remote.listener.clone()));
                 pull::activate(&remote);
             }
             Err(e) => {
@@ -319,8 +335,9 @@ impl Remote {
     }
 
     /// The conversations the remote keeps for `project` and `agent`, newest
-    /// first. The caller bounds the wait.
-    pub async fn list(&self, project: &str, agent: &str) -> Result<Vec<RemoteRow>, RemoteError> {
+    /// first, at most [`LIST_MAX`] (and how many more). The caller bounds
+    /// the wait.
+    pub async fn list(&self, project: &str, agent: &str) -> Result<RemoteList, RemoteError> {
         let url = self
             .url
             .as_ref()
@@ -346,15 +363,22 @@ impl Remote {
                 "SELECT id, title, folder, machine,
                         (extract(epoch FROM created_at) * 1000)::int8,
                         (extract(epoch FROM updated_at) * 1000)::int8,
-                        turns
+                        turns, count(*) OVER ()
                    FROM conversations
                   WHERE project = $1 AND agent = $2
                   ORDER BY updated_at DESC
-                  LIMIT 1000",
-                &[&project, &agent],
+                  LIMIT $3",
+                &[&project, &agent, &LIST_MAX],
             )
             .await
             .map_err(|e| RemoteError::Server(url.redact(&RemoteError::db(e).to_string())))?;
+        let total = match rows.first() {
+            Some(row) => row.try_get::<_, i64>(7).map_err(RemoteError::db)?,
+            None => 0,
+        };
+        let more = u64::try_from(total)
+            .unwrap_or(0)
+            .saturating_sub(rows.len() as u64);
         rows.iter()
             .map(|row| {
                 Ok(RemoteRow {
@@ -371,9 +395,11 @@ impl Remote {
             .map(|rows| {
                 // A row no agentd made (its id could name one of a group
                 // directory's own files) is not listed.
-                rows.into_iter()
+                let rows = rows
+                    .into_iter()
                     .filter(|r| crate::store::is_conversation_id(&r.id))
-                    .collect()
+                    .collect();
+                RemoteList { rows, more }
             })
             .map_err(RemoteError::db)
     }
