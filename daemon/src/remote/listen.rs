@@ -41,7 +41,7 @@ const HEARTBEAT_WAIT: Duration = Duration::from_secs(5);
 const HEARTBEAT_SQL: &str = "SELECT 1";
 /// More dirty ids than this: everything is dirty instead (bounded memory;
 /// every conversation of the database is announced to every agentd).
-const DIRTY_MAX: usize = 100_000;
+const DIRTY_MAX: usize = 10_000;
 
 /// This agentd's instance nonce: random per start.
 pub(super) fn nonce() -> &'static str {
