@@ -69,10 +69,28 @@ pub fn bench_remote() -> anyhow::Result<()> {
     let on = profile(Some(&url));
     let off = profile(None);
     let (with, without) = turn_latency(&on, &off, &model, turns)?;
+    let (repl_on, repl_off) = repl_runs(&on, &off, &model)?;
     let (records, push_time, pushed) = push_throughput(&pg, &url, &model, push_turns)?;
     let (list_on, list_off, remote_rows) = listing(&pg, &on, &off, listed)?;
 
     report(&with, &without, turns);
+    let (r_on, r_off) = (median_ms(repl_on), median_ms(repl_off));
+    println!(
+        "{:<58} {:>8.2} ms",
+        format!("REPL of {REPL_TURNS} turns, remote on (median of {REPL_RUNS})"),
+        r_on
+    );
+    println!(
+        "{:<58} {:>8.2} ms",
+        format!("REPL of {REPL_TURNS} turns, remote off (median of {REPL_RUNS})"),
+        r_off
+    );
+    println!(
+        "{:<58} {:>8.2} ms a turn (on/off = {:.2})",
+        "added by the remote in the REPL",
+        (r_on - r_off) / REPL_TURNS as f64,
+        r_on / r_off
+    );
     println!(
         "{:<58} {:>8} records in {:.2} s = {:.0} records/s (sync pushed {pushed})",
         format!("push of a {push_turns}-turn conversation"),
@@ -132,6 +150,39 @@ fn turn_latency(
     })?;
     sync(on, 60_000)?;
     Ok(times)
+}
+
+/// Messages per REPL run, and runs per profile.
+const REPL_TURNS: usize = 30;
+const REPL_RUNS: usize = 9;
+
+/// `agentx` REPLs of [`REPL_TURNS`] messages each (process start to exit,
+/// as issue 23 measured), remote on and off alternating: (on, off).
+fn repl_runs(
+    on: &TestEnv,
+    off: &TestEnv,
+    model: &FakeModel,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let input: String = (0..REPL_TURNS).map(|i| format!("message {i}\n")).collect();
+    let run = |env: &TestEnv| -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let out = env.chat(model, ["--approval", "never"], &input);
+        if !out.status.success() {
+            bail!("REPL failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(started.elapsed())
+    };
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for i in 0..REPL_RUNS {
+        if i % 2 == 0 {
+            with.push(run(on)?);
+            without.push(run(off)?);
+        } else {
+            without.push(run(off)?);
+            with.push(run(on)?);
+        }
+    }
+    Ok((with, without))
 }
 
 /// A conversation made while the server was unreachable, then agentd
