@@ -42,6 +42,13 @@ pub fn summary_json(s: &SessionSummary, here: &str) -> Value {
 /// This folder's conversations merged with the remote store's (when one
 /// is configured), and the line to show when the remote was not reached.
 pub async fn list_with_remote(ctx: &Ctx) -> CliResult<(Vec<SessionSummary>, String)> {
+    let (list, note, _more) = list_with_remote_more(ctx).await?;
+    Ok((list, note))
+}
+
+/// [`list_with_remote`], and how many older remote conversations it does
+/// not hold (a listing holds the remote's newest 1,000).
+pub async fn list_with_remote_more(ctx: &Ctx) -> CliResult<(Vec<SessionSummary>, String, u64)> {
     let reply = ctx
         .sessions()
         .list_sessions(ListSessionsRequest {
@@ -51,7 +58,14 @@ pub async fn list_with_remote(ctx: &Ctx) -> CliResult<(Vec<SessionSummary>, Stri
         .await
         .map_err(|s| CliError::from_status("listing conversations", &s))?
         .into_inner();
-    Ok((reply.sessions, reply.remote_note))
+    Ok((reply.sessions, reply.remote_note, reply.remote_more))
+}
+
+/// The line saying that `more` older remote conversations are not listed.
+pub fn more_line(more: u64) -> String {
+    format!(
+        "and {more} more remote conversation(s), older, not listed (agentx search finds them; agentx resume ID opens one)"
+    )
 }
 
 /// The conversation numbered `n` (1 = newest) in the list `agentx
@@ -90,9 +104,12 @@ pub async fn named(ctx: &Ctx, text: &str) -> CliResult<Target> {
 /// or no terminal; then the list is printed, then `hint`).
 pub async fn pick(ctx: &Ctx, hint: &str) -> CliResult<Option<Target>> {
     use std::io::IsTerminal as _;
-    let (list, note) = list_with_remote(ctx).await?;
+    let (list, note, more) = list_with_remote_more(ctx).await?;
     if !note.is_empty() {
         eprintln!("agentx: {note}");
+    }
+    if more > 0 {
+        eprintln!("agentx: {}", more_line(more));
     }
     if list.is_empty() {
         println!("no conversations here yet");
@@ -177,10 +194,10 @@ pub fn print_list(sessions: &[SessionSummary], here: &str) {
 }
 
 pub async fn sessions(ctx: &Ctx, as_json: bool, tree: bool) -> CliResult<()> {
-    let (sessions, note) = if tree {
-        (list(ctx).await?, String::new())
+    let (sessions, note, more) = if tree {
+        (list(ctx).await?, String::new(), 0)
     } else {
-        list_with_remote(ctx).await?
+        list_with_remote_more(ctx).await?
     };
     if !note.is_empty() {
         eprintln!("agentx: {note}");
@@ -191,8 +208,14 @@ pub async fn sessions(ctx: &Ctx, as_json: bool, tree: bool) -> CliResult<()> {
         let here = ctx.scope.folder.as_str();
         let docs: Vec<Value> = sessions.iter().map(|s| summary_json(s, here)).collect();
         println!("{}", Value::Array(docs));
+        if more > 0 {
+            eprintln!("agentx: {}", more_line(more));
+        }
     } else {
         print_list(&sessions, &ctx.scope.folder);
+        if more > 0 {
+            println!("     {}", more_line(more));
+        }
     }
     Ok(())
 }

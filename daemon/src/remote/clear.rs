@@ -53,7 +53,11 @@ pub async fn delete(remote: &Remote, id: &str) -> Deleted {
 
 async fn delete_now(client: &Client, id: &str) -> Result<(), RemoteError> {
     client
-        .execute("DELETE FROM conversations WHERE id = $1", &[&id])
+        .execute(
+            "WITH gone AS (DELETE FROM conversations WHERE id = $1 RETURNING id)
+             SELECT pg_notify($2, $3) FROM gone",
+            &[&id, &super::listen::CHANNEL, &super::listen::payload(id)],
+        )
         .await
         .map_err(RemoteError::db)?;
     tracing::info!(id, "deleted the remote copy of a cleared conversation");

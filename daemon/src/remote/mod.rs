@@ -23,6 +23,7 @@ pub mod clear;
 mod copy;
 mod lanes;
 mod line;
+mod listen;
 mod pgpass;
 mod project;
 pub mod pull;
@@ -96,6 +97,17 @@ const SYNC_WAIT: Duration = Duration::from_secs(10);
 /// How long one connection attempt may take.
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
 
+/// The most remote conversations a listing shows (the newest).
+pub const LIST_MAX: i64 = 1000;
+
+/// A listing of the remote's conversations: the newest [`LIST_MAX`], and
+/// how many more there are.
+pub struct RemoteList {
+    pub rows: Vec<RemoteRow>,
+    /// Older conversations not listed.
+    pub more: u64,
+}
+
 /// A remote conversation as listed.
 pub struct RemoteRow {
     pub id: String,
@@ -142,6 +154,8 @@ pub struct Remote {
     /// The connections listing, search and pull use, one each (the pusher
     /// has its own).
     lanes: Arc<lanes::Lanes>,
+    /// Which conversations other agentds changed (LISTEN/NOTIFY).
+    listener: listen::Listener,
 }
 
 impl Remote {
@@ -175,11 +189,13 @@ impl Remote {
             now: Notify::new(),
             passes: watch::Sender::new(0),
             lanes: Arc::default(),
+            listener: listen::Listener::default(),
         });
         match &remote.url {
             Ok(url) => {
                 tracing::info!(url = %url.shown, machine = %remote.machine, "remote store on");
                 tokio::spawn(pusher::run(Arc::clone(&remote), commits));
+                tokio::spawn(listen::run(url.clone(), remote.listener.clone()));
                 pull::activate(&remote);
             }
             Err(e) => {
@@ -308,8 +324,9 @@ impl Remote {
     }
 
     /// The conversations the remote keeps for `project` and `agent`, newest
-    /// first. The caller bounds the wait.
-    pub async fn list(&self, project: &str, agent: &str) -> Result<Vec<RemoteRow>, RemoteError> {
+    /// first, at most [`LIST_MAX`] (and how many more). The caller bounds
+    /// the wait.
+    pub async fn list(&self, project: &str, agent: &str) -> Result<RemoteList, RemoteError> {
         let url = self
             .url
             .as_ref()
@@ -320,16 +337,23 @@ impl Remote {
                 "SELECT id, title, folder, machine,
                         (extract(epoch FROM created_at) * 1000)::int8,
                         (extract(epoch FROM updated_at) * 1000)::int8,
-                        turns
+                        turns, count(*) OVER ()
                    FROM conversations
                   WHERE project = $1 AND agent = $2
                   ORDER BY updated_at DESC
-                  LIMIT 1000",
-                &[&project, &agent],
+                  LIMIT $3",
+                &[&project, &agent, &LIST_MAX],
             )
             .await
             .map_err(|e| RemoteError::Server(url.redact(&RemoteError::db(e).to_string())))?;
         client.done();
+        let total = match rows.first() {
+            Some(row) => row.try_get::<_, i64>(7).map_err(RemoteError::db)?,
+            None => 0,
+        };
+        let more = u64::try_from(total)
+            .unwrap_or(0)
+            .saturating_sub(rows.len() as u64);
         rows.iter()
             .map(|row| {
                 Ok(RemoteRow {
@@ -346,9 +370,11 @@ impl Remote {
             .map(|rows| {
                 // A row no agentd made (its id could name one of a group
                 // directory's own files) is not listed.
-                rows.into_iter()
+                let rows = rows
+                    .into_iter()
                     .filter(|r| crate::store::is_conversation_id(&r.id))
-                    .collect()
+                    .collect();
+                RemoteList { rows, more }
             })
             .map_err(RemoteError::db)
     }

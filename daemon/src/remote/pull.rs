@@ -85,6 +85,11 @@ pub fn opened(id: &str) {
     let _ = take_fork_of(id);
 }
 
+/// Whether a fork of `id` waits for its next turn to continue it.
+fn fork_waiting(id: &str) -> bool {
+    FORKS.lock().is_ok_and(|f| f.iter().any(|f| f.from == id))
+}
+
 fn take_fork_of(id: &str) -> Option<ForkNote> {
     let mut forks = FORKS.lock().ok()?;
     let at = forks.iter().position(|f| f.from == id)?;
@@ -215,6 +220,11 @@ pub async fn before_turn(group: &GroupHandle, mut lease: TurnLease) -> (TurnLeas
     if lease.doc.base.is_some() || !has_copy(remote, &lease.doc.id) {
         return (lease, notes);
     }
+    // No other agentd changed it since the last pull (LISTEN/NOTIFY): no query.
+    let ticket = remote.listener.begin_check(&lease.doc.id);
+    if ticket.is_none() && !fork_waiting(&lease.doc.id) {
+        return (lease, notes);
+    }
     let id = lease.doc.id.clone();
     let settled = tokio::time::timeout(PULL_WAIT, async {
         let _sync = SYNC.lock().await;
@@ -241,6 +251,11 @@ pub async fn before_turn(group: &GroupHandle, mut lease: TurnLease) -> (TurnLeas
             Err(e) => Some(format!("could not bring in the remote's turns: {e}")),
         },
     };
+    if note.is_none()
+        && let Some(ticket) = ticket
+    {
+        ticket.pulled();
+    }
     if let Some(note) = note {
         tracing::warn!(id = %id, "{note}");
         notes.push(note);

@@ -110,6 +110,39 @@ pub async fn connect(
     })
 }
 
+/// What a connection receives besides answers (notifications, notices),
+/// until it ends; polling it drives the connection (plain or TLS).
+pub type Messages = Pin<
+    Box<
+        dyn futures_util::Stream<Item = Result<tokio_postgres::AsyncMessage, tokio_postgres::Error>>
+            + Send,
+    >,
+>;
+
+/// Like [`connect`], for a connection whose caller drives it to receive
+/// its notifications (`LISTEN`).
+pub async fn connect_messages(
+    config: &tokio_postgres::Config,
+    tls: &Tls,
+) -> Result<Result<(Client, Messages), tokio_postgres::Error>, String> {
+    fn stream<S, T>(pair: (Client, tokio_postgres::Connection<S, T>)) -> (Client, Messages)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let (client, mut connection) = pair;
+        let messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        (client, Box::pin(messages))
+    }
+    Ok(match tls {
+        Tls::Off => config.connect(NoTls).await.map(stream),
+        Tls::On { verify, roots } => {
+            let connector = RustlsConnect::new(*verify, roots.as_deref())?;
+            config.connect(connector).await.map(stream)
+        }
+    })
+}
+
 /// The connector tokio-postgres is handed when TLS is on.
 #[derive(Clone)]
 pub struct RustlsConnect(Arc<rustls::ClientConfig>);

@@ -52,7 +52,7 @@ impl SessionsService {
         folder: &str,
         agent: &str,
         local: Vec<SessionSummary>,
-    ) -> (Vec<SessionSummary>, String) {
+    ) -> (Vec<SessionSummary>, String, u64) {
         let mut local = local;
         for s in &mut local {
             s.location = "local".to_owned();
@@ -69,19 +69,20 @@ impl SessionsService {
             local.sort_by_key(|s| std::cmp::Reverse(s.updated_at.map_or(0, |t| t.unix_ms)));
         }
         let project = crate::remote::project_key(std::path::Path::new(folder), remote.machine());
-        let rows = match tokio::time::timeout(
+        let listed = match tokio::time::timeout(
             crate::remote::list_wait(),
             remote.list(&project, agent),
         )
         .await
         {
-            Ok(Ok(rows)) => rows,
+            Ok(Ok(listed)) => listed,
             Ok(Err(e)) => {
                 return (
                     local,
                     format!(
                         "the remote store was not reached ({e}); showing this machine's conversations only"
                     ),
+                    0,
                 );
             }
             Err(_) => {
@@ -91,11 +92,12 @@ impl SessionsService {
                         "the remote store was not reached within {} ms; showing this machine's conversations only",
                         crate::remote::list_wait().as_millis()
                     ),
+                    0,
                 );
             }
         };
         let mut merged = local;
-        for row in rows {
+        for row in listed.rows {
             if elsewhere_ids.contains(&row.id) {
                 continue;
             }
@@ -122,7 +124,7 @@ impl SessionsService {
             });
         }
         merged.sort_by_key(|s| std::cmp::Reverse(s.updated_at.map_or(0, |t| t.unix_ms)));
-        (merged, String::new())
+        (merged, String::new(), listed.more)
     }
 }
 
@@ -241,16 +243,17 @@ impl Sessions for SessionsService {
         let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
         let docs = group.list().await.map_err(status_of)?;
         let local: Vec<SessionSummary> = docs.iter().map(summary).collect();
-        let (sessions, remote_note) = match (&self.remote, req.include_remote) {
+        let (sessions, remote_note, remote_more) = match (&self.remote, req.include_remote) {
             (Some(remote), true) => {
                 let agent = super::Scope::try_from(req.scope.as_ref())?.agent;
                 self.merge_remote(remote, &folder, &agent, local).await
             }
-            _ => (local, String::new()),
+            _ => (local, String::new(), 0),
         };
         Ok(Response::new(ListSessionsReply {
             sessions,
             remote_note,
+            remote_more,
         }))
     }
 

@@ -110,6 +110,7 @@ pub(super) async fn send(
         // Another machine's record holds one of these places.
         return Ok(Sent::Conflict);
     }
+    crate::remote::listen::notify(&tx, &push.doc.id).await?;
     tx.commit().await.map_err(RemoteError::refused)?;
     Ok(Sent::Pushed)
 }
