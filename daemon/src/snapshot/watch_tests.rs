@@ -465,7 +465,7 @@ fn an_unchanged_watched_folder_re_reads_no_directory() {
     std::fs::write(root.join("a/b/f"), "g").unwrap();
     take_exact(&mut s, &root);
     assert!(
-        s.watch_status(&root).contains("re-read 1 directories"),
+        s.watch_status(&root).contains("re-read 1 directory)"),
         "{}",
         s.watch_status(&root)
     );
