@@ -13,10 +13,14 @@ use agentx_tests::fake_model::FakeModel;
 use agentx_tests::postgres::{Cluster, machine, shared};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
 
-const ROLE_B: &str = "machine_b";
 const NOT_REACHED: &str = "remote store was not reached";
-/// B's listening connection in `pg_stat_activity`.
-const LISTENER: &str = "usename = 'machine_b' AND application_name = 'agentd listen'";
+
+/// B's database role in the test of database `db`: each test its own, so
+/// one test refusing B's logins never touches another's B (the tests share
+/// the cluster and run at once).
+fn role_b(db: &str) -> String {
+    format!("b_{db}")
+}
 
 fn sync(env: &TestEnv) -> Value {
     let out = env.run(["sync", "--json"]);
@@ -39,12 +43,14 @@ fn wait_count(pg: &Cluster, sql: &str, want: i64) {
     panic!("{sql} never counted {want}");
 }
 
-/// Waits until B's agentd listens (its LISTEN, or a heartbeat after it).
-fn wait_listening(pg: &Cluster) {
+/// Waits until B's agentd (role `role`) listens (its LISTEN, or a
+/// heartbeat after it).
+fn wait_listening(pg: &Cluster, role: &str) {
     wait_count(
         pg,
         &format!(
-            "SELECT count(*) FROM pg_stat_activity WHERE {LISTENER} \
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = '{role}' \
+             AND application_name = 'agentd listen' \
              AND query IN ('LISTEN agentx_conversations', 'SELECT 1')"
         ),
         1,
@@ -52,15 +58,15 @@ fn wait_listening(pg: &Cluster) {
 }
 
 /// Refuses (or admits again) new connections of B's role.
-fn b_may_log_in(pg: &Cluster, yes: bool) {
+fn b_may_log_in(pg: &Cluster, role: &str, yes: bool) {
     let login = if yes { "LOGIN" } else { "NOLOGIN" };
-    pg.execute("postgres", &format!("ALTER ROLE {ROLE_B} {login}"));
+    pg.execute("postgres", &format!("ALTER ROLE {role} {login}"));
 }
 
 /// Ends B's connections that `which` selects (SQL on pg_stat_activity) and
 /// waits until they are gone.
-fn end_b_connections(pg: &Cluster, which: &str) {
-    let select = format!("FROM pg_stat_activity WHERE usename = '{ROLE_B}' AND {which}");
+fn end_b_connections(pg: &Cluster, role: &str, which: &str) {
+    let select = format!("FROM pg_stat_activity WHERE usename = '{role}' AND {which}");
     pg.execute(
         "postgres",
         &format!("SELECT pg_terminate_backend(pid) {select}"),
@@ -85,24 +91,25 @@ fn said(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
 /// and the conversation clean on B. Returns (a, b, id).
 fn two_machines(pg: &Cluster, db: &str, model: &FakeModel) -> (TestEnv, TestEnv, String) {
     pg.create_db(db);
+    let role = role_b(db);
     pg.execute(
         "postgres",
         &format!(
             "DO $$ BEGIN
-                IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{ROLE_B}') THEN
-                    CREATE ROLE {ROLE_B} LOGIN SUPERUSER;
+                IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') THEN
+                    CREATE ROLE {role} LOGIN SUPERUSER;
                 END IF;
              END $$"
         ),
     );
     let a = machine("machine-a", "git@github.com:acme/app.git", &pg.url(db));
-    let b_url = format!("postgresql://{ROLE_B}@127.0.0.1:{}/{db}", pg.port);
+    let b_url = format!("postgresql://{role}@127.0.0.1:{}/{db}", pg.port);
     let b = machine("machine-b", "git@github.com:acme/app.git", &b_url);
     assert_code(&a.chat(model, ["--approval", "never"], "one on a\n"), 0);
     assert_eq!(sync(&a)["reached"], true);
     let id = status(&a)["session_id"].as_str().unwrap().to_owned();
     assert_code(&b.chat(model, ["resume", id.as_str()], ""), 0);
-    wait_listening(pg);
+    wait_listening(pg, &role);
     let out = b.chat(model, ["--approval", "never"], "one on b\n");
     assert_code(&out, 0);
     assert!(!stderr(&out).contains(NOT_REACHED), "{}", stderr(&out));
@@ -140,10 +147,11 @@ fn a_turn_asks_the_server_only_after_another_machine_pushed() {
     // Nobody changed it since: B's next turn does not ask the server.
     // B's connections other than the listener end and new ones are
     // refused, so a query would fail and say so.
-    b_may_log_in(pg, false);
-    end_b_connections(pg, "application_name <> 'agentd listen'");
+    let role = role_b(db);
+    b_may_log_in(pg, &role, false);
+    end_b_connections(pg, &role, "application_name <> 'agentd listen'");
     let out = b.chat(&model, ["--approval", "never"], "three on b\n");
-    b_may_log_in(pg, true);
+    b_may_log_in(pg, &role, true);
     assert_code(&out, 0);
     assert!(
         !stderr(&out).contains(NOT_REACHED),
@@ -169,15 +177,16 @@ fn a_turn_after_the_listener_was_dropped_still_brings_in_the_other_machines_turn
 
     // B's listener goes away (and cannot come back) before A pushes, so B
     // hears nothing of it.
-    b_may_log_in(pg, false);
-    end_b_connections(pg, "application_name = 'agentd listen'");
+    let role = role_b(db);
+    b_may_log_in(pg, &role, false);
+    end_b_connections(pg, &role, "application_name = 'agentd listen'");
     let out = a.chat(&model, ["--approval", "never"], "two on a\n");
     assert_code(&out, 0);
     assert_eq!(sync(&a)["reached"], true);
 
     // B still asks the server (its other connections are up) and gets it.
     let out = b.chat(&model, ["--approval", "never"], "two on b\n");
-    b_may_log_in(pg, true);
+    b_may_log_in(pg, &role, true);
     assert_code(&out, 0);
     assert!(!stderr(&out).contains(NOT_REACHED), "{}", stderr(&out));
     let st = status(&b);
@@ -191,7 +200,7 @@ fn a_turn_after_the_listener_was_dropped_still_brings_in_the_other_machines_turn
     assert_eq!(pg.count(db, "SELECT count(*) FROM conversations"), 1);
 
     // The listener comes back on its own.
-    wait_listening(pg);
+    wait_listening(pg, &role);
 }
 
 #[test]
