@@ -494,3 +494,65 @@ pub fn records(pg: &Cluster, db: &str, id: &str) -> (i64, i64, i64) {
     )[0];
     (row.get(0), row.get(1), row.get(2))
 }
+
+/// `agentx status --json` of `env`.
+pub fn status(env: &crate::TestEnv) -> serde_json::Value {
+    crate::json_out(&env.run(["status", "--json"]))
+}
+
+/// `agentx sync --json` of `env`, which must exit 0.
+pub fn sync(env: &crate::TestEnv) -> serde_json::Value {
+    let out = env.run(["sync", "--json"]);
+    crate::assert_code(&out, 0);
+    crate::json_out(&out)
+}
+
+/// The texts of conversation `id`'s records on the server in `db`, in order.
+pub fn texts(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
+    pg.query(
+        db,
+        &format!("SELECT item->>'text' FROM records WHERE conversation_id = '{id}' ORDER BY seq"),
+    )
+    .iter()
+    .filter_map(|r| r.get::<_, Option<String>>(0))
+    .collect()
+}
+
+/// What the user said in conversation `id` on the server in `db` (the fake
+/// model's answers, `echo: …`, left out), in order.
+pub fn said(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
+    texts(pg, db, id)
+        .into_iter()
+        .filter(|t| !t.starts_with("echo"))
+        .collect()
+}
+
+/// Holds an exclusive lock on the records table until told to let go.
+pub fn lock_records(url: String) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (locked_tx, locked) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(connection);
+            client
+                .batch_execute("BEGIN; LOCK TABLE records IN ACCESS EXCLUSIVE MODE")
+                .await
+                .unwrap();
+            locked_tx.send(()).unwrap();
+            tokio::task::spawn_blocking(move || released.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            client.batch_execute("ROLLBACK").await.unwrap();
+        });
+    });
+    locked.recv().unwrap();
+    (release, holder)
+}

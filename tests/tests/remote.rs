@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{Cluster, machine, records, shared};
+use agentx_tests::postgres::{Cluster, machine, records, shared, status};
 use agentx_tests::{TEST_KEY, TestEnv, assert_code, json_out, stderr, stdout, wait_status};
 
 /// `agentx search --json ARGS` until `ok` holds for its hits (the local
@@ -34,10 +34,6 @@ fn search_until(
 
 fn sync(env: &TestEnv) -> Value {
     json_out(&env.run(["sync", "--json"]))
-}
-
-fn status(env: &TestEnv) -> Value {
-    json_out(&env.run(["status", "--json"]))
 }
 
 #[test]

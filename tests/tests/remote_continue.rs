@@ -4,12 +4,10 @@
 //! agentd killed mid-push; two machines going on from one point (one
 //! fork, nothing interleaved); 50 one-shots; /clear deleting both copies.
 
-use std::sync::mpsc;
-
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{Cluster, machine, records, shared};
+use agentx_tests::postgres::{lock_records, machine, records, shared, status, sync, texts};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
 
 /// Points `env`'s agentd at another server (it reads the URL at start).
@@ -20,26 +18,6 @@ fn set_url(env: &mut TestEnv, url: &str) {
             *v = url.to_owned();
         }
     }
-}
-
-fn sync(env: &TestEnv) -> Value {
-    let out = env.run(["sync", "--json"]);
-    assert_code(&out, 0);
-    json_out(&out)
-}
-
-fn status(env: &TestEnv) -> Value {
-    json_out(&env.run(["status", "--json"]))
-}
-
-fn texts(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
-    pg.query(
-        db,
-        &format!("SELECT item->>'text' FROM records WHERE conversation_id = '{id}' ORDER BY seq"),
-    )
-    .iter()
-    .filter_map(|r| r.get::<_, Option<String>>(0))
-    .collect()
 }
 
 #[test]
@@ -253,36 +231,6 @@ fn two_machines_going_on_from_one_point_make_exactly_one_fork() {
     assert_eq!(fork["where"], "remote", "{listed}");
     assert_eq!(fork["machine"], "machine-b", "{listed}");
     assert_eq!(fork["title"], "common start (fork on machine-b)");
-}
-
-/// Holds an exclusive lock on the records table until told to let go.
-fn lock_records(url: String) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
-    let (release, released) = mpsc::channel::<()>();
-    let (locked_tx, locked) = mpsc::channel::<()>();
-    let holder = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(connection);
-            client
-                .batch_execute("BEGIN; LOCK TABLE records IN ACCESS EXCLUSIVE MODE")
-                .await
-                .unwrap();
-            locked_tx.send(()).unwrap();
-            tokio::task::spawn_blocking(move || released.recv())
-                .await
-                .unwrap()
-                .unwrap();
-            client.batch_execute("ROLLBACK").await.unwrap();
-        });
-    });
-    locked.recv().unwrap();
-    (release, holder)
 }
 
 #[test]

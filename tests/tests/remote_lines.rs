@@ -6,40 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{Cluster, machine, records, shared};
+use agentx_tests::postgres::{machine, records, said, shared, status, sync};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
-
-fn sync(env: &TestEnv) -> Value {
-    let out = env.run(["sync", "--json"]);
-    assert_code(&out, 0);
-    json_out(&out)
-}
-
-fn status(env: &TestEnv) -> Value {
-    json_out(&env.run(["status", "--json"]))
-}
-
-/// The texts of conversation `id` on the server, in order.
-fn texts(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
-    pg.query(
-        db,
-        &format!("SELECT item->>'text' FROM records WHERE conversation_id = '{id}' ORDER BY seq"),
-    )
-    .iter()
-    .filter_map(|r| r.get::<_, Option<String>>(0))
-    .collect()
-}
-
-/// What the user said in conversation `id` on the server, in order.
-fn said(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
-    texts(pg, db, id)
-        .into_iter()
-        .filter(|t| !t.starts_with("echo"))
-        .collect()
-}
 
 /// What the user said in the current conversation of `env`, as its own
 /// copy holds it (`agentx export` of the conversation).

@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{Cluster, machine, shared};
+use agentx_tests::postgres::{Cluster, machine, said, shared, status, sync};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
 
 const NOT_REACHED: &str = "remote store was not reached";
@@ -20,16 +20,6 @@ const NOT_REACHED: &str = "remote store was not reached";
 /// the cluster and run at once).
 fn role_b(db: &str) -> String {
     format!("b_{db}")
-}
-
-fn sync(env: &TestEnv) -> Value {
-    let out = env.run(["sync", "--json"]);
-    assert_code(&out, 0);
-    json_out(&out)
-}
-
-fn status(env: &TestEnv) -> Value {
-    json_out(&env.run(["status", "--json"]))
 }
 
 /// Waits (bounded) until `sql` counts `want`.
@@ -72,18 +62,6 @@ fn end_b_connections(pg: &Cluster, role: &str, which: &str) {
         &format!("SELECT pg_terminate_backend(pid) {select}"),
     );
     wait_count(pg, &format!("SELECT count(*) {select}"), 0);
-}
-
-/// The user messages on the server's copy of `id`, in order.
-fn said(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
-    pg.query(
-        db,
-        &format!("SELECT item->>'text' FROM records WHERE conversation_id = '{id}' ORDER BY seq"),
-    )
-    .iter()
-    .filter_map(|r| r.get::<_, Option<String>>(0))
-    .filter(|t| !t.starts_with("echo"))
-    .collect()
 }
 
 /// A (role agentx) and B (its own role) on database `db`; A starts a

@@ -13,47 +13,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{Cluster, machine, records, shared};
+use agentx_tests::postgres::{Cluster, lock_records, machine, records, shared, status};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, wait_status};
 
 const ORIGIN: &str = "git@github.com:acme/slow.git";
 
 fn sync(env: &TestEnv) -> Value {
     json_out(&env.run(["sync", "--json"]))
-}
-
-fn status(env: &TestEnv) -> Value {
-    json_out(&env.run(["status", "--json"]))
-}
-
-/// Holds an exclusive lock on the records table until told to let go.
-fn lock_records(url: String) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
-    let (release, released) = mpsc::channel::<()>();
-    let (locked_tx, locked) = mpsc::channel::<()>();
-    let holder = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(connection);
-            client
-                .batch_execute("BEGIN; LOCK TABLE records IN ACCESS EXCLUSIVE MODE")
-                .await
-                .unwrap();
-            locked_tx.send(()).unwrap();
-            tokio::task::spawn_blocking(move || released.recv())
-                .await
-                .unwrap()
-                .unwrap();
-            client.batch_execute("ROLLBACK").await.unwrap();
-        });
-    });
-    locked.recv().unwrap();
-    (release, holder)
 }
 
 /// agentd's search queries running on the server now, in database `db`:

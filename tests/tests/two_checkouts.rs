@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{Cluster, git_repo, machine, records, shared};
+use agentx_tests::postgres::{git_repo, machine, records, said, shared, status, sync};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
 
 const ORIGIN: &str = "git@github.com:acme/app.git";
@@ -24,30 +24,6 @@ fn two_checkouts(env: &mut TestEnv) -> (PathBuf, PathBuf) {
     }
     env.work = one.clone();
     (one, two)
-}
-
-fn sync(env: &TestEnv) -> Value {
-    let out = env.run(["sync", "--json"]);
-    assert_code(&out, 0);
-    json_out(&out)
-}
-
-fn status(env: &TestEnv) -> Value {
-    json_out(&env.run(["status", "--json"]))
-}
-
-/// Users' messages of conversation `id` on the server, in order.
-fn said(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
-    pg.query(
-        db,
-        &format!(
-            "SELECT item->>'text' FROM records WHERE conversation_id = '{id}' \
-             AND item->>'type' = 'user' ORDER BY seq"
-        ),
-    )
-    .iter()
-    .filter_map(|r| r.get::<_, Option<String>>(0))
-    .collect()
 }
 
 /// Every conversation id the profile keeps, with the group directories
