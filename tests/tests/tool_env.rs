@@ -62,7 +62,10 @@ fn a_tool_sees_the_callers_variables_path_and_umask() {
     let model = FakeModel::start();
     // agentd starts first, from a terminal without any of what follows, so
     // only what travels with the turn can reach the tool.
+    // agentd's own environment has a variable the caller's does not: the
+    // tool must not see it (the caller's environment replaces agentd's).
     let mut start = env.agentx(["daemon", "start"]);
+    start.env("AGENTD_ONLY_VAR", "agentd-side-7e2");
     with_umask(&mut start, 0o077);
     assert_code(&start.output().unwrap(), 0);
 
@@ -87,7 +90,7 @@ fn a_tool_sees_the_callers_variables_path_and_umask() {
     let out = run_with_stdin(
         cmd,
         "CALL echo \"[$MYVAR]\" > seen.txt; only-on-callers-path >> seen.txt; umask >> seen.txt; \
-         touch made.txt\n",
+         echo \"[${AGENTD_ONLY_VAR-unset}]\" >> seen.txt; touch made.txt\n",
     );
     assert_code(&out, 0);
     // A one-shot that fails is retained for diagnosis: without the caller's
@@ -111,7 +114,7 @@ fn a_tool_sees_the_callers_variables_path_and_umask() {
     let seen = std::fs::read_to_string(env.work.join("seen.txt")).unwrap();
     assert_eq!(
         seen,
-        "[from-terminal]\nfound-on-path\n0022\n",
+        "[from-terminal]\nfound-on-path\n0022\n[unset]\n",
         "{}",
         stderr(&out)
     );
