@@ -231,3 +231,34 @@ fn mark_unfinished(doc: &mut SessionDoc, records: &[Record], replay: Replay, las
         retryable: true,
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: &str = r#"{"at":1,"type":"user","text":"one"}"#;
+    const TWO: &str = r#"{"at":2,"type":"assistant","text":"two"}"#;
+
+    #[test]
+    fn a_garbled_record_in_the_middle_ends_the_read_leaving_no_hole() {
+        let bytes = format!("{ONE}\n{{garbled\n{TWO}\n");
+        let (records, end) = good_records(bytes.as_bytes());
+        assert_eq!(
+            records.len(),
+            1,
+            "the record after the garbled one was kept"
+        );
+        assert_eq!(end, ONE.len() + 1);
+        // What follows is the cut tail, kept aside, not read past.
+        assert!(bytes[end..].starts_with("{garbled\n"));
+    }
+
+    #[test]
+    fn a_garbled_last_record_ends_the_read_after_the_good_ones() {
+        let bytes = format!("{ONE}\n{TWO}\n{{garbled\n");
+        let (records, end) = good_records(bytes.as_bytes());
+        assert_eq!(records.len(), 2);
+        assert_eq!(end, ONE.len() + TWO.len() + 2);
+        assert!(matches!(&records[1].1, Item::Assistant { text } if text == "two"));
+    }
+}
