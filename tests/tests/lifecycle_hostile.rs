@@ -243,3 +243,37 @@ fn a_turn_cut_by_a_stop_says_it_is_kept_as_interrupted() {
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert!(status["interrupted"].is_object(), "{status}");
 }
+
+#[test]
+fn an_agentd_whose_pid_lock_another_took_exits_at_once_even_with_its_socket_intact() {
+    // Its socket lives outside the profile, so deleting the profile leaves
+    // it reachable: only the lost pid lock can tell it to stop writing.
+    let mut env = TestEnv::new();
+    let sockets = tempfile::tempdir().unwrap();
+    let first = sockets.path().join("first.sock");
+    env.extra_env
+        .push(("AGENTX_SOCKET".into(), first.display().to_string()));
+    assert_code(&env.run(["daemon", "start"]), 0);
+    let old = read_pid_file(&env).expect("the first agentd's pid");
+    assert!(
+        eventually(|| std::fs::remove_dir_all(&env.home).is_ok()),
+        "the profile could not be removed"
+    );
+    // A second agentd, on its own socket, takes the re-created profile.
+    for (k, v) in &mut env.extra_env {
+        if k == "AGENTX_SOCKET" {
+            *v = sockets.path().join("second.sock").display().to_string();
+        }
+    }
+    assert_code(&env.run(["daemon", "start"]), 0);
+    let new = read_pid_file(&env).expect("the second agentd's pid");
+    assert_ne!(new, old);
+    assert!(first.exists(), "the first agentd's socket is still there");
+    // Two writers must not last: the first one is gone within its guard's
+    // period, without a client or its socket telling it.
+    assert!(
+        wait_pid_gone(old, Duration::from_secs(5)),
+        "the first agentd kept running after another took its pid lock"
+    );
+    assert!(alive(new));
+}
