@@ -69,7 +69,13 @@ fn status_never_starts_and_start_stop_do_what_they_say() {
 #[test]
 fn any_other_command_starts_the_daemon() {
     let env = TestEnv::new();
-    let _ = env.run(["sessions"]);
+    let out = env.run(["sessions"]);
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains("no conversations"),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(env.wait_daemons(1, Duration::from_secs(5)).len(), 1);
 }
 
