@@ -152,13 +152,31 @@ fn retry_after_is_honoured_in_milliseconds_seconds_and_as_a_date() {
             body: json!({"error": {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": "slow down"}}),
             headers: vec![(name.into(), value.clone())],
         });
-        let started = std::time::Instant::now();
+        let before = model.requests().len();
         let out = say(&env, &model, "hello\n");
         assert_code(&out, 0);
+        // Exactly one retry, sent no sooner than the server asked.
+        let requests = model.requests();
+        assert_eq!(requests.len(), before + 2, "{name}: not one retry");
+        let waited = requests[before + 1]
+            .received
+            .duration_since(requests[before].received);
         assert!(
-            started.elapsed() >= at_least,
-            "{name}: {value} not honoured: retried after {:?}",
-            started.elapsed()
+            waited >= at_least,
+            "{name}: {value} not honoured: retried after {waited:?}"
+        );
+        // And the user was told when, as the server said.
+        let said = stderr(&out);
+        let announced = said
+            .lines()
+            .find_map(|l| l.split("retrying 2/").nth(1))
+            .and_then(|rest| rest.split(" in ").nth(1))
+            .and_then(|d| d.split('s').next())
+            .and_then(|d| d.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{name}: no retry line: {said}"));
+        assert!(
+            announced >= at_least.as_secs_f64() - 0.05 && announced <= 3.05,
+            "{name}: announced {announced} s: {said}"
         );
     }
 }

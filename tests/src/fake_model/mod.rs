@@ -109,6 +109,8 @@ pub struct RecordedRequest {
     /// What `validate_create_response` found (empty when valid, and for
     /// requests to other paths).
     pub schema_errors: Vec<String>,
+    /// When the fake received it.
+    pub received: std::time::Instant,
 }
 
 impl RecordedRequest {

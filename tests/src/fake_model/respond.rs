@@ -73,6 +73,7 @@ pub(super) async fn handle(
             headers,
             body: body_value,
             schema_errors: schema_errors.clone(),
+            received: std::time::Instant::now(),
         });
     }
     match route {
