@@ -527,10 +527,15 @@ pub fn said(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
         .collect()
 }
 
-/// Holds an exclusive lock on the records table until told to let go.
-pub fn lock_records(url: String) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
-    let (release, released) = std::sync::mpsc::channel::<()>();
-    let (locked_tx, locked) = std::sync::mpsc::channel::<()>();
+/// Runs `first` in a transaction on `url`, then waits until told to run
+/// `then` (which ends the transaction).
+pub fn transaction_in_two_steps(
+    url: String,
+    first: &'static str,
+    then: String,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready) = std::sync::mpsc::channel::<()>();
     let holder = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -541,18 +546,24 @@ pub fn lock_records(url: String) -> (std::sync::mpsc::Sender<()>, std::thread::J
                 .await
                 .unwrap();
             tokio::spawn(connection);
-            client
-                .batch_execute("BEGIN; LOCK TABLE records IN ACCESS EXCLUSIVE MODE")
-                .await
-                .unwrap();
-            locked_tx.send(()).unwrap();
-            tokio::task::spawn_blocking(move || released.recv())
+            client.batch_execute(first).await.unwrap();
+            ready_tx.send(()).unwrap();
+            tokio::task::spawn_blocking(move || wait.recv())
                 .await
                 .unwrap()
                 .unwrap();
-            client.batch_execute("ROLLBACK").await.unwrap();
+            client.batch_execute(&then).await.unwrap();
         });
     });
-    locked.recv().unwrap();
-    (release, holder)
+    ready.recv().unwrap();
+    (go, holder)
+}
+
+/// Holds an exclusive lock on the records table until told to let go.
+pub fn lock_records(url: String) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    transaction_in_two_steps(
+        url,
+        "BEGIN; LOCK TABLE records IN ACCESS EXCLUSIVE MODE",
+        "ROLLBACK".to_owned(),
+    )
 }

@@ -7,7 +7,9 @@
 use std::time::{Duration, Instant};
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{machine, records, said, shared, status, sync};
+use agentx_tests::postgres::{
+    machine, records, said, shared, status, sync, transaction_in_two_steps,
+};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
 
 /// What the user said in the current conversation of `env`, as its own
@@ -181,38 +183,6 @@ fn after_a_pull_the_model_sees_what_was_pulled_responses() {
 #[test]
 fn after_a_pull_the_model_sees_what_was_pulled_chat_completions() {
     the_model_sees_the_pulled_turn("l_sees_chat", Some("chat"));
-}
-
-/// Runs `first` in a transaction on `url`, then waits until told to run
-/// `then` (which ends the transaction).
-fn transaction_in_two_steps(
-    url: String,
-    first: &'static str,
-    then: String,
-) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
-    let (go, wait) = std::sync::mpsc::channel::<()>();
-    let (ready_tx, ready) = std::sync::mpsc::channel::<()>();
-    let holder = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(connection);
-            client.batch_execute(first).await.unwrap();
-            ready_tx.send(()).unwrap();
-            tokio::task::spawn_blocking(move || wait.recv())
-                .await
-                .unwrap()
-                .unwrap();
-            client.batch_execute(&then).await.unwrap();
-        });
-    });
-    ready.recv().unwrap();
-    (go, holder)
 }
 
 #[test]
