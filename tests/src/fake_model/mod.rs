@@ -23,6 +23,8 @@ mod plan;
 mod raw;
 mod respond;
 mod sse;
+#[cfg(test)]
+mod tests;
 
 pub use client::*;
 use plan::*;

@@ -1,13 +1,11 @@
-//! Tests of the fake OpenAI Responses server itself: its SSE stream, its
-//! stateful chain checks and scripted failures, over real HTTP on 127.0.0.1.
-
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Tests of the fake OpenAI Responses server itself (test support, not the product):
+//! its SSE stream, its stateful chain checks and scripted failures, over real HTTP on 127.0.0.1.
 
 use std::io::BufRead as _;
 use std::time::{Duration, Instant};
 
-use agentx_tests::fake_model::{FakeModel, HttpReply, Reply, post_and_hold, post_json, post_raw};
-use agentx_tests::schema::{RESPONSE_STREAM_EVENT, validate_against};
+use crate::fake_model::{FakeModel, HttpReply, Reply, post_and_hold, post_json, post_raw};
+use crate::schema::{RESPONSE_STREAM_EVENT, validate_against};
 use serde_json::{Value, json};
 
 fn body(input: Value) -> Value {
