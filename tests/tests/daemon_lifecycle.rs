@@ -180,9 +180,21 @@ fn fifty_clients_at_once_start_exactly_one_daemon() {
             stdout(out)
         );
     }
-    // Give a losing spawn (if any had happened) time to show up.
-    std::thread::sleep(Duration::from_millis(300));
+    // Every client has returned, so every agentd one of them spawned was
+    // exec'd already (spawn returns after exec): a losing one is in /proc
+    // now or gone, and exactly one ever served.
     assert_eq!(env.daemon_pids(), pids);
+    assert_eq!(served(&env), 1, "more than one agentd served this profile");
+}
+
+/// How many agentd processes started serving this profile (each logs
+/// that it listens once it serves; one that lost the pid lock never does).
+fn served(env: &TestEnv) -> usize {
+    std::fs::read_to_string(env.home.join("log").join("agentd.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("agentd::listener: listening"))
+        .count()
 }
 
 #[test]
@@ -204,8 +216,9 @@ fn after_kill_9_twenty_concurrent_calls_start_exactly_one_new_daemon() {
     let pids = env.wait_daemons(1, Duration::from_secs(5));
     assert_eq!(pids.len(), 1, "daemons: {pids:?}");
     assert_ne!(pids[0], old);
-    std::thread::sleep(Duration::from_millis(300));
+    // (No wait needed: see fifty_clients_at_once_start_exactly_one_daemon.)
     assert_eq!(env.daemon_pids(), pids);
+    assert_eq!(served(&env), 2, "the killed one and exactly one new one");
 }
 
 #[test]
