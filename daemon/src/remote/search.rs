@@ -107,9 +107,9 @@ impl Remote {
     pub fn local_ids(&self, group_dir: Option<&Path>) -> Vec<String> {
         let groups: Vec<PathBuf> = match group_dir {
             Some(dir) => vec![dir.to_path_buf()],
-            None => subdirs(&self.sessions_dir)
+            None => crate::store::elsewhere::subdirs(&self.sessions_dir)
                 .iter()
-                .flat_map(|folder| subdirs(folder))
+                .flat_map(|folder| crate::store::elsewhere::subdirs(&folder))
                 .collect(),
         };
         let mut ids = Vec::new();
@@ -134,16 +134,6 @@ impl Remote {
             Err(_) => text,
         })
     }
-}
-
-fn subdirs(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path())
-        .collect()
 }
 
 fn hit_of(row: &tokio_postgres::Row) -> Result<RemoteHit, tokio_postgres::Error> {

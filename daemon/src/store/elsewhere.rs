@@ -19,7 +19,8 @@ pub struct Held {
     pub agent: String,
 }
 
-fn subdirs(dir: &Path) -> Vec<PathBuf> {
+/// The directories directly in `dir` (none when it cannot be read).
+pub fn subdirs(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()
