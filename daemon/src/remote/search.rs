@@ -109,7 +109,7 @@ impl Remote {
             Some(dir) => vec![dir.to_path_buf()],
             None => crate::store::elsewhere::subdirs(&self.sessions_dir)
                 .iter()
-                .flat_map(|folder| crate::store::elsewhere::subdirs(&folder))
+                .flat_map(|folder| crate::store::elsewhere::subdirs(folder))
                 .collect(),
         };
         let mut ids = Vec::new();
