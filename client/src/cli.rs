@@ -49,6 +49,11 @@ pub struct Global {
     #[arg(long, global = true)]
     pub auto: bool,
 
+    /// The model for this run (wins over the conversation's /model and
+    /// the configured one).
+    #[arg(short = 'm', long, global = true, value_name = "NAME")]
+    pub model: Option<String>,
+
     /// The chat only: when the last turn was interrupted and no terminal can
     /// ask, continue it, retry its message, or start a new conversation
     /// (a one-shot refuses it: it never has one).
@@ -138,6 +143,13 @@ pub enum Command {
         /// Forget the server-side chain and resend the whole saved conversation.
         #[arg(long)]
         new_chain: bool,
+    },
+    /// Compact the conversation's context now: the model writes a handoff
+    /// summary that replaces the history it sees (the transcript keeps all).
+    Compact {
+        /// What the summary should focus on.
+        #[arg(long, value_name = "TEXT")]
+        focus: Option<String>,
     },
     /// Delete the current conversation's stored state and start fresh.
     Clear {

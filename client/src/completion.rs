@@ -24,6 +24,8 @@ pub const COMMANDS: &[&str] = &[
     "checkpoints",
     "rollback",
     "retry",
+    "compact",
+    "model",
     "diff",
     "undo",
     "rewind",

@@ -110,6 +110,21 @@ impl Ctx {
         Ok(config)
     }
 
+    /// The settings a turn forwards: the configuration's, with this run's `-m`.
+    pub fn provider(&self, config: &Config) -> ProviderSettings {
+        let mut settings = provider_settings(config);
+        settings.run_model = self.global.model.clone().unwrap_or_default();
+        settings
+    }
+
+    /// The settings a status forwards, when the configuration reads.
+    pub fn status_provider(&self) -> Option<ProviderSettings> {
+        let config = Config::load(&self.profile.config_file()).ok()?;
+        let mut settings = self.provider(&config);
+        settings.api_key.clear();
+        Some(settings)
+    }
+
     /// What the chat talks to and how it runs tools, as the banner,
     /// `status` and `status --json` show it.
     pub fn setup(&self) -> CliResult<Setup> {
@@ -122,7 +137,11 @@ impl Ctx {
             _ => "ask",
         };
         Ok(Setup {
-            model: config.model.clone(),
+            model: self
+                .global
+                .model
+                .clone()
+                .unwrap_or_else(|| config.model.clone()),
             provider: config.provider.as_str().to_owned(),
             base_url: config.base_url.clone(),
             approval,
@@ -151,6 +170,16 @@ pub fn provider_settings(config: &Config) -> ProviderSettings {
         base_url: config.base_url.clone(),
         model: config.model.clone(),
         api_key: config.api_key.clone().unwrap_or_default(),
+        context_window: config.context_window.unwrap_or(0),
+        model_windows: config
+            .model_windows
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect(),
+        auto_compact_off: !config.auto_compact,
+        auto_compact_at: config.auto_compact_at / 100.0,
+        run_model: String::new(),
+        instruction_files: config.instruction_files.clone(),
     }
 }
 

@@ -7,14 +7,14 @@ use std::process::Stdio;
 use agentx_shared::config::Config;
 use agentx_shared::proto::{
     AppendShellTranscriptRequest, ApprovalPolicy, FailedResponse, GetStatusRequest,
-    OpenSessionRequest, Resolve, SessionSummary, TurnStart, TurnStatus,
-    open_session_request::Target,
+    OpenSessionRequest, Resolve, SessionStatus, SessionSummary, SetModelRequest, TurnEndKind,
+    TurnStart, TurnStatus, open_session_request::Target,
 };
 
 use crate::cli::OnPending;
 use crate::commands::checkpoints::{self, Pick};
 use crate::commands::sessions;
-use crate::context::{Ctx, provider_settings};
+use crate::context::Ctx;
 use crate::error::{CliError, CliResult, Exit};
 use crate::show::{visible, visible_lines};
 use crate::turn;
@@ -104,6 +104,12 @@ pub async fn retry(ctx: &Ctx, new_chain: bool) -> CliResult<()> {
     if status.session_id.is_empty() {
         return Err(CliError::failed("this folder has no conversation to retry"));
     }
+    if let Some(failed) = status.failed.as_ref().filter(|f| !f.retryable) {
+        return Err(CliError::failed(format!(
+            "the last turn cannot be sent again as it was: {}",
+            failed.message
+        )));
+    }
     let resolve = if new_chain {
         Resolve::NewChain
     } else if status.failed.is_some() {
@@ -128,6 +134,45 @@ pub async fn retry(ctx: &Ctx, new_chain: bool) -> CliResult<()> {
         failures: 0,
     };
     chat.turn(None, resolve).await
+}
+
+/// `agentx compact [--focus TEXT]`: compacts the conversation's context now.
+pub async fn compact(ctx: &Ctx, focus: &str) -> CliResult<()> {
+    let config = ctx.config()?;
+    let status = sessions::fetch_status(ctx, "").await?;
+    if status.session_id.is_empty() || status.turns == 0 {
+        return Err(CliError::failed(
+            "this folder's conversation has nothing to compact yet",
+        ));
+    }
+    let session = SessionSummary {
+        id: status.session_id.clone(),
+        ..SessionSummary::default()
+    };
+    let mut chat = Chat {
+        ctx,
+        config,
+        policy: ApprovalPolicy::Never,
+        session,
+        ui: Ui::new(),
+        failures: 0,
+    };
+    chat.turn(Some(focus), Resolve::Compact).await
+}
+
+/// `/model [NAME]` and `agentx model`: shows or sets the conversation's model.
+pub async fn set_model(ctx: &Ctx, session_id: &str, model: &str) -> CliResult<SessionStatus> {
+    Ok(ctx
+        .sessions()
+        .set_model(SetModelRequest {
+            scope: ctx.scope(),
+            session_id: session_id.to_owned(),
+            model: model.to_owned(),
+            provider: ctx.status_provider(),
+        })
+        .await
+        .map_err(|s| CliError::from_status("setting the model", &s))?
+        .into_inner())
 }
 
 /// How many lines of each message the resume replay shows.
@@ -159,6 +204,7 @@ impl Chat<'_> {
             .get_status(GetStatusRequest {
                 scope: self.ctx.scope(),
                 session_id: self.session.id.clone(),
+                provider: None,
             })
             .await;
         match asked {
@@ -179,7 +225,7 @@ impl Chat<'_> {
             session_id: self.session.id.clone(),
             message: message.unwrap_or_default().to_owned(),
             approval: self.policy as i32,
-            provider: Some(provider_settings(config)),
+            provider: Some(self.ctx.provider(config)),
             oneshot: false,
             client_pid: std::process::id(),
             local_shell_transcript: String::new(),
@@ -206,6 +252,24 @@ impl Chat<'_> {
         if ran_on != self.session.id {
             // agentd continued this machine's fork (it said why).
             self.session.id = ran_on;
+        }
+        if let Some(meter) = &finished.context
+            && finished.end_kind != TurnEndKind::Refused as i32
+        {
+            self.ui
+                .info(&agentx_shared::context::Meter::from(meter).line());
+        }
+        if finished.end_kind == TurnEndKind::Refused as i32 {
+            return Err(CliError::failed(finished.error));
+        }
+        if finished.end_kind == TurnEndKind::ContextFull as i32 {
+            self.ui.info(&format!("agentx: {}", finished.error));
+            if self.ui.interactive {
+                return self.offer_context_recovery().await;
+            }
+            return Err(CliError::failed(
+                "the conversation no longer fits the model's context window",
+            ));
         }
         if finished.status == TurnStatus::Failed as i32 && self.ui.interactive {
             self.ui
@@ -237,6 +301,38 @@ impl Chat<'_> {
             known.snapshots = n;
         }
         self.ui.set_known(known);
+    }
+
+    /// After a turn the context window could not take: compact, roll back,
+    /// start a new conversation, or go on (nothing is resent either way).
+    async fn offer_context_recovery(&mut self) -> CliResult<()> {
+        loop {
+            let answer = match self
+                .ui
+                .read_line(
+                    "[c]ompact now, roll[b]ack to a checkpoint, [n]ew conversation, or Enter to \
+                     go on: ",
+                )
+                .await
+            {
+                Line::Text(t) => t.trim().to_lowercase(),
+                Line::Interrupted | Line::Eof => return Ok(()),
+            };
+            return match answer.as_str() {
+                "" => Ok(()),
+                "c" | "compact" => Box::pin(self.turn(Some(""), Resolve::Compact)).await,
+                "b" | "rollback" => self.rollback(Pick::Choose).await,
+                "n" | "new" => {
+                    let opened = open(self.ctx, Target::New(true), &mut self.ui).await?;
+                    self.session = opened.session;
+                    Ok(())
+                }
+                _ => {
+                    eprintln!("please answer c, b, n or Enter");
+                    continue;
+                }
+            };
+        }
     }
 
     /// After a failed turn at a terminal: retry, new chain, rollback, clear, or go on.
@@ -419,6 +515,10 @@ async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
     let mut shown = String::new();
     let last = reply.recent.len().saturating_sub(1);
     for (n, exchange) in reply.recent.iter().enumerate() {
+        if !exchange.boundary.is_empty() {
+            shown.push_str(&format!("{}\n", visible(&exchange.boundary)));
+            continue;
+        }
         let user = crate::show::first_lines(&visible_lines(&exchange.user), REPLAY_LINES);
         shown.push_str(&format!("› {user}\n"));
         if !exchange.assistant.is_empty() {

@@ -175,6 +175,7 @@ pub async fn run(
             }
             Some(Event::Notice(text)) => ui.info(&format!("agentx: {text}")),
             Some(Event::Retry(r)) => show_retry(ui, &r),
+            Some(Event::Compacted(c)) => ui.info(&compaction_line(&c)),
             Some(Event::Finished(finished)) => {
                 return Ok((show_finished(ui, finished, answer), ran_on));
             }
@@ -242,6 +243,25 @@ pub fn head_and_tail(output: &str, n: usize) -> Vec<String> {
 /// first for the model (`exit code 0`).
 pub fn output_lines(output: &str) -> u64 {
     output.lines().skip(1).count() as u64
+}
+
+/// The line a compaction shows: sizes, and why it ran.
+pub fn compaction_line(c: &agentx_shared::proto::CompactionEvent) -> String {
+    let why = match c.reason.as_str() {
+        "auto" => "the context was nearly full",
+        "overflow" => "the request did not fit the window",
+        "model" => "the new model's window is smaller",
+        _ => "asked",
+    };
+    let how = if c.trimmed_only {
+        "trimmed: no summary could be written"
+    } else {
+        "summarised"
+    };
+    format!(
+        "{} ({why}; {how}; the transcript keeps everything)",
+        agentx_shared::conversation::Item::compaction_line(c.tokens_before, c.tokens_after)
+    )
 }
 
 /// A retry, saying so when part of an answer was already shown.

@@ -128,6 +128,7 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
         Arc::clone(&store),
         snapshots.clone(),
         remote.clone(),
+        Arc::clone(&engine),
     )))
     .add_service(TurnsServer::new(TurnsService::new(
         Arc::clone(&store),
@@ -218,7 +219,10 @@ impl Domain {
         let snapshots = Snapshots::start(profile.checkpoints_dir(), home, profile.config_file())
             .context("cannot start the snapshot store")?;
         // HTTP clients are made per proxy setting as turns need them.
-        let engine = Arc::new(Engine::default());
+        let models = Arc::new(crate::turn::window::Models::open(
+            profile.dir.join("model-windows.json"),
+        ));
+        let engine = Arc::new(Engine::new(profile.dir.clone(), models));
         let search = crate::search::start(
             profile.dir.join("search"),
             profile.sessions_dir(),

@@ -1,6 +1,7 @@
 //! User configuration: `<profile>/config.toml` overlaid by the environment
 //! (`AGENTX_PROVIDER`, `AGENTX_BASE_URL`, `AGENTX_MODEL`, `OPENAI_API_KEY`/`AGENTX_API_KEY`).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -70,7 +71,24 @@ struct File {
     snapshot_exclude: Option<Vec<String>>,
     /// The remote store (PostgreSQL URL); read by agentd, see [`remote_url`].
     remote_url: Option<String>,
+    /// Per-model settings: `[models.NAME] context_window = N`.
+    models: Option<BTreeMap<String, ModelFile>>,
+    auto_compact: Option<bool>,
+    /// Percent of the window (50–95) past which compaction is automatic.
+    auto_compact_at: Option<f64>,
+    /// Project-instruction file names (default `["AGENTS.md"]`).
+    instruction_files: Option<Vec<String>>,
 }
+
+/// One `[models.NAME]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelFile {
+    context_window: Option<u64>,
+}
+
+/// Percent of the window past which compaction is automatic by default.
+pub const DEFAULT_AUTO_COMPACT_AT: f64 = 85.0;
 
 /// The remote store's URL: `AGENTX_REMOTE_URL`, else `remote_url` in
 /// `path` (a missing file is fine). `None`: remote keeping is off.
@@ -102,7 +120,7 @@ pub fn remote_url(path: &Path) -> Result<Option<String>, ConfigError> {
 }
 
 /// The effective configuration of one `agentx` invocation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub provider: ProviderKind,
     pub base_url: String,
@@ -117,6 +135,15 @@ pub struct Config {
     pub tool_output_lines: usize,
     /// Extra directory names left out of folder snapshots.
     pub snapshot_exclude: Vec<String>,
+    /// `AGENTX_CONTEXT_WINDOW`: the window of any model, in tokens.
+    pub context_window: Option<u64>,
+    /// `[models.NAME] context_window`.
+    pub model_windows: BTreeMap<String, u64>,
+    /// `auto_compact` / `AGENTX_AUTO_COMPACT` (default on).
+    pub auto_compact: bool,
+    /// Percent of the window past which compaction is automatic.
+    pub auto_compact_at: f64,
+    pub instruction_files: Vec<String>,
 }
 
 impl Config {
@@ -173,6 +200,42 @@ impl Config {
                 None => file.tool_output_lines.unwrap_or(DEFAULT_TOOL_OUTPUT_LINES),
             },
             snapshot_exclude: file.snapshot_exclude.unwrap_or_default(),
+            context_window: match env("AGENTX_CONTEXT_WINDOW") {
+                Some(n) => Some(n.trim().parse().ok().filter(|n| *n >= 256).ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "AGENTX_CONTEXT_WINDOW={n} is not a number of tokens (256 or more)"
+                    ))
+                })?),
+                None => None,
+            },
+            model_windows: file
+                .models
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(name, m)| Some((name, m.context_window?)))
+                .collect(),
+            auto_compact: match env("AGENTX_AUTO_COMPACT") {
+                Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+                    "off" | "false" | "0" | "no" => false,
+                    "on" | "true" | "1" | "yes" => true,
+                    _ => {
+                        return Err(ConfigError::Invalid(format!(
+                            "AGENTX_AUTO_COMPACT={v} is not on or off"
+                        )));
+                    }
+                },
+                None => file.auto_compact.unwrap_or(true),
+            },
+            auto_compact_at: match file.auto_compact_at {
+                Some(p) if (10.0..=99.0).contains(&p) => p,
+                Some(p) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "auto_compact_at = {p} in config.toml is not a percent of the window                          between 10 and 99"
+                    )));
+                }
+                None => DEFAULT_AUTO_COMPACT_AT,
+            },
+            instruction_files: file.instruction_files.unwrap_or_default(),
         })
     }
 }
@@ -213,6 +276,31 @@ mod tests {
         assert!(err.to_string().contains("AGENTX_PROVIDER"));
         let err = load("", &[("AGENTX_BASE_URL", "ftp://x")]).unwrap_err();
         assert!(err.to_string().contains("AGENTX_BASE_URL"));
+    }
+
+    #[test]
+    fn context_window_settings_from_the_file_and_the_environment() {
+        let text = "auto_compact_at = 70\ninstruction_files = [\"AGENTS.md\", \"CLAUDE.md\"]\n\
+                    [models.\"qwen2.5-coder\"]\ncontext_window = 32768\n";
+        let c = load(text, &[]).unwrap();
+        assert_eq!(c.model_windows.get("qwen2.5-coder"), Some(&32768));
+        assert_eq!(c.auto_compact_at, 70.0);
+        assert!(c.auto_compact);
+        assert_eq!(c.instruction_files, ["AGENTS.md", "CLAUDE.md"]);
+        assert_eq!(c.context_window, None);
+        let c = load(
+            "auto_compact = true",
+            &[
+                ("AGENTX_AUTO_COMPACT", "off"),
+                ("AGENTX_CONTEXT_WINDOW", "4096"),
+            ],
+        )
+        .unwrap();
+        assert!(!c.auto_compact);
+        assert_eq!(c.context_window, Some(4096));
+        assert!(load("auto_compact_at = 120", &[]).is_err());
+        assert!(load("", &[("AGENTX_CONTEXT_WINDOW", "lots")]).is_err());
+        assert!(load("", &[("AGENTX_AUTO_COMPACT", "maybe")]).is_err());
     }
 
     #[test]

@@ -95,6 +95,33 @@ pub enum Item {
         call_id: String,
         output: String,
     },
+    /// A compaction: from here on the model sees `context` instead of
+    /// everything before it; the transcript keeps it all (README: "Long
+    /// conversations").
+    Compaction {
+        /// The handoff summary the model wrote (empty: trimmed only).
+        summary: String,
+        /// What replaces the model's view of the conversation before it.
+        context: Vec<Item>,
+        /// The context's size before and after, in tokens (estimated after).
+        tokens_before: u64,
+        tokens_after: u64,
+        /// Items of the model's earlier view that it replaced.
+        replaced: u64,
+        /// Why: `manual`, `auto`, `overflow` or `model`.
+        reason: String,
+    },
+}
+
+impl Item {
+    /// The line a transcript shows where a compaction happened.
+    pub fn compaction_line(tokens_before: u64, tokens_after: u64) -> String {
+        format!(
+            "— compacted: {} → {} tokens —",
+            crate::context::short(tokens_before),
+            crate::context::short(tokens_after)
+        )
+    }
 }
 
 /// How far an interrupted tool call got.

@@ -199,6 +199,19 @@ impl Document {
                 Item::FunctionOutput { output, .. } => {
                     out.push_str(&format!("\n**output**\n\n{}", fence(output)));
                 }
+                Item::Compaction {
+                    summary,
+                    tokens_before,
+                    tokens_after,
+                    ..
+                } => {
+                    let line = Item::compaction_line(*tokens_before, *tokens_after);
+                    out.push_str(&format!("\n---\n\n*{line}*\n"));
+                    if !summary.is_empty() {
+                        out.push_str(&format!("\n**handoff summary**\n\n{}", fence(summary)));
+                    }
+                    out.push_str("\n---\n");
+                }
             }
         }
         out

@@ -2,6 +2,7 @@
 //! contract, the profile and path rules, versions, and the Unix-socket transport.
 
 pub mod config;
+pub mod context;
 pub mod conversation;
 pub mod export;
 pub mod folder;

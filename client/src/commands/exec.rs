@@ -12,7 +12,7 @@ use agentx_shared::proto::{
 
 use super::exec_events::JsonEvent;
 use crate::cli::Approval;
-use crate::context::{Ctx, provider_settings};
+use crate::context::Ctx;
 use crate::error::{CliError, CliResult};
 
 /// Runs one one-shot with `prompt` (`-`: read from stdin) and prints its
@@ -126,7 +126,7 @@ fn turn_start(ctx: &Ctx, prompt: String, prompt_from_args: bool) -> CliResult<Tu
         scope: ctx.scope(),
         message: prompt,
         approval: policy as i32,
-        provider: Some(provider_settings(&config)),
+        provider: Some(ctx.provider(&config)),
         oneshot: true,
         client_pid: std::process::id(),
         instructions: config.instructions.clone().unwrap_or_default(),
@@ -206,6 +206,7 @@ impl Output {
                 );
             }
             Event::Notice(text) => eprintln!("agentx: {text}"),
+            Event::Compacted(c) => eprintln!("agentx: {}", crate::turn::compaction_line(c)),
             Event::Retry(r) => {
                 if self.mid_line {
                     println!();

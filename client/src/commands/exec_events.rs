@@ -44,6 +44,12 @@ pub enum JsonEvent<'a> {
         delay_ms: u64,
         reason: &'a str,
     },
+    Compacted {
+        tokens_before: u64,
+        tokens_after: u64,
+        reason: &'a str,
+        trimmed_only: bool,
+    },
     Result {
         status: &'a str,
         text: &'a str,
@@ -88,6 +94,12 @@ impl<'a> JsonEvent<'a> {
                 max_attempts: r.max_attempts,
                 delay_ms: r.delay_ms,
                 reason: &r.reason,
+            },
+            Event::Compacted(c) => Self::Compacted {
+                tokens_before: c.tokens_before,
+                tokens_after: c.tokens_after,
+                reason: &c.reason,
+                trimmed_only: c.trimmed_only,
             },
             Event::Usage(_)
             | Event::AnswerChunk(_)

@@ -226,6 +226,7 @@ pub async fn fetch_status(ctx: &Ctx, session_id: &str) -> CliResult<SessionStatu
         .get_status(GetStatusRequest {
             scope: ctx.scope(),
             session_id: session_id.to_owned(),
+            provider: ctx.status_provider(),
         })
         .await
         .map_err(|s| CliError::from_status("conversation status", &s))?
@@ -258,10 +259,14 @@ pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
         .filter(|_| s.has_rollback_backup)
         .map(|at| json!({"at": rfc3339_wire(Some(at))}));
     let setup = ctx.setup().ok();
+    let opt = |v: &str| (!v.is_empty()).then(|| v.to_owned());
     json!({
         "session_id": s.session_id,
-        "model": setup.as_ref().map(|s| s.model.clone()),
-        "provider": setup.as_ref().map(|s| s.provider.clone()),
+        "model": opt(&s.model).or_else(|| setup.as_ref().map(|s| s.model.clone())),
+        "conversation_model": opt(&s.conversation_model),
+        "provider": opt(&s.provider).or_else(|| setup.as_ref().map(|s| s.provider.clone())),
+        "context": s.context.as_ref().map(context_json),
+        "instruction_files": s.instruction_files,
         "base_url": setup.as_ref().map(|s| s.base_url.clone()),
         "approval": setup.as_ref().map(|s| s.approval),
         "response_id": if s.response_id.is_empty() { Value::Null } else { json!(s.response_id) },
@@ -284,6 +289,20 @@ pub fn status_json(ctx: &Ctx, s: &SessionStatus) -> Value {
         "daemon": {"pid": ctx.hello().pid, "version": ctx.hello().daemon_version},
         "remote": remote_json(s.remote.as_ref()),
         "remote_copy": s.remote_copy,
+    })
+}
+
+/// `{used_tokens, window_tokens, percent, estimated, auto_compact_at,
+/// window_source}`; `auto_compact_at` is a percent of the window, null when
+/// automatic compaction is off.
+pub fn context_json(c: &agentx_shared::proto::ContextMeter) -> Value {
+    json!({
+        "used_tokens": c.used_tokens,
+        "window_tokens": c.window_tokens,
+        "percent": (c.percent * 10.0).round() / 10.0,
+        "estimated": c.estimated,
+        "auto_compact_at": if c.auto_compact_at > 0.0 { json!(c.auto_compact_at.round()) } else { Value::Null },
+        "window_source": c.window_source,
     })
 }
 
@@ -417,6 +436,19 @@ pub fn print_status(ctx: &Ctx, s: &SessionStatus, verbose: bool) {
     );
 }
 
+/// `/model`'s answer: the model in use, where it comes from, and the context.
+pub fn print_model(s: &SessionStatus) {
+    let from = if s.conversation_model.is_empty() {
+        "the configured default (/model NAME picks one for this conversation)"
+    } else {
+        "chosen for this conversation (/model default goes back)"
+    };
+    println!("model {} ({}) — {from}", s.model, s.provider);
+    if let Some(c) = &s.context {
+        println!("{}", agentx_shared::context::Meter::from(c).line());
+    }
+}
+
 /// The status lines naming the conversation and its transcript, usage and
 /// checkpoints.
 fn print_conversation(ctx: &Ctx, s: &SessionStatus, verbose: bool) {
@@ -427,10 +459,41 @@ fn print_conversation(ctx: &Ctx, s: &SessionStatus, verbose: bool) {
         ctx.scope.folder, ctx.scope.agent
     );
     if let Ok(setup) = ctx.setup() {
-        println!("model         {}", setup.line());
+        let model = if s.model.is_empty() {
+            &setup.model
+        } else {
+            &s.model
+        };
+        let chosen = if s.conversation_model.is_empty() {
+            ""
+        } else {
+            " — chosen for this conversation with /model"
+        };
+        println!(
+            "model         {model} ({}), approval {}{chosen}",
+            setup.provider, setup.approval
+        );
         if verbose {
             println!("server        {}", setup.base_url);
         }
+    }
+    if let Some(c) = &s.context {
+        let meter = agentx_shared::context::Meter::from(c);
+        let auto = match meter.auto_compact_at {
+            Some(at) => format!("compacts automatically at {:.0}%", at * 100.0),
+            None => "automatic compaction is off".to_owned(),
+        };
+        let est = if meter.estimated { ", estimated" } else { "" };
+        println!(
+            "context       {} ({} of {} tokens{est}; window from {}; {auto})",
+            meter.line(),
+            meter.used_tokens,
+            meter.window_tokens,
+            meter.window_source
+        );
+    }
+    if !s.instruction_files.is_empty() {
+        println!("instructions  {}", s.instruction_files.join(", "));
     }
     if verbose {
         let response = if s.response_id.is_empty() {

@@ -20,6 +20,8 @@ messages are sent to the model; lines starting with / are commands:
   /checkpoints      this conversation's checkpoints (1 = newest)
   /rollback [N]     restore a checkpoint (a picker without N); files are untouched
   /rollback undo    revert the last rollback
+  /compact [FOCUS]  summarise the conversation so it fits the model's window (the transcript keeps all)
+  /model [NAME]     show the model, or use NAME for this conversation (`default` goes back)
   /retry            send the last failed or interrupted turn again
   /retry new-chain  ... starting a new server-side chain from the saved conversation
   /diff [N]         what message N (1 = the last) changed, as a diff
@@ -72,6 +74,18 @@ impl Chat<'_> {
             }
             ("rollback", arg) => self.rollback_command(arg).await?,
             ("retry", arg) => self.retry_command(arg).await?,
+            ("compact", _) => {
+                Box::pin(self.turn(Some(rest), Resolve::Compact)).await?;
+            }
+            ("model", None) => {
+                let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
+                sessions::print_model(&status);
+            }
+            ("model", Some(name)) => {
+                let name = if name == "default" { "" } else { name };
+                let status = super::set_model(self.ctx, &self.session.id, name).await?;
+                sessions::print_model(&status);
+            }
             ("clear", _) => self.clear_command().await?,
             ("diff", arg) => {
                 use crate::commands::diff::{self, DiffOf, Format};
@@ -161,6 +175,12 @@ impl Chat<'_> {
     /// `/retry [new-chain]`: the failed request again, or the interrupted message.
     async fn retry_command(&mut self, arg: Option<&str>) -> CliResult<()> {
         let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
+        if let Some(failed) = status.failed.as_ref().filter(|f| !f.retryable) {
+            return Err(CliError::failed(format!(
+                "the last turn cannot be sent again as it was: {}",
+                failed.message
+            )));
+        }
         let resolve = match arg {
             Some("new-chain") => Resolve::NewChain,
             Some(other) => {

@@ -252,6 +252,8 @@ pub fn pulled(
                 journal_items: seq,
                 journal_bytes: bytes,
                 created_at: cp["created_at"].as_i64().unwrap_or(0),
+                context: serde_json::from_value(cp["context"].clone()).ok(),
+                note: cp["note"].as_str().map(str::to_owned),
             })
         })
         .collect();

@@ -245,6 +245,8 @@ fn turns(journal: &Path, committed: u64) -> Vec<(i64, String)> {
             Item::Assistant { text } => text,
             Item::FunctionCall { arguments, .. } => arguments,
             Item::FunctionOutput { output, .. } => output,
+            // Its summary repeats what the transcript already holds.
+            Item::Compaction { .. } => continue,
         };
         if out.is_empty() {
             out.push((line.at, String::new()));

@@ -122,3 +122,24 @@ pub fn summary(doc: &SessionDoc) -> SessionSummary {
         machine: String::new(),
     }
 }
+
+/// The window, compaction and model choices a client forwarded.
+pub fn prefs_of(provider: Option<&proto::ProviderSettings>) -> crate::turn::window::Prefs {
+    use crate::turn::window::{DEFAULT_AUTO_COMPACT_AT, Prefs};
+    let Some(p) = provider else {
+        return Prefs::default();
+    };
+    let share = p.auto_compact_at;
+    Prefs {
+        window: (p.context_window > 0).then_some(p.context_window),
+        model_windows: p.model_windows.clone().into_iter().collect(),
+        auto_compact: !p.auto_compact_off,
+        auto_compact_at: if share > 0.0 && share < 1.0 {
+            share
+        } else {
+            DEFAULT_AUTO_COMPACT_AT
+        },
+        run_model: Some(p.run_model.clone()).filter(|m| !m.is_empty()),
+        instruction_files: p.instruction_files.clone(),
+    }
+}

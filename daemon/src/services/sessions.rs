@@ -10,8 +10,9 @@ use agentx_shared::proto::{
     AppendShellTranscriptRequest, Checkpoint, ClearSessionReply, ClearSessionRequest, Exchange,
     FailedResponse, GetStatusRequest, ListCheckpointsReply, ListCheckpointsRequest,
     ListSessionsReply, ListSessionsRequest, OpenSessionReply, OpenSessionRequest, PendingToolCall,
-    RemoteFork, RollbackReply, RollbackRequest, SessionStatus, SessionSummary, SyncRemoteReply,
-    SyncRemoteRequest, Timestamp, open_session_request::Target, rollback_request,
+    ProviderSettings, RemoteFork, RollbackReply, RollbackRequest, SessionStatus, SessionSummary,
+    SetModelRequest, SyncRemoteReply, SyncRemoteRequest, Timestamp, open_session_request::Target,
+    rollback_request,
 };
 
 use super::{group_for, session_arg, status_of, summary};
@@ -20,21 +21,65 @@ use crate::remote::clear::Deleted;
 use crate::snapshot::service::Snapshots;
 use crate::store::session::ShellRun;
 use crate::store::session::{Marker, SessionDoc};
-use crate::store::{Change, OpenTarget, RollbackTarget, Store};
+use crate::store::{Change, OpenTarget, Recent, RollbackTarget, Store};
 
 pub struct SessionsService {
     store: Arc<Store>,
     snapshots: Snapshots,
     remote: Option<Arc<Remote>>,
+    engine: Arc<crate::turn::Engine>,
 }
 
 impl SessionsService {
-    pub fn new(store: Arc<Store>, snapshots: Snapshots, remote: Option<Arc<Remote>>) -> Self {
+    pub fn new(
+        store: Arc<Store>,
+        snapshots: Snapshots,
+        remote: Option<Arc<Remote>>,
+        engine: Arc<crate::turn::Engine>,
+    ) -> Self {
         Self {
             store,
             snapshots,
             remote,
+            engine,
         }
+    }
+
+    /// The conversation's model, provider and context meter, as the
+    /// client's settings make them.
+    async fn add_standing(
+        &self,
+        status: &mut SessionStatus,
+        group: &crate::store::GroupHandle,
+        doc: &SessionDoc,
+        provider: Option<&ProviderSettings>,
+        folder: &std::path::Path,
+    ) {
+        let prefs = super::prefs_of(provider);
+        let settings = crate::turn::provider::Settings {
+            kind: match provider.map(|p| p.provider.as_str()) {
+                Some("chat") => crate::turn::provider::Kind::Chat,
+                _ => crate::turn::provider::Kind::Responses,
+            },
+            base_url: provider
+                .map_or_else(String::new, |p| p.base_url.trim_end_matches('/').to_owned()),
+            model: provider.map_or_else(String::new, |p| p.model.clone()),
+            api_key: None,
+        };
+        let standing =
+            crate::turn::meter::standing(&self.engine, group, doc, &settings, &prefs, folder).await;
+        status.model = standing.model;
+        status.provider = match settings.kind {
+            crate::turn::provider::Kind::Chat => "chat".into(),
+            crate::turn::provider::Kind::Responses => "responses".into(),
+        };
+        status.context = Some((&standing.meter).into());
+        status.instruction_files = standing
+            .instruction_files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        status.conversation_model = doc.model.clone().unwrap_or_default();
     }
 
     fn remote_state(&self) -> agentx_shared::proto::RemoteState {
@@ -190,6 +235,7 @@ fn checkpoint(index: usize, cp: &crate::store::session::Checkpoint) -> Checkpoin
         usage: Some(cp.usage.into()),
         transcript_len: cp.journal_items,
         id: cp.id(),
+        note: cp.note.clone().unwrap_or_default(),
     }
 }
 
@@ -310,9 +356,16 @@ impl Sessions for SessionsService {
             recent: opened
                 .recent
                 .into_iter()
-                .map(|(user, assistant)| Exchange {
-                    user: crate::turn::head(&user, SHOWN_TEXT),
-                    assistant: crate::turn::head(&assistant, SHOWN_TEXT),
+                .map(|entry| match entry {
+                    Recent::Exchange { user, assistant } => Exchange {
+                        user: crate::turn::head(&user, SHOWN_TEXT),
+                        assistant: crate::turn::head(&assistant, SHOWN_TEXT),
+                        boundary: String::new(),
+                    },
+                    Recent::Compacted(line) => Exchange {
+                        boundary: line,
+                        ..Exchange::default()
+                    },
                 })
                 .collect(),
             notices: opened.notices,
@@ -334,6 +387,10 @@ impl Sessions for SessionsService {
             .map_err(status_of)?;
         let mut status = session_status(doc.as_ref());
         let folder = std::path::PathBuf::from(folder);
+        if let Some(doc) = &doc {
+            self.add_standing(&mut status, &group, doc, req.provider.as_ref(), &folder)
+                .await;
+        }
         // Snapshots are off in the home folder: report none, not an error.
         if let Ok((count, bytes, watch)) = self
             .snapshots
@@ -477,6 +534,39 @@ impl Sessions for SessionsService {
             .await
             .map_err(status_of)?;
         Ok(Response::new(session_status(Some(&doc))))
+    }
+
+    async fn set_model(
+        &self,
+        request: Request<SetModelRequest>,
+    ) -> Result<Response<SessionStatus>, Status> {
+        let req = request.into_inner();
+        let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let model = req.model.trim().to_owned();
+        if model.len() > 200 || model.chars().any(char::is_control) {
+            return Err(Status::invalid_argument(
+                "a model name is one line of at most 200 bytes",
+            ));
+        }
+        let id = match session_arg(&req.session_id)? {
+            Some(id) => id,
+            None => group
+                .get(None)
+                .await
+                .map_err(status_of)?
+                .map(|d| d.id)
+                .ok_or_else(|| Status::not_found("this folder has no conversation yet"))?,
+        };
+        let change = Change {
+            model: Some(Some(model).filter(|m| !m.is_empty())),
+            ..Change::default()
+        };
+        let doc = group.commit(&id, change).await.map_err(status_of)?;
+        let mut status = session_status(Some(&doc));
+        let folder = std::path::PathBuf::from(folder);
+        self.add_standing(&mut status, &group, &doc, req.provider.as_ref(), &folder)
+            .await;
+        Ok(Response::new(status))
     }
 
     async fn sync_remote(

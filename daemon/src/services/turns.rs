@@ -211,6 +211,7 @@ fn turn_spec(
             .unwrap_or_default(),
         limits: tuning.limits,
         retry_base: tuning.retry_base,
+        prefs: super::prefs_of(start.provider.as_ref()),
     }
 }
 
@@ -228,6 +229,7 @@ fn mode_of(start: &proto::TurnStart) -> Result<Mode, Status> {
         Ok(proto::Resolve::RetryMessage) => Mode::RetryMessage,
         Ok(proto::Resolve::Continue) => Mode::Continue,
         Ok(proto::Resolve::NewChain) => Mode::NewChain,
+        Ok(proto::Resolve::Compact) => Mode::Compact(start.message.clone()),
     };
     if start.message.len() > MAX_MESSAGE {
         return Err(Status::invalid_argument(format!(
@@ -382,6 +384,7 @@ fn to_wire(event: Event, oneshot_id: &str) -> Vec<TurnEvent> {
             response_id,
             usage,
             cut_short,
+            context,
         } if text.len() > WIRE_TEXT => {
             let mut out: Vec<TurnEvent> = pieces(&text, WIRE_TEXT)
                 .into_iter()
@@ -396,6 +399,7 @@ fn to_wire(event: Event, oneshot_id: &str) -> Vec<TurnEvent> {
                     response_id,
                     usage,
                     cut_short,
+                    context,
                 },
                 oneshot_id,
             );
@@ -462,6 +466,17 @@ fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
             reason: crate::turn::head(&reason, WIRE_COMMAND),
         }),
         Event::Usage(usage) => W::Usage(usage.into()),
+        Event::Compacted {
+            tokens_before,
+            tokens_after,
+            reason,
+            trimmed_only,
+        } => W::Compacted(proto::CompactionEvent {
+            tokens_before,
+            tokens_after,
+            reason: reason.as_str().to_owned(),
+            trimmed_only,
+        }),
         Event::Finished {
             status,
             text,
@@ -469,6 +484,7 @@ fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
             response_id,
             usage,
             cut_short,
+            context,
         } => {
             use proto::TurnEndKind as Kind;
             let (status, end_kind) = match status {
@@ -476,6 +492,8 @@ fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
                 TurnStatus::Failed => (proto::TurnStatus::Failed, Kind::Unspecified),
                 TurnStatus::Interrupted => (proto::TurnStatus::Interrupted, Kind::Cancelled),
                 TurnStatus::Stopped => (proto::TurnStatus::Interrupted, Kind::DaemonStopped),
+                TurnStatus::ContextFull => (proto::TurnStatus::Failed, Kind::ContextFull),
+                TurnStatus::Refused => (proto::TurnStatus::Failed, Kind::Refused),
             };
             W::Finished(proto::TurnFinished {
                 status: status as i32,
@@ -487,6 +505,7 @@ fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
                 text_in_chunks: false,
                 cut_short: cut_short.unwrap_or_default(),
                 end_kind: end_kind as i32,
+                context: context.as_ref().map(Into::into),
             })
         }
     };

@@ -300,6 +300,8 @@ fn imported_doc(
             journal_items: cp.transcript_items,
             journal_bytes: offset(cp.transcript_items),
             created_at: ms(&cp.created_at),
+            context: None,
+            note: None,
         })
         .collect();
     doc

@@ -15,8 +15,8 @@ use super::StoreError;
 use super::commits::Commits;
 use super::durable;
 use super::session::{
-    Checkpoint, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc, ShellRun,
-    title_from,
+    Checkpoint, Fill, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc,
+    ShellRun, title_from,
 };
 
 mod files;
@@ -495,8 +495,15 @@ impl Group {
         if let Some(marker) = change.cut_short {
             doc.cut_short = marker;
         }
+        if let Some(fill) = change.context {
+            doc.context = fill;
+        }
+        if let Some(model) = change.model {
+            doc.model = model;
+        }
         if change.checkpoint {
-            let cp = doc.checkpoint(now);
+            let mut cp = doc.checkpoint(now);
+            cp.note = change.checkpoint_note;
             doc.checkpoints.push(cp);
             let excess = doc.checkpoints.len().saturating_sub(MAX_CHECKPOINTS);
             doc.checkpoints.drain(..excess);
@@ -518,26 +525,52 @@ impl Group {
     }
 }
 
-/// The last `n` (user, assistant) exchanges from the transcript.
-fn recent_exchanges(session: &Session, n: usize) -> Vec<(String, String)> {
+/// The last `n` exchanges from the transcript, with the compaction lines
+/// that fall among them.
+fn recent_exchanges(session: &Session, n: usize) -> Vec<Recent> {
     let Ok(items) = session.transcript() else {
         return Vec::new();
     };
-    let mut exchanges: Vec<(String, String)> = Vec::new();
+    let mut out: Vec<Recent> = Vec::new();
     for item in items {
         match item {
-            Item::User { text } => exchanges.push((text, String::new())),
+            Item::User { text } => out.push(Recent::Exchange {
+                user: text,
+                assistant: String::new(),
+            }),
             Item::Assistant { text } => {
-                if let Some(last) = exchanges.last_mut() {
-                    if !last.1.is_empty() {
-                        last.1.push('\n');
+                if let Some(Recent::Exchange { assistant, .. }) = out.last_mut() {
+                    if !assistant.is_empty() {
+                        assistant.push('\n');
                     }
-                    last.1.push_str(&text);
+                    assistant.push_str(&text);
                 }
             }
+            Item::Compaction {
+                tokens_before,
+                tokens_after,
+                ..
+            } => out.push(Recent::Compacted(Item::compaction_line(
+                tokens_before,
+                tokens_after,
+            ))),
             _ => {}
         }
     }
-    let skip = exchanges.len().saturating_sub(n);
-    exchanges.into_iter().skip(skip).collect()
+    let exchanges = out
+        .iter()
+        .filter(|r| matches!(r, Recent::Exchange { .. }))
+        .count();
+    let mut skip = exchanges.saturating_sub(n);
+    let mut kept = Vec::new();
+    for entry in out {
+        if skip > 0 {
+            if matches!(entry, Recent::Exchange { .. }) {
+                skip -= 1;
+            }
+            continue;
+        }
+        kept.push(entry);
+    }
+    kept
 }

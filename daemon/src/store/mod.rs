@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-pub use group::{Change, GroupHandle, OpenTarget, Opened, RollbackTarget, TurnLease};
+pub use group::{Change, GroupHandle, OpenTarget, Opened, Recent, RollbackTarget, TurnLease};
 
 use agentx_shared::folder::{check_component, folder_key};
 

@@ -81,6 +81,23 @@ pub struct SessionDoc {
     /// The conversation this one was forked from, and at which turn.
     #[serde(default)]
     pub forked_from: Option<super::fork::ForkOrigin>,
+    /// How full the model's context is now (unknown for older documents:
+    /// counted from the transcript when asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Fill>,
+    /// The model chosen for this conversation (`/model`); `None`: the
+    /// client's configured one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// How many tokens the model's context holds: the last response's reported
+/// input plus output, or counted locally (`estimated`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fill {
+    pub tokens: u64,
+    #[serde(default)]
+    pub estimated: bool,
 }
 
 /// A `!command` transcript and the client process that ran it.
@@ -149,6 +166,11 @@ pub struct Checkpoint {
     pub journal_items: u64,
     pub journal_bytes: u64,
     pub created_at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Fill>,
+    /// What made it besides a turn ("compacted: 142k → 18k tokens").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What a rollback replaced. The journal tail it cut is kept in
@@ -174,6 +196,8 @@ pub struct RollbackBackup {
     /// this rollback cut; `None`: `<id>.rollback.jsonl` (older backups).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Fill>,
 }
 
 /// Rollbacks that can be undone one by one (the newest kept).
@@ -235,6 +259,8 @@ impl SessionDoc {
             base: None,
             rollbacks: 0,
             forked_from: None,
+            context: None,
+            model: None,
         }
     }
 
@@ -249,6 +275,8 @@ impl SessionDoc {
             journal_items: self.journal_items,
             journal_bytes: self.journal_bytes,
             created_at: now_ms,
+            context: self.context,
+            note: None,
         }
     }
 }

@@ -34,6 +34,8 @@ pub fn messages(instructions: &str, items: &[Item]) -> Vec<Value> {
             Item::FunctionOutput { call_id, output } => {
                 out.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
             }
+            // Never in a model view (`context::model_view` flattens it).
+            Item::Compaction { .. } => {}
             Item::Assistant { .. } | Item::FunctionCall { .. } => {
                 let mut text = String::new();
                 let mut calls = Vec::new();

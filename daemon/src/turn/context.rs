@@ -1,6 +1,5 @@
-//! Turning the local transcript into Responses API input items: the
-//! incremental input of a chained request, and the normalized full context
-//! resent when the server lost the chain.
+//! Turning the local transcript into what the model sees: the view after the
+//! last compaction, normalized to resend, and each item as a Responses input item.
 
 use std::collections::HashSet;
 
@@ -26,6 +25,22 @@ pub fn to_input(item: &Item) -> Value {
         Item::FunctionOutput { call_id, output } => {
             json!({"type": "function_call_output", "call_id": call_id, "output": output})
         }
+        // Never in a model view (see [`model_view`]); its summary if it were.
+        Item::Compaction { summary, .. } => json!({"role": "user", "content": summary}),
+    }
+}
+
+/// What the model sees of a transcript: the context the last compaction
+/// left, then everything after it (the whole transcript when none).
+pub fn model_view(items: &[Item]) -> Vec<Item> {
+    let last = items
+        .iter()
+        .rposition(|i| matches!(i, Item::Compaction { .. }));
+    match last.map(|at| (&items[at], &items[at + 1..])) {
+        Some((Item::Compaction { context, .. }, after)) => {
+            context.iter().chain(after).cloned().collect()
+        }
+        _ => items.to_vec(),
     }
 }
 
@@ -76,6 +91,7 @@ pub fn normalize(items: &[Item]) -> Vec<Item> {
                 }
             }
             Item::Assistant { text } if text.is_empty() => {}
+            Item::Compaction { .. } => {}
             _ => out.push(item.clone()),
         }
     }

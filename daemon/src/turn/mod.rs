@@ -2,7 +2,10 @@
 //! every step committed to the store before the next, events streamed out.
 
 pub mod chat;
+pub mod compact;
 pub mod context;
+pub mod instructions;
+pub mod meter;
 pub mod provider;
 mod resolve;
 pub mod responses;
@@ -10,7 +13,9 @@ mod retry;
 pub mod run;
 pub mod shell;
 pub mod sse;
+pub mod tokens;
 mod tools;
+pub mod window;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -55,6 +60,12 @@ pub enum Status {
     Interrupted,
     /// Ended because agentd began to stop; kept as interrupted.
     Stopped,
+    /// The conversation no longer fits the context window: the turn was
+    /// dropped (rolled back, nothing resent), the user told what to do.
+    ContextFull,
+    /// Refused before anything was sent or kept (e.g. a message bigger
+    /// than the whole window).
+    Refused,
 }
 
 /// What a turn reports as it goes.
@@ -95,6 +106,12 @@ pub enum Event {
         reason: String,
     },
     Usage(Usage),
+    Compacted {
+        tokens_before: u64,
+        tokens_after: u64,
+        reason: compact::Reason,
+        trimmed_only: bool,
+    },
     Finished {
         status: Status,
         text: String,
@@ -103,6 +120,8 @@ pub enum Event {
         usage: Usage,
         /// The answer was cut short by the server: its reason.
         cut_short: Option<String>,
+        /// How full the context window is now.
+        context: Option<agentx_shared::context::Meter>,
     },
 }
 
@@ -120,6 +139,8 @@ pub enum Mode {
     /// Forget the server-side chain and send the failed request again with
     /// the whole saved conversation.
     NewChain,
+    /// Compact the context now, with an optional focus for the summary.
+    Compact(String),
 }
 
 /// Everything one turn needs besides the conversation itself.
@@ -138,12 +159,27 @@ pub struct TurnSpec {
     pub env: shell::Environment,
     pub limits: Limits,
     pub retry_base: Duration,
+    /// The window, compaction and model choices the client forwarded.
+    pub prefs: window::Prefs,
 }
 
-/// Runs turns; holds one HTTP client per proxy setting turns came with.
-#[derive(Default)]
+/// Runs turns; holds one HTTP client per proxy setting turns came with,
+/// what was learned of model windows, and where the profile's own
+/// instructions file is.
 pub struct Engine {
     clients: provider::Clients,
+    models: std::sync::Arc<window::Models>,
+    profile: PathBuf,
+}
+
+impl Engine {
+    pub fn new(profile: PathBuf, models: std::sync::Arc<window::Models>) -> Self {
+        Self {
+            clients: provider::Clients::default(),
+            models,
+            profile,
+        }
+    }
 }
 
 /// The channels of a running turn.
@@ -162,7 +198,14 @@ pub struct Io {
 
 enum Stop {
     Cancelled,
-    Failed { message: String, retryable: bool },
+    Failed {
+        message: String,
+        retryable: bool,
+    },
+    /// Nothing was sent or kept; the conversation is as it was.
+    Refused(String),
+    /// The conversation no longer fits the window: what the user can do.
+    ContextFull(String),
 }
 
 impl From<StoreError> for Stop {
@@ -192,14 +235,43 @@ struct Turn<'a> {
     unsent: Vec<Item>,
     /// The last answer was cut short by the server: its reason.
     cut_short: Option<String>,
+    /// Counts tokens for this model.
+    counter: tokens::Counter,
+    window: window::Window,
+    /// How full the model's context is (`None`: not known yet).
+    fill: Option<crate::store::session::Fill>,
+    /// This turn compacted already: it never does twice.
+    compacted: bool,
+    /// Tokens of the items the request in flight adds to the context.
+    sending: u64,
 }
 
 impl Engine {
     /// Runs one turn to its end and returns its `Finished` event (for the
     /// caller to send once it has cleaned up); the lease keeps other turns
     /// on this conversation waiting until it is dropped.
-    pub async fn run(&self, group: GroupHandle, lease: TurnLease, spec: TurnSpec, io: Io) -> Event {
+    pub async fn run(
+        &self,
+        group: GroupHandle,
+        lease: TurnLease,
+        mut spec: TurnSpec,
+        io: Io,
+    ) -> Event {
         let doc = lease.doc.clone();
+        // The model: this run's -m, else the conversation's own, else the
+        // configured one.
+        if let Some(model) = spec.prefs.run_model.clone().or_else(|| doc.model.clone()) {
+            spec.settings.model = model;
+        }
+        let loaded = instructions::load(
+            &spec.instructions,
+            &spec.folder,
+            &self.profile,
+            &spec.prefs.instruction_files,
+        );
+        spec.instructions = loaded.text;
+        let counter = tokens::Counter::for_model(&spec.settings.model);
+        let window = self.window_for(&spec).await;
         let mut turn = Turn {
             engine: self,
             group,
@@ -212,6 +284,11 @@ impl Engine {
             rechained: false,
             unsent: doc.unsent.clone(),
             cut_short: None,
+            counter,
+            window,
+            fill: doc.context,
+            compacted: false,
+            sending: 0,
         };
         turn.emit(Event::Started {
             session_id: doc.id.clone(),
@@ -225,8 +302,10 @@ impl Engine {
             model = %turn.spec.settings.model,
         );
         let result = tracing::Instrument::instrument(turn.drive(doc, &lease), span).await;
+        let result = turn.drop_if_full(result, &lease).await;
         let (status, text, error) = turn.record_end(result).await;
         drop(lease);
+        let context = Some(turn.meter().await);
         Event::Finished {
             status,
             text,
@@ -238,6 +317,7 @@ impl Engine {
             } else {
                 None
             },
+            context,
         }
     }
 }
@@ -276,6 +356,23 @@ impl Turn<'_> {
                 } else {
                     (Status::Interrupted, String::new(), "interrupted".to_owned())
                 }
+            }
+            Err(Stop::Refused(message)) => (Status::Refused, String::new(), message),
+            Err(Stop::ContextFull(message)) => {
+                let marker = Marker {
+                    message: message.clone(),
+                    at: now_ms(),
+                    retryable: false,
+                };
+                let change = Change {
+                    turn_open: Some(false),
+                    failed: Some(Some(marker)),
+                    ..Change::default()
+                };
+                if let Err(e) = self.group.commit(&self.session, change).await {
+                    tracing::warn!("could not record the overflowing turn: {e}");
+                }
+                (Status::ContextFull, String::new(), message)
             }
             Err(Stop::Failed { message, retryable }) => {
                 // A server's error text can be any size; this one is shown.
@@ -330,7 +427,21 @@ impl Turn<'_> {
         }
         match self.spec.mode.clone() {
             Mode::RetryMessage => self.retry_message(doc, lease).await?,
-            Mode::Message(message) => self.start_message(&doc, &message).await?,
+            Mode::Message(message) => {
+                self.fit_message(&doc, &message).await?;
+                self.start_message(&doc, &message).await?;
+            }
+            Mode::Compact(focus) => {
+                if !doc.pending_calls.is_empty() || doc.interrupted.is_some() {
+                    return Err(Stop::Refused(
+                        "the last turn was interrupted: continue it, retry it or start a new                          conversation before compacting"
+                            .into(),
+                    ));
+                }
+                // The compaction event says what it did; there is no answer.
+                self.compact(compact::Reason::Manual, &focus, true).await?;
+                return Ok(String::new());
+            }
             Mode::RetryRequest => self.retry_request(&doc, false).await?,
             Mode::NewChain => self.retry_request(&doc, true).await?,
             Mode::Continue => {
@@ -417,10 +528,13 @@ impl Turn<'_> {
             name: c.name.clone(),
             arguments: c.arguments.clone(),
         }));
+        let fill = self.fill_after(&usage, &items);
         self.usage.add(&usage);
         self.response_id = Some(id.clone());
         self.unsent.clear();
+        self.fill = Some(fill);
         self.commit(Change {
+            context: Some(Some(fill)),
             append: items,
             response_id: Some(Some(id)),
             add_usage: Some(usage),
@@ -444,11 +558,15 @@ impl Turn<'_> {
                 return Err(Stop::Cancelled);
             }
             let send = self.unsent.clone();
+            let sent = self.counter.items(&send);
+            let before = self.fill.map_or(0, |f| f.tokens);
+            self.sending = sent;
             let reply = self.call_model(&send).await?;
             let pending = pending_calls(&reply);
             let done = pending.is_empty();
             let answer = self.record_reply(reply, &pending).await?;
             self.emit(Event::Usage(self.usage)).await;
+            self.warn_when_filling(before).await;
             if done {
                 if let Some(reason) = &self.cut_short {
                     self.emit(Event::Notice(format!(
@@ -466,6 +584,12 @@ impl Turn<'_> {
                 ..Change::default()
             })
             .await?;
+            // Between tool steps: compact when the next request would pass
+            // the threshold (never twice in one turn).
+            let next = self.fill.map_or(0, |f| f.tokens) + self.counter.items(&self.unsent);
+            if !self.compacted && self.threshold().is_some_and(|t| next > t) {
+                self.compact(compact::Reason::Auto, "", false).await?;
+            }
         }
     }
 }

@@ -13,21 +13,15 @@ use super::{chat, context, responses};
 use crate::store::Change;
 
 impl Turn<'_> {
-    /// One model call, starting a new chain once if the server lost ours and
-    /// retrying recoverable failures with bounded exponential backoff.
+    /// One model call, starting a new chain once if the server lost ours,
+    /// compacting once if the request did not fit the window, and retrying
+    /// recoverable failures with bounded exponential backoff.
     pub(super) async fn call_model(&mut self, send: &[Item]) -> Result<ModelReply, Stop> {
         let mut failures = 0u32;
-        let mut cancel = self.io.cancel.clone();
         let chat = self.spec.settings.kind == provider::Kind::Chat;
         loop {
             let (body, chained) = self.request_body(send, chat).await?;
-            let call = self.send_once(&body, chat);
-            let attempt = tracing::debug_span!("model call", attempt = failures + 1);
-            let result = tokio::select! {
-                r = tracing::Instrument::instrument(call, attempt) => r,
-                _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
-            };
-            match result {
+            match self.attempt(&body, chat, true).await? {
                 Ok(reply) => return Ok(reply),
                 Err(e) if e.lost_response_id() && chained && !self.rechained => {
                     self.rechained = true;
@@ -44,36 +38,80 @@ impl Turn<'_> {
                     ))
                     .await;
                 }
-                Err(e) if e.retryable() && failures + 1 < MAX_ATTEMPTS => {
-                    failures += 1;
-                    let delay = backoff(self.spec.retry_base, failures, e.retry_after());
-                    let reason = match e.retry_after() {
-                        Some(asked) if asked > delay => format!(
-                            "{e}; the server asked to wait {}s, waiting at most {}s",
-                            asked.as_secs(),
-                            delay.as_secs()
-                        ),
-                        _ => e.to_string(),
-                    };
-                    self.emit(Event::Retry {
-                        attempt: failures + 1,
-                        max_attempts: MAX_ATTEMPTS,
-                        delay,
-                        reason,
-                    })
-                    .await;
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        _ = cancel.wait_for(|c| *c) => return Err(Stop::Cancelled),
-                    }
+                Err(e) if e.overflow().is_some() => {
+                    let window = e.overflow().and_then(|o| o.window);
+                    self.on_overflow(window).await?;
                 }
-                Err(e) => {
-                    return Err(Stop::Failed {
-                        message: describe(&e, failures),
-                        retryable: e.retryable(),
-                    });
-                }
+                Err(e) => self.pause_or_fail(e, &mut failures).await?,
             }
+        }
+    }
+
+    /// A request whose body does not change between attempts (nothing to
+    /// rechain), retried like any model call; a final error comes back.
+    pub(super) async fn call_fixed(
+        &mut self,
+        body: &Value,
+        chat: bool,
+    ) -> Result<Result<ModelReply, ProviderError>, Stop> {
+        let mut failures = 0u32;
+        loop {
+            match self.attempt(body, chat, false).await? {
+                Ok(reply) => return Ok(Ok(reply)),
+                Err(e) if e.retryable() && failures + 1 < MAX_ATTEMPTS => {
+                    self.pause_or_fail(e, &mut failures).await?;
+                }
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+    }
+
+    /// One attempt, ended by a cancel.
+    async fn attempt(
+        &self,
+        body: &Value,
+        chat: bool,
+        show: bool,
+    ) -> Result<Result<ModelReply, ProviderError>, Stop> {
+        let mut cancel = self.io.cancel.clone();
+        let call = self.send_once(body, chat, show);
+        let span = tracing::debug_span!("model call");
+        tokio::select! {
+            r = tracing::Instrument::instrument(call, span) => Ok(r),
+            _ = cancel.wait_for(|c| *c) => Err(Stop::Cancelled),
+        }
+    }
+
+    /// After a failed attempt: waits (backoff, Retry-After) when another
+    /// is worth it, else ends the call with the error.
+    async fn pause_or_fail(&self, e: ProviderError, failures: &mut u32) -> Result<(), Stop> {
+        if !(e.retryable() && *failures + 1 < MAX_ATTEMPTS) {
+            return Err(Stop::Failed {
+                message: describe(&e, *failures),
+                retryable: e.retryable(),
+            });
+        }
+        *failures += 1;
+        let delay = backoff(self.spec.retry_base, *failures, e.retry_after());
+        let reason = match e.retry_after() {
+            Some(asked) if asked > delay => format!(
+                "{e}; the server asked to wait {}s, waiting at most {}s",
+                asked.as_secs(),
+                delay.as_secs()
+            ),
+            _ => e.to_string(),
+        };
+        self.emit(Event::Retry {
+            attempt: *failures + 1,
+            max_attempts: MAX_ATTEMPTS,
+            delay,
+            reason,
+        })
+        .await;
+        let mut cancel = self.io.cancel.clone();
+        tokio::select! {
+            () = tokio::time::sleep(delay) => Ok(()),
+            _ = cancel.wait_for(|c| *c) => Err(Stop::Cancelled),
         }
     }
 
@@ -85,7 +123,8 @@ impl Turn<'_> {
             (Some(id), false) => (Some(id.clone()), None),
             _ => {
                 let transcript = self.group.transcript(&self.session).await?;
-                (None, Some(context::normalize(&transcript)))
+                let view = context::model_view(&transcript);
+                (None, Some(context::normalize(&view)))
             }
         };
         let (settings, instructions) = (&self.spec.settings, &self.spec.instructions);
@@ -103,11 +142,18 @@ impl Turn<'_> {
     }
 
     /// One attempt: the request sent through the turn's proxy settings,
-    /// text deltas passed on as they come.
-    async fn send_once(&self, body: &Value, chat: bool) -> Result<ModelReply, ProviderError> {
+    /// text deltas passed on as they come (when `show`).
+    async fn send_once(
+        &self,
+        body: &Value,
+        chat: bool,
+        show: bool,
+    ) -> Result<ModelReply, ProviderError> {
         let events = self.io.events.clone();
         let mut on_delta = move |delta: &str| {
-            let _ = events.try_send(Event::TextDelta(delta.to_owned()));
+            if show {
+                let _ = events.try_send(Event::TextDelta(delta.to_owned()));
+            }
         };
         let proxy = std::sync::Arc::new(provider::ProxyVars::of(&self.spec.env));
         let client = self.engine.clients.get(&proxy)?;

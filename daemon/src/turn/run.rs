@@ -87,13 +87,19 @@ impl Runner {
         // The model call does not touch the folder, so it starts at once;
         // only tools wait until the "before" snapshot is durable.
         let (gate_tx, gate_rx) = watch::channel(false);
-        let before = tokio::spawn(snapshot_before(
-            self.snapshots.clone(),
-            folder.clone(),
-            owner(Phase::Before),
-            events.clone(),
-            gate_tx,
-        ));
+        // A compaction changes no file: no snapshot pair for it.
+        let before = if matches!(spec.mode, Mode::Compact(_)) {
+            let _ = gate_tx.send(true);
+            tokio::spawn(async { false })
+        } else {
+            tokio::spawn(snapshot_before(
+                self.snapshots.clone(),
+                folder.clone(),
+                owner(Phase::Before),
+                events.clone(),
+                gate_tx,
+            ))
+        };
         let io = Io {
             events,
             inputs,
@@ -237,5 +243,6 @@ fn label(mode: &Mode) -> String {
         Mode::RetryRequest | Mode::NewChain => "retry".to_owned(),
         Mode::RetryMessage => "retry of the last message".to_owned(),
         Mode::Continue => "continue the interrupted turn".to_owned(),
+        Mode::Compact(_) => "compaction".to_owned(),
     }
 }

@@ -91,11 +91,23 @@ pub fn handle(
         .filter(|m| m["role"] == "user")
         .filter_map(|m| m["content"].as_str())
         .collect();
-    let default_text = format!(
-        "echo: {} [turns seen: {}]",
-        users.last().copied().unwrap_or(""),
-        users.len()
-    );
+    let used = window::tokens_of(&messages);
+    let window = state.window;
+    if let Some(w) = window
+        && used > w.tokens
+    {
+        return window::overflow(w.shape, w.tokens, used);
+    }
+    let default_text = if body.get("tools").is_none() {
+        window::summary_text(used)
+    } else {
+        format!(
+            "echo: {} [turns seen: {}]",
+            users.last().copied().unwrap_or(""),
+            users.len()
+        )
+    };
+    let counted = window.map(|_| used);
     let usage = !state.chat_no_usage && body["stream_options"]["include_usage"] == true;
     let one_chunk = state.chat_one_chunk;
     state.next_response += 1;
@@ -111,6 +123,7 @@ pub fn handle(
     state.next_item += 8;
     let (sse, resp) = open_sse(shared, state);
     tokio::spawn(async move {
+        let usage = usage.then_some(counted);
         let _ = stream(sse, id, reply, default_text, usage, one_chunk, call_base).await;
     });
     resp
@@ -127,7 +140,7 @@ pub(super) async fn stream(
     id: String,
     reply: Option<Reply>,
     default_text: String,
-    usage: bool,
+    usage: Option<Option<u64>>,
     one_chunk: bool,
     call_base: u64,
 ) -> Result<(), Closed> {
@@ -142,15 +155,23 @@ pub(super) async fn stream(
     } else {
         "tool_calls"
     };
+    let answered = text
+        .as_ref()
+        .map_or(0, |t| (t.chars().count() as u64).div_ceil(4));
     if one_chunk {
         send_one_chunk(&mut sse, &id, text, &calls, finish, call_base).await?;
     } else {
         send_chunks(&mut sse, &id, text.as_deref(), &calls, finish, call_base).await?;
     }
-    if usage {
+    if let Some(counted) = usage {
+        let (prompt, completion) = match counted {
+            Some(prompt) => (prompt, answered),
+            None => (10, 5),
+        };
         sse.send_data(
             &json!({"id": id, "object": "chat.completion.chunk", "choices": [],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15,
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion,
                 "prompt_tokens_details": {"cached_tokens": 2}}})
             .to_string(),
         )

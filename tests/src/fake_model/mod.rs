@@ -25,12 +25,14 @@ mod respond;
 mod sse;
 #[cfg(test)]
 mod tests;
+mod window;
 
 pub use client::*;
 use plan::*;
 pub use raw::*;
 use respond::*;
 use sse::*;
+pub use window::OverflowShape;
 
 /// Token usage reported on every completed response.
 pub fn usage() -> Value {
@@ -184,6 +186,13 @@ struct FakeState {
     chat_one_chunk: bool,
     open_streams: usize,
     completed: usize,
+    /// A context window enforced on model calls (and usage reported as
+    /// characters / 4), when set.
+    window: Option<window::TokenWindow>,
+    /// What `/v1/models` and `/props` say the window is.
+    advertised_window: Option<u64>,
+    /// Window probes received (`GET /v1/models`, `/props`, `/model/info`).
+    probes: Vec<String>,
 }
 
 /// What the fake remembers of a completed, stored response.
@@ -331,6 +340,24 @@ impl FakeModel {
     /// the next event or, during a stall, at once).
     pub fn open_streams(&self) -> usize {
         self.shared.lock().open_streams
+    }
+
+    /// Enforces a context window of `tokens` (characters / 4 of every text
+    /// a request carries, its chain included) answering overflows in
+    /// `shape`'s words, and reports usage the same way. Requests without
+    /// tools (summary requests) get a short summary unless scripted.
+    pub fn set_token_window(&self, tokens: u64, shape: OverflowShape) {
+        self.shared.lock().window = Some(window::TokenWindow { tokens, shape });
+    }
+
+    /// `GET /v1/models` and `/props` say the window is `tokens`.
+    pub fn advertise_window(&self, tokens: u64) {
+        self.shared.lock().advertised_window = Some(tokens);
+    }
+
+    /// The window probes received, by path (not in [`FakeModel::requests`]).
+    pub fn probes(&self) -> Vec<String> {
+        self.shared.lock().probes.clone()
     }
 
     /// Streams that reached `response.completed`.

@@ -23,6 +23,8 @@ pub(super) struct Meta {
     pub(super) tools: Value,
     pub(super) previous: Option<String>,
     pub(super) store: bool,
+    /// With a token window: the request's size, reported as its usage.
+    pub(super) input_tokens: Option<u64>,
 }
 
 pub(super) enum PlanKind {
@@ -88,12 +90,29 @@ pub(super) fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan,
         .get("previous_response_id")
         .and_then(Value::as_str)
         .map(str::to_owned);
+    let mut input_tokens = None;
     let default_text = if state.lean {
         lean_text(state, previous.as_deref())?
     } else {
         let chain = chain(state, previous.as_deref())?;
         check_calls(&chain, &input)?;
-        echo_text(&chain, &input)
+        if let Some(w) = state.window {
+            let used = window::tokens_of(
+                body.get("instructions")
+                    .into_iter()
+                    .chain(chain.iter().flat_map(|s| s.input.iter().chain(&s.output)))
+                    .chain(&input),
+            );
+            if used > w.tokens {
+                return Err(Box::new(window::overflow(w.shape, w.tokens, used)));
+            }
+            input_tokens = Some(used);
+        }
+        if body.get("tools").is_none() {
+            window::summary_text(window::tokens_of(&input))
+        } else {
+            echo_text(&chain, &input)
+        }
     };
 
     state.next_response += 1;
@@ -102,8 +121,10 @@ pub(super) fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan,
     let incomplete = matches!(reply, Some(Reply::Incomplete(_)));
     let kind = plan_kind(state, reply, &default_text)?;
     let store = body.get("store").and_then(Value::as_bool) != Some(false);
+    let mut meta = meta(body, id, previous.clone(), store);
+    meta.input_tokens = input_tokens;
     Ok(Plan {
-        meta: meta(body, id, previous.clone(), store),
+        meta,
         kind,
         incomplete,
         store: store.then(|| Stored {
@@ -301,6 +322,7 @@ fn meta(body: &Value, id: String, previous: Option<String>, store: bool) -> Meta
         },
         previous,
         store,
+        input_tokens: None,
     }
 }
 
@@ -357,7 +379,23 @@ pub(super) fn response_object(meta: &Meta, status: &str, output: &[Value]) -> Va
     });
     if status == "completed" {
         resp["completed_at"] = json!(meta.created_at);
-        resp["usage"] = usage();
+        resp["usage"] = usage_of(meta, output);
     }
     resp
+}
+
+/// The fixed usage, or with a token window the request's size and the
+/// answer's (characters / 4).
+pub(super) fn usage_of(meta: &Meta, output: &[Value]) -> Value {
+    let Some(input) = meta.input_tokens else {
+        return usage();
+    };
+    let out = window::tokens_of(output);
+    json!({
+        "input_tokens": input,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input + out
+    })
 }

@@ -119,7 +119,7 @@ pub(super) async fn run_stream(mut sse: Sse, plan: Plan) -> Result<(), Closed> {
     sse.shared.lock().completed += 1;
     if incomplete {
         let mut done = response_object(&meta, "incomplete", &items);
-        done["usage"] = usage();
+        done["usage"] = usage_of(&meta, &items);
         done["incomplete_details"] = json!({"reason": "max_output_tokens"});
         return sse
             .send(json!({"type": "response.incomplete", "response": done}))

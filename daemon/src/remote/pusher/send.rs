@@ -133,6 +133,8 @@ async fn upsert(
                 "usage": cp.usage,
                 "last_user": cp.last_user,
                 "last_assistant": cp.last_assistant,
+                "context": cp.context,
+                "note": cp.note,
             })
         })
         .collect();

@@ -26,11 +26,22 @@ pub enum OpenTarget {
     New,
 }
 
+/// One entry of a resumed conversation's replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recent {
+    Exchange {
+        user: String,
+        assistant: String,
+    },
+    /// The context was compacted here: the line that says so.
+    Compacted(String),
+}
+
 /// What opening a conversation returns.
 pub struct Opened {
     pub doc: SessionDoc,
-    /// The last few (user, assistant) exchanges, oldest first.
-    pub recent: Vec<(String, String)>,
+    /// The last few exchanges (and compaction lines among them), oldest first.
+    pub recent: Vec<Recent>,
     pub notices: Vec<String>,
 }
 
@@ -61,6 +72,12 @@ pub struct Change {
     pub checkpoint: bool,
     /// A new title (a rename; does not move the conversation in the list).
     pub title: Option<String>,
+    /// How full the model's context is now.
+    pub context: Option<Option<Fill>>,
+    /// The conversation's own model (`/model`).
+    pub model: Option<Option<String>>,
+    /// Said by the checkpoint this change records (a compaction's sizes).
+    pub checkpoint_note: Option<String>,
 }
 
 pub enum RollbackTarget {

@@ -109,6 +109,7 @@ impl Session {
         doc.last_user = cp.last_user.clone();
         doc.last_assistant = cp.last_assistant.clone();
         doc.turns = cp.turns;
+        doc.context = cp.context;
         doc.journal_items = cp.journal_items;
         doc.journal_bytes = cp.journal_bytes;
         doc.checkpoints.truncate(keep);
@@ -154,6 +155,7 @@ impl Session {
         doc.last_assistant = backup.last_assistant;
         doc.pending_calls = backup.pending_calls;
         doc.turns = backup.turns;
+        doc.context = backup.context;
         doc.unsent = backup.unsent;
         doc.interrupted = backup.interrupted;
         doc.failed = backup.failed;
@@ -185,5 +187,6 @@ fn take_backup(doc: &mut SessionDoc, rolled_back_to: u64, now: i64) -> RollbackB
         rolled_back_to,
         at: now,
         tail: None,
+        context: doc.context,
     }
 }

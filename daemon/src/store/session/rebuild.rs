@@ -193,6 +193,18 @@ fn replay(doc: &mut SessionDoc, records: &[Record]) -> Replay {
             Item::FunctionOutput { call_id, .. } => {
                 open_calls.retain(|c| &c.call_id != call_id);
             }
+            // A compaction between turns was a checkpoint; what it replaced
+            // is never sent again.
+            Item::Compaction { .. } => {
+                after_reply = i + 1;
+                if open_calls.is_empty() {
+                    doc.journal_items = (i + 1) as u64;
+                    doc.journal_bytes = *end;
+                    let cp = doc.checkpoint(*at);
+                    doc.checkpoints.push(cp);
+                    boundary = i + 1;
+                }
+            }
         }
         let next_is_call = matches!(
             records.get(i + 1).map(|r| &r.1),

@@ -12,6 +12,8 @@ pub enum ProviderError {
         param: Option<String>,
         message: String,
         retry_after: Option<Duration>,
+        /// The request did not fit the model's context window.
+        overflow: Option<Overflow>,
     },
     #[error("{0}")]
     Connect(String),
@@ -83,6 +85,7 @@ impl ProviderError {
             .map(str::to_owned)
             .or_else(|| parsed["error"].as_str().map(str::to_owned))
             .unwrap_or_else(|| body.chars().take(200).collect());
+        let overflow = overflow_in(code.as_deref(), error, &detail);
         let message = match status {
             401 => format!(
                 "the model server rejected the API key (401): {detail}; set OPENAI_API_KEY or AGENTX_API_KEY"
@@ -99,6 +102,19 @@ impl ProviderError {
             param,
             message,
             retry_after,
+            overflow,
+        }
+    }
+
+    /// The request did not fit the model's context window: what the server
+    /// said of the window, if anything.
+    pub fn overflow(&self) -> Option<Overflow> {
+        match self {
+            Self::Http { overflow, .. } => *overflow,
+            Self::Model { code, message } => {
+                overflow_in(code.as_deref(), &serde_json::Value::Null, message)
+            }
+            _ => None,
         }
     }
 
@@ -111,12 +127,14 @@ impl ProviderError {
                 param,
                 message,
                 retry_after,
+                overflow,
             } => Self::Http {
                 status,
                 code,
                 param,
                 message: format!("{message} (model server {base_url})"),
                 retry_after,
+                overflow,
             },
             other => other,
         }
@@ -147,6 +165,9 @@ impl ProviderError {
     /// Worth another attempt after a pause.
     pub fn retryable(&self) -> bool {
         match self {
+            Self::Http {
+                overflow: Some(_), ..
+            } => false,
             Self::Http { status, code, .. } => {
                 let final_code = matches!(
                     code.as_deref(),
@@ -171,6 +192,70 @@ impl ProviderError {
             _ => None,
         }
     }
+}
+
+/// A request too big for the model's context window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overflow {
+    /// The window the server named, when it did.
+    pub window: Option<u64>,
+}
+
+/// Recognises a context overflow in each server's words — OpenAI
+/// (`context_length_exceeded`), vLLM and LiteLLM ("maximum context length is
+/// N tokens"), llama.cpp (`exceed_context_size_error`, `n_ctx`), Ollama,
+/// Anthropic through a gateway ("prompt is too long") — and the window it names.
+fn overflow_in(code: Option<&str>, error: &serde_json::Value, message: &str) -> Option<Overflow> {
+    let lowered = message.to_lowercase();
+    let kind = error["type"].as_str().unwrap_or_default();
+    let said = code == Some("context_length_exceeded")
+        || kind == "exceed_context_size_error"
+        || [
+            "context_length_exceeded",
+            "maximum context length",
+            "exceeds the available context size",
+            "exceed_context_size",
+            "exceeds the context length",
+            "exceeds maximum context length",
+            "exceeds the context window",
+            "context window exceeded",
+            "contextwindowexceedederror",
+            "prompt is too long",
+            "too many tokens in the prompt",
+            "input is too long for requested model",
+        ]
+        .iter()
+        .any(|p| lowered.contains(p));
+    if !said {
+        return None;
+    }
+    let window = error["n_ctx"]
+        .as_u64()
+        .or_else(|| number_after(&lowered, "maximum context length is "))
+        .or_else(|| number_after(&lowered, "n_ctx"))
+        .or_else(|| number_after(&lowered, "context length of "))
+        .or_else(|| number_after(&lowered, "context window of "))
+        .or_else(|| number_between(&lowered, "tokens > ", " maximum"));
+    Some(Overflow { window })
+}
+
+/// The number right after `prefix` (skipping `=`, `:`, quotes and spaces).
+fn number_after(text: &str, prefix: &str) -> Option<u64> {
+    let at = text.find(prefix)? + prefix.len();
+    let rest = text[at..].trim_start_matches([' ', '=', ':', '"', '\'', '(']);
+    let digits: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// The number after `prefix` when `suffix` follows it ("… tokens > 200000 maximum").
+fn number_between(text: &str, prefix: &str, suffix: &str) -> Option<u64> {
+    let at = text.find(prefix)? + prefix.len();
+    let end = text[at..].find(suffix)?;
+    text[at..at + end].trim().parse().ok()
 }
 
 /// `retry-after-ms`, else `Retry-After` in seconds or as an HTTP date
@@ -267,6 +352,59 @@ mod tests {
         assert!(ProviderError::from_http(404, vllm, None).lost_response_id());
         let other = r#"{"error":{"message":"bad input","param":"input"}}"#;
         assert!(!ProviderError::from_http(400, other, None).lost_response_id());
+    }
+
+    #[test]
+    fn every_known_overflow_is_recognised_with_its_window() {
+        let cases: &[(u16, &str, Option<u64>)] = &[
+            (
+                400,
+                r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130012 tokens. Please reduce the length of the messages.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+                Some(128_000),
+            ),
+            (
+                400,
+                r#"{"error":{"message":"Your input exceeds the context window of this model. Please adjust your input and try again.","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+                None,
+            ),
+            (
+                400,
+                r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":4187,"n_ctx":4096}}"#,
+                Some(4096),
+            ),
+            (
+                400,
+                r#"{"object":"error","message":"This model's maximum context length is 4,096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","param":null,"code":400}"#,
+                Some(4096),
+            ),
+            (
+                400,
+                r#"{"error":{"message":"litellm.ContextWindowExceededError: litellm.BadRequestError: ContextWindowExceededError: OpenAIException - This model's maximum context length is 8192 tokens","type":null,"param":null,"code":"400"}}"#,
+                Some(8192),
+            ),
+            (
+                400,
+                r#"{"error":{"message":"the input length exceeds the context length","type":"api_error"}}"#,
+                None,
+            ),
+            (
+                400,
+                r#"{"error":{"message":"prompt is too long: 210000 tokens > 200000 maximum","type":"invalid_request_error"}}"#,
+                Some(200_000),
+            ),
+        ];
+        for (status, body, window) in cases {
+            let e = ProviderError::from_http(*status, body, None);
+            assert_eq!(e.overflow(), Some(Overflow { window: *window }), "{body}");
+            assert!(!e.retryable(), "an overflow is never retried as is: {body}");
+        }
+        let other = ProviderError::from_http(400, r#"{"error":{"message":"bad input"}}"#, None);
+        assert_eq!(other.overflow(), None);
+        let streamed = ProviderError::Model {
+            code: Some("context_length_exceeded".into()),
+            message: "Your input exceeds the context window of this model.".into(),
+        };
+        assert!(streamed.overflow().is_some());
     }
 
     #[test]

@@ -325,6 +325,7 @@ impl Turns {
             base_url: model.base_url(),
             model: "fake-model".into(),
             api_key: "bench".into(),
+            ..ProviderSettings::default()
         };
         Ok(Self {
             channel,

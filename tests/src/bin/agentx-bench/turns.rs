@@ -92,6 +92,7 @@ async fn conversation(
         base_url: model.base_url(),
         model: "fake-model".into(),
         api_key: "bench".into(),
+        ..ProviderSettings::default()
     };
     let mut first_token = Vec::with_capacity(turns);
     let mut totals = Vec::with_capacity(turns);

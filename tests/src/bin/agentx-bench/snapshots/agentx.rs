@@ -259,6 +259,7 @@ impl Bench<'_> {
             base_url: model.base_url(),
             model: "fake-model".into(),
             api_key: "bench".into(),
+            ..ProviderSettings::default()
         };
         let empty = Scope {
             folder: std::fs::canonicalize(&env.work)?.display().to_string(),

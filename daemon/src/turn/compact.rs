@@ -1,0 +1,652 @@
+//! Compaction: the model writes a handoff summary, and its view of the
+//! conversation becomes that summary, the user's recent messages and the latest tool results.
+
+use serde_json::{Value, json};
+
+use agentx_shared::conversation::{Item, Usage};
+
+use super::context;
+use super::provider::{self, ModelReply, ProviderError};
+use super::tokens::Counter;
+use super::{Change, Event, Stop, Turn};
+use crate::store::session::Fill;
+
+/// Why a compaction ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// `/compact`, `agentx compact`.
+    Manual,
+    /// The next request would pass the threshold.
+    Auto,
+    /// The server said the request did not fit.
+    Overflow,
+    /// The conversation moved to a model with a smaller window.
+    Model,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Manual => "manual",
+            Self::Auto => "auto",
+            Self::Overflow => "overflow",
+            Self::Model => "model",
+        }
+    }
+}
+
+/// What the model is asked for when it writes the handoff summary.
+pub const SUMMARY_INSTRUCTIONS: &str = "\
+You are writing a handoff note so that another instance of you can continue this coding \
+conversation without its history, which is about to be removed: anything not in the note is \
+lost. Write plain Markdown with exactly these sections:
+
+## User requests and corrections
+Every request, constraint, preference and correction the user made, in their own words \
+(quoted) where short, oldest first. Keep every correction (\"don't…\", \"always…\", \"use X, \
+not Y\").
+
+## Done
+What was completed, each item starting with DONE, with its result (files, commands, outcomes), \
+so that none of it is done again.
+
+## Pending
+What remains or was in progress at the end, the very next step first.
+
+## Files touched
+Each file created, changed or deleted, one line each on what changed.
+
+## Environment facts
+What was learned about the project and the machine: languages, build and test commands that \
+work, paths, versions, errors seen and their causes.
+
+Be concise, but lose nothing the next instance needs. No preamble.";
+
+/// The first line of the message that replaces the compacted history.
+pub const HANDOFF_HEADER: &str = "[agentx handoff]";
+
+/// The assistant's answer to the handoff, so that turns keep alternating.
+const ACK: &str = "Understood: I have the summary and the user's recent messages, and I will \
+continue from there without redoing what is done.";
+
+/// A tool output in the summary request keeps this many bytes, head and tail.
+const OUTPUT_IN_SUMMARY: usize = 2000;
+
+/// Roughly how many bytes a token holds, to cut text to a token budget.
+const BYTES_PER_TOKEN: u64 = 4;
+
+/// The sizes a compaction aims at, in tokens, from the window's.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    /// The summary request's transcript.
+    pub summary_input: u64,
+    /// The summary itself.
+    pub summary: u64,
+    /// The user's recent messages kept verbatim.
+    pub recent: u64,
+    /// The unfinished exchange (the message in progress and its tool results).
+    pub tail: u64,
+    /// The whole compacted context, instructions included: well under the threshold.
+    pub target: u64,
+}
+
+impl Budget {
+    pub fn new(window: u64, threshold: Option<u64>) -> Self {
+        let threshold = threshold.unwrap_or(window * 85 / 100).min(window);
+        Self {
+            summary_input: window * 60 / 100,
+            summary: (window * 15 / 100).max(256),
+            recent: (window * 15 / 100).min(20_000),
+            tail: window * 20 / 100,
+            target: threshold / 2,
+        }
+    }
+}
+
+/// A model view split into what came before the exchange in progress and
+/// that exchange (from its user message on; empty when the view ends with
+/// an answer, i.e. between turns).
+pub fn split_tail(view: &[Item]) -> (&[Item], &[Item]) {
+    if matches!(view.last(), None | Some(Item::Assistant { .. })) {
+        return (view, &[]);
+    }
+    let at = view
+        .iter()
+        .rposition(|i| matches!(i, Item::User { .. }))
+        .unwrap_or(0);
+    view.split_at(at)
+}
+
+/// `text` cut to about `max` bytes by dropping its middle (head and tail kept).
+pub fn middle_out(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let keep = max / 2;
+    let mut head = keep;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - keep;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}\n[… {} bytes left out …]\n{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
+}
+
+fn bytes_for(tokens: u64) -> usize {
+    usize::try_from(tokens.saturating_mul(BYTES_PER_TOKEN)).unwrap_or(usize::MAX)
+}
+
+/// The conversation as text for the summary request, oldest first; the
+/// oldest entries are left out (and said so) past `budget` tokens.
+pub fn render_for_summary(view: &[Item], budget: u64, counter: &Counter) -> String {
+    let entries: Vec<String> = view
+        .iter()
+        .filter_map(|item| match item {
+            Item::User { text } => Some(format!("USER:\n{text}")),
+            Item::Assistant { text } => Some(format!("ASSISTANT:\n{text}")),
+            Item::FunctionCall {
+                name, arguments, ..
+            } => {
+                let command = serde_json::from_str::<Value>(arguments)
+                    .ok()
+                    .and_then(|v| v["command"].as_str().map(str::to_owned))
+                    .unwrap_or_else(|| arguments.clone());
+                Some(format!(
+                    "TOOL CALL ({name}):\n{}",
+                    middle_out(&command, OUTPUT_IN_SUMMARY)
+                ))
+            }
+            Item::FunctionOutput { output, .. } => Some(format!(
+                "TOOL OUTPUT:\n{}",
+                middle_out(output, OUTPUT_IN_SUMMARY)
+            )),
+            Item::Compaction { .. } => None,
+        })
+        .collect();
+    let mut kept: Vec<String> = Vec::new();
+    let mut used = 0u64;
+    for entry in entries.iter().rev() {
+        let cost = counter.text(entry) + 2;
+        if used + cost > budget {
+            if kept.is_empty() {
+                kept.push(middle_out(entry, bytes_for(budget)));
+            }
+            break;
+        }
+        used += cost;
+        kept.push(entry.clone());
+    }
+    kept.reverse();
+    let left_out = entries.len() - kept.len();
+    let mut out = String::new();
+    if left_out > 0 {
+        out.push_str(&format!(
+            "[… the {left_out} oldest entries are left out to fit …]\n\n"
+        ));
+    }
+    out.push_str(&kept.join("\n\n"));
+    out
+}
+
+/// The user's messages before the exchange in progress, newest kept first
+/// within `budget` tokens, returned oldest first (earlier handoffs skipped:
+/// the new summary covers them).
+fn recent_messages(earlier: &[Item], budget: u64, counter: &Counter) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut left = budget;
+    for item in earlier.iter().rev() {
+        let Item::User { text } = item else { continue };
+        if text.starts_with(HANDOFF_HEADER) {
+            continue;
+        }
+        let cost = counter.text(text);
+        if cost <= left {
+            out.push(text.clone());
+            left -= cost;
+        } else {
+            if left > 200 {
+                out.push(middle_out(text, bytes_for(left)));
+            }
+            break;
+        }
+    }
+    out.reverse();
+    out
+}
+
+/// The message that replaces the compacted history.
+fn handoff(summary: &str, recent: &[String]) -> String {
+    let mut text = format!(
+        "{HANDOFF_HEADER} This conversation was compacted to fit the model's context window: \
+         the earlier messages were replaced by this handoff summary, written by you. Continue \
+         from it; what is marked DONE is done.\n\n{}",
+        summary.trim()
+    );
+    if !recent.is_empty() {
+        text.push_str(
+            "\n\nThe user's most recent messages before this point, verbatim (oldest first):\n",
+        );
+        for message in recent {
+            text.push_str(&format!("\n---\n{}\n", message.trim_end()));
+        }
+    }
+    text
+}
+
+/// The exchange in progress with its tool outputs trimmed (middle-out) to
+/// fit `budget` tokens, then its older tool calls dropped, the user's
+/// message and the latest calls kept.
+fn trim_tail(tail: &[Item], budget: u64, counter: &Counter) -> Vec<Item> {
+    let mut out = tail.to_vec();
+    if counter.items(&out) <= budget {
+        return out;
+    }
+    let outputs = out
+        .iter()
+        .filter(|i| matches!(i, Item::FunctionOutput { .. }))
+        .count()
+        .max(1) as u64;
+    let each = bytes_for(budget / outputs).max(1024);
+    for item in &mut out {
+        if let Item::FunctionOutput { output, .. } = item {
+            *output = middle_out(output, each);
+        }
+    }
+    // Then the oldest call groups go (a call with its output), never the
+    // latest group.
+    let latest: Vec<String> = match out
+        .iter()
+        .rposition(|i| matches!(i, Item::FunctionCall { .. }))
+    {
+        Some(last) => {
+            let first = out[..=last]
+                .iter()
+                .rposition(|i| !matches!(i, Item::FunctionCall { .. }))
+                .map_or(0, |i| i + 1);
+            out[first..=last]
+                .iter()
+                .filter_map(|i| match i {
+                    Item::FunctionCall { call_id, .. } => Some(call_id.clone()),
+                    _ => None,
+                })
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    while counter.items(&out) > budget {
+        let Some(oldest) = out.iter().find_map(|i| match i {
+            Item::FunctionCall { call_id, .. } if !latest.contains(call_id) => {
+                Some(call_id.clone())
+            }
+            _ => None,
+        }) else {
+            break;
+        };
+        out.retain(|i| match i {
+            Item::FunctionCall { call_id, .. } | Item::FunctionOutput { call_id, .. } => {
+                *call_id != oldest
+            }
+            _ => true,
+        });
+    }
+    out
+}
+
+/// The compacted context: the handoff (summary and recent messages), the
+/// acknowledgement, and the exchange in progress. It must shrink: past the
+/// budget's target, tool outputs, then the recent messages, then the
+/// summary are cut further — each once, never a loop on the model.
+pub fn compose(
+    summary: &str,
+    view: &[Item],
+    budget: &Budget,
+    counter: &Counter,
+    instructions: u64,
+) -> Vec<Item> {
+    let (earlier, tail) = split_tail(view);
+    let mut summary = middle_out(summary, bytes_for(budget.summary));
+    let mut recent = recent_messages(earlier, budget.recent, counter);
+    let mut tail = trim_tail(tail, budget.tail, counter);
+    let build = |summary: &str, recent: &[String], tail: &[Item]| {
+        let mut context = vec![
+            Item::User {
+                text: handoff(summary, recent),
+            },
+            Item::Assistant { text: ACK.into() },
+        ];
+        context.extend_from_slice(tail);
+        context
+    };
+    let size = |c: &[Item]| instructions + counter.items(c);
+    let mut context = build(&summary, &recent, &tail);
+    if size(&context) > budget.target {
+        for item in &mut tail {
+            if let Item::FunctionOutput { output, .. } = item {
+                *output = middle_out(output, 1024);
+            }
+        }
+        context = build(&summary, &recent, &tail);
+    }
+    if size(&context) > budget.target {
+        recent.clear();
+        context = build(&summary, &recent, &tail);
+    }
+    if size(&context) > budget.target {
+        let over = size(&context) - budget.target;
+        let keep = counter.text(&summary).saturating_sub(over).max(64);
+        summary = middle_out(&summary, bytes_for(keep));
+        context = build(&summary, &recent, &tail);
+    }
+    let over = size(&context).saturating_sub(budget.target);
+    if over > 0
+        && let Some(Item::User { text }) = context.get_mut(2)
+    {
+        // The message in progress itself is what is too big.
+        let keep = counter.text(text).saturating_sub(over).max(64);
+        *text = middle_out(text, bytes_for(keep));
+    }
+    context
+}
+
+impl Turn<'_> {
+    /// Compacts the conversation now: asks the model for a handoff summary
+    /// (trimming alone when that fails), commits the compaction record (a
+    /// checkpoint `between_turns`) and starts a new chain from it.
+    pub(super) async fn compact(
+        &mut self,
+        reason: Reason,
+        focus: &str,
+        between_turns: bool,
+    ) -> Result<(), Stop> {
+        let transcript = self.group.transcript(&self.session).await?;
+        let view = context::normalize(&context::model_view(&transcript));
+        if view.is_empty() {
+            return Err(Stop::Refused("there is nothing to compact yet".into()));
+        }
+        let counter = self.counter;
+        let instructions = counter.text(&self.spec.instructions);
+        let before = match self.fill {
+            Some(f) => f.tokens,
+            None => instructions + counter.items(&view),
+        };
+        let budget = Budget::new(self.window.tokens, self.threshold());
+        self.emit(Event::Notice(format!(
+            "compacting the conversation ({} tokens, {}% of the {}-token window)…",
+            before,
+            before * 100 / self.window.tokens.max(1),
+            self.window.tokens
+        )))
+        .await;
+        let (summary, usage, trimmed_only) = match self.summarize(&view, focus, &budget).await? {
+            Ok((text, usage)) if !text.trim().is_empty() => (text, usage, false),
+            Ok((_, usage)) => (no_summary("the model answered with nothing"), usage, true),
+            Err(why) => (no_summary(&why), Usage::default(), true),
+        };
+        let context = compose(&summary, &view, &budget, &counter, instructions);
+        let after = instructions + counter.items(&context);
+        let record = Item::Compaction {
+            summary: if trimmed_only { String::new() } else { summary },
+            context,
+            tokens_before: before,
+            tokens_after: after,
+            replaced: view.len() as u64,
+            reason: reason.as_str().to_owned(),
+        };
+        let fill = Fill {
+            tokens: after,
+            estimated: true,
+        };
+        self.commit(Change {
+            append: vec![record],
+            response_id: Some(None),
+            add_usage: Some(usage),
+            unsent: Some(Vec::new()),
+            context: Some(Some(fill)),
+            failed: Some(None),
+            checkpoint: between_turns,
+            checkpoint_note: Some(
+                Item::compaction_line(before, after)
+                    .trim_matches([' ', '—'])
+                    .to_owned(),
+            ),
+            ..Change::default()
+        })
+        .await?;
+        self.usage.add(&usage);
+        self.response_id = None;
+        self.unsent.clear();
+        self.fill = Some(fill);
+        self.compacted = true;
+        self.emit(Event::Compacted {
+            tokens_before: before,
+            tokens_after: after,
+            reason,
+            trimmed_only,
+        })
+        .await;
+        Ok(())
+    }
+
+    /// The model's handoff summary of `view` and what it cost, or why there
+    /// is none. A summary request that overflows is cut to half once.
+    async fn summarize(
+        &mut self,
+        view: &[Item],
+        focus: &str,
+        budget: &Budget,
+    ) -> Result<Result<(String, Usage), String>, Stop> {
+        let chat = self.spec.settings.kind == provider::Kind::Chat;
+        let mut input_budget = budget.summary_input;
+        for _ in 0..2 {
+            let rendered = render_for_summary(view, input_budget, &self.counter);
+            let body = self.summary_body(&rendered, focus, chat);
+            match self.call_fixed(&body, chat).await? {
+                Ok(ModelReply { text, usage, .. }) => return Ok(Ok((text, usage))),
+                Err(e) => match e.overflow() {
+                    Some(overflow) => {
+                        if let Some(window) = overflow.window {
+                            self.learn_window(window);
+                        }
+                        input_budget = (input_budget / 2).min(self.window.tokens / 3);
+                    }
+                    None => return Ok(Err(describe(&e))),
+                },
+            }
+        }
+        Ok(Err(
+            "the summary request did not fit the model's context window".into(),
+        ))
+    }
+
+    /// The summary request: no tools, not stored, the conversation as text.
+    fn summary_body(&self, rendered: &str, focus: &str, chat: bool) -> Value {
+        let mut ask = format!(
+            "Here is the conversation so far, oldest first:\n\n<conversation>\n{rendered}\n\
+             </conversation>\n\nWrite the handoff note now."
+        );
+        if !focus.trim().is_empty() {
+            ask.push_str(&format!(
+                "\n\nThe user asks the note to focus on: {}",
+                focus.trim()
+            ));
+        }
+        let settings = &self.spec.settings;
+        let mut body = if chat {
+            super::chat::request_body(
+                settings,
+                vec![
+                    json!({"role": "system", "content": SUMMARY_INSTRUCTIONS}),
+                    json!({"role": "user", "content": ask}),
+                ],
+            )
+        } else {
+            let mut body = super::responses::request_body(
+                settings,
+                SUMMARY_INSTRUCTIONS,
+                None,
+                vec![json!({"role": "user", "content": ask})],
+            );
+            body["store"] = json!(false);
+            body
+        };
+        if let Some(map) = body.as_object_mut() {
+            for key in ["tools", "tool_choice", "parallel_tool_calls"] {
+                map.remove(key);
+            }
+        }
+        body
+    }
+}
+
+/// What stands for the summary when the model could not write one.
+fn no_summary(why: &str) -> String {
+    format!(
+        "(No summary could be written: {why}. The earlier conversation was trimmed instead; \
+         the user's recent messages below are what remains of it.)"
+    )
+}
+
+fn describe(e: &ProviderError) -> String {
+    let text = e.to_string();
+    text.chars().take(300).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(t: &str) -> Item {
+        Item::User { text: t.into() }
+    }
+    fn answer(t: &str) -> Item {
+        Item::Assistant { text: t.into() }
+    }
+    fn call(id: &str) -> Item {
+        Item::FunctionCall {
+            call_id: id.into(),
+            name: "shell".into(),
+            arguments: r#"{"command":"ls"}"#.into(),
+        }
+    }
+    fn output(id: &str, text: &str) -> Item {
+        Item::FunctionOutput {
+            call_id: id.into(),
+            output: text.into(),
+        }
+    }
+
+    #[test]
+    fn the_exchange_in_progress_is_split_off_between_turns_nothing_is() {
+        let done = vec![user("a"), answer("b")];
+        assert_eq!(split_tail(&done), (&done[..], &[][..]));
+        let going = vec![
+            user("a"),
+            answer("b"),
+            user("c"),
+            call("1"),
+            output("1", "x"),
+        ];
+        let (earlier, tail) = split_tail(&going);
+        assert_eq!(earlier.len(), 2);
+        assert_eq!(tail[0], user("c"));
+    }
+
+    #[test]
+    fn the_compacted_context_keeps_order_recent_messages_and_the_tail() {
+        let counter = Counter::bytes();
+        let view = vec![
+            user("first request"),
+            answer("ok"),
+            user("no, use tabs not spaces"),
+            answer("done"),
+            user("now run the tests"),
+            call("c1"),
+            output("c1", &"test output line\n".repeat(20_000)),
+        ];
+        let budget = Budget::new(10_000, Some(8_500));
+        let context = compose("SUMMARY TEXT", &view, &budget, &counter, 100);
+        let Item::User { text } = &context[0] else {
+            panic!("{context:?}")
+        };
+        assert!(text.starts_with(HANDOFF_HEADER));
+        let (s, a, b) = (
+            text.find("SUMMARY TEXT").unwrap(),
+            text.find("first request").unwrap(),
+            text.find("no, use tabs not spaces").unwrap(),
+        );
+        assert!(s < a && a < b, "{text}");
+        assert!(matches!(context[1], Item::Assistant { .. }));
+        assert_eq!(context[2], user("now run the tests"));
+        assert_eq!(context[3], call("c1"));
+        let Item::FunctionOutput { output, .. } = &context[4] else {
+            panic!()
+        };
+        assert!(output.contains("bytes left out"));
+        let after = 100 + counter.items(&context);
+        assert!(after <= budget.target, "{after} > {}", budget.target);
+        // Valid to send: every call answered, turns alternate.
+        assert_eq!(context::normalize(&context), context);
+    }
+
+    #[test]
+    fn a_summary_that_does_not_shrink_is_trimmed_under_the_target() {
+        let counter = Counter::bytes();
+        let view = vec![user(&"u".repeat(8000)), answer("a")];
+        let budget = Budget::new(4000, Some(3400));
+        let huge = "s".repeat(1_000_000);
+        let context = compose(&huge, &view, &budget, &counter, 50);
+        let after = 50 + counter.items(&context);
+        assert!(after <= budget.target, "{after}");
+        assert_eq!(context.len(), 2);
+    }
+
+    #[test]
+    fn old_tool_groups_go_before_the_latest_one() {
+        let counter = Counter::bytes();
+        let tail = vec![
+            user("go"),
+            call("old"),
+            output("old", &"o".repeat(40_000)),
+            answer("next"),
+            call("new1"),
+            call("new2"),
+            output("new1", "n1"),
+            output("new2", "n2"),
+        ];
+        let kept = trim_tail(&tail, 150, &counter);
+        let ids: Vec<&str> = kept
+            .iter()
+            .filter_map(|i| match i {
+                Item::FunctionCall { call_id, .. } => Some(call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ids, ["new1", "new2"]);
+        assert_eq!(kept[0], user("go"));
+    }
+
+    #[test]
+    fn the_summary_request_leaves_the_oldest_out_first() {
+        let counter = Counter::bytes();
+        let view: Vec<Item> = (0..100)
+            .flat_map(|i| {
+                [
+                    user(&format!("message {i} {}", "x".repeat(400))),
+                    answer("ok"),
+                ]
+            })
+            .collect();
+        let text = render_for_summary(&view, 2000, &counter);
+        assert!(text.starts_with("[… the "));
+        assert!(text.contains("message 99"));
+        assert!(!text.contains("message 0 "));
+        assert!(counter.text(&text) <= 2100);
+    }
+}

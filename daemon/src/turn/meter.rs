@@ -1,0 +1,283 @@
+//! The context meter inside a turn: the fill after each reply, the window
+//! learned from servers, the threshold checks, and what a full context does to a turn.
+
+use agentx_shared::context::Meter;
+use agentx_shared::conversation::{Item, Usage};
+
+use super::compact::Reason;
+use super::window::{Source, WARN_SHARE, Window};
+use super::{Engine, Event, Mode, Stop, Turn, TurnSpec, context, provider};
+use crate::store::session::{Fill, SessionDoc};
+use crate::store::{RollbackTarget, TurnLease};
+
+impl Engine {
+    /// The window of the turn's model: asks the server once when nothing
+    /// configured or known says it.
+    pub(super) async fn window_for(&self, spec: &TurnSpec) -> Window {
+        let (settings, prefs) = (&spec.settings, &spec.prefs);
+        let known = self
+            .models
+            .window(prefs, &settings.base_url, &settings.model);
+        if known.source != Source::Default {
+            return known;
+        }
+        let proxy = std::sync::Arc::new(provider::ProxyVars::of(&spec.env));
+        if let Ok(client) = self.clients.get(&proxy) {
+            let http = provider::Http { client, proxy };
+            self.models.probe_once(&http, settings, prefs).await;
+        }
+        self.models
+            .window(prefs, &settings.base_url, &settings.model)
+    }
+}
+
+impl Turn<'_> {
+    /// Past this many tokens, compaction is automatic (`None`: off).
+    pub(super) fn threshold(&self) -> Option<u64> {
+        self.window.threshold(&self.spec.prefs)
+    }
+
+    /// The fill now, counted from the transcript once when no reply said it
+    /// yet (an older conversation, an import).
+    async fn fill_now(&mut self) -> Result<Fill, Stop> {
+        if let Some(fill) = self.fill {
+            return Ok(fill);
+        }
+        let transcript = self.group.transcript(&self.session).await?;
+        let view = context::normalize(&context::model_view(&transcript));
+        let fill = Fill {
+            tokens: self.counter.text(&self.spec.instructions) + self.counter.items(&view),
+            estimated: true,
+        };
+        self.fill = Some(fill);
+        Ok(fill)
+    }
+
+    /// The context after a reply: what the server reported (input plus
+    /// output), else the fill before plus what was sent and answered.
+    pub(super) fn fill_after(&self, usage: &Usage, reply: &[Item]) -> Fill {
+        if usage.unreported == 0 && usage.input_tokens + usage.output_tokens > 0 {
+            return Fill {
+                tokens: usage.input_tokens + usage.output_tokens,
+                estimated: false,
+            };
+        }
+        let before = self.fill.map_or(0, |f| f.tokens);
+        Fill {
+            tokens: before + self.sending + self.counter.items(reply),
+            estimated: true,
+        }
+    }
+
+    /// Before a new message: refuses one bigger than the whole window (not
+    /// kept, not sent), and compacts first when it would pass the threshold.
+    pub(super) async fn fit_message(
+        &mut self,
+        doc: &SessionDoc,
+        message: &str,
+    ) -> Result<(), Stop> {
+        let instructions = self.counter.text(&self.spec.instructions);
+        let needs = self.counter.text(message) + self.counter.text(&doc.pending_shell);
+        if instructions + needs > self.window.tokens {
+            return Err(Stop::Refused(format!(
+                "this message is about {needs} tokens: with the instructions that is more than \
+                 the model's whole context window ({} tokens), so it was not sent and is not \
+                 kept; send a shorter message, or point the model at a file instead",
+                self.window.tokens
+            )));
+        }
+        let fill = self.fill_now().await?;
+        if let Some(threshold) = self.threshold()
+            && fill.tokens + needs > threshold
+            && doc.pending_calls.is_empty()
+        {
+            let reason = if doc.model.is_some() && self.spec.prefs.run_model.is_none() {
+                Reason::Model
+            } else {
+                Reason::Auto
+            };
+            self.compact(reason, "", true).await?;
+        }
+        Ok(())
+    }
+
+    /// Learns a window an overflow error named.
+    pub(super) fn learn_window(&mut self, tokens: u64) {
+        let settings = &self.spec.settings;
+        self.engine.models.learn(
+            &settings.base_url,
+            &settings.model,
+            tokens,
+            Source::Overflow,
+        );
+        self.window =
+            self.engine
+                .models
+                .window(&self.spec.prefs, &settings.base_url, &settings.model);
+    }
+
+    /// The server said the request does not fit: learn the window, compact
+    /// and go on (once per turn), or end the turn saying what to do.
+    pub(super) async fn on_overflow(&mut self, window: Option<u64>) -> Result<(), Stop> {
+        match window {
+            Some(tokens) => self.learn_window(tokens),
+            None => {
+                // The server named no window: it is smaller than what was
+                // just sent, so take a tenth below that.
+                let sent = self.fill.map_or(0, |f| f.tokens) + self.sending;
+                let guess = sent / 10 * 9;
+                if guess < self.window.tokens {
+                    self.learn_window(guess);
+                }
+            }
+        }
+        let auto = self.spec.prefs.auto_compact;
+        if auto && !self.compacted && !matches!(self.spec.mode, Mode::Compact(_)) {
+            self.emit(Event::Notice(format!(
+                "the request did not fit the model's context window ({} tokens); compacting \
+                 and sending it again",
+                self.window.tokens
+            )))
+            .await;
+            self.compact(Reason::Overflow, "", false).await?;
+            return Ok(());
+        }
+        let window = self.window.tokens;
+        let why = if auto {
+            format!(
+                "even compacted, the conversation does not fit the model's context window ({window} tokens)"
+            )
+        } else {
+            format!(
+                "the conversation no longer fits the model's context window ({window} tokens) \
+                 and automatic compaction is off"
+            )
+        };
+        Err(Stop::ContextFull(format!(
+            "{why}: the message was not sent again and is not kept. /compact (agentx compact) \
+             summarises the conversation, /rollback goes back to an earlier checkpoint, /new \
+             starts afresh; then send it again"
+        )))
+    }
+
+    /// A turn that ended because the context is full is dropped (rolled
+    /// back to the last checkpoint, kept as the rollback's backup), so
+    /// nothing of it is resent with the next message.
+    pub(super) async fn drop_if_full(
+        &mut self,
+        result: Result<String, Stop>,
+        lease: &TurnLease,
+    ) -> Result<String, Stop> {
+        if let Err(Stop::ContextFull(_)) = &result {
+            let doc = self.group.get(Some(self.session.clone())).await;
+            let target = match doc {
+                Ok(Some(d)) if !d.checkpoints.is_empty() => RollbackTarget::Index(1),
+                _ => RollbackTarget::Origin,
+            };
+            match self.group.rollback_in_turn(lease, target).await {
+                Ok(doc) => {
+                    self.response_id = doc.response_id.clone();
+                    self.fill = doc.context;
+                }
+                Err(e) => tracing::warn!("could not drop the overflowing turn: {e}"),
+            }
+        }
+        result
+    }
+
+    /// Says once, as the context passes a share of the threshold (or of the
+    /// window when compaction is manual), that it is filling up.
+    pub(super) async fn warn_when_filling(&self, before: u64) {
+        let now = self.fill.map_or(0, |f| f.tokens);
+        let (at, then) = match self.threshold() {
+            Some(t) => (
+                (t as f64 * WARN_SHARE) as u64,
+                "it is compacted automatically past 85% — /compact does it now".replace(
+                    "85",
+                    &format!("{:.0}", self.spec.prefs.auto_compact_at * 100.0),
+                ),
+            ),
+            None => (
+                (self.window.tokens as f64 * WARN_SHARE) as u64,
+                "automatic compaction is off: /compact before it fills".to_owned(),
+            ),
+        };
+        if before < at && now >= at {
+            self.emit(Event::Notice(format!(
+                "the context is {}% full ({now} of {} tokens); {then}",
+                now * 100 / self.window.tokens.max(1),
+                self.window.tokens
+            )))
+            .await;
+        }
+    }
+
+    /// The meter at the end of the turn.
+    pub(super) async fn meter(&mut self) -> Meter {
+        let fill = match self.fill_now().await {
+            Ok(f) => f,
+            Err(_) => Fill {
+                tokens: 0,
+                estimated: true,
+            },
+        };
+        meter(fill, self.window, &self.spec.prefs)
+    }
+}
+
+/// The meter for a fill, a window and the user's choices.
+pub fn meter(fill: Fill, window: Window, prefs: &super::window::Prefs) -> Meter {
+    Meter {
+        used_tokens: fill.tokens,
+        window_tokens: window.tokens,
+        estimated: fill.estimated,
+        auto_compact_at: prefs.auto_share(),
+        window_source: window.source.as_str(),
+    }
+}
+
+/// What `status` says of a conversation's model and context.
+pub struct Standing {
+    pub model: String,
+    pub meter: Meter,
+    pub instruction_files: Vec<std::path::PathBuf>,
+}
+
+/// The model a conversation uses now and how full its context is, from the
+/// client's settings (`settings.model` is the configured default).
+pub async fn standing(
+    engine: &Engine,
+    group: &crate::store::GroupHandle,
+    doc: &SessionDoc,
+    settings: &provider::Settings,
+    prefs: &super::window::Prefs,
+    folder: &std::path::Path,
+) -> Standing {
+    let model = prefs
+        .run_model
+        .clone()
+        .or_else(|| doc.model.clone())
+        .unwrap_or_else(|| settings.model.clone());
+    let window = engine.models.window(prefs, &settings.base_url, &model);
+    let loaded = super::instructions::load("", folder, &engine.profile, &prefs.instruction_files);
+    let fill = match doc.context {
+        Some(fill) => fill,
+        None => {
+            let counter = super::tokens::Counter::for_model(&model);
+            let base = counter.text(super::DEFAULT_INSTRUCTIONS) + counter.text(&loaded.text);
+            let items = match group.transcript(&doc.id).await {
+                Ok(t) => counter.items(&context::normalize(&context::model_view(&t))),
+                Err(_) => 0,
+            };
+            Fill {
+                tokens: if items == 0 { 0 } else { base + items },
+                estimated: true,
+            }
+        }
+    };
+    Standing {
+        model,
+        meter: meter(fill, window, prefs),
+        instruction_files: loaded.files,
+    }
+}

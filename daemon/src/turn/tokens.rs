@@ -1,0 +1,114 @@
+//! Counting tokens where no server reported them: OpenAI's own tokenizers for
+//! OpenAI model names, bytes / 4 for others; a big text costs a bounded sample.
+
+use agentx_shared::conversation::Item;
+use tiktoken_rs::CoreBPE;
+
+/// What each message costs beyond its text (role, separators).
+const PER_ITEM: u64 = 4;
+
+/// Texts longer than this are counted on a sample and scaled.
+const SAMPLE: usize = 16 << 10;
+
+/// Counts tokens the way one model family does.
+#[derive(Clone, Copy)]
+pub struct Counter {
+    bpe: Option<&'static CoreBPE>,
+}
+
+impl std::fmt::Debug for Counter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.bpe.is_some() {
+            "tiktoken"
+        } else {
+            "bytes/4"
+        })
+    }
+}
+
+impl Counter {
+    /// The tokenizer of `model` when it is an OpenAI model name, else bytes / 4.
+    pub fn for_model(model: &str) -> Self {
+        let name = model.rsplit('/').next().unwrap_or(model);
+        let bpe = tiktoken_rs::tokenizer::get_tokenizer(name)
+            .and_then(|t| tiktoken_rs::bpe_for_tokenizer(t).ok());
+        Self { bpe }
+    }
+
+    /// bytes / 4, whatever the model.
+    #[cfg(test)]
+    pub fn bytes() -> Self {
+        Self { bpe: None }
+    }
+
+    /// Whether a real tokenizer counts (else bytes / 4).
+    #[cfg(test)]
+    pub fn exact(&self) -> bool {
+        self.bpe.is_some()
+    }
+
+    /// Tokens of `text`.
+    pub fn text(&self, text: &str) -> u64 {
+        let Some(bpe) = self.bpe else {
+            return (text.len() as u64).div_ceil(4);
+        };
+        if text.len() <= SAMPLE {
+            return bpe.encode_ordinary(text).len() as u64;
+        }
+        let mut end = SAMPLE;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let sampled = bpe.encode_ordinary(&text[..end]).len() as f64;
+        (sampled * text.len() as f64 / end as f64).ceil() as u64
+    }
+
+    /// Tokens of one transcript item as the model sees it.
+    pub fn item(&self, item: &Item) -> u64 {
+        PER_ITEM
+            + match item {
+                Item::User { text } | Item::Assistant { text } => self.text(text),
+                Item::FunctionCall {
+                    call_id,
+                    name,
+                    arguments,
+                } => self.text(call_id) + self.text(name) + self.text(arguments),
+                Item::FunctionOutput { call_id, output } => self.text(call_id) + self.text(output),
+                Item::Compaction { context, .. } => self.items(context),
+            }
+    }
+
+    pub fn items(&self, items: &[Item]) -> u64 {
+        items.iter().map(|i| self.item(i)).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openai_models_count_with_their_tokenizer_others_by_bytes() {
+        let gpt = Counter::for_model("gpt-4o");
+        assert!(gpt.exact());
+        assert_eq!(gpt.text("hello world"), 2);
+        let local = Counter::for_model("smollm2-135m");
+        assert!(!local.exact());
+        assert_eq!(local.text("hello world"), 3);
+        assert!(Counter::for_model("openai/gpt-4.1").exact());
+    }
+
+    #[test]
+    fn a_big_text_is_sampled_within_a_few_percent() {
+        let gpt = Counter::for_model("gpt-4o");
+        let text = "fn main() { println!(\"hello\"); }\n".repeat(4000);
+        let exact = tiktoken_rs::o200k_base_singleton()
+            .encode_ordinary(&text)
+            .len() as f64;
+        let counted = gpt.text(&text) as f64;
+        assert!(
+            (counted - exact).abs() / exact < 0.05,
+            "{counted} vs {exact}"
+        );
+    }
+}

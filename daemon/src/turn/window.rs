@@ -1,0 +1,411 @@
+//! Where a model's context window comes from — the user's configuration, what
+//! the server says (asked once), an overflow error's numbers, else a default — and what was learned.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::provider::{Http, Settings};
+
+/// The window assumed when nothing else says: the size of today's common
+/// hosted models' windows, and small local servers teach theirs on overflow.
+pub const DEFAULT_WINDOW: u64 = 128_000;
+
+/// Automatic compaction starts past this share of the window.
+pub const DEFAULT_AUTO_COMPACT_AT: f64 = 0.85;
+
+/// A line warns once when the context passes this share of the threshold.
+pub const WARN_SHARE: f64 = 0.8;
+
+/// The user's choices about the window and compaction, as the client forwards them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prefs {
+    /// `AGENTX_CONTEXT_WINDOW`: any model's window.
+    pub window: Option<u64>,
+    /// `[models.NAME] context_window`.
+    pub model_windows: HashMap<String, u64>,
+    pub auto_compact: bool,
+    /// Share of the window (0..1) past which compaction is automatic.
+    pub auto_compact_at: f64,
+    /// `-m/--model` for this run.
+    pub run_model: Option<String>,
+    /// Project-instruction file names (AGENTS.md).
+    pub instruction_files: Vec<String>,
+}
+
+impl Default for Prefs {
+    fn default() -> Self {
+        Self {
+            window: None,
+            model_windows: HashMap::new(),
+            auto_compact: true,
+            auto_compact_at: DEFAULT_AUTO_COMPACT_AT,
+            run_model: None,
+            instruction_files: Vec::new(),
+        }
+    }
+}
+
+impl Prefs {
+    /// The window the user configured for `model`.
+    fn configured(&self, model: &str) -> Option<u64> {
+        self.window
+            .or_else(|| self.model_windows.get(model).copied())
+            .filter(|w| *w > 0)
+    }
+
+    /// The auto-compaction share, when automatic compaction is on.
+    pub fn auto_share(&self) -> Option<f64> {
+        self.auto_compact.then_some(self.auto_compact_at)
+    }
+}
+
+/// Where a window came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Config,
+    Server,
+    Overflow,
+    Default,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Config => "config",
+            Self::Server => "server",
+            Self::Overflow => "overflow",
+            Self::Default => "default",
+        }
+    }
+}
+
+/// A model's context window in tokens, and where that number came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub tokens: u64,
+    pub source: Source,
+}
+
+impl Window {
+    /// Past this many tokens, compaction is automatic (`None`: off).
+    pub fn threshold(&self, prefs: &Prefs) -> Option<u64> {
+        prefs
+            .auto_share()
+            .map(|share| (self.tokens as f64 * share) as u64)
+    }
+}
+
+/// One learned window.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Learned {
+    tokens: u64,
+    source: Source,
+    at: i64,
+}
+
+/// What agentd learned of windows, per model server and model, kept in
+/// `<profile>/model-windows.json` across restarts.
+pub struct Models {
+    path: Option<PathBuf>,
+    learned: Mutex<HashMap<String, Learned>>,
+    /// Servers asked this run (asked once each, answer or not).
+    probed: Mutex<HashSet<String>>,
+}
+
+fn key(base_url: &str, model: &str) -> String {
+    format!("{base_url} {model}")
+}
+
+impl Models {
+    /// The profile's learned windows (an unreadable file is set aside in the
+    /// log and starts empty: these are only hints).
+    pub fn open(path: PathBuf) -> Self {
+        let learned = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                tracing::warn!(
+                    "{} is not readable ({e}); windows are learned again",
+                    path.display()
+                );
+                HashMap::new()
+            }),
+            Err(_) => HashMap::new(),
+        };
+        Self {
+            path: Some(path),
+            learned: Mutex::new(learned),
+            probed: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Nothing learned and nothing kept (tests).
+    #[cfg(test)]
+    pub fn in_memory() -> Self {
+        Self {
+            path: None,
+            learned: Mutex::new(HashMap::new()),
+            probed: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn learned(&self) -> std::sync::MutexGuard<'_, HashMap<String, Learned>> {
+        self.learned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The window of `model` on `base_url`: configured, else learned (an
+    /// overflow that proved a configured window too big wins), else known
+    /// for the model's name, else [`DEFAULT_WINDOW`].
+    pub fn window(&self, prefs: &Prefs, base_url: &str, model: &str) -> Window {
+        let learned = self.learned().get(&key(base_url, model)).cloned();
+        match (prefs.configured(model), learned) {
+            (Some(c), Some(l)) if l.source == Source::Overflow && l.tokens < c => Window {
+                tokens: l.tokens,
+                source: Source::Overflow,
+            },
+            (Some(tokens), _) => Window {
+                tokens,
+                source: Source::Config,
+            },
+            (None, Some(l)) => Window {
+                tokens: l.tokens,
+                source: l.source,
+            },
+            (None, None) => Window {
+                tokens: known(model).unwrap_or(DEFAULT_WINDOW),
+                source: Source::Default,
+            },
+        }
+    }
+
+    /// Remembers a window a server stated or an overflow revealed.
+    pub fn learn(&self, base_url: &str, model: &str, tokens: u64, source: Source) {
+        if tokens < MIN_WINDOW {
+            return;
+        }
+        let at = agentx_shared::time::unix_ms(std::time::SystemTime::now());
+        let bytes = {
+            let mut learned = self.learned();
+            let k = key(base_url, model);
+            if learned
+                .get(&k)
+                .is_some_and(|l| l.tokens == tokens && l.source == source)
+            {
+                return;
+            }
+            learned.insert(k, Learned { tokens, source, at });
+            serde_json::to_vec_pretty(&*learned)
+        };
+        tracing::info!(
+            "learned the context window of {model} at {base_url}: {tokens} tokens ({})",
+            source.as_str()
+        );
+        if let (Some(path), Ok(bytes)) = (&self.path, bytes)
+            && let Err(e) = crate::store::durable::write_atomic(path, &bytes)
+        {
+            tracing::warn!("cannot keep the learned window in {}: {e}", path.display());
+        }
+    }
+
+    /// Asks the server for the model's window once per run, unless the user
+    /// configured it or it is known already.
+    pub async fn probe_once(&self, http: &Http, settings: &Settings, prefs: &Prefs) {
+        let k = key(&settings.base_url, &settings.model);
+        if prefs.configured(&settings.model).is_some() || self.learned().contains_key(&k) {
+            return;
+        }
+        let first = self
+            .probed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(k);
+        if !first {
+            return;
+        }
+        if let Some(tokens) = ask_server(http, settings).await {
+            self.learn(&settings.base_url, &settings.model, tokens, Source::Server);
+        }
+    }
+}
+
+/// Smaller "windows" are misreadings, not windows.
+const MIN_WINDOW: u64 = 256;
+
+/// The window OpenAI publishes for a model name.
+fn known(model: &str) -> Option<u64> {
+    let name = model.rsplit('/').next().unwrap_or(model);
+    tiktoken_rs::model::get_context_size(name).map(|n| n as u64)
+}
+
+/// How long a server gets to say its window.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the server says of its window, where it says it: llama.cpp's
+/// `/props` and `/v1/models` meta, vLLM's `max_model_len`, LiteLLM's
+/// `/model/info`, and the `context_length` fields of other gateways.
+async fn ask_server(http: &Http, settings: &Settings) -> Option<u64> {
+    let base = settings.base_url.trim_end_matches('/');
+    let root = base.strip_suffix("/v1").unwrap_or(base);
+    if let Some(models) = get_json(http, settings, &format!("{base}/models")).await
+        && let Some(n) = window_in_models(&models, &settings.model)
+    {
+        return Some(n);
+    }
+    if let Some(props) = get_json(http, settings, &format!("{root}/props")).await
+        && let Some(n) = window_in_props(&props)
+    {
+        return Some(n);
+    }
+    let info = get_json(http, settings, &format!("{root}/model/info")).await?;
+    window_in_litellm(&info, &settings.model)
+}
+
+/// A small JSON document from `url` (at most 1 MiB read), or `None`.
+async fn get_json(http: &Http, settings: &Settings, url: &str) -> Option<serde_json::Value> {
+    let mut request = http.client.get(url).timeout(PROBE_TIMEOUT);
+    if let Some(key) = &settings.api_key {
+        request = request.bearer_auth(key);
+    }
+    let mut response = request.send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let mut body = Vec::new();
+    let read = async {
+        while let Some(chunk) = response.chunk().await.ok()? {
+            body.extend_from_slice(&chunk);
+            if body.len() > 1 << 20 {
+                return None;
+            }
+        }
+        Some(())
+    };
+    tokio::time::timeout(PROBE_TIMEOUT, read).await.ok()??;
+    serde_json::from_slice(&body).ok()
+}
+
+fn number(v: &serde_json::Value) -> Option<u64> {
+    v.as_u64()
+        .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+        .filter(|n| *n >= MIN_WINDOW)
+}
+
+/// The model's entry in an OpenAI-style `/models` list (the only entry
+/// when none matches by id, as single-model servers name theirs freely).
+fn window_in_models(list: &serde_json::Value, model: &str) -> Option<u64> {
+    let data = list["data"].as_array()?;
+    let entry = data
+        .iter()
+        .find(|m| m["id"].as_str() == Some(model))
+        .or_else(|| (data.len() == 1).then(|| &data[0]))?;
+    [
+        &entry["meta"]["n_ctx"],
+        &entry["max_model_len"],
+        &entry["context_length"],
+        &entry["context_window"],
+        &entry["max_context_length"],
+        &entry["meta"]["n_ctx_train"],
+    ]
+    .into_iter()
+    .find_map(number)
+}
+
+/// llama.cpp's `/props`.
+fn window_in_props(props: &serde_json::Value) -> Option<u64> {
+    number(&props["default_generation_settings"]["n_ctx"]).or_else(|| number(&props["n_ctx"]))
+}
+
+/// LiteLLM's `/model/info`.
+fn window_in_litellm(info: &serde_json::Value, model: &str) -> Option<u64> {
+    let data = info["data"].as_array()?;
+    let entry = data
+        .iter()
+        .find(|m| m["model_name"].as_str() == Some(model))?;
+    number(&entry["model_info"]["max_input_tokens"])
+        .or_else(|| number(&entry["model_info"]["max_tokens"]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn configuration_wins_unless_an_overflow_proved_it_too_big() {
+        let models = Models::in_memory();
+        let mut prefs = Prefs::default();
+        let w = models.window(&prefs, "http://x/v1", "local");
+        assert_eq!(
+            w,
+            Window {
+                tokens: DEFAULT_WINDOW,
+                source: Source::Default
+            }
+        );
+        assert_eq!(
+            models.window(&prefs, "http://x/v1", "gpt-4o").tokens,
+            128_000
+        );
+        models.learn("http://x/v1", "local", 4096, Source::Server);
+        assert_eq!(
+            models.window(&prefs, "http://x/v1", "local").source,
+            Source::Server
+        );
+        prefs.model_windows.insert("local".into(), 8192);
+        assert_eq!(
+            models.window(&prefs, "http://x/v1", "local"),
+            Window {
+                tokens: 8192,
+                source: Source::Config
+            }
+        );
+        models.learn("http://x/v1", "local", 2048, Source::Overflow);
+        assert_eq!(
+            models.window(&prefs, "http://x/v1", "local"),
+            Window {
+                tokens: 2048,
+                source: Source::Overflow
+            }
+        );
+        prefs.window = Some(1000);
+        assert_eq!(models.window(&prefs, "http://x/v1", "local").tokens, 1000);
+    }
+
+    #[test]
+    fn learned_windows_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model-windows.json");
+        Models::open(path.clone()).learn("http://x/v1", "m", 4096, Source::Overflow);
+        let again = Models::open(path);
+        let w = again.window(&Prefs::default(), "http://x/v1", "m");
+        assert_eq!(
+            w,
+            Window {
+                tokens: 4096,
+                source: Source::Overflow
+            }
+        );
+    }
+
+    #[test]
+    fn servers_say_their_window_in_their_own_words() {
+        let llama = json!({"object":"list","data":[{"id":"smollm2.gguf","meta":{"n_ctx_train":8192,"n_ctx":2048}}]});
+        assert_eq!(window_in_models(&llama, "other-name"), Some(2048));
+        let vllm =
+            json!({"data":[{"id":"a","max_model_len":4096},{"id":"b","max_model_len":32768}]});
+        assert_eq!(window_in_models(&vllm, "b"), Some(32768));
+        assert_eq!(window_in_models(&vllm, "c"), None);
+        let props = json!({"default_generation_settings":{"n_ctx":4096}});
+        assert_eq!(window_in_props(&props), Some(4096));
+        let litellm =
+            json!({"data":[{"model_name":"m","model_info":{"max_input_tokens":"200000"}}]});
+        assert_eq!(window_in_litellm(&litellm, "m"), Some(200_000));
+        let silly = json!({"data":[{"id":"m","context_length":3}]});
+        assert_eq!(window_in_models(&silly, "m"), None);
+    }
+}

@@ -1,0 +1,463 @@
+//! Long conversations end to end: a fake server that enforces a token window
+//! (characters / 4) and answers overflows in each server's words; compaction
+//! by hand, before a turn and on overflow; the meter; AGENTS.md; /model.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use agentx_tests::fake_model::{FakeModel, OverflowShape, Reply};
+use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
+
+/// An env talking to `model` for every command (status included).
+fn env_for(model: &FakeModel, chat: bool, extra: &[(&str, &str)]) -> TestEnv {
+    let mut env = TestEnv::new();
+    let mut vars = vec![
+        ("AGENTX_BASE_URL", model.base_url()),
+        ("AGENTX_MODEL", "fake-model".to_owned()),
+        ("OPENAI_API_KEY", agentx_tests::TEST_KEY.to_owned()),
+    ];
+    if chat {
+        vars.push(("AGENTX_PROVIDER", "chat".to_owned()));
+    }
+    for (k, v) in vars {
+        env.extra_env.push((k.into(), v));
+    }
+    for (k, v) in extra {
+        env.extra_env.push(((*k).into(), (*v).into()));
+    }
+    env
+}
+
+/// The profile directory made before agentx does (0700, as it requires).
+fn private_dir(path: &std::path::Path) {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new().mode(0o700).create(path).unwrap();
+}
+
+/// `agentx` fed `stdin` (one message or command per line).
+fn say(env: &TestEnv, stdin: &str) -> std::process::Output {
+    use std::io::Write as _;
+    let mut child = env
+        .agentx(Vec::<&str>::new())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let text = stdin.to_owned();
+    std::thread::spawn(move || {
+        let _ = input.write_all(text.as_bytes());
+    });
+    child.wait_with_output().unwrap()
+}
+
+fn status(env: &TestEnv) -> Value {
+    let out = env.run(["status", "--json"]);
+    assert_code(&out, 0);
+    json_out(&out)
+}
+
+/// Model calls that were summary requests (sent without tools).
+fn summaries(model: &FakeModel) -> usize {
+    model
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.body.get("tools").is_none())
+        .count()
+}
+
+/// Every text a request carries, as one string (to look for messages).
+fn request_text(body: &Value) -> String {
+    let mut out = body["instructions"].as_str().unwrap_or_default().to_owned();
+    for list in [&body["input"], &body["messages"]] {
+        for item in list.as_array().into_iter().flatten() {
+            out.push('\n');
+            out.push_str(&item.to_string());
+        }
+    }
+    out
+}
+
+/// `n` characters of filler after `tag`.
+fn big(tag: &str, n: usize) -> String {
+    format!("{tag} {}", "lorem ipsum dolor sit amet ".repeat(n / 27 + 1))
+}
+
+fn export_markdown(env: &TestEnv) -> String {
+    let out = env.run(["export", "--format", "markdown"]);
+    assert_code(&out, 0);
+    stdout(&out)
+}
+
+#[test]
+fn a_200_turn_conversation_in_a_small_window_never_fails_a_turn_on_either_provider() {
+    for chat in [false, true] {
+        let model = FakeModel::start();
+        model.set_token_window(2000, OverflowShape::OpenAi);
+        let env = env_for(&model, chat, &[("AGENTX_CONTEXT_WINDOW", "2000")]);
+        let lines: String = (0..200)
+            .map(|i| format!("{}\n", big(&format!("message {i}:"), 150)))
+            .collect();
+        let out = say(&env, &lines);
+        assert_code(&out, 0);
+        let answers = stdout(&out);
+        for i in [0, 57, 199] {
+            assert!(
+                answers.contains(&format!("echo: message {i}:")),
+                "chat={chat}: no answer to message {i}\n{}",
+                stderr(&out)
+            );
+        }
+        assert!(!stderr(&out).contains("failed"), "{}", stderr(&out));
+        // Compacted along the way, and no request ever passed the window:
+        // the fake refuses those, so every turn answering proves it.
+        assert!(summaries(&model) >= 3, "chat={chat}: {}", summaries(&model));
+        let s = status(&env);
+        assert_eq!(s["turns"], 200, "chat={chat}");
+        assert!(s["context"]["used_tokens"].as_u64().unwrap() < 2000);
+        // The transcript keeps everything the model no longer sees.
+        let md = export_markdown(&env);
+        assert!(md.contains("message 0:") && md.contains("message 199:"));
+        assert!(md.contains("— compacted: "), "chat={chat}");
+    }
+}
+
+#[test]
+fn an_overflow_in_each_servers_words_is_learned_compacted_and_sent_again_once() {
+    let shapes = [
+        (OverflowShape::OpenAi, Some(3000)),
+        (OverflowShape::LlamaCpp, Some(3000)),
+        (OverflowShape::Vllm, Some(3000)),
+        (OverflowShape::LiteLlm, Some(3000)),
+        (OverflowShape::Ollama, None),
+    ];
+    for (shape, learned) in shapes {
+        let model = FakeModel::start();
+        model.set_token_window(3000, shape);
+        // No window configured: agentd assumes the default until told.
+        let env = env_for(&model, true, &[]);
+        let lines = format!(
+            "{}\n{}\n{}\n",
+            big("first", 5000),
+            big("second", 5000),
+            big("third", 5000)
+        );
+        let out = say(&env, &lines);
+        assert_code(&out, 0);
+        let err = stderr(&out);
+        assert!(stdout(&out).contains("echo: third"), "{shape:?}: {err}");
+        assert!(err.contains("did not fit"), "{shape:?}: {err}");
+        assert!(err.contains("— compacted: "), "{shape:?}: {err}");
+        let s = status(&env);
+        assert_eq!(s["failed"], Value::Null, "{shape:?}");
+        assert_eq!(s["context"]["window_source"], "overflow", "{shape:?}");
+        let window = s["context"]["window_tokens"].as_u64().unwrap();
+        match learned {
+            Some(w) => assert_eq!(window, w, "{shape:?}"),
+            None => assert!(window < 5000, "{shape:?}: {window}"),
+        }
+        // One overflow: once learned, the window is compacted for before
+        // any request can pass it again.
+        let recoveries = err.matches("compacting and sending it again").count();
+        assert_eq!(recoveries, 1, "{shape:?}: {err}");
+    }
+}
+
+#[test]
+fn with_auto_compaction_off_an_overflow_says_what_to_do_and_resends_nothing() {
+    let model = FakeModel::start();
+    model.set_token_window(3000, OverflowShape::OpenAi);
+    let env = env_for(&model, true, &[("AGENTX_AUTO_COMPACT", "off")]);
+    let out = say(
+        &env,
+        &format!("{}\n{}\n", big("first", 2000), big("second", 2000)),
+    );
+    assert_code(&out, 0);
+    let out = say(&env, &format!("{}\n", big("third", 5000)));
+    assert_code(&out, 1);
+    let err = stderr(&out);
+    assert!(err.contains("automatic compaction is off"), "{err}");
+    assert!(err.contains("/compact") && err.contains("/rollback") && err.contains("/new"));
+    assert_eq!(summaries(&model), 0, "it compacted although told not to");
+    let s = status(&env);
+    assert_eq!(s["failed"]["retryable"], false);
+    assert_eq!(s["turns"], 2);
+    // A retry would only overflow again: refused, naming why.
+    let retry = env.run(["retry"]);
+    assert_code(&retry, 1);
+    assert!(stderr(&retry).contains("cannot be sent again"));
+    // Compacting by hand, then going on: the dropped message is not resent.
+    let out = env.run(["compact", "--focus", "the second message"]);
+    assert_code(&out, 0);
+    assert!(stderr(&out).contains("— compacted: "), "{}", stderr(&out));
+    let compaction = model.requests().last().unwrap().body.clone();
+    assert!(request_text(&compaction).contains("focus on: the second message"));
+    let before = model.requests().len();
+    let out = say(&env, "fourth\n");
+    assert_code(&out, 0);
+    let sent: Vec<String> = model.requests()[before..]
+        .iter()
+        .map(|r| request_text(&r.body))
+        .collect();
+    assert!(
+        sent.iter().all(|t| !t.contains("third lorem")),
+        "resent: {sent:?}"
+    );
+    assert!(sent.iter().any(|t| t.contains("[agentx handoff]")));
+}
+
+#[test]
+fn a_message_bigger_than_the_whole_window_is_refused_not_sent_and_not_kept() {
+    let model = FakeModel::start();
+    let env = env_for(&model, false, &[("AGENTX_CONTEXT_WINDOW", "1000")]);
+    let out = say(&env, "hello\n");
+    assert_code(&out, 0);
+    let sent = model.requests().len();
+    let out = say(&env, &format!("{}\n", big("huge", 8000)));
+    assert_code(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        err.contains("more than the model's whole context window"),
+        "{err}"
+    );
+    assert_eq!(
+        model.requests().len(),
+        sent,
+        "the message reached the model"
+    );
+    let s = status(&env);
+    assert_eq!(s["turns"], 1);
+    assert_eq!(s["failed"], Value::Null, "a refusal is not a failed turn");
+    assert!(!export_markdown(&env).contains("huge lorem"));
+    // The conversation goes on as if nothing happened.
+    let out = say(&env, "after\n");
+    assert_code(&out, 0);
+    assert!(!request_text(&model.requests().last().unwrap().body).contains("huge lorem"));
+}
+
+#[test]
+fn agents_md_reaches_the_model_on_every_request_and_after_a_compaction() {
+    let model = FakeModel::start();
+    let env = env_for(&model, false, &[]);
+    private_dir(&env.home);
+    std::fs::write(env.home.join("AGENTS.md"), "PROFILE-RULE: answer briefly").unwrap();
+    std::fs::write(env.work.join("AGENTS.md"), "FOLDER-RULE: use tabs").unwrap();
+    let out = say(&env, "one\ntwo\n");
+    assert_code(&out, 0);
+    let out = env.run(["compact"]);
+    assert_code(&out, 0);
+    let out = say(&env, "three\n");
+    assert_code(&out, 0);
+    let requests = model.requests();
+    for r in &requests {
+        let instructions = r.body["instructions"].as_str().unwrap_or_default();
+        if r.body.get("tools").is_some() {
+            assert!(instructions.contains("PROFILE-RULE") && instructions.contains("FOLDER-RULE"));
+        }
+    }
+    let last = &requests.last().unwrap().body;
+    assert!(
+        last.get("previous_response_id").is_none(),
+        "a compaction starts a new chain"
+    );
+    assert!(
+        last["input"][0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("[agentx handoff]")
+    );
+    let s = status(&env);
+    let files = s["instruction_files"].as_array().unwrap();
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(files[1].as_str().unwrap().ends_with("work/AGENTS.md"));
+}
+
+#[test]
+fn a_summary_that_does_not_shrink_is_trimmed_well_under_the_threshold() {
+    let model = FakeModel::start();
+    let env = env_for(&model, true, &[("AGENTX_CONTEXT_WINDOW", "4000")]);
+    let out = say(&env, &format!("{}\n{}\n", big("a", 3000), big("b", 3000)));
+    assert_code(&out, 0);
+    // The model answers the summary request with far more than it read.
+    model.push(Reply::text(big("SUMMARY", 200_000)));
+    let out = env.run(["compact"]);
+    assert_code(&out, 0);
+    let s = status(&env);
+    let used = s["context"]["used_tokens"].as_u64().unwrap();
+    assert!(used <= 4000 * 85 / 100 / 2, "{used}");
+    assert_eq!(summaries(&model), 1, "compacted more than once");
+}
+
+#[test]
+fn kill_9_during_a_compaction_leaves_the_conversation_whole() {
+    let model = FakeModel::start();
+    let env = env_for(&model, false, &[]);
+    let out = say(&env, "one\ntwo\n");
+    assert_code(&out, 0);
+    model.push(Reply::Stall(Duration::from_secs(60)));
+    let mut compact = env
+        .agentx(["compact"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The summary request is in flight: kill agentd under it.
+    let asked = |m: &FakeModel| summaries(m) == 1;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !asked(&model) {
+        assert!(std::time::Instant::now() < deadline, "no summary request");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for pid in env.daemon_pids() {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL).unwrap();
+    }
+    let _ = compact.wait();
+    // Not compacted (nothing half-written); every turn still there.
+    let md = export_markdown(&env);
+    assert!(!md.contains("— compacted: "));
+    assert!(md.contains("one") && md.contains("two"));
+    let out = say(&env, "three\n");
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains("echo: three [turns seen: 3]"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn rollback_to_before_a_compaction_undoes_it_and_resume_never_compacts_again() {
+    let model = FakeModel::start();
+    let env = env_for(&model, true, &[]);
+    let out = say(&env, "alpha\nbeta\n");
+    assert_code(&out, 0);
+    assert_code(&env.run(["compact"]), 0);
+    // Resumed in a new process: the compacted context, no new compaction.
+    let out = say(&env, "gamma\n");
+    assert_code(&out, 0);
+    assert!(
+        stderr(&out).contains("— compacted: "),
+        "replay: {}",
+        stderr(&out)
+    );
+    let gamma = request_text(&model.requests().last().unwrap().body);
+    assert!(gamma.contains("[agentx handoff]") && gamma.contains("gamma"));
+    assert!(!gamma.contains("\"content\":\"alpha\""), "{gamma}");
+    assert_eq!(summaries(&model), 1);
+    // Checkpoints, newest first: gamma, the compaction, beta, alpha.
+    let cps = json_out(&env.run(["checkpoints", "--json"]));
+    assert_eq!(cps.as_array().unwrap().len(), 4, "{cps}");
+    assert_code(&env.run(["rollback", "3"]), 0);
+    let out = say(&env, "delta\n");
+    assert_code(&out, 0);
+    let delta = request_text(&model.requests().last().unwrap().body);
+    assert!(delta.contains("\"content\":\"alpha\"") && !delta.contains("[agentx handoff]"));
+    assert!(stdout(&out).contains("[turns seen: 3]"), "{}", stdout(&out));
+}
+
+#[test]
+fn the_meter_is_in_status_json_reported_or_estimated() {
+    let model = FakeModel::start();
+    model.set_token_window(50_000, OverflowShape::OpenAi);
+    let env = env_for(&model, false, &[("AGENTX_CONTEXT_WINDOW", "50000")]);
+    assert_code(&say(&env, "hello there\n"), 0);
+    let s = status(&env);
+    let c = &s["context"];
+    assert_eq!(c["window_tokens"], 50_000);
+    assert_eq!(c["window_source"], "config");
+    assert_eq!(c["estimated"], false);
+    assert_eq!(c["auto_compact_at"], 85.0);
+    let used = c["used_tokens"].as_u64().unwrap();
+    // What the fake reported: the request (instructions and all) and the answer.
+    let last = &model.requests()[0].body;
+    assert!(
+        used > 20 && used as usize >= request_text(last).len() / 8,
+        "{used}"
+    );
+    assert_eq!(s["model"], "fake-model");
+    assert_eq!(s["provider"], "responses");
+    // A server that reports no usage: counted, and marked so.
+    let model = FakeModel::start();
+    model.set_chat_no_usage(true);
+    let env = env_for(&model, true, &[("AGENTX_AUTO_COMPACT", "off")]);
+    assert_code(&say(&env, "hello there\n"), 0);
+    let c = status(&env)["context"].clone();
+    assert_eq!(c["estimated"], true);
+    assert!(c["used_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(c["auto_compact_at"], Value::Null);
+}
+
+#[test]
+fn a_server_that_states_its_window_is_asked_once() {
+    let model = FakeModel::start();
+    model.advertise_window(3000);
+    let env = env_for(&model, true, &[]);
+    assert_code(&say(&env, "one\ntwo\n"), 0);
+    let s = status(&env);
+    assert_eq!(s["context"]["window_tokens"], 3000);
+    assert_eq!(s["context"]["window_source"], "server");
+    assert_eq!(model.probes(), ["/v1/models"]);
+    // Remembered across a restart of agentd.
+    assert_code(&env.run(["daemon", "restart"]), 0);
+    assert_code(&say(&env, "three\n"), 0);
+    assert_eq!(model.probes(), ["/v1/models"]);
+}
+
+#[test]
+fn model_switches_per_run_and_per_conversation_compact_for_a_smaller_window() {
+    let model = FakeModel::start();
+    model.set_token_window(100_000, OverflowShape::OpenAi);
+    let env = env_for(&model, true, &[]);
+    private_dir(&env.home);
+    std::fs::write(
+        env.home.join("config.toml"),
+        "[models.tiny]\ncontext_window = 2000\n",
+    )
+    .unwrap();
+    let out = say(&env, &format!("{}\n{}\n", big("a", 2500), big("b", 2500)));
+    assert_code(&out, 0);
+    let out = say(&env, "/model tiny\nafter the switch\n");
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("model tiny"), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(err.contains("the new model's window is smaller"), "{err}");
+    let last = model.requests().last().unwrap().body.clone();
+    assert_eq!(last["model"], "tiny");
+    let s = status(&env);
+    assert_eq!(s["model"], "tiny");
+    assert_eq!(s["conversation_model"], "tiny");
+    assert_eq!(s["context"]["window_tokens"], 2000);
+    // -m wins for one run.
+    let out = env.run(["-m", "other", "exec", "hi"]);
+    assert_code(&out, 0);
+    assert_eq!(model.requests().last().unwrap().body["model"], "other");
+    assert_eq!(status(&env)["model"], "tiny");
+}
+
+#[test]
+fn one_shots_branch_from_a_compacted_checkpoint_and_search_sees_what_came_before() {
+    let model = FakeModel::start();
+    let env = env_for(&model, false, &[]);
+    assert_code(&say(&env, "zebra crossing\nsecond\n"), 0);
+    assert_code(&env.run(["compact"]), 0);
+    let out = env.run(["exec", "--json", "from a one-shot"]);
+    assert_code(&out, 0);
+    let body = &model.requests().last().unwrap().body.clone();
+    assert!(request_text(body).contains("[agentx handoff]"), "{body}");
+    assert!(!request_text(body).contains("zebra crossing\""));
+    let hits = json_out(&env.run(["search", "zebra", "--json"]));
+    assert!(
+        hits.to_string().contains("zebra"),
+        "search lost what came before the compaction: {hits}"
+    );
+    let exported = json_out(&env.run(["export"]));
+    let kinds: Vec<&str> = exported["conversation"]["transcript"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"compaction"), "{kinds:?}");
+}
