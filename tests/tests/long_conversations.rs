@@ -461,3 +461,23 @@ fn one_shots_branch_from_a_compacted_checkpoint_and_search_sees_what_came_before
         .collect();
     assert!(kinds.contains(&"compaction"), "{kinds:?}");
 }
+
+#[test]
+fn another_machine_continues_from_the_same_compacted_context() {
+    use agentx_tests::postgres::{machine, shared, sync};
+    let Some(pg) = shared() else { return };
+    pg.create_db("c_compacted");
+    let url = pg.url("c_compacted");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let b = machine("machine-b", "https://github.com/acme/app", &url);
+    let (model_a, model_b) = (FakeModel::start(), FakeModel::start());
+    assert_code(&a.chat(&model_a, ["--approval", "never"], "kiwi one\nkiwi two\n"), 0);
+    assert_code(&a.chat(&model_a, ["compact"], ""), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    let out = b.chat(&model_b, ["resume", "1", "--approval", "never"], "on b\n");
+    assert_code(&out, 0);
+    let last = request_text(&model_b.requests().last().unwrap().body);
+    assert!(last.contains("[agentx handoff]"), "{last}");
+    assert!(!last.contains("\"content\":\"kiwi one\""), "{last}");
+    assert_eq!(summaries(&model_b), 0, "B compacted again");
+}

@@ -368,6 +368,10 @@ impl Turn<'_> {
         let transcript = self.group.transcript(&self.session).await?;
         let view = context::normalize(&context::model_view(&transcript));
         if view.is_empty() {
+            // Automatically, nothing to do: the message alone is what is big.
+            if reason != Reason::Manual {
+                return Ok(());
+            }
             return Err(Stop::Refused("there is nothing to compact yet".into()));
         }
         let counter = self.counter;

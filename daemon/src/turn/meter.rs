@@ -18,7 +18,9 @@ impl Engine {
         let known = self
             .models
             .window(prefs, &settings.base_url, &settings.model);
-        if known.source != Source::Default {
+        // Local servers (Chat Completions) say their window; a hosted
+        // Responses model is known by name or learned from an overflow.
+        if known.source != Source::Default || settings.kind != provider::Kind::Chat {
             return known;
         }
         let proxy = std::sync::Arc::new(provider::ProxyVars::of(&spec.env));
@@ -38,19 +40,29 @@ impl Turn<'_> {
     }
 
     /// The fill now, counted from the transcript once when no reply said it
-    /// yet (an older conversation, an import).
-    async fn fill_now(&mut self) -> Result<Fill, Stop> {
+    /// yet (an older conversation, an import, a new one-shot). Accounting
+    /// never fails a turn: an unreadable transcript counts as empty here
+    /// (the request that needs it says why).
+    async fn fill_now(&mut self) -> Fill {
         if let Some(fill) = self.fill {
-            return Ok(fill);
+            return fill;
         }
-        let transcript = self.group.transcript(&self.session).await?;
-        let view = context::normalize(&context::model_view(&transcript));
+        let items = match self.group.transcript(&self.session).await {
+            Ok(transcript) => {
+                let view = context::normalize(&context::model_view(&transcript));
+                self.counter.items(&view)
+            }
+            Err(e) => {
+                tracing::debug!("cannot count the context: {e}");
+                0
+            }
+        };
         let fill = Fill {
-            tokens: self.counter.text(&self.spec.instructions) + self.counter.items(&view),
+            tokens: self.counter.text(&self.spec.instructions) + items,
             estimated: true,
         };
         self.fill = Some(fill);
-        Ok(fill)
+        fill
     }
 
     /// The context after a reply: what the server reported (input plus
@@ -78,7 +90,9 @@ impl Turn<'_> {
     ) -> Result<(), Stop> {
         let instructions = self.counter.text(&self.spec.instructions);
         let needs = self.counter.text(message) + self.counter.text(&doc.pending_shell);
-        if instructions + needs > self.window.tokens {
+        // Refused only against a window known for this model: an assumed
+        // one is for the server to confirm (an overflow teaches it).
+        if instructions + needs > self.window.tokens && self.window.source != Source::Default {
             return Err(Stop::Refused(format!(
                 "this message is about {needs} tokens: with the instructions that is more than \
                  the model's whole context window ({} tokens), so it was not sent and is not \
@@ -86,7 +100,7 @@ impl Turn<'_> {
                 self.window.tokens
             )));
         }
-        let fill = self.fill_now().await?;
+        let fill = self.fill_now().await;
         if let Some(threshold) = self.threshold()
             && fill.tokens + needs > threshold
             && doc.pending_calls.is_empty()
@@ -214,13 +228,7 @@ impl Turn<'_> {
 
     /// The meter at the end of the turn.
     pub(super) async fn meter(&mut self) -> Meter {
-        let fill = match self.fill_now().await {
-            Ok(f) => f,
-            Err(_) => Fill {
-                tokens: 0,
-                estimated: true,
-            },
-        };
+        let fill = self.fill_now().await;
         meter(fill, self.window, &self.spec.prefs)
     }
 }

@@ -98,7 +98,7 @@ pub fn handle(
     {
         return window::overflow(w.shape, w.tokens, used);
     }
-    let default_text = if body.get("tools").is_none() {
+    let default_text = if body.get("tools").is_none() && window.is_some() {
         window::summary_text(used)
     } else {
         format!(

@@ -345,7 +345,7 @@ impl FakeModel {
     /// Enforces a context window of `tokens` (characters / 4 of every text
     /// a request carries, its chain included) answering overflows in
     /// `shape`'s words, and reports usage the same way. Requests without
-    /// tools (summary requests) get a short summary unless scripted.
+    /// tools (summary requests) then get a short summary unless scripted.
     pub fn set_token_window(&self, tokens: u64, shape: OverflowShape) {
         self.shared.lock().window = Some(window::TokenWindow { tokens, shape });
     }

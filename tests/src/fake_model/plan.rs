@@ -108,7 +108,7 @@ pub(super) fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan,
             }
             input_tokens = Some(used);
         }
-        if body.get("tools").is_none() {
+        if body.get("tools").is_none() && state.window.is_some() {
             window::summary_text(window::tokens_of(&input))
         } else {
             echo_text(&chain, &input)

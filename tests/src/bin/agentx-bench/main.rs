@@ -12,6 +12,7 @@ use agentx_shared::proto::{
     ApprovalPolicy, ProviderSettings, Scope, TurnInput, TurnStart, turn_input,
 };
 
+mod context;
 mod daemon;
 mod oneshots;
 mod remote;
@@ -29,6 +30,7 @@ fn main() -> anyhow::Result<()> {
             "snapshots",
             "search",
             "remote",
+            "context",
         ]
     } else {
         args.iter().map(String::as_str).collect()
@@ -41,12 +43,29 @@ fn main() -> anyhow::Result<()> {
             "snapshots" => snapshots::bench_snapshots()?,
             "search" => search::bench_search()?,
             "remote" => remote::bench_remote()?,
+            "context" => {
+                context::bench_context()?;
+                context_accounting()?;
+            }
             other => {
                 bail!(
-                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote"
+                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context"
                 )
             }
         }
+    }
+    Ok(())
+}
+
+/// The in-process half of `context`: token accounting per turn (agentd's
+/// `benches/context.rs`, built by `scripts/bench`).
+fn context_accounting() -> anyhow::Result<()> {
+    let status = Command::new("cargo")
+        .args(["bench", "--quiet", "-p", "agentd", "--bench", "context"])
+        .status()
+        .context("cargo bench")?;
+    if !status.success() {
+        bail!("the accounting benchmark failed: {status}");
     }
     Ok(())
 }
