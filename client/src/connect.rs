@@ -122,18 +122,48 @@ async fn connect_compatible(profile: &Profile) -> CliResult<Option<Daemon>> {
 
 /// The error for a daemon that accepts connections but does not answer.
 pub fn frozen(profile: &Profile) -> CliError {
-    let (who, fix) = match lock_holder(profile) {
+    let (who, fix) = who_and_fix(profile);
+    CliError::unreachable(format!(
+        "{who} accepted the connection on {} but did not answer within {}s: it is stopped \
+         (SIGSTOP) or stuck; {fix}",
+        profile.socket.display(),
+        HELLO_TIMEOUT.as_secs()
+    ))
+}
+
+/// "agentd (pid N)" and how to wake or end it, for a frozen daemon.
+fn who_and_fix(profile: &Profile) -> (String, String) {
+    match lock_holder(profile) {
         Some(pid) => (
             format!("agentd (pid {pid})"),
             format!("`kill -CONT {pid}` if it was stopped, else `kill {pid}`"),
         ),
         None => ("agentd".to_owned(), "`agentx daemon restart`".to_owned()),
-    };
-    CliError::unreachable(format!(
-        "{who} accepted the connection on {} but did not answer within {}s: it is stopped          (SIGSTOP) or stuck; {fix}",
-        profile.socket.display(),
-        HELLO_TIMEOUT.as_secs()
-    ))
+    }
+}
+
+/// How often a client waiting on a long call checks that agentd answers.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// Resolves (with the error to show) once agentd stops answering on
+/// `channel` — frozen by SIGSTOP or stuck — while a call is in flight: a
+/// handshake every [`WATCH_EVERY`], each given [`HELLO_TIMEOUT`], as a new
+/// client gets. A daemon that went away is left to the call's own error.
+pub async fn unanswering(channel: Channel, profile: &Profile, what: &str) -> CliError {
+    loop {
+        tokio::time::sleep(WATCH_EVERY).await;
+        if tokio::time::timeout(HELLO_TIMEOUT, hello_status(&channel))
+            .await
+            .is_err()
+        {
+            let (who, fix) = who_and_fix(profile);
+            return CliError::unreachable(format!(
+                "{who} does not answer (no reply within {}s) during {what}: it is stopped \
+                 (SIGSTOP) or stuck; {fix}",
+                HELLO_TIMEOUT.as_secs()
+            ));
+        }
+    }
 }
 
 /// The pid of the agentd holding the profile's lock, if one does.
