@@ -142,28 +142,44 @@ fn who_and_fix(profile: &Profile) -> (String, String) {
     }
 }
 
-/// How often a client waiting on a long call checks that agentd answers.
+/// How often a client waiting on a long call looks at agentd's process
+/// state (a cheap read of `/proc`, no request).
 const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// Every this many looks, it also asks agentd to answer (a stuck daemon is
+/// not stopped, but does not answer either).
+const ASK_EVERY: u32 = 10;
 
-/// Resolves (with the error to show) once agentd stops answering on
-/// `channel` — frozen by SIGSTOP or stuck — while a call is in flight: a
-/// handshake every [`WATCH_EVERY`], each given [`HELLO_TIMEOUT`], as a new
-/// client gets. A daemon that went away is left to the call's own error.
+/// Resolves (with the error to show) once agentd stops answering while a
+/// call is in flight on `channel`: its process stopped (SIGSTOP, seen in
+/// `/proc` within [`WATCH_EVERY`]), or a handshake left unanswered for
+/// [`HELLO_TIMEOUT`], as a new client would be. A daemon that went away is
+/// left to the call's own error.
 pub async fn unanswering(channel: Channel, profile: &Profile, what: &str) -> CliError {
+    let mut looks: u32 = 0;
     loop {
         tokio::time::sleep(WATCH_EVERY).await;
-        if tokio::time::timeout(HELLO_TIMEOUT, hello_status(&channel))
-            .await
-            .is_err()
-        {
+        looks = looks.wrapping_add(1);
+        let stopped = lock_holder(profile).is_some_and(process_stopped);
+        let unanswered = !stopped
+            && looks % ASK_EVERY == 0
+            && tokio::time::timeout(HELLO_TIMEOUT, hello_status(&channel))
+                .await
+                .is_err();
+        if stopped || unanswered {
             let (who, fix) = who_and_fix(profile);
             return CliError::unreachable(format!(
-                "{who} does not answer (no reply within {}s) during {what}: it is stopped \
-                 (SIGSTOP) or stuck; {fix}",
-                HELLO_TIMEOUT.as_secs()
+                "{who} does not answer during {what}: it is stopped (SIGSTOP) or stuck; {fix}"
             ));
         }
     }
+}
+
+/// Whether process `pid` is stopped (state `T`, or `t` under a tracer).
+fn process_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with(['T', 't']))
+    })
 }
 
 /// The pid of the agentd holding the profile's lock, if one does.
