@@ -391,6 +391,35 @@ mod tests {
     }
 
     #[test]
+    fn tool_call_names_and_ids_count_toward_the_limit() {
+        let mut reader = Reader::with_limit(1000);
+        let name = |n: &str| tool_chunk(json!([{"index": 0, "function": {"name": n}}]), None);
+        reader
+            .event(
+                &tool_chunk(
+                    json!([{"index": 0, "id": "call_a", "function": {"name": "sh"}}]),
+                    None,
+                )
+                .to_string(),
+                &mut |_| {},
+            )
+            .unwrap();
+        let piece = "x".repeat(300);
+        for _ in 0..3 {
+            reader
+                .event(&name(&piece).to_string(), &mut |_| {})
+                .unwrap();
+        }
+        let err = reader
+            .event(&name(&piece).to_string(), &mut |_| {})
+            .unwrap_err();
+        assert!(err.to_string().contains("AGENTX_MAX_ANSWER_BYTES"), "{err}");
+        let mut ids = Reader::with_limit(1000);
+        let id = tool_chunk(json!([{"index": 0, "id": "i".repeat(1001)}]), None);
+        assert!(ids.event(&id.to_string(), &mut |_| {}).is_err());
+    }
+
+    #[test]
     fn usage_is_optional() {
         assert_eq!(parse_usage(&json!({})), Usage::default());
         let u = parse_usage(&json!({"prompt_tokens": 7, "completion_tokens": 3}));

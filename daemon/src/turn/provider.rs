@@ -159,3 +159,29 @@ mod http;
 
 pub use error::{ProviderError, retry_after};
 pub use http::{Clients, EventStream, Http, ProxyVars};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_ids_are_cut_past_their_caps_and_the_cut_is_seen() {
+        let mut name = String::new();
+        push_capped(&mut name, "shell", MAX_TOOL_NAME);
+        assert_eq!(name, "shell");
+        assert_eq!(over_cap(&name, "call_1"), None);
+        for _ in 0..1000 {
+            push_capped(&mut name, "é".repeat(50).as_str(), MAX_TOOL_NAME);
+        }
+        assert!(name.len() > MAX_TOOL_NAME && name.len() <= MAX_TOOL_NAME + 3);
+        assert!(name.ends_with('…'));
+        assert!(over_cap(&name, "call_1").is_some_and(|w| w.contains("tool name")));
+        let id = capped(&"i".repeat(5 << 20), MAX_CALL_ID);
+        assert_eq!(id.len(), MAX_CALL_ID + '…'.len_utf8());
+        assert!(over_cap("shell", &id).is_some_and(|w| w.contains("call id")));
+        assert_eq!(
+            capped(&"i".repeat(MAX_CALL_ID), MAX_CALL_ID).len(),
+            MAX_CALL_ID
+        );
+    }
+}
