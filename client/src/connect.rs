@@ -161,7 +161,7 @@ pub async fn unanswering(channel: Channel, profile: &Profile, what: &str) -> Cli
         looks = looks.wrapping_add(1);
         let stopped = lock_holder(profile).is_some_and(process_stopped);
         let unanswered = !stopped
-            && looks % ASK_EVERY == 0
+            && looks.is_multiple_of(ASK_EVERY)
             && tokio::time::timeout(HELLO_TIMEOUT, hello_status(&channel))
                 .await
                 .is_err();
