@@ -42,7 +42,7 @@ pub struct Limits {
     pub idle: Duration,
     /// A server that sends no response headers for this long is broken (retried).
     pub headers: Duration,
-    /// The longest answer (text plus tool-call arguments) a turn accepts.
+    /// The longest answer (text, tool-call names, ids and arguments) a turn accepts.
     pub max_answer: usize,
 }
 
