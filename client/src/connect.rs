@@ -122,18 +122,64 @@ async fn connect_compatible(profile: &Profile) -> CliResult<Option<Daemon>> {
 
 /// The error for a daemon that accepts connections but does not answer.
 pub fn frozen(profile: &Profile) -> CliError {
-    let (who, fix) = match lock_holder(profile) {
+    let (who, fix) = who_and_fix(profile);
+    CliError::unreachable(format!(
+        "{who} accepted the connection on {} but did not answer within {}s: it is stopped \
+         (SIGSTOP) or stuck; {fix}",
+        profile.socket.display(),
+        HELLO_TIMEOUT.as_secs()
+    ))
+}
+
+/// "agentd (pid N)" and how to wake or end it, for a frozen daemon.
+fn who_and_fix(profile: &Profile) -> (String, String) {
+    match lock_holder(profile) {
         Some(pid) => (
             format!("agentd (pid {pid})"),
             format!("`kill -CONT {pid}` if it was stopped, else `kill {pid}`"),
         ),
         None => ("agentd".to_owned(), "`agentx daemon restart`".to_owned()),
-    };
-    CliError::unreachable(format!(
-        "{who} accepted the connection on {} but did not answer within {}s: it is stopped          (SIGSTOP) or stuck; {fix}",
-        profile.socket.display(),
-        HELLO_TIMEOUT.as_secs()
-    ))
+    }
+}
+
+/// How often a client waiting on a long call looks at agentd's process
+/// state (a cheap read of `/proc`, no request).
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// Every this many looks, it also asks agentd to answer (a stuck daemon is
+/// not stopped, but does not answer either).
+const ASK_EVERY: u32 = 10;
+
+/// Resolves (with the error to show) once agentd stops answering while a
+/// call is in flight on `channel`: its process stopped (SIGSTOP, seen in
+/// `/proc` within [`WATCH_EVERY`]), or a handshake left unanswered for
+/// [`HELLO_TIMEOUT`], as a new client would be. A daemon that went away is
+/// left to the call's own error.
+pub async fn unanswering(channel: Channel, profile: &Profile, what: &str) -> CliError {
+    let mut looks: u32 = 0;
+    loop {
+        tokio::time::sleep(WATCH_EVERY).await;
+        looks = looks.wrapping_add(1);
+        let stopped = lock_holder(profile).is_some_and(process_stopped);
+        let unanswered = !stopped
+            && looks.is_multiple_of(ASK_EVERY)
+            && tokio::time::timeout(HELLO_TIMEOUT, hello_status(&channel))
+                .await
+                .is_err();
+        if stopped || unanswered {
+            let (who, fix) = who_and_fix(profile);
+            return CliError::unreachable(format!(
+                "{who} does not answer during {what}: it is stopped (SIGSTOP) or stuck; {fix}"
+            ));
+        }
+    }
+}
+
+/// Whether process `pid` is stopped (state `T`, or `t` under a tracer).
+fn process_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with(['T', 't']))
+    })
 }
 
 /// The pid of the agentd holding the profile's lock, if one does.

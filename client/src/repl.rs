@@ -79,6 +79,9 @@ pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
         };
         match result {
             Ok(()) => {}
+            Err(err) if err.exit == Exit::Unreachable && chat.ui.interactive => {
+                chat.carry_on_after(err).await?;
+            }
             Err(err) if err.exit == Exit::Unreachable => return Err(err),
             Err(err) => {
                 chat.failures += 1;
@@ -215,6 +218,27 @@ impl Chat<'_> {
             )),
             _ => None,
         }
+    }
+
+    /// agentd went away (stopped, restarted, killed) during a command or a
+    /// turn: say what it cut short, reach it again (starting it as between
+    /// turns) and go on at the prompt.
+    async fn carry_on_after(&mut self, err: CliError) -> CliResult<()> {
+        self.failures += 1;
+        if turn::stopped_mid_turn(&err) {
+            self.ui.info(
+                "agentx: the turn was cut short by agentd stopping; it is kept as interrupted — \
+                 send a message to go on, or /retry to send its message again",
+            );
+        } else {
+            self.ui.info(&format!("agentx: {err}"));
+        }
+        self.ctx.reconnect().await?;
+        self.ui.info(&format!(
+            "agentx: reconnected to agentd (pid {})",
+            self.ctx.hello().pid
+        ));
+        Ok(())
     }
 
     /// Runs one turn: a message, or a retry/continue of the last one.

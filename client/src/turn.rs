@@ -42,6 +42,8 @@ pub async fn open(
         .await
         .map_err(|_| CliError::failed(format!("cannot start {what}")))?;
     let events = TurnsClient::new(channel.clone())
+        .max_decoding_message_size(agentx_shared::limits::MAX_TURN_EVENT)
+        .max_encoding_message_size(agentx_shared::limits::MAX_TURN_EVENT)
         .run_turn(ReceiverStream::new(rx))
         .await
         .map_err(|status| CliError::from_status(what, &status))?
@@ -88,6 +90,11 @@ pub fn cut_short(status: &tonic::Status) -> CliError {
         }
         _ => CliError::from_status("the turn", status),
     }
+}
+
+/// Whether `err` says agentd stopped in the middle of a turn.
+pub fn stopped_mid_turn(err: &CliError) -> bool {
+    err.message == STOPPED_DURING_TURN
 }
 
 /// Whether a finished turn ended because agentd stopped.

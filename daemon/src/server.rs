@@ -130,12 +130,16 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
         remote.clone(),
         Arc::clone(&engine),
     )))
-    .add_service(TurnsServer::new(TurnsService::new(
-        Arc::clone(&store),
-        engine,
-        crate::services::turns::Tuning::from_env(),
-        snapshots.clone(),
-    )))
+    .add_service(
+        TurnsServer::new(TurnsService::new(
+            Arc::clone(&store),
+            engine,
+            crate::services::turns::Tuning::from_env(),
+            snapshots.clone(),
+        ))
+        .max_encoding_message_size(agentx_shared::limits::MAX_TURN_EVENT)
+        .max_decoding_message_size(agentx_shared::limits::MAX_TURN_EVENT),
+    )
     .add_service(OneshotsServer::new(OneshotsService::new(Arc::clone(
         &store,
     ))))

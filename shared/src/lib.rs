@@ -17,4 +17,8 @@ pub mod version;
 pub mod limits {
     /// Longest user message (prompt) a turn accepts, in bytes.
     pub const MAX_MESSAGE: usize = 1 << 20;
+    /// Largest gRPC message of a turn's event stream, set on both sides
+    /// (agentd encodes, agentx decodes). agentd keeps every event far
+    /// below it: text in 1 MiB pieces, other fields cut at 64 KiB, ids at 1 KiB.
+    pub const MAX_TURN_EVENT: usize = 8 << 20;
 }

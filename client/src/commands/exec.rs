@@ -31,9 +31,14 @@ pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
         needed_approval: 0,
     };
     let mut cancelled = false;
+    // A frozen agentd (SIGSTOP) is named within seconds, not after the
+    // stream's keep-alive gives up.
+    let unanswering = crate::connect::unanswering(ctx.channel(), &ctx.profile, "the one-shot");
+    tokio::pin!(unanswering);
     loop {
         let message = tokio::select! {
             m = events.message() => m,
+            err = &mut unanswering => return Err(err),
             _ = tokio::signal::ctrl_c(), if !cancelled => {
                 cancelled = true;
                 if crate::ui::echoes_ctrl_c() {

@@ -32,6 +32,7 @@ mod schema;
 mod search;
 mod tls;
 mod url;
+pub use url::redact_userinfo;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -368,6 +368,35 @@ pub fn redact_text(text: &str) -> String {
     out
 }
 
+/// `text` with the whole user-info of every URL in it (`scheme://user:pass@`
+/// or `scheme://token@`) replaced by `***`, and every other URL-style
+/// secret too ([`redact_text`]): for model-server and proxy URLs, whose
+/// user name may itself be a key.
+pub fn redact_userinfo(text: &str) -> String {
+    let ends_authority = |c: char| {
+        c.is_whitespace() || matches!(c, '/' | '?' | '#' | '"' | '\'' | '`' | '<' | '>' | ')')
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(found) = rest.find("://") {
+        let start = found + 3;
+        let end = rest[start..]
+            .find(ends_authority)
+            .map_or(rest.len(), |e| start + e);
+        out.push_str(&rest[..start]);
+        match rest[start..end].rfind('@') {
+            Some(at) => {
+                out.push_str("***");
+                out.push_str(&rest[start + at..end]);
+            }
+            None => out.push_str(&rest[start..end]),
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    redact_text(&out)
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt as _;
@@ -534,6 +563,20 @@ mod tests {
             "postgresql://a:***@c/d".to_owned()
         );
         assert_eq!(percent_decode("a%2Fb%zz%"), "a/b%zz%");
+    }
+
+    #[test]
+    fn user_info_of_any_url_is_redacted_whole() {
+        assert_eq!(
+            redact_userinfo(
+                "cannot reach http://u:KEY@host/v1 through the proxy http://user:pass@p:3128: \
+                 (url (https://sk-token@api.example/v1/responses)) and http://plain/v1"
+            ),
+            "cannot reach http://***@host/v1 through the proxy http://***@p:3128: \
+             (url (https://***@api.example/v1/responses)) and http://plain/v1"
+        );
+        assert_eq!(redact_userinfo("x://a@"), "x://***@");
+        assert_eq!(redact_userinfo("no url here"), "no url here");
     }
 
     #[test]

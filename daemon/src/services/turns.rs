@@ -498,8 +498,8 @@ fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
             W::Finished(proto::TurnFinished {
                 status: status as i32,
                 text,
-                error,
-                response_id,
+                error: crate::turn::head(&error, WIRE_COMMAND),
+                response_id: crate::turn::head(&response_id, WIRE_COMMAND),
                 usage: Some(usage.into()),
                 oneshot_id: oneshot_id.to_owned(),
                 text_in_chunks: false,

@@ -8,7 +8,10 @@ use serde_json::{Value, json};
 
 use agentx_shared::conversation::{Item, Usage};
 
-use super::provider::{Call, EventStream, Http, Limits, ModelReply, ProviderError, Settings};
+use super::provider::{
+    Call, EventStream, Http, Limits, MAX_CALL_ID, MAX_TOOL_NAME, ModelReply, ProviderError,
+    Settings, capped, push_capped,
+};
 
 /// The shell tool as a Chat Completions function definition.
 fn tools() -> Value {
@@ -112,7 +115,7 @@ pub struct Reader {
     /// without `index` continues it (some servers number only the first).
     open_call: Option<u64>,
     finished: bool,
-    /// Bytes of text and tool-call arguments so far.
+    /// Bytes of the answer so far: text, tool-call names, ids and arguments.
     size: usize,
     max: usize,
 }
@@ -175,7 +178,7 @@ impl Reader {
         if self.reply.id.is_empty()
             && let Some(id) = chunk["id"].as_str()
         {
-            self.reply.id = id.to_owned();
+            self.reply.id = capped(id, MAX_CALL_ID);
         }
         if chunk["usage"].is_object() {
             self.reply.usage = parse_usage(&chunk["usage"]);
@@ -188,36 +191,7 @@ impl Reader {
                 on_delta(text);
             }
             for tc in delta["tool_calls"].as_array().into_iter().flatten() {
-                let open_id = self
-                    .open_call
-                    .and_then(|i| self.calls.get(&i))
-                    .map(|c| c.id.as_str());
-                let starts_call = tc["id"]
-                    .as_str()
-                    .is_some_and(|id| !id.is_empty() && Some(id) != open_id);
-                let index = match (tc["index"].as_u64(), self.open_call) {
-                    (Some(index), _) => index,
-                    // No index, no new id: the rest of the open call.
-                    (None, Some(open)) if !starts_call => open,
-                    (None, _) => self
-                        .calls
-                        .keys()
-                        .next_back()
-                        .map_or(0, |k| k.saturating_add(1)),
-                };
-                self.open_call = Some(index);
-                let grown = tc["function"]["arguments"].as_str().map_or(0, str::len);
-                self.grow(grown)?;
-                let entry = self.calls.entry(index).or_default();
-                if let Some(id) = tc["id"].as_str() {
-                    entry.id = id.to_owned();
-                }
-                if let Some(name) = tc["function"]["name"].as_str() {
-                    entry.name.push_str(name);
-                }
-                if let Some(args) = tc["function"]["arguments"].as_str() {
-                    entry.arguments.push_str(args);
-                }
+                self.tool_call_chunk(tc)?;
             }
             if let Some(reason) = choice["finish_reason"].as_str() {
                 self.finished = true;
@@ -227,6 +201,44 @@ impl Reader {
             }
         }
         Ok(false)
+    }
+
+    /// One entry of a chunk's `tool_calls`: every byte of its id, name and
+    /// arguments counts toward the answer's size; the name and id are kept
+    /// only up to their caps (a call past one is answered as invalid).
+    fn tool_call_chunk(&mut self, tc: &Value) -> Result<(), ProviderError> {
+        let id = tc["id"].as_str().filter(|id| !id.is_empty());
+        let name = tc["function"]["name"].as_str();
+        let args = tc["function"]["arguments"].as_str();
+        self.grow([id, name, args].iter().map(|s| s.map_or(0, str::len)).sum())?;
+        let id = id.map(|id| capped(id, MAX_CALL_ID));
+        let open_id = self
+            .open_call
+            .and_then(|i| self.calls.get(&i))
+            .map(|c| c.id.as_str());
+        let starts_call = id.as_deref().is_some_and(|id| Some(id) != open_id);
+        let index = match (tc["index"].as_u64(), self.open_call) {
+            (Some(index), _) => index,
+            // No index, no new id: the rest of the open call.
+            (None, Some(open)) if !starts_call => open,
+            (None, _) => self
+                .calls
+                .keys()
+                .next_back()
+                .map_or(0, |k| k.saturating_add(1)),
+        };
+        self.open_call = Some(index);
+        let entry = self.calls.entry(index).or_default();
+        if let Some(id) = id {
+            entry.id = id;
+        }
+        if let Some(name) = name {
+            push_capped(&mut entry.name, name, MAX_TOOL_NAME);
+        }
+        if let Some(args) = args {
+            entry.arguments.push_str(args);
+        }
+        Ok(())
     }
 
     /// The reply once the stream has ended.
@@ -378,6 +390,35 @@ mod tests {
         let err = reader.event(&chunk("678901"), &mut |_| {}).unwrap_err();
         assert!(!err.retryable());
         assert!(err.to_string().contains("AGENTX_MAX_ANSWER_BYTES"), "{err}");
+    }
+
+    #[test]
+    fn tool_call_names_and_ids_count_toward_the_limit() {
+        let mut reader = Reader::with_limit(1000);
+        let name = |n: &str| tool_chunk(json!([{"index": 0, "function": {"name": n}}]), None);
+        reader
+            .event(
+                &tool_chunk(
+                    json!([{"index": 0, "id": "call_a", "function": {"name": "sh"}}]),
+                    None,
+                )
+                .to_string(),
+                &mut |_| {},
+            )
+            .unwrap();
+        let piece = "x".repeat(300);
+        for _ in 0..3 {
+            reader
+                .event(&name(&piece).to_string(), &mut |_| {})
+                .unwrap();
+        }
+        let err = reader
+            .event(&name(&piece).to_string(), &mut |_| {})
+            .unwrap_err();
+        assert!(err.to_string().contains("AGENTX_MAX_ANSWER_BYTES"), "{err}");
+        let mut ids = Reader::with_limit(1000);
+        let id = tool_chunk(json!([{"index": 0, "id": "i".repeat(1001)}]), None);
+        assert!(ids.event(&id.to_string(), &mut |_| {}).is_err());
     }
 
     #[test]

@@ -5,7 +5,10 @@ use serde_json::{Value, json};
 
 use agentx_shared::conversation::Usage;
 
-use super::provider::{Call, EventStream, Http, Limits, ModelReply, ProviderError, Settings};
+use super::provider::{
+    Call, EventStream, Http, Limits, MAX_CALL_ID, MAX_TOOL_NAME, ModelReply, ProviderError,
+    Settings, capped,
+};
 
 /// The shell tool as a Responses function tool.
 fn shell_tool() -> Value {
@@ -71,7 +74,7 @@ pub struct Reader {
     reply: ModelReply,
     /// Where the text of the message being streamed starts in `reply.text`.
     item_start: usize,
-    /// Bytes of text and tool-call arguments so far.
+    /// Bytes of the answer so far: text, tool-call names, ids and arguments.
     size: usize,
     max: usize,
 }
@@ -115,6 +118,13 @@ impl Reader {
             return Err(ProviderError::Stream(
                 "the response ended without an id".into(),
             ));
+        }
+        if self.reply.id.len() > MAX_CALL_ID {
+            return Err(ProviderError::Protocol(format!(
+                "the model server sent a response id of {} bytes; agentx keeps ids of at most \
+                 {MAX_CALL_ID} bytes",
+                self.reply.id.len()
+            )));
         }
         Ok(std::mem::take(&mut self.reply))
     }
@@ -177,10 +187,12 @@ impl Reader {
         match item["type"].as_str() {
             Some("function_call") => {
                 let arguments = item["arguments"].as_str().unwrap_or("{}");
-                self.grow(arguments.len())?;
+                let call_id = item["call_id"].as_str().unwrap_or_default();
+                let name = item["name"].as_str().unwrap_or_default();
+                self.grow(arguments.len() + call_id.len() + name.len())?;
                 self.reply.calls.push(Call {
-                    call_id: item["call_id"].as_str().unwrap_or_default().to_owned(),
-                    name: item["name"].as_str().unwrap_or_default().to_owned(),
+                    call_id: capped(call_id, MAX_CALL_ID),
+                    name: capped(name, MAX_TOOL_NAME),
                     arguments: arguments.to_owned(),
                 });
             }

@@ -287,6 +287,9 @@ impl Ran {
 /// The command of a `shell` call, or why it cannot run: the output for
 /// the model and a short reason for the user.
 fn parse_command(call: &PendingCall) -> Result<String, (String, String)> {
+    if let Some(why) = super::provider::over_cap(&call.name, &call.call_id) {
+        return Err((format!("this call was not run: {why}"), why));
+    }
     if call.name != shell::NAME {
         return Err((
             format!("unknown tool {:?}: the only tool is `shell`", call.name),

@@ -141,7 +141,7 @@ impl Clients {
             cache.push_back(entry);
             return Ok(client);
         }
-        let client = proxy.client()?;
+        let client = proxy.client().map_err(redacted)?;
         cache.push_back((proxy.clone(), client.clone()));
         while cache.len() > CLIENTS_KEPT {
             cache.pop_front();
@@ -173,6 +173,35 @@ pub struct EventStream {
     idle: Duration,
 }
 
+/// `e` with the user-info of every URL in its message replaced by `***`:
+/// a key in `AGENTX_BASE_URL` or a password in a proxy URL is never
+/// printed, logged nor stored (every provider error passes here).
+pub fn redacted(e: ProviderError) -> ProviderError {
+    let r = |m: String| crate::remote::redact_userinfo(&m);
+    match e {
+        ProviderError::Http {
+            status,
+            code,
+            param,
+            message,
+            retry_after,
+        } => ProviderError::Http {
+            status,
+            code,
+            param,
+            message: r(message),
+            retry_after,
+        },
+        ProviderError::Connect(m) => ProviderError::Connect(r(m)),
+        ProviderError::Stream(m) => ProviderError::Stream(r(m)),
+        ProviderError::Protocol(m) => ProviderError::Protocol(r(m)),
+        ProviderError::Model { code, message } => ProviderError::Model {
+            code,
+            message: r(message),
+        },
+    }
+}
+
 /// A stream the decoder gave up on: another attempt would fare no better.
 fn unusable(e: String) -> ProviderError {
     ProviderError::Protocol(format!("the model server's stream is unusable: {e}"))
@@ -186,6 +215,49 @@ fn head_of(body: &str) -> String {
         head.push('…');
     }
     head
+}
+
+/// The most of a body that is not an event stream agentd reads (an error's
+/// JSON, an HTML page): the rest is never buffered.
+pub const MAX_OTHER_BODY: usize = 8 << 10;
+
+/// The first [`MAX_OTHER_BODY`] bytes of a body that is not an event
+/// stream, read within the idle timeout; a body that stalls is a broken
+/// stream (retried), named with the status it came with.
+async fn body_head(
+    mut response: reqwest::Response,
+    base_url: &str,
+    limits: &Limits,
+) -> Result<String, ProviderError> {
+    let status = response.status();
+    let mut head: Vec<u8> = Vec::new();
+    let read = async {
+        while head.len() < MAX_OTHER_BODY {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = MAX_OTHER_BODY - head.len();
+                    head.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                }
+                Ok(None) => break,
+                Err(e) => return Err(ProviderError::from_body(&e)),
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(limits.idle, read).await {
+        Ok(result) => result?,
+        Err(_) => {
+            return Err(ProviderError::Stream(format!(
+                "the model server at {base_url} answered {status} but its body stalled: \
+                 {} bytes in {}s (AGENTX_STREAM_IDLE_MS)",
+                head.len(),
+                limits.idle.as_secs_f64()
+            )));
+        }
+    }
+    // The rest of the body is dropped with the connection, unread.
+    drop(response);
+    Ok(String::from_utf8_lossy(&head).into_owned())
 }
 
 /// Sends the POST and waits (at most the headers timeout) for the
@@ -225,6 +297,7 @@ async fn check_status(
     response: reqwest::Response,
     url: &str,
     base_url: &str,
+    limits: &Limits,
 ) -> Result<reqwest::Response, ProviderError> {
     let status = response.status();
     if matches!(status.as_u16(), 301..=303) {
@@ -241,7 +314,7 @@ async fn check_status(
     }
     if !status.is_success() {
         let retry_after = retry_after(response.headers());
-        let text = response.text().await.unwrap_or_default();
+        let text = body_head(response, base_url, limits).await?;
         return Err(ProviderError::from_http(status.as_u16(), &text, retry_after).at(base_url));
     }
     Ok(response)
@@ -252,11 +325,12 @@ async fn check_status(
 async fn check_content_type(
     response: reqwest::Response,
     base_url: &str,
+    limits: &Limits,
 ) -> Result<reqwest::Response, ProviderError> {
     let status = response.status();
     let content_type = header(&response, "content-type").unwrap_or_default();
     if content_type.contains("json") || content_type.starts_with("text/html") {
-        let text = response.text().await.unwrap_or_default();
+        let text = body_head(response, base_url, limits).await?;
         let parsed: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
         let detail = parsed["error"]["message"]
             .as_str()
@@ -305,10 +379,22 @@ impl EventStream {
         body: &serde_json::Value,
         limits: &Limits,
     ) -> Result<Self, ProviderError> {
+        Self::open_unredacted(http, settings, path, body, limits)
+            .await
+            .map_err(redacted)
+    }
+
+    async fn open_unredacted(
+        http: &Http,
+        settings: &Settings,
+        path: &str,
+        body: &serde_json::Value,
+        limits: &Limits,
+    ) -> Result<Self, ProviderError> {
         let url = format!("{}/{path}", settings.base_url);
         let response = post(http, settings, &url, body, limits).await?;
-        let response = check_status(response, &url, &settings.base_url).await?;
-        let response = check_content_type(response, &settings.base_url).await?;
+        let response = check_status(response, &url, &settings.base_url, limits).await?;
+        let response = check_content_type(response, &settings.base_url, limits).await?;
         let gunzip = gunzip_for(&response, &settings.base_url)?;
         Ok(Self {
             bytes: Box::pin(response.bytes_stream()),
@@ -372,7 +458,7 @@ impl EventStream {
                         result.map_err(unusable)?;
                     }
                 }
-                Some(Err(e)) => return Err(ProviderError::from_body(&e)),
+                Some(Err(e)) => return Err(redacted(ProviderError::from_body(&e))),
                 Some(Ok(chunk)) => self.feed(&chunk)?,
             }
         }
