@@ -390,18 +390,20 @@ fn the_meter_is_in_status_json_reported_or_estimated() {
 }
 
 #[test]
-fn a_server_that_states_its_window_is_asked_once() {
+fn a_server_whose_overflow_names_no_window_is_asked_for_it_once() {
     let model = FakeModel::start();
     model.advertise_window(3000);
+    model.set_token_window(3000, OverflowShape::Ollama);
     let env = env_for(&model, true, &[]);
-    assert_code(&say(&env, "one\ntwo\n"), 0);
+    let lines = format!("{}\n{}\n{}\n", big("one", 5000), big("two", 5000), big("three", 5000));
+    assert_code(&say(&env, &lines), 0);
     let s = status(&env);
     assert_eq!(s["context"]["window_tokens"], 3000);
     assert_eq!(s["context"]["window_source"], "server");
     assert_eq!(model.probes(), ["/v1/models"]);
     // Remembered across a restart of agentd.
     assert_code(&env.run(["daemon", "restart"]), 0);
-    assert_code(&say(&env, "three\n"), 0);
+    assert_code(&say(&env, &format!("{}\n", big("four", 5000))), 0);
     assert_eq!(model.probes(), ["/v1/models"]);
 }
 

@@ -11,25 +11,25 @@ use crate::store::session::{Fill, SessionDoc};
 use crate::store::{RollbackTarget, TurnLease};
 
 impl Engine {
-    /// The window of the turn's model: asks the server once when nothing
-    /// configured or known says it.
-    pub(super) async fn window_for(&self, spec: &TurnSpec) -> Window {
+    /// The window of the turn's model as known now (configured, learned,
+    /// published for its name, or the default).
+    pub(super) fn window_for(&self, spec: &TurnSpec) -> Window {
         let (settings, prefs) = (&spec.settings, &spec.prefs);
-        let known = self
-            .models
-            .window(prefs, &settings.base_url, &settings.model);
-        // Local servers (Chat Completions) say their window; a hosted
-        // Responses model is known by name or learned from an overflow.
-        if known.source != Source::Default || settings.kind != provider::Kind::Chat {
-            return known;
-        }
-        let proxy = std::sync::Arc::new(provider::ProxyVars::of(&spec.env));
-        if let Ok(client) = self.clients.get(&proxy) {
-            let http = provider::Http { client, proxy };
-            self.models.probe_once(&http, settings, prefs).await;
-        }
         self.models
             .window(prefs, &settings.base_url, &settings.model)
+    }
+
+    /// Asks the turn's server for its window (once per run), after an
+    /// overflow that named none: whether it said.
+    async fn ask_window(&self, spec: &TurnSpec) -> bool {
+        let proxy = std::sync::Arc::new(provider::ProxyVars::of(&spec.env));
+        let Ok(client) = self.clients.get(&proxy) else {
+            return false;
+        };
+        let http = provider::Http { client, proxy };
+        self.models
+            .probe_once(&http, &spec.settings, &spec.prefs)
+            .await
     }
 }
 
@@ -136,12 +136,22 @@ impl Turn<'_> {
         match window {
             Some(tokens) => self.learn_window(tokens),
             None => {
-                // The server named no window: it is smaller than what was
-                // just sent, so take a tenth below that.
-                let sent = self.fill.map_or(0, |f| f.tokens) + self.sending;
-                let guess = sent / 10 * 9;
-                if guess < self.window.tokens {
-                    self.learn_window(guess);
+                // The server named no window in its error: ask where servers
+                // say it; else it is smaller than what was just sent, so take
+                // a tenth below that.
+                let settings = &self.spec.settings;
+                if self.engine.ask_window(&self.spec).await {
+                    self.window = self.engine.models.window(
+                        &self.spec.prefs,
+                        &settings.base_url,
+                        &settings.model,
+                    );
+                } else {
+                    let sent = self.fill.map_or(0, |f| f.tokens) + self.sending;
+                    let guess = sent / 10 * 9;
+                    if guess < self.window.tokens {
+                        self.learn_window(guess);
+                    }
                 }
             }
         }

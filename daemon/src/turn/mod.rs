@@ -271,7 +271,7 @@ impl Engine {
         );
         spec.instructions = loaded.text;
         let counter = tokens::Counter::for_model(&spec.settings.model);
-        let window = self.window_for(&spec).await;
+        let window = self.window_for(&spec);
         let mut turn = Turn {
             engine: self,
             group,

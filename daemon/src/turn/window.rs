@@ -212,12 +212,12 @@ impl Models {
         }
     }
 
-    /// Asks the server for the model's window once per run, unless the user
-    /// configured it or it is known already.
-    pub async fn probe_once(&self, http: &Http, settings: &Settings, prefs: &Prefs) {
+    /// Asks the server for the model's window, once per run per server and
+    /// model: whether it said (and was learned).
+    pub async fn probe_once(&self, http: &Http, settings: &Settings, prefs: &Prefs) -> bool {
         let k = key(&settings.base_url, &settings.model);
-        if prefs.configured(&settings.model).is_some() || self.learned().contains_key(&k) {
-            return;
+        if prefs.configured(&settings.model).is_some() {
+            return false;
         }
         let first = self
             .probed
@@ -225,10 +225,14 @@ impl Models {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(k);
         if !first {
-            return;
+            return false;
         }
-        if let Some(tokens) = ask_server(http, settings).await {
-            self.learn(&settings.base_url, &settings.model, tokens, Source::Server);
+        match ask_server(http, settings).await {
+            Some(tokens) => {
+                self.learn(&settings.base_url, &settings.model, tokens, Source::Server);
+                true
+            }
+            None => false,
         }
     }
 }
