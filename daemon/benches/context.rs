@@ -63,7 +63,10 @@ fn main() {
     });
     println!("context: token accounting per turn (median of {runs}; µs)");
     println!("  baseline: the turn's request body serialized      {baseline:8.1} µs");
-    for (name, model) in [("tiktoken (gpt-4o)", "gpt-4o"), ("bytes/4 (local)", "qwen2.5-coder")] {
+    for (name, model) in [
+        ("tiktoken (gpt-4o)", "gpt-4o"),
+        ("bytes/4 (local)", "qwen2.5-coder"),
+    ] {
         let counter = Counter::for_model(model);
         counter.text("warm up the tokenizer");
         // What a turn counts: its message before sending, the tool outputs
@@ -80,14 +83,24 @@ fn main() {
     let view: Vec<Item> = (0..600)
         .flat_map(|i| {
             [
-                Item::User { text: format!("request {i}: {}", "x".repeat(300)) },
-                Item::Assistant { text: "done ".repeat(60) },
+                Item::User {
+                    text: format!("request {i}: {}", "x".repeat(300)),
+                },
+                Item::Assistant {
+                    text: "done ".repeat(60),
+                },
             ]
         })
         .collect();
     let counter = Counter::for_model("qwen2.5-coder");
     let compose_cost = time(50, || {
-        black_box(compose("summary", &view, &Budget::new(32_768, Some(27_852)), &counter, 200));
+        black_box(compose(
+            "summary",
+            &view,
+            &Budget::new(32_768, Some(27_852)),
+            &counter,
+            200,
+        ));
     });
     println!("  composing a compacted context (1,200 items)         {compose_cost:8.1} µs");
 }

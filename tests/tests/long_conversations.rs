@@ -395,7 +395,12 @@ fn a_server_whose_overflow_names_no_window_is_asked_for_it_once() {
     model.advertise_window(3000);
     model.set_token_window(3000, OverflowShape::Ollama);
     let env = env_for(&model, true, &[]);
-    let lines = format!("{}\n{}\n{}\n", big("one", 5000), big("two", 5000), big("three", 5000));
+    let lines = format!(
+        "{}\n{}\n{}\n",
+        big("one", 5000),
+        big("two", 5000),
+        big("three", 5000)
+    );
     assert_code(&say(&env, &lines), 0);
     let s = status(&env);
     assert_eq!(s["context"]["window_tokens"], 3000);
@@ -473,7 +478,10 @@ fn another_machine_continues_from_the_same_compacted_context() {
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let b = machine("machine-b", "https://github.com/acme/app", &url);
     let (model_a, model_b) = (FakeModel::start(), FakeModel::start());
-    assert_code(&a.chat(&model_a, ["--approval", "never"], "kiwi one\nkiwi two\n"), 0);
+    assert_code(
+        &a.chat(&model_a, ["--approval", "never"], "kiwi one\nkiwi two\n"),
+        0,
+    );
     assert_code(&a.chat(&model_a, ["compact"], ""), 0);
     assert_eq!(sync(&a)["reached"], true);
     let out = b.chat(&model_b, ["resume", "1", "--approval", "never"], "on b\n");

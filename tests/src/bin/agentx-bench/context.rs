@@ -30,12 +30,29 @@ fn write(dir: &Path, folder: &str, id: &str, compactions: usize) -> anyhow::Resu
     };
     for t in 0..TURNS {
         let at = 1_700_000_000_000i64 + t as i64 * 1000;
-        let user = format!("turn {t}: please look at module {t} and {}", "fix the bug ".repeat(8));
-        line(json!({"at": at, "type": "user", "text": user}), &mut journal, &mut items);
-        let answer = format!("done with turn {t}: {}", "changed the code accordingly ".repeat(12));
-        line(json!({"at": at, "type": "assistant", "text": answer}), &mut journal, &mut items);
+        let user = format!(
+            "turn {t}: please look at module {t} and {}",
+            "fix the bug ".repeat(8)
+        );
+        line(
+            json!({"at": at, "type": "user", "text": user}),
+            &mut journal,
+            &mut items,
+        );
+        let answer = format!(
+            "done with turn {t}: {}",
+            "changed the code accordingly ".repeat(12)
+        );
+        line(
+            json!({"at": at, "type": "assistant", "text": answer}),
+            &mut journal,
+            &mut items,
+        );
         if compactions > 0 && (t + 1) % every == 0 {
-            let handoff = format!("[agentx handoff] summary up to turn {t}: {}", "DONE: work item ".repeat(120));
+            let handoff = format!(
+                "[agentx handoff] summary up to turn {t}: {}",
+                "DONE: work item ".repeat(120)
+            );
             let compaction = json!({"at": at, "type": "compaction", "summary": handoff,
                 "context": [{"type": "user", "text": handoff},
                             {"type": "assistant", "text": "Understood."}],
@@ -90,7 +107,9 @@ pub fn bench_context() -> anyhow::Result<()> {
     let _ = env.run(["daemon", "stop"]);
     let (b50, b90) = crate::summary(base);
     let (c50, c90) = crate::summary(with);
-    println!("context: resuming a {TURNS}-turn conversation (open + replay + context meter, gRPC; median of {RUNS})");
+    println!(
+        "context: resuming a {TURNS}-turn conversation (open + replay + context meter, gRPC; median of {RUNS})"
+    );
     println!(
         "  baseline, never compacted ({:.1} MB transcript):  median {b50:7.2} ms  p90 {b90:7.2} ms",
         plain as f64 / 1e6
