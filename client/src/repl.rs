@@ -569,7 +569,11 @@ async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
             visible(&session.title)
         )
     };
-    if let Ok(setup) = ctx.setup() {
+    if let Ok(mut setup) = ctx.setup() {
+        // -m wins for this run; else the conversation's own model.
+        if ctx.global.model.is_none() && !session.model.is_empty() {
+            setup.model = format!("{} (this conversation's /model)", session.model);
+        }
         header.push_str(&format!("\nmodel {}", setup.line()));
     }
     if ui.interactive {

@@ -441,6 +441,13 @@ fn model_switches_per_run_and_per_conversation_compact_for_a_smaller_window() {
     assert_code(&out, 0);
     assert_eq!(model.requests().last().unwrap().body["model"], "other");
     assert_eq!(status(&env)["model"], "tiny");
+    // The banner names the conversation's model.
+    let out = say(&env, "");
+    assert!(
+        stderr(&out).contains("model tiny (this conversation's /model)"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

@@ -120,6 +120,7 @@ pub fn summary(doc: &SessionDoc) -> SessionSummary {
             }),
         location: String::new(),
         machine: String::new(),
+        model: doc.model.clone().unwrap_or_default(),
     }
 }
 

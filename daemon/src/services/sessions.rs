@@ -166,6 +166,7 @@ impl SessionsService {
                 forked_from: None,
                 location: "remote".to_owned(),
                 machine: row.machine,
+                model: String::new(),
             });
         }
         merged.sort_by_key(|s| std::cmp::Reverse(s.updated_at.map_or(0, |t| t.unix_ms)));
