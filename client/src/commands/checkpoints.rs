@@ -53,7 +53,11 @@ fn labels(cps: &[Checkpoint]) -> Vec<String> {
             vec![
                 cp.index.to_string(),
                 crate::when::human(cp.created_at.as_ref()),
-                one_line(&cp.last_user_message, 60),
+                if cp.note.is_empty() {
+                    one_line(&cp.last_user_message, 60)
+                } else {
+                    format!("({})", cp.note)
+                },
             ]
         })
         .collect();
@@ -84,6 +88,7 @@ pub async fn checkpoints(ctx: &Ctx, as_json: bool) -> CliResult<()> {
                     "last_user_message": cp.last_user_message,
                     "last_assistant_message": cp.last_assistant_message,
                     "transcript_len": cp.transcript_len,
+                    "note": if cp.note.is_empty() { Value::Null } else { json!(cp.note) },
                     "usage": crate::usage::json(&usage),
                 })
             })
