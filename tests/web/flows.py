@@ -88,7 +88,11 @@ def send(driver, arg):
     driver.find_element(By.ID, "send").click()
     browser.wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#live .msg.assistant").get_attribute("data-finished"))
     reply = driver.find_element(By.CSS_SELECTOR, "#live .msg.assistant")
-    return {"finished": reply.get_attribute("data-finished"), "answer": driver.find_element(By.ID, "answer").text}
+    return {
+        "finished": reply.get_attribute("data-finished"),
+        "answer": driver.find_element(By.ID, "answer").text,
+        "deltas": int(reply.get_attribute("data-deltas") or 0),
+    }
 
 
 def approve(driver, arg):

@@ -282,7 +282,7 @@ async function runTurn(data, box, send, stop, live) {
   stop.onclick = () => { if (turn) post("turn/stop", { turn }).catch(() => {}); state("stopping…"); };
   const handle = (name, d) => {
     if (name === "turn") { turn = d.turn; stop.disabled = false; }
-    else if (name === "text") said.append(d.text);
+    else if (name === "text") { said.append(d.text); reply.dataset.deltas = String(Number(reply.dataset.deltas || 0) + 1); }
     else if (name === "chunk") chunks += d.text;
     else if (name === "tool_call") {
       let shown = d.arguments;
