@@ -67,7 +67,12 @@ impl Drop for WebView {
 }
 
 /// One HTTP/1.1 exchange with exactly these headers: (status, head, body).
-fn http(port: u16, request_line: &str, headers: &[(&str, &str)], body: &str) -> (u16, String, String) {
+fn http(
+    port: u16,
+    request_line: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let mut req = format!("{request_line} HTTP/1.1\r\nConnection: close\r\n");
     for (k, v) in headers {
@@ -100,7 +105,13 @@ fn a_request_without_the_token_gets_nothing() {
     conversation(&env, &model, "Secret plans", "true");
     let web = WebView::start(&env, &model, &[]);
     let host = web.host();
-    for path in ["/api/sessions", "/", "/app.js", "/?token=0000", "/api/search?q=Secret"] {
+    for path in [
+        "/api/sessions",
+        "/",
+        "/app.js",
+        "/?token=0000",
+        "/api/search?q=Secret",
+    ] {
         let (status, _, body) = http(web.port, &format!("GET {path}"), &[("Host", &host)], "");
         assert_eq!(status, 401, "{path}: {body}");
         assert!(!body.contains("Secret"), "{path}: {body}");
@@ -112,7 +123,10 @@ fn a_request_without_the_token_gets_nothing() {
     let cookie_line = head.lines().find(|l| l.starts_with("set-cookie:")).unwrap();
     assert!(cookie_line.contains("httponly"), "{cookie_line}");
     assert!(cookie_line.contains("samesite=strict"), "{cookie_line}");
-    assert!(head.contains("location: /\r\n") || head.ends_with("location: /"), "{head}");
+    assert!(
+        head.contains("location: /\r\n") || head.ends_with("location: /"),
+        "{head}"
+    );
     // …which every later call needs; with it the data is there.
     let cookie = web.cookie();
     let (status, head, body) = http(
@@ -123,7 +137,10 @@ fn a_request_without_the_token_gets_nothing() {
     );
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("Secret plans"), "{body}");
-    assert!(head.contains("content-security-policy: default-src 'none'"), "{head}");
+    assert!(
+        head.contains("content-security-policy: default-src 'none'"),
+        "{head}"
+    );
     assert!(!head.contains("access-control-allow"), "no CORS: {head}");
     // A wrong cookie is no cookie.
     let wrong = format!("agentx_web_{}=0{}", web.port, &web.token[1..]);
@@ -146,7 +163,12 @@ fn a_foreign_host_is_refused_even_with_the_cookie() {
     let foreign = format!("attacker.example:{}", web.port);
     let localhost = format!("localhost:{}", web.port);
     let other_port = format!("127.0.0.1:{}", web.port.wrapping_add(1));
-    for host in [foreign.as_str(), localhost.as_str(), other_port.as_str(), "127.0.0.1"] {
+    for host in [
+        foreign.as_str(),
+        localhost.as_str(),
+        other_port.as_str(),
+        "127.0.0.1",
+    ] {
         let (status, _, body) = http(
             web.port,
             "GET /api/sessions",
@@ -166,7 +188,12 @@ fn a_cross_origin_post_is_refused() {
     let web = WebView::start(&env, &model, &[]);
     let (host, cookie, origin) = (web.host(), web.cookie(), web.origin());
     let body = json!({"id": id, "checkpoint": 1}).to_string();
-    let count = || json_out(&env.run(["sessions", "--json"])).as_array().unwrap().len();
+    let count = || {
+        json_out(&env.run(["sessions", "--json"]))
+            .as_array()
+            .unwrap()
+            .len()
+    };
     let before = count();
     for bad in [Some("http://attacker.example"), Some("null"), None] {
         let mut headers = vec![
@@ -205,7 +232,10 @@ fn browser_python() -> Option<PathBuf> {
     let python = root.join(".venv-tests/bin/python");
     let missing = [
         ("/usr/bin/chromium", PathBuf::from("/usr/bin/chromium")),
-        ("/usr/bin/chromedriver", PathBuf::from("/usr/bin/chromedriver")),
+        (
+            "/usr/bin/chromedriver",
+            PathBuf::from("/usr/bin/chromedriver"),
+        ),
         (".venv-tests (run .ci/run)", python.clone()),
     ]
     .into_iter()
@@ -257,16 +287,27 @@ fn flow(python: &PathBuf, web: &WebView, name: &str, arg: Value) -> Value {
 
 #[test]
 fn the_page_lists_opens_and_reads_with_tool_calls_folded() {
-    let Some(python) = browser_python() else { return };
+    let Some(python) = browser_python() else {
+        return;
+    };
     let env = TestEnv::new();
     let model = FakeModel::start();
     conversation(&env, &model, "Older one", "echo first-output");
-    let out = env.chat(&model, ["--auto", "new"], "CALL echo tool-said-hello\nplain question\n");
+    let out = env.chat(
+        &model,
+        ["--auto", "new"],
+        "CALL echo tool-said-hello\nplain question\n",
+    );
     assert_code(&out, 0);
     assert_code(&env.run(["rename", "Newer one"]), 0);
     let web = WebView::start(&env, &model, &[]);
     let got = flow(&python, &web, "read", json!({"title": "Newer one"}));
-    let titles: Vec<&str> = got["titles"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let titles: Vec<&str> = got["titles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
     let newer = titles.iter().position(|t| *t == "Newer one").unwrap();
     let older = titles.iter().position(|t| *t == "Older one").unwrap();
     assert!(newer < older, "newest first: {titles:?}");
@@ -276,13 +317,18 @@ fn the_page_lists_opens_and_reads_with_tool_calls_folded() {
     assert_eq!(got["tools_folded"], json!([true]), "{got}");
     assert_eq!(got["tool_text_hidden"], json!([true]), "{got}");
     let opened = got["first_tool_opened"].as_str().unwrap();
-    assert!(opened.contains("tool-said-hello\n"), "the output, once unfolded: {opened}");
+    assert!(
+        opened.contains("tool-said-hello\n"),
+        "the output, once unfolded: {opened}"
+    );
     assert!(got["checkpoints"].as_u64().unwrap() >= 2, "{got}");
 }
 
 #[test]
 fn searching_in_the_page_finds_and_opens_the_conversation() {
-    let Some(python) = browser_python() else { return };
+    let Some(python) = browser_python() else {
+        return;
+    };
     let env = TestEnv::new();
     let model = FakeModel::start();
     conversation(&env, &model, "Needle holder", "echo zebracorn-42");
@@ -292,17 +338,30 @@ fn searching_in_the_page_finds_and_opens_the_conversation() {
     let got = flow(&python, &web, "search", json!({"query": "zebracorn"}));
     assert_eq!(got["hits"][0], "Needle holder", "{got}");
     assert!(!got["hits"].to_string().contains("Haystack"), "{got}");
-    assert!(got["marks"].to_string().to_lowercase().contains("zebracorn"), "{got}");
+    assert!(
+        got["marks"]
+            .to_string()
+            .to_lowercase()
+            .contains("zebracorn"),
+        "{got}"
+    );
     assert_eq!(got["opened"], "Needle holder");
 }
 
 #[test]
 fn a_message_s_diff_shows_in_the_page() {
-    let Some(python) = browser_python() else { return };
+    let Some(python) = browser_python() else {
+        return;
+    };
     let env = TestEnv::new();
     let model = FakeModel::start();
     std::fs::write(env.work.join("notes.txt"), "alpha\nbeta\n").unwrap();
-    conversation(&env, &model, "Edits", "printf 'alpha\\ngamma\\n' > notes.txt; printf 'x\\n' > new.txt");
+    conversation(
+        &env,
+        &model,
+        "Edits",
+        "printf 'alpha\\ngamma\\n' > notes.txt; printf 'x\\n' > new.txt",
+    );
     let web = WebView::start(&env, &model, &[]);
     let got = flow(&python, &web, "diff", json!({"title": "Edits"}));
     assert_eq!(got["files"], json!(["new.txt", "notes.txt"]), "{got}");
@@ -312,7 +371,9 @@ fn a_message_s_diff_shows_in_the_page() {
 
 #[test]
 fn undo_in_the_page_shows_the_plan_and_restores_after_confirmation() {
-    let Some(python) = browser_python() else { return };
+    let Some(python) = browser_python() else {
+        return;
+    };
     let env = TestEnv::new();
     let model = FakeModel::start();
     let marker = env.work.join("marker.txt");
@@ -320,24 +381,51 @@ fn undo_in_the_page_shows_the_plan_and_restores_after_confirmation() {
     conversation(&env, &model, "Oops", "printf 'clobbered\\n' > marker.txt");
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "clobbered\n");
     let web = WebView::start(&env, &model, &[]);
-    let got = flow(&python, &web, "undo", json!({"title": "Oops", "marker": marker}));
-    assert!(got["plan"].as_str().unwrap().contains("marker.txt"), "{got}");
-    assert_eq!(got["before_confirm"], "clobbered\n", "the plan changes nothing");
-    assert!(got["done"].as_str().unwrap().contains("1 path(s) restored"), "{got}");
+    let got = flow(
+        &python,
+        &web,
+        "undo",
+        json!({"title": "Oops", "marker": marker}),
+    );
+    assert!(
+        got["plan"].as_str().unwrap().contains("marker.txt"),
+        "{got}"
+    );
+    assert_eq!(
+        got["before_confirm"], "clobbered\n",
+        "the plan changes nothing"
+    );
+    assert!(
+        got["done"].as_str().unwrap().contains("1 path(s) restored"),
+        "{got}"
+    );
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "original\n");
 }
 
 #[test]
 fn a_message_sent_from_the_page_streams_and_the_cli_sees_the_turn() {
-    let Some(python) = browser_python() else { return };
+    let Some(python) = browser_python() else {
+        return;
+    };
     let env = TestEnv::new();
     let model = FakeModel::start();
     let id = conversation(&env, &model, "Chat", "true");
     let web = WebView::start(&env, &model, &[]);
-    let got = flow(&python, &web, "send", json!({"title": "Chat", "message": "hello from the page"}));
+    let got = flow(
+        &python,
+        &web,
+        "send",
+        json!({"title": "Chat", "message": "hello from the page"}),
+    );
     assert_eq!(got["finished"], "completed", "{got}");
-    assert_eq!(got["answer"], "echo: hello from the page [turns seen: 2]", "{got}");
-    assert!(got["deltas"].as_u64().unwrap() > 1, "streamed in pieces: {got}");
+    assert_eq!(
+        got["answer"], "echo: hello from the page [turns seen: 2]",
+        "{got}"
+    );
+    assert!(
+        got["deltas"].as_u64().unwrap() > 1,
+        "streamed in pieces: {got}"
+    );
     let status = json_out(&env.run(["status", "--json"]));
     assert_eq!(status["session_id"], id.as_str());
     assert_eq!(status["turns"], 2, "{status}");
@@ -354,7 +442,9 @@ fn a_message_sent_from_the_page_streams_and_the_cli_sees_the_turn() {
 
 #[test]
 fn a_tool_call_is_approved_in_the_page() {
-    let Some(python) = browser_python() else { return };
+    let Some(python) = browser_python() else {
+        return;
+    };
     let env = TestEnv::new();
     let model = FakeModel::start();
     conversation(&env, &model, "Ask me", "true");
@@ -365,8 +455,17 @@ fn a_tool_call_is_approved_in_the_page() {
         "approve",
         json!({"title": "Ask me", "message": "CALL touch approved.txt"}),
     );
-    assert!(got["prompt"].as_str().unwrap().contains("touch approved.txt"), "{got}");
-    assert_eq!(got["focused"], "approve", "the decision has the keyboard focus");
+    assert!(
+        got["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("touch approved.txt"),
+        "{got}"
+    );
+    assert_eq!(
+        got["focused"], "approve",
+        "the decision has the keyboard focus"
+    );
     assert_eq!(got["finished"], "completed", "{got}");
     assert!(env.work.join("approved.txt").exists(), "{got}");
     assert!(got["tool"].to_string().contains("exit 0"), "{got}");
@@ -374,16 +473,28 @@ fn a_tool_call_is_approved_in_the_page() {
 
 #[test]
 fn the_suite_takes_the_readme_screenshot() {
-    let Some(python) = browser_python() else { return };
+    let Some(python) = browser_python() else {
+        return;
+    };
     let env = TestEnv::new();
     let model = FakeModel::start();
     std::fs::write(env.work.join("README.md"), "# demo\n").unwrap();
-    conversation(&env, &model, "Tidy the README", "printf '# demo\\n\\nUsage: run it.\\n' > README.md");
+    conversation(
+        &env,
+        &model,
+        "Tidy the README",
+        "printf '# demo\\n\\nUsage: run it.\\n' > README.md",
+    );
     let out = env.chat(&model, Vec::<&str>::new(), "thanks, that reads well\n");
     assert_code(&out, 0);
     let web = WebView::start(&env, &model, &[]);
     let shot = env.root().join("web.png");
-    flow(&python, &web, "screenshot", json!({"title": "Tidy the README", "path": shot, "width": 900, "height": 620}));
+    flow(
+        &python,
+        &web,
+        "screenshot",
+        json!({"title": "Tidy the README", "path": shot, "width": 900, "height": 620}),
+    );
     let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
     assert!(png.len() > 10_000, "a real page, not a blank one");

@@ -193,10 +193,7 @@ fn changes_json(list: &[PlannedChange]) -> Vec<Value> {
 }
 
 /// What an undo or rewind would do, without doing it.
-pub async fn plan_restore(
-    State(web): State<Arc<Web>>,
-    Json(body): Json<RestoreBody>,
-) -> ApiResult {
+pub async fn plan_restore(State(web): State<Arc<Web>>, Json(body): Json<RestoreBody>) -> ApiResult {
     let request = body.request(&web)?;
     let plan = SnapshotsClient::new(web.channel.clone())
         .plan_restore(request)

@@ -76,7 +76,12 @@ fn same(a: &str, b: &str) -> bool {
 }
 
 fn refuse(status: StatusCode, why: &'static str) -> Response {
-    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], why).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        why,
+    )
+        .into_response()
 }
 
 /// Checks every request: Host, then Origin on changes, then the cookie

@@ -84,32 +84,32 @@ fn stream(
     registered: Registered,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let head = futures_util::stream::iter([Ok(first)]);
-    let rest = futures_util::stream::unfold(
-        Some((events, registered)),
-        |state| async move {
-            let (mut events, registered) = state?;
-            match events.message().await {
-                Ok(Some(event)) => {
-                    let (name, data) = event_json(event);
-                    let done = name == "finished";
-                    let next = (!done).then_some((events, registered));
-                    Some((Ok(Event::default().event(name).data(data.to_string())), next))
-                }
-                Ok(None) => Some((
-                    Ok(Event::default().event("error").data(
-                        json!({"error": "agentd ended the turn without a result"}).to_string(),
-                    )),
-                    None,
-                )),
-                Err(status) => Some((
-                    Ok(Event::default()
-                        .event("error")
-                        .data(json!({"error": crate::turn::cut_short(&status).message}).to_string())),
-                    None,
-                )),
+    let rest = futures_util::stream::unfold(Some((events, registered)), |state| async move {
+        let (mut events, registered) = state?;
+        match events.message().await {
+            Ok(Some(event)) => {
+                let (name, data) = event_json(event);
+                let done = name == "finished";
+                let next = (!done).then_some((events, registered));
+                Some((
+                    Ok(Event::default().event(name).data(data.to_string())),
+                    next,
+                ))
             }
-        },
-    );
+            Ok(None) => Some((
+                Ok(Event::default()
+                    .event("error")
+                    .data(json!({"error": "agentd ended the turn without a result"}).to_string())),
+                None,
+            )),
+            Err(status) => Some((
+                Ok(Event::default()
+                    .event("error")
+                    .data(json!({"error": crate::turn::cut_short(&status).message}).to_string())),
+                None,
+            )),
+        }
+    });
     futures_util::StreamExt::chain(head, rest)
 }
 
@@ -128,7 +128,10 @@ fn event_json(event: TurnEvent) -> (&'static str, Value) {
             "approval",
             json!({ "call_id": a.call_id, "command": a.command }),
         ),
-        Some(E::ToolOutput(o)) => ("tool_output", json!({ "call_id": o.call_id, "text": o.text })),
+        Some(E::ToolOutput(o)) => (
+            "tool_output",
+            json!({ "call_id": o.call_id, "text": o.text }),
+        ),
         Some(E::ToolResult(r)) => (
             "tool_result",
             json!({

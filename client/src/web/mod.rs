@@ -68,7 +68,10 @@ pub async fn run(ctx: &Ctx, no_open: bool, port: Option<u16>) -> CliResult<()> {
     let app = router(Arc::clone(&web));
     println!("{url}");
     let _ = std::io::stdout().flush();
-    eprintln!("agentx web: serving {} on {bound} (Ctrl-C stops it)", ctx.scope.folder);
+    eprintln!(
+        "agentx web: serving {} on {bound} (Ctrl-C stops it)",
+        ctx.scope.folder
+    );
     if !no_open {
         open_browser(&url);
     }

@@ -152,6 +152,7 @@ async function listView(params) {
     list,
   );
   document.body.dataset.ready = "list";
+  document.body.dataset.readyAt = String(performance.now());
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));
 }
 
@@ -226,6 +227,7 @@ async function conversationView(params) {
     composer(data),
   );
   document.body.dataset.ready = "conversation";
+  document.body.dataset.readyAt = String(performance.now());
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));
 }
 

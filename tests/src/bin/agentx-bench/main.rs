@@ -18,6 +18,7 @@ mod remote;
 mod search;
 mod snapshots;
 mod turns;
+mod web;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,6 +30,7 @@ fn main() -> anyhow::Result<()> {
             "snapshots",
             "search",
             "remote",
+            "web",
         ]
     } else {
         args.iter().map(String::as_str).collect()
@@ -41,6 +43,7 @@ fn main() -> anyhow::Result<()> {
             "snapshots" => snapshots::bench_snapshots()?,
             "search" => search::bench_search()?,
             "remote" => remote::bench_remote()?,
+            "web" => web::bench_web()?,
             other => {
                 bail!(
                     "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote"
