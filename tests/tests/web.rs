@@ -325,6 +325,21 @@ fn the_page_lists_opens_and_reads_with_tool_calls_folded() {
 }
 
 #[test]
+fn an_item_kind_the_page_does_not_know_is_shown_as_stored() {
+    let Some(python) = browser_python() else { return };
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    conversation(&env, &model, "Compacted", "true");
+    let web = WebView::start(&env, &model, &[]);
+    let got = flow(&python, &web, "unknown", json!({"title": "Compacted"}));
+    let summary = got["summary"].as_str().unwrap();
+    assert!(summary.contains("compaction"), "{got}");
+    assert!(summary.contains("Earlier turns, summed up"), "{got}");
+    assert!(got["body"].as_str().unwrap().contains("\"tokens_after\": 8000"), "{got}");
+    assert!(got["messages"].to_string().contains("CALL true"), "the rest still renders: {got}");
+}
+
+#[test]
 fn searching_in_the_page_finds_and_opens_the_conversation() {
     let Some(python) = browser_python() else {
         return;
@@ -438,6 +453,25 @@ fn a_message_sent_from_the_page_streams_and_the_cli_sees_the_turn() {
         "{}",
         agentx_tests::stdout(&out)
     );
+}
+
+#[test]
+fn stop_in_the_page_cancels_the_turn() {
+    let Some(python) = browser_python() else { return };
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    conversation(&env, &model, "Long answer", "true");
+    model.stall_when_prompt_contains("TAKE-YOUR-TIME", std::time::Duration::from_secs(120));
+    let web = WebView::start(&env, &model, &[]);
+    let got = flow(
+        &python,
+        &web,
+        "stop",
+        json!({"title": "Long answer", "message": "TAKE-YOUR-TIME please"}),
+    );
+    assert_eq!(got["finished"], "interrupted", "{got}");
+    let status = json_out(&env.run(["status", "--json"]));
+    assert!(status["interrupted"].is_object(), "the CLI sees it interrupted: {status}");
 }
 
 #[test]

@@ -113,6 +113,44 @@ def approve(driver, arg):
     }
 
 
+def stop(driver, arg):
+    open_conversation(driver, arg["title"])
+    driver.find_element(By.ID, "message").send_keys(arg["message"])
+    driver.find_element(By.ID, "send").click()
+    button = browser.wait(driver, lambda d: d.find_element(By.ID, "stop") if d.find_element(By.ID, "stop").is_enabled() else None)
+    button.click()
+    browser.wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#live .msg.assistant").get_attribute("data-finished"))
+    return {
+        "finished": driver.find_element(By.CSS_SELECTOR, "#live .msg.assistant").get_attribute("data-finished"),
+        "state": driver.find_element(By.ID, "turn-state").text,
+    }
+
+
+def unknown(driver, arg):
+    """A transcript item of a kind this page does not know (say agentd grew a
+    compaction record) is shown as it is, and the rest still renders."""
+    browser.ready(driver, "list")
+    driver.execute_script(
+        """
+        const real = window.fetch;
+        window.fetch = async (...args) => {
+          const res = await real(...args);
+          if (!String(args[0]).startsWith("/api/transcript")) return res;
+          const body = await res.json();
+          body.items.splice(1, 0, {index: 9999, type: "compaction", at: "2026-01-01T00:00:00Z",
+            summary: "Earlier turns, summed up", tokens_before: 120000, tokens_after: 8000});
+          return new Response(JSON.stringify(body), {status: 200, headers: {"Content-Type": "application/json"}});
+        };
+        """
+    )
+    driver.find_element(By.LINK_TEXT, arg["title"]).click()
+    browser.ready(driver, "conversation")
+    item = driver.find_element(By.CSS_SELECTOR, '#transcript details.unknown[data-type="compaction"]')
+    summary = item.find_element(By.TAG_NAME, "summary").text
+    item.find_element(By.TAG_NAME, "summary").click()
+    return {"summary": summary, "body": item.text, "messages": texts(driver, "#transcript .msg .text")}
+
+
 def screenshot(driver, arg):
     open_conversation(driver, arg["title"])
     for details in driver.find_elements(By.CSS_SELECTOR, "#transcript details.tool")[:1]:
