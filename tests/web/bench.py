@@ -16,6 +16,7 @@ def main():
         browser.ready(driver, "list")
         origin = url.split("/?")[0]
         out = {}
+        complete = []
         for name, (route, view) in pages.items():
             times = []
             for _ in range(runs + 1):
@@ -23,7 +24,13 @@ def main():
                 driver.get(origin + "/" + route)
                 browser.ready(driver, view)
                 times.append(float(driver.execute_script("return document.body.dataset.readyAt")))
+                if view == "list":
+                    browser.wait(driver, lambda d: d.execute_script("return document.body.dataset.completeAt"))
+                    complete.append(float(driver.execute_script("return document.body.dataset.completeAt")))
             out[name] = times[1:]  # the first load warms the caches
+            if complete:
+                out[name + "_complete"] = complete[1:]
+                complete = []
         print(json.dumps(out))
     finally:
         driver.quit()

@@ -28,7 +28,7 @@ pub struct Web {
     pub channel: Channel,
     /// The folder and agent `agentx web` was started for (the default scope).
     pub scope: Scope,
-    /// Provider settings for turns; `None` with the reason when unusable.
+    /// Provider settings for turns, or why turns cannot be sent (no key).
     pub provider: Result<ProviderSettings, String>,
     pub approval: ApprovalPolicy,
     pub guard: guard::Guard,

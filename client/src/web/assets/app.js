@@ -143,7 +143,18 @@ async function listView(params) {
     if (kids) li.append(el("ul", { "aria-label": "forks" }, kids.map(item)));
     return li;
   };
-  const list = el("ul", { class: "sessions", id: "sessions" }, roots.map(item));
+  // The first screenful now; the rest in slices that never block input.
+  const FIRST = 150;
+  const list = el("ul", { class: "sessions", id: "sessions" }, roots.slice(0, FIRST).map(item));
+  let next = FIRST;
+  const more = () => {
+    if (next >= roots.length) { document.body.dataset.completeAt = String(performance.now()); return; }
+    const frag = document.createDocumentFragment();
+    for (const s of roots.slice(next, next + 500)) frag.append(item(s));
+    next += 500;
+    list.append(frag);
+    setTimeout(more, 0);
+  };
   show(
     el("h1", { text: "Conversations" }),
     form,
@@ -151,8 +162,10 @@ async function listView(params) {
     data.remote_note ? el("p", { class: "note", text: data.remote_note }) : null,
     list,
   );
+  delete document.body.dataset.completeAt;
   document.body.dataset.ready = "list";
   document.body.dataset.readyAt = String(performance.now());
+  setTimeout(more, 0);
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));
 }
 

@@ -156,6 +156,10 @@ pub fn bench_web() -> anyhow::Result<()> {
         if list <= LIST_TARGET { "ok" } else { "OVER" }
     );
     println!(
+        "  … all {CONVERSATIONS} rows in the page: median {:.0} ms",
+        median(get("list_complete"))
+    );
+    println!(
         "  page of a {LONG_TURNS}-turn conversation: median {long:.0} ms (target ≤ {LONG_TARGET:.0} ms) {}",
         if long <= LONG_TARGET { "ok" } else { "OVER" }
     );
