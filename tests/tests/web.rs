@@ -326,7 +326,9 @@ fn the_page_lists_opens_and_reads_with_tool_calls_folded() {
 
 #[test]
 fn an_item_kind_the_page_does_not_know_is_shown_as_stored() {
-    let Some(python) = browser_python() else { return };
+    let Some(python) = browser_python() else {
+        return;
+    };
     let env = TestEnv::new();
     let model = FakeModel::start();
     conversation(&env, &model, "Compacted", "true");
@@ -335,8 +337,17 @@ fn an_item_kind_the_page_does_not_know_is_shown_as_stored() {
     let summary = got["summary"].as_str().unwrap();
     assert!(summary.contains("compaction"), "{got}");
     assert!(summary.contains("Earlier turns, summed up"), "{got}");
-    assert!(got["body"].as_str().unwrap().contains("\"tokens_after\": 8000"), "{got}");
-    assert!(got["messages"].to_string().contains("CALL true"), "the rest still renders: {got}");
+    assert!(
+        got["body"]
+            .as_str()
+            .unwrap()
+            .contains("\"tokens_after\": 8000"),
+        "{got}"
+    );
+    assert!(
+        got["messages"].to_string().contains("CALL true"),
+        "the rest still renders: {got}"
+    );
 }
 
 #[test]
@@ -457,7 +468,9 @@ fn a_message_sent_from_the_page_streams_and_the_cli_sees_the_turn() {
 
 #[test]
 fn stop_in_the_page_cancels_the_turn() {
-    let Some(python) = browser_python() else { return };
+    let Some(python) = browser_python() else {
+        return;
+    };
     let env = TestEnv::new();
     let model = FakeModel::start();
     conversation(&env, &model, "Long answer", "true");
@@ -471,7 +484,10 @@ fn stop_in_the_page_cancels_the_turn() {
     );
     assert_eq!(got["finished"], "interrupted", "{got}");
     let status = json_out(&env.run(["status", "--json"]));
-    assert!(status["interrupted"].is_object(), "the CLI sees it interrupted: {status}");
+    assert!(
+        status["interrupted"].is_object(),
+        "the CLI sees it interrupted: {status}"
+    );
 }
 
 #[test]
