@@ -208,6 +208,15 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Serve the web view on 127.0.0.1 and print its URL (with a token).
+    Web {
+        /// Print the URL only; do not open a browser.
+        #[arg(long)]
+        no_open: bool,
+        /// Port to listen on (default: any free port).
+        #[arg(long, value_name = "N")]
+        port: Option<u16>,
+    },
     /// Retained one-shot states (failed or interrupted).
     Oneshots {
         /// Print JSON instead of text.

@@ -14,6 +14,7 @@ mod show;
 mod turn;
 mod ui;
 mod usage;
+mod web;
 mod when;
 
 use std::process::ExitCode;
@@ -178,6 +179,7 @@ async fn dispatch(ctx: &Ctx, command: Command) -> CliResult<()> {
             commands::snapshots::rewind(ctx, index, yes, force).await
         }
         Command::Oneshots { json, action } => commands::oneshots::run(ctx, json, action).await,
+        Command::Web { no_open, port } => web::run(ctx, no_open, port).await,
         Command::Daemon { .. } | Command::Completions { .. } | Command::Man => Ok(()),
     }
 }

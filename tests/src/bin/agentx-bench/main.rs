@@ -19,6 +19,7 @@ mod remote;
 mod search;
 mod snapshots;
 mod turns;
+mod web;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -31,6 +32,7 @@ fn main() -> anyhow::Result<()> {
             "search",
             "remote",
             "context",
+            "web",
         ]
     } else {
         args.iter().map(String::as_str).collect()
@@ -47,9 +49,10 @@ fn main() -> anyhow::Result<()> {
                 context::bench_context()?;
                 context_accounting()?;
             }
+            "web" => web::bench_web()?,
             other => {
                 bail!(
-                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context"
+                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web"
                 )
             }
         }
