@@ -37,7 +37,14 @@ pub fn import(data: &[u8]) -> Result<(), String> {
     let document = agentx_shared::export::Document::parse(text).map_err(|e| e.to_string())?;
     let c = document.conversation;
     let (journal, offsets) = fork::journal_of(&c.transcript).map_err(|e| e.to_string())?;
-    let doc = fork::imported_doc(&c, "s".into(), "/f", "agent", journal.len() as u64, &offsets);
+    let doc = fork::imported_doc(
+        &c,
+        "s".into(),
+        "/f",
+        "agent",
+        journal.len() as u64,
+        &offsets,
+    );
     let path = Path::new("/fuzz/s.jsonl");
     match session::parse_journal(journal.as_slice(), journal.len() as u64, path) {
         Ok(items) => assert_eq!(
