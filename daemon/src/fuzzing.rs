@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::snapshot;
 use crate::snapshot::manifest::{Manifest, Stored};
-use crate::store::session;
+use crate::store::{fork, session};
 use crate::turn::{chat, responses, sse};
 
 /// The file name [`session_doc`] reads its bytes as: only a document whose
@@ -25,6 +25,38 @@ pub fn session_doc(data: &[u8]) -> Result<(), String> {
     match session::parse_doc(&written, path) {
         Ok((again, _)) => assert_eq!(again, doc, "the document changed when written and read"),
         Err(e) => panic!("a written document does not load: {e}"),
+    }
+    Ok(())
+}
+
+/// An export file as `agentx import` reads it: one that parses becomes a
+/// journal and a state document, and both must read back as what they came
+/// from (the journal has every transcript item; the document loads).
+pub fn import(data: &[u8]) -> Result<(), String> {
+    let text = std::str::from_utf8(data).map_err(|e| e.to_string())?;
+    let document = agentx_shared::export::Document::parse(text).map_err(|e| e.to_string())?;
+    let c = document.conversation;
+    let (journal, offsets) = fork::journal_of(&c.transcript).map_err(|e| e.to_string())?;
+    let doc = fork::imported_doc(
+        &c,
+        "s".into(),
+        "/f",
+        "agent",
+        journal.len() as u64,
+        &offsets,
+    );
+    let path = Path::new("/fuzz/s.jsonl");
+    match session::parse_journal(journal.as_slice(), journal.len() as u64, path) {
+        Ok(items) => assert_eq!(
+            items.len(),
+            c.transcript.len(),
+            "an imported journal lost items"
+        ),
+        Err(e) => panic!("an imported journal does not read back: {e}"),
+    }
+    let written = serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?;
+    if let Err(e) = session::parse_doc(&written, Path::new(SESSION_DOC_PATH)) {
+        panic!("an imported document does not load: {e}");
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! The daemon is a library with a thin binary (`src/main.rs`) so that fuzz
 //! targets and benchmarks can reach its on-disk readers; see [`fuzzing`].
 
+mod authority;
 #[doc(hidden)]
 pub mod benching;
 pub mod cli;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
 use tokio::sync::watch;
+use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::service::{InterceptorLayer, Routes};
 use tonic::transport::Server;
@@ -21,6 +22,7 @@ use agentx_shared::proto::sessions_server::SessionsServer;
 use agentx_shared::proto::snapshots_server::SnapshotsServer;
 use agentx_shared::proto::turns_server::TurnsServer;
 
+use crate::authority::AuthorityFix;
 use crate::listener::{Listener, remove_owned_socket};
 use crate::peer::PeerCheck;
 use crate::pidlock::{Check, PidLock};
@@ -97,7 +99,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     tokio::spawn(watch_signals(stop_tx));
     let stop_requested = wait_for_stop(stop_rx.clone());
 
-    let incoming = UnixListenerStream::new(listener);
+    // grpc-core clients name the socket's path as :authority, which h2
+    // refuses: each connection gets a usable one (see authority.rs).
+    let incoming = UnixListenerStream::new(listener).map(|c| c.map(AuthorityFix::new));
     announce_ready(&info);
 
     let server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop_requested));

@@ -6,8 +6,8 @@ use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use agentx_shared::proto::PingRequest;
 use agentx_shared::proto::daemon_client::DaemonClient;
+use agentx_shared::proto::{DaemonStatusRequest, PingRequest};
 use agentx_tests::{TestEnv, assert_code, stderr, stdout, wait_pid_gone};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -259,6 +259,16 @@ fn status_json_running(env: &TestEnv) -> bool {
     env.run(["daemon", "status"]).status.code() == Some(0)
 }
 
+/// The daemon's count of RPCs served, this status call included.
+async fn rpcs_served(client: &mut DaemonClient<tonic::transport::Channel>) -> u64 {
+    client
+        .status(DaemonStatusRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .rpcs_served
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_in_flight_rpcs_removes_the_socket_and_exits_0() {
     let env = TestEnv::new();
@@ -273,7 +283,9 @@ async fn sigterm_finishes_in_flight_rpcs_removes_the_socket_and_exits_0() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let mut client = DaemonClient::new(channel);
+    let mut client = DaemonClient::new(channel.clone());
+    let mut watcher = DaemonClient::new(channel);
+    let before = rpcs_served(&mut watcher).await;
     let in_flight = tokio::spawn(async move {
         client
             .ping(PingRequest {
@@ -282,17 +294,34 @@ async fn sigterm_finishes_in_flight_rpcs_removes_the_socket_and_exits_0() {
             })
             .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The ping is in flight once agentd has counted it: every status call
+    // counts itself, so the count runs one ahead of the polls.
+    let mut polls = 0;
+    loop {
+        polls += 1;
+        if rpcs_served(&mut watcher).await - before - polls == 1 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
     let sent = Instant::now();
     kill(Pid::from_raw(daemon.id() as i32), Signal::SIGTERM).unwrap();
 
-    // New connections are refused while it drains.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // New connections are refused while it drains: the socket stops
+    // answering before the in-flight ping ends.
+    while agentx_shared::transport::connect(&env.socket())
+        .await
+        .is_ok()
+    {
+        assert!(
+            sent.elapsed() < Duration::from_secs(5),
+            "a stopping daemon kept accepting connections"
+        );
+        tokio::task::yield_now().await;
+    }
     assert!(
-        agentx_shared::transport::connect(&env.socket())
-            .await
-            .is_err(),
-        "a stopping daemon accepted a new connection"
+        !in_flight.is_finished(),
+        "the socket was refused only after the in-flight RPC ended"
     );
     let reply = in_flight.await.unwrap().expect("in-flight RPC was cut off");
     assert_eq!(reply.into_inner().payload, b"still here");

@@ -352,17 +352,31 @@ fn two_hundred_at_once_with_twenty_killed_keeps_exactly_those_twenty() {
     assert_fan_out(&env, &model, 200, 20);
 }
 
+/// Proves overlap: the fake holds every one-shot's request open until the
+/// interactive turn's request arrives, and the interactive turn starts only
+/// once all 200 one-shot requests are in. So all of them branched from the
+/// two-turn checkpoint (exactly 3 turns seen), and the interactive turn ran
+/// while they were in flight.
 #[test]
 fn an_interactive_turn_during_a_fan_out_completes_normally() {
-    let env = TestEnv::new();
+    let mut env = TestEnv::new();
+    // Held streams are silent until released: no stall detection meanwhile.
+    env.extra_env
+        .push(("AGENTX_STREAM_IDLE_MS".into(), "600000".into()));
     let model = FakeModel::start();
     assert_code(
         &env.chat(&model, Vec::<&str>::new(), "base one\nbase two\n"),
         0,
     );
+    model.hold_until("echo: prompt ", "echo: during");
+    let base = model.requests().len();
     let (during, (fast, _)) = std::thread::scope(|scope| {
         let handle = scope.spawn(|| {
-            std::thread::sleep(Duration::from_millis(300));
+            assert!(
+                model.wait_for_requests(base + 200, Duration::from_secs(120)),
+                "the one-shots' requests did not all arrive"
+            );
+            assert_eq!(model.completed_responses(), 2, "a one-shot was not held");
             env.chat(&model, Vec::<&str>::new(), "during\n")
         });
         let result = fan_out(&env, &model, 200, 0);
@@ -372,13 +386,12 @@ fn an_interactive_turn_during_a_fan_out_completes_normally() {
     assert_eq!(stdout(&during), "echo: during [turns seen: 3]\n");
     for (i, out) in &fast {
         assert_code(out, 0);
-        // Branched before the interactive turn finished (3) or after it (4);
-        // never anything from a sibling.
-        let text = stdout(out);
-        assert!(
-            text == format!("echo: prompt {i} [turns seen: 3]\n")
-                || text == format!("echo: prompt {i} [turns seen: 4]\n"),
-            "one-shot {i}: {text}"
+        // Branched from the two-turn checkpoint; never anything from a
+        // sibling or from the interactive turn.
+        assert_eq!(
+            stdout(out),
+            format!("echo: prompt {i} [turns seen: 3]\n"),
+            "one-shot {i}"
         );
     }
     let status = json_out(&env.run(["status", "--json"]));

@@ -265,6 +265,14 @@ impl Blobs {
         let loc = self.index.get(hash).ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotFound, "blob missing from the store")
         })?;
+        // The index's size is untrusted: no stored file is larger than
+        // MAX_FILE, and decompression stops at the size (a bomb is an error).
+        if loc.raw > super::scan::MAX_FILE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "blob larger than any stored file",
+            ));
+        }
         let compressed = self.read_compressed(loc)?;
         let data =
             zstd::bulk::decompress(&compressed, usize::try_from(loc.raw).unwrap_or(0).max(1))?;
@@ -422,4 +430,39 @@ pub fn compress(data: &[u8]) -> io::Result<Vec<u8>> {
             None => Err(io::Error::other("no compressor")),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blob_whose_index_claims_a_huge_size_is_an_error_not_an_allocation() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = vec![0u8; 1 << 20];
+        let hash = *blake3::hash(&data).as_bytes();
+        let compressed = zstd::bulk::compress(&data, 1).unwrap();
+        std::fs::write(pack_path(tmp.path(), 1), &compressed).unwrap();
+        let loc = |raw| Loc {
+            pack: 1,
+            offset: 0,
+            len: compressed.len() as u32,
+            raw,
+        };
+        // As written, the blob reads back.
+        std::fs::write(
+            idx_path(tmp.path(), 1),
+            encode_index(&[(hash, loc(1 << 20))]),
+        )
+        .unwrap();
+        assert_eq!(Blobs::open(tmp.path()).unwrap().read(&hash).unwrap(), data);
+        // An index that claims a terabyte is refused before any allocation.
+        std::fs::write(
+            idx_path(tmp.path(), 1),
+            encode_index(&[(hash, loc(1 << 40))]),
+        )
+        .unwrap();
+        let err = Blobs::open(tmp.path()).unwrap().read(&hash).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    }
 }

@@ -233,7 +233,7 @@ async fn import_id(group: &GroupHandle, dir: &Path, wanted: &str) -> (String, Op
 
 /// The journal of an exported transcript, in the store's line format, and
 /// the byte offset after each item (the first is 0).
-fn journal_of(transcript: &[export::Entry]) -> Result<(Vec<u8>, Vec<u64>), StoreError> {
+pub(crate) fn journal_of(transcript: &[export::Entry]) -> Result<(Vec<u8>, Vec<u64>), StoreError> {
     let mut journal = Vec::new();
     let mut offsets = vec![0u64];
     for entry in transcript {
@@ -251,7 +251,7 @@ fn journal_of(transcript: &[export::Entry]) -> Result<(Vec<u8>, Vec<u64>), Store
 
 /// The state document of imported conversation `c` under `id`, whose
 /// journal is `journal_bytes` long with item offsets `offsets`.
-fn imported_doc(
+pub(crate) fn imported_doc(
     c: &export::Conversation,
     id: String,
     folder: &str,

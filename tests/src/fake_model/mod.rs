@@ -180,6 +180,10 @@ struct FakeState {
     lean: bool,
     /// Requests whose last user text contains this stall this long.
     stall_marker: Option<(String, Duration)>,
+    /// Responses whose echo contains the first text wait, after
+    /// `response.in_progress`, until a request whose echo contains the
+    /// second has arrived (see [`FakeModel::hold_until`]).
+    hold: Option<(String, String, tokio::sync::watch::Sender<bool>)>,
     /// Chat Completions: leave usage out of the stream.
     chat_no_usage: bool,
     /// Chat Completions: send the whole answer in one chunk.
@@ -320,6 +324,15 @@ impl FakeModel {
     /// for `d` before answering (so a test can kill chosen clients mid-turn).
     pub fn stall_when_prompt_contains(&self, marker: &str, d: Duration) {
         self.shared.lock().stall_marker = Some((marker.to_owned(), d));
+    }
+
+    /// Unscripted Responses requests whose last user text contains `held`
+    /// are held open (after `response.in_progress`) until a request whose
+    /// last user text contains `release` has arrived: a test can prove that
+    /// requests overlap, without timing.
+    pub fn hold_until(&self, held: &str, release: &str) {
+        let (tx, _) = tokio::sync::watch::channel(false);
+        self.shared.lock().hold = Some((held.to_owned(), release.to_owned(), tx));
     }
 
     /// Chat Completions: omit usage (as some local servers do).

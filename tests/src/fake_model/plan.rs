@@ -32,6 +32,8 @@ pub(super) enum PlanKind {
     StreamError(Value),
     Truncated(String),
     Stall(Duration, Vec<Value>),
+    /// Waits for the receiver to say true, then goes on as the inner plan.
+    Held(tokio::sync::watch::Receiver<bool>, Box<PlanKind>),
 }
 
 /// Input items with a plain-string `input` turned into one user message.
@@ -119,7 +121,18 @@ pub(super) fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan,
     let id = format!("resp_{}", state.next_response);
     let reply = next_reply(state, &input, &default_text);
     let incomplete = matches!(reply, Some(Reply::Incomplete(_)));
+    let held = reply.is_none();
     let kind = plan_kind(state, reply, &default_text)?;
+    let kind = match &state.hold {
+        Some((_, release, tx)) if default_text.contains(release.as_str()) => {
+            tx.send_replace(true);
+            kind
+        }
+        Some((hold, _, tx)) if held && default_text.contains(hold.as_str()) && !*tx.borrow() => {
+            PlanKind::Held(tx.subscribe(), Box::new(kind))
+        }
+        _ => kind,
+    };
     let store = body.get("store").and_then(Value::as_bool) != Some(false);
     let mut meta = meta(body, id, previous.clone(), store);
     meta.input_tokens = input_tokens;

@@ -83,7 +83,19 @@ pub(super) async fn run_stream(mut sse: Sse, plan: Plan) -> Result<(), Closed> {
         .await?;
     sse.send(json!({"type": "response.in_progress", "response": created}))
         .await?;
+    let kind = match kind {
+        PlanKind::Held(mut released, inner) => {
+            tokio::select! {
+                _ = released.wait_for(|r| *r) => {}
+                () = sse.tx.closed() => return Err(Closed),
+            }
+            *inner
+        }
+        kind => kind,
+    };
     let items = match kind {
+        // Never nested: plan_response wraps a plan once.
+        PlanKind::Held(..) => return Ok(()),
         PlanKind::Items(items) => items,
         PlanKind::Stall(d, items) => {
             sse.pause(d).await?;

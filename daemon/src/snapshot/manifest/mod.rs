@@ -169,7 +169,7 @@ impl Stored {
                     .ok()
                     .filter(|b| plain_id(b))
                     .ok_or_else(|| bad("bad base id"))?;
-                let raw = zstd::stream::decode_all(&bytes[r.pos..])?;
+                let raw = decompress(&bytes[r.pos..])?;
                 let mut r = Reader { buf: &raw, pos: 0 };
                 let upserts = decode_entries(&mut r)?;
                 let n = r.u64()?;
@@ -304,7 +304,7 @@ impl Manifest {
     }
 
     pub fn decode(bytes: &[u8]) -> io::Result<Self> {
-        let raw = zstd::stream::decode_all(bytes)?;
+        let raw = decompress(bytes)?;
         let mut r = Reader { buf: &raw, pos: 0 };
         let mut entries = decode_entries(&mut r)?;
         if !entries.windows(2).all(|w| w[0].path < w[1].path) {
@@ -425,6 +425,28 @@ pub fn plain_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
+/// Largest decompressed manifest accepted: millions of entries, far past
+/// any folder agentd snapshots. A manifest file is untrusted (a few KiB of
+/// zstd can claim gigabytes); past this it is an error, not an allocation.
+pub const MAX_RAW: u64 = 256 << 20;
+
+/// The zstd stream `bytes`, decompressed, up to [`MAX_RAW`].
+fn decompress(bytes: &[u8]) -> io::Result<Vec<u8>> {
+    decompress_capped(bytes, MAX_RAW)
+}
+
+fn decompress_capped(bytes: &[u8], limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut raw = Vec::new();
+    zstd::stream::read::Decoder::new(bytes)?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut raw)?;
+    if raw.len() as u64 > limit {
+        return Err(bad("manifest decompresses past its size limit"));
+    }
+    Ok(raw)
+}
+
 fn bad(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
 }
@@ -463,6 +485,35 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `n` zero bytes as one zstd stream, compressed as they are produced.
+    fn zeros_compressed(n: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut enc = zstd::stream::write::Encoder::new(&mut out, 3).unwrap();
+        std::io::copy(&mut std::io::Read::take(std::io::repeat(0), n), &mut enc).unwrap();
+        enc.finish().unwrap();
+        out
+    }
+
+    #[test]
+    fn a_decompression_bomb_is_an_error_not_an_allocation() {
+        // A few KiB that claim more than MAX_RAW: a full manifest, and the
+        // same bytes as a delta's body.
+        let bomb = zeros_compressed(MAX_RAW + (1 << 20));
+        assert!(bomb.len() < 64 << 10, "{}", bomb.len());
+        let err = Manifest::decode(&bomb).unwrap_err();
+        assert!(err.to_string().contains("size limit"), "{err}");
+        let mut delta = DELTA.to_vec();
+        delta.extend_from_slice(&1u32.to_le_bytes());
+        delta.extend_from_slice(b"a");
+        delta.extend_from_slice(&bomb);
+        let err = Stored::decode(&delta).unwrap_err();
+        assert!(err.to_string().contains("size limit"), "{err}");
+        // Up to the limit, decompression is whole.
+        let small = zeros_compressed(1000);
+        assert_eq!(decompress_capped(&small, 1000).unwrap().len(), 1000);
+        assert!(decompress_capped(&small, 999).is_err());
+    }
 
     #[test]
     fn encode_decode_round_trip() {
