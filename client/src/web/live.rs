@@ -149,7 +149,10 @@ fn event_json(event: TurnEvent) -> (&'static str, Value) {
             json!({ "text": format!("retrying ({}/{}): {}", r.attempt, r.max_attempts, r.reason) }),
         ),
         Some(E::Usage(u)) => ("usage", json!({ "total_tokens": u.total_tokens })),
-        Some(E::Compacted(c)) => ("notice", json!({ "text": crate::turn::compaction_line(&c) })),
+        Some(E::Compacted(c)) => (
+            "notice",
+            json!({ "text": crate::turn::compaction_line(&c) }),
+        ),
         Some(E::Finished(f)) => {
             let status = match TurnStatus::try_from(f.status).unwrap_or(TurnStatus::Unspecified) {
                 TurnStatus::Completed => "completed",
