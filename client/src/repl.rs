@@ -107,12 +107,6 @@ pub async fn retry(ctx: &Ctx, new_chain: bool) -> CliResult<()> {
     if status.session_id.is_empty() {
         return Err(CliError::failed("this folder has no conversation to retry"));
     }
-    if let Some(failed) = status.failed.as_ref().filter(|f| !f.retryable) {
-        return Err(CliError::failed(format!(
-            "the last turn cannot be sent again as it was: {}",
-            failed.message
-        )));
-    }
     let resolve = if new_chain {
         Resolve::NewChain
     } else if status.failed.is_some() {

@@ -175,12 +175,6 @@ impl Chat<'_> {
     /// `/retry [new-chain]`: the failed request again, or the interrupted message.
     async fn retry_command(&mut self, arg: Option<&str>) -> CliResult<()> {
         let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
-        if let Some(failed) = status.failed.as_ref().filter(|f| !f.retryable) {
-            return Err(CliError::failed(format!(
-                "the last turn cannot be sent again as it was: {}",
-                failed.message
-            )));
-        }
         let resolve = match arg {
             Some("new-chain") => Resolve::NewChain,
             Some(other) => {

@@ -46,6 +46,13 @@ impl Turn<'_> {
         }
         let outputs = Self::settle_without_running(&doc.pending_calls);
         if outputs.is_empty() && self.unsent.is_empty() {
+            // A turn the context window could not take was dropped.
+            if let Some(failed) = &doc.failed {
+                return Err(Stop::Refused(format!(
+                    "the last turn cannot be sent again as it was: {}",
+                    failed.message
+                )));
+            }
             return Err(Self::failed(
                 "there is nothing to retry: the last request succeeded",
             ));
