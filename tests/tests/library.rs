@@ -458,3 +458,77 @@ fn punctuation_heavy_queries_are_searched_as_text() {
     assert_code(&out, 0);
     assert_eq!(json_out(&out), json!([]));
 }
+
+/// Overwrites the second half of every file in `dir` with pseudo-random
+/// bytes, in place (same length), as a bad disk or a stray write would.
+fn garble_in_place(dir: &std::path::Path) {
+    use std::io::{Seek as _, SeekFrom, Write as _};
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let len = entry.metadata().unwrap().len();
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(entry.path())
+            .unwrap();
+        file.seek(SeekFrom::Start(len / 2)).unwrap();
+        let noise: Vec<u8> = (len / 2..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        file.write_all(&noise).unwrap();
+    }
+}
+
+/// A garbled search index never stops agentd (issue 26 §2): damaged while
+/// agentd runs, searches go on (a failing one says the index is being
+/// rebuilt); damaged before a start, agentd starts, rebuilds, says so in
+/// one log line and in `daemon status`, and search finds again.
+#[test]
+fn a_garbled_search_index_is_rebuilt_while_running_and_at_start() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "remember the walrus\n"),
+        0,
+    );
+    search_until(&env, &["walrus"], |h| h.len() == 1);
+    let dir = env.home.join("search");
+
+    let pid = env.daemon_pids();
+    garble_in_place(&dir);
+    // The mapped files changed under the reader: a search may miss, or
+    // fail and ask for a rebuild; none stops agentd.
+    for word in ["walrus", "remember", "the", "anything"] {
+        let out = env.run(["search", word]);
+        if out.status.code() != Some(0) {
+            assert_code(&out, 1);
+            assert!(stderr(&out).contains("rebuilding"), "{out:?}");
+        }
+    }
+    assert_eq!(env.daemon_pids(), pid);
+
+    // Damaged before a start: the checksums show it.
+    assert_code(&env.run(["daemon", "stop"]), 0);
+    let out = env.run(["sessions", "--json"]);
+    assert_code(&out, 0);
+    let status = json_out(&env.run(["daemon", "status", "--json"]));
+    assert!(
+        status["search_note"]
+            .as_str()
+            .is_some_and(|n| n.contains("damaged")),
+        "{status}"
+    );
+    search_until(&env, &["walrus"], |h| h.len() == 1);
+    let log = std::fs::read_to_string(status["log"].as_str().unwrap()).unwrap();
+    let said = log
+        .lines()
+        .filter(|l| l.contains("search index damaged, rebuilding it"))
+        .count();
+    assert!(said >= 1, "{log}");
+    let status = stdout(&env.run(["daemon", "status"]));
+    assert!(status.contains("search:   rebuilt at"), "{status}");
+}

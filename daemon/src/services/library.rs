@@ -233,6 +233,7 @@ impl Library for LibraryService {
         let (hits, search) = local.map_err(|e| Status::internal(e.to_string()))?;
         let hits = hits.map_err(|e| match e {
             crate::search::SearchError::Query(m) => Status::invalid_argument(m),
+            e @ crate::search::SearchError::Rebuilding => Status::failed_precondition(e.to_string()),
             other => Status::internal(other.to_string()),
         })?;
         let machine = self
