@@ -134,8 +134,7 @@ fn merge(local: Vec<SearchHit>, remote: Vec<SearchHit>, limit: usize) -> Vec<Sea
     all.into_iter().take(limit).map(|(_, h)| h).collect()
 }
 
-/// Longest title kept, in characters.
-const MAX_TITLE: usize = 200;
+use crate::store::fork::MAX_TITLE;
 /// Largest export document accepted by import.
 pub const MAX_IMPORT_BYTES: usize = 64 * 1024 * 1024;
 
