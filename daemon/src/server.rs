@@ -147,9 +147,7 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
             Arc::clone(&store),
             search,
             remote.clone(),
-        ))
-        .max_decoding_message_size(crate::services::library::MAX_IMPORT_BYTES)
-        .max_encoding_message_size(crate::services::library::MAX_IMPORT_BYTES),
+        )),
     )
 }
 

@@ -675,3 +675,31 @@ fn export_targets_bounded_import_and_fork_zero() {
     assert!(stderr(&out).contains("1 is the newest"), "{out:?}");
     assert_eq!(sessions(&env).len(), 1);
 }
+
+/// A conversation whose export passes gRPC's message limits many times
+/// over (a 33 MiB message, kept twice: transcript and checkpoint) is
+/// imported, exported and imported again: both travel in pieces (issue 26 §2).
+#[test]
+fn a_huge_conversation_is_exported_and_imported_again() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&env.chat(&model, ["--approval", "never"], "first\n"), 0);
+    let file = env.root().join("conv.json");
+    assert_code(&env.run(["export", "-o", file.to_str().unwrap()]), 0);
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let big = "walrus ".repeat(33 * 1024 * 1024 / 7);
+    doc["conversation"]["transcript"][0]["text"] = json!(big);
+    doc["conversation"]["checkpoints"][0]["last_user_message"] = json!(big);
+    let huge = env.root().join("huge.json");
+    std::fs::write(&huge, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    assert!(std::fs::metadata(&huge).unwrap().len() > 64 << 20);
+    assert_code(&env.run(["import", huge.to_str().unwrap()]), 0);
+    let again = env.root().join("again.json");
+    let out = env.run(["export", "1", "-o", again.to_str().unwrap()]);
+    assert_code(&out, 0);
+    let back: Value = serde_json::from_slice(&std::fs::read(&again).unwrap()).unwrap();
+    assert_eq!(back["conversation"]["transcript"][0]["text"], json!(big));
+    let out = env.run(["import", again.to_str().unwrap()]);
+    assert_code(&out, 0);
+    assert_eq!(sessions(&env).len(), 3);
+}

@@ -21,13 +21,13 @@ use crate::context::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::show::visible;
 
-/// Largest export document sent or received.
-const MAX_DOCUMENT: usize = 64 * 1024 * 1024;
+/// Largest export document imported (agentd's limit too).
+const MAX_DOCUMENT: usize = 128 * 1024 * 1024;
+/// Exports and imports travel in pieces of this size.
+const CHUNK: usize = 1024 * 1024;
 
 pub fn client(ctx: &Ctx) -> LibraryClient<tonic::transport::Channel> {
     LibraryClient::new(ctx.channel())
-        .max_decoding_message_size(MAX_DOCUMENT)
-        .max_encoding_message_size(MAX_DOCUMENT)
 }
 
 /// `N` (1 = newest) or an id → a conversation id; `None` → "" (the current one).
@@ -244,15 +244,23 @@ pub async fn search_command(
 }
 
 pub async fn export(ctx: &Ctx, session_id: &str) -> CliResult<String> {
-    Ok(client(ctx)
+    let mut pieces = client(ctx)
         .export(ExportRequest {
             scope: ctx.scope(),
             session_id: session_id.to_owned(),
         })
         .await
         .map_err(|s| CliError::from_status("exporting", &s))?
-        .into_inner()
-        .document)
+        .into_inner();
+    let mut document = Vec::new();
+    while let Some(piece) = pieces
+        .message()
+        .await
+        .map_err(|s| CliError::from_status("exporting", &s))?
+    {
+        document.extend_from_slice(&piece.chunk);
+    }
+    String::from_utf8(document).map_err(|_| CliError::failed("agentd sent an export that is not UTF-8"))
 }
 
 pub async fn export_command(
@@ -341,11 +349,18 @@ pub async fn import_command(ctx: &Ctx, file: &Path, folder: Option<&Path>) -> Cl
         let dir: PathBuf = crate::context::resolve_folder(Some(dir))?;
         scope.folder = dir.to_string_lossy().into_owned();
     }
-    let reply = client(ctx)
-        .import(ImportRequest {
-            scope: Some(scope.clone()),
-            document: text,
+    let pieces: Vec<ImportRequest> = text
+        .as_bytes()
+        .chunks(CHUNK)
+        .enumerate()
+        .map(|(i, chunk)| ImportRequest {
+            scope: (i == 0).then(|| scope.clone()),
+            chunk: chunk.to_vec(),
         })
+        .collect();
+    drop(text);
+    let reply = client(ctx)
+        .import(tokio_stream::iter(pieces))
         .await
         .map_err(|s| CliError::from_status("importing", &s))?
         .into_inner();
