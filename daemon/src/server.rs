@@ -142,13 +142,9 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
         Arc::clone(&store),
         snapshots.clone(),
     )))
-    .add_service(
-        LibraryServer::new(crate::services::library::LibraryService::new(
-            Arc::clone(&store),
-            search,
-            remote.clone(),
-        )),
-    )
+    .add_service(LibraryServer::new(
+        crate::services::library::LibraryService::new(Arc::clone(&store), search, remote.clone()),
+    ))
 }
 
 /// Resolves once a stop has been requested (or nobody can request one).

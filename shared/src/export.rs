@@ -131,7 +131,10 @@ impl Document {
             return bad(format!("invalid conversation id {:?}", c.id));
         }
         if c.forked_from.as_ref().is_some_and(|f| f.id == c.id) {
-            return bad(format!("conversation {:?} names itself as its fork origin", c.id));
+            return bad(format!(
+                "conversation {:?} names itself as its fork origin",
+                c.id
+            ));
         }
         ms_of(&c.created_at)?;
         ms_of(&c.updated_at)?;
@@ -311,7 +314,12 @@ mod tests {
         use serde_json::Value;
         assert!(with(&|_| {}).is_ok());
         assert!(with(&|v| v["conversation"]["turns"] = 1_000_000.into()).is_err());
-        assert!(with(&|v| v["conversation"]["forked_from"] = serde_json::json!({"id": "abc", "turn": 1})).is_err());
+        assert!(
+            with(
+                &|v| v["conversation"]["forked_from"] = serde_json::json!({"id": "abc", "turn": 1})
+            )
+            .is_err()
+        );
         let cp = serde_json::to_value(&sample().conversation.checkpoints[0]).unwrap();
         assert!(with(&|v| v["conversation"]["checkpoints"] = vec![cp.clone(); 21].into()).is_err());
         assert!(with(&|v| v["conversation"]["checkpoints"] = vec![cp.clone(); 20].into()).is_ok());

@@ -557,7 +557,15 @@ fn hostile_import_ids_titles_and_fields() {
     assert_code(&env.run(["export", "-o", file.to_str().unwrap()]), 0);
     let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
 
-    let ids = ["current", "shared", "a b", "x\ny", "e\u{1b}[31m", "n\0ul", "-rf"];
+    let ids = [
+        "current",
+        "shared",
+        "a b",
+        "x\ny",
+        "e\u{1b}[31m",
+        "n\0ul",
+        "-rf",
+    ];
     for (i, id) in ids.iter().enumerate() {
         let path = edited(&env, &doc, &format!("id{i}.json"), |d| {
             d["conversation"]["id"] = json!(id);
@@ -597,7 +605,10 @@ fn hostile_import_ids_titles_and_fields() {
 
     let count = sessions(&env).len();
     for (name, edit) in [
-        ("self", json!({"forked_from": {"id": own, "turn": 1}, "id": own})),
+        (
+            "self",
+            json!({"forked_from": {"id": own, "turn": 1}, "id": own}),
+        ),
         ("turns", json!({"turns": 1_000_000})),
     ] {
         let path = edited(&env, &doc, &format!("{name}.json"), |d| {

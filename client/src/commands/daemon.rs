@@ -168,10 +168,7 @@ fn print_running(reply: &DaemonStatusReply, compatible: bool, started_at: &str) 
         }
     }
     if !reply.search_note.is_empty() {
-        println!(
-            "  search:   {}",
-            crate::show::visible(&reply.search_note)
-        );
+        println!("  search:   {}", crate::show::visible(&reply.search_note));
     }
 }
 

@@ -260,7 +260,8 @@ pub async fn export(ctx: &Ctx, session_id: &str) -> CliResult<String> {
     {
         document.extend_from_slice(&piece.chunk);
     }
-    String::from_utf8(document).map_err(|_| CliError::failed("agentd sent an export that is not UTF-8"))
+    String::from_utf8(document)
+        .map_err(|_| CliError::failed("agentd sent an export that is not UTF-8"))
 }
 
 pub async fn export_command(
@@ -371,7 +372,10 @@ pub async fn import_command(ctx: &Ctx, file: &Path, folder: Option<&Path>) -> Cl
         // Escaped: the id comes from the file and may hold anything.
         let from = reply.renamed_from.escape_debug().to_string();
         if agentx_shared::conversation::is_conversation_id(&reply.renamed_from) {
-            println!("conversation {from} exists already; imported as {}", session.id);
+            println!(
+                "conversation {from} exists already; imported as {}",
+                session.id
+            );
         } else {
             println!(
                 "\"{from}\" is not a conversation id agentx gives; imported as {}",

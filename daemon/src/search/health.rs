@@ -71,7 +71,10 @@ fn open_existing(dir: &Path, schema: &Schema) -> Result<Live, Option<String>> {
     if layout.trim() != LAYOUT {
         // An older layout is no damage; bytes that are no layout are.
         let older = layout.starts_with("agentx-search-")
-            && layout.trim().bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+            && layout
+                .trim()
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
         return Err((!older).then(|| "its LAYOUT file is garbled".to_owned()));
     }
     guarded(|| {

@@ -254,7 +254,9 @@ fn turns(journal: &Path, committed: u64) -> Vec<(i64, String)> {
 impl SearchIndex {
     /// The index as it is now (a rebuild waits for readers to let go).
     fn live(&self) -> RwLockReadGuard<'_, health::Live> {
-        self.live.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.live
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Reading the index failed with `e`: unless it is the query's fault,

@@ -141,6 +141,17 @@ pub const MAX_IMPORT_BYTES: usize = 128 * 1024 * 1024;
 /// 4 MiB message limit.
 const CHUNK: usize = 1024 * 1024;
 
+/// Hands the heap that a big export or import used back to the system:
+/// glibc keeps freed memory in its arenas otherwise, and agentd's RSS
+/// would stay at the document's peak.
+fn release_memory() {
+    // SAFETY: malloc_trim only returns free heap pages; no pointer is given.
+    #[cfg(target_env = "gnu")]
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 type ExportStream =
     std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<ExportReply, Status>> + Send>>;
 
@@ -238,7 +249,9 @@ impl Library for LibraryService {
         let (hits, search) = local.map_err(|e| Status::internal(e.to_string()))?;
         let hits = hits.map_err(|e| match e {
             crate::search::SearchError::Query(m) => Status::invalid_argument(m),
-            e @ crate::search::SearchError::Rebuilding => Status::failed_precondition(e.to_string()),
+            e @ crate::search::SearchError::Rebuilding => {
+                Status::failed_precondition(e.to_string())
+            }
             other => Status::internal(other.to_string()),
         })?;
         let machine = self
@@ -278,6 +291,8 @@ impl Library for LibraryService {
         let bytes = document.into_bytes();
         let pieces = futures_util::stream::unfold((bytes, 0usize), |(bytes, at)| async move {
             if at >= bytes.len() {
+                drop(bytes);
+                release_memory();
                 return None;
             }
             let end = (at + CHUNK).min(bytes.len());
@@ -311,9 +326,10 @@ impl Library for LibraryService {
         let (group, folder) = group_for(&self.store, scope.as_ref())?;
         let agent = agent_of(scope.as_ref());
         let dir = self.store.group_dir(&folder, &agent);
-        let (doc, renamed_from) = fork::import(&group, &dir, &folder, &agent, &document)
-            .await
-            .map_err(status_of)?;
+        let imported = fork::import(&group, &dir, &folder, &agent, &document).await;
+        drop(document);
+        release_memory();
+        let (doc, renamed_from) = imported.map_err(status_of)?;
         Ok(Response::new(ImportReply {
             session: Some(summary(&doc)),
             renamed_from: renamed_from.unwrap_or_default(),
