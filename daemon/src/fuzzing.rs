@@ -61,6 +61,15 @@ pub fn import(data: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// The search index with its files garbled by `data` (see
+/// [`crate::search::garbled::garble`]), opened and searched as agentd
+/// does: damage must lead to a rebuild, never to a panic out of agentd's
+/// code or a failing search after the rebuild. tantivy's own panics are
+/// caught, so under libFuzzer replace its abort-on-panic hook first.
+pub fn search_index(data: &[u8]) -> Result<usize, String> {
+    crate::search::garbled::open_and_search(&crate::search::garbled::garble(data))
+}
+
 /// A conversation's journal (`<id>.jsonl`); the first byte picks how much
 /// of the rest counts as committed.
 pub fn journal(data: &[u8]) -> Result<usize, String> {

@@ -197,6 +197,14 @@ proptest! {
     }
 
     #[test]
+    fn a_garbled_search_index_is_rebuilt_never_fatal(
+        data in prop::collection::vec(any::<u8>(), 0..512),
+    ) {
+        let searched = bounded(|| fuzzing::search_index(&data))?;
+        prop_assert!(searched.is_ok(), "{searched:?}");
+    }
+
+    #[test]
     fn session_doc_survives_damage(data in mutated(valid_doc())) {
         let _ = bounded(|| fuzzing::session_doc(&data))?;
     }

@@ -151,15 +151,9 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
         Arc::clone(&store),
         snapshots.clone(),
     )))
-    .add_service(
-        LibraryServer::new(crate::services::library::LibraryService::new(
-            Arc::clone(&store),
-            search,
-            remote.clone(),
-        ))
-        .max_decoding_message_size(crate::services::library::MAX_IMPORT_BYTES)
-        .max_encoding_message_size(crate::services::library::MAX_IMPORT_BYTES),
-    )
+    .add_service(LibraryServer::new(
+        crate::services::library::LibraryService::new(Arc::clone(&store), search, remote.clone()),
+    ))
 }
 
 /// Resolves once a stop has been requested (or nobody can request one).

@@ -176,6 +176,20 @@ impl PendingCall {
     }
 }
 
+/// Whether `id` has the shape of the ids agentd makes (hex milliseconds,
+/// `-`, six hex digits). Ids from elsewhere (the remote store, an imported
+/// file) must have it too, so that no conversation id is ever one of a
+/// group directory's own names (`current`, `shared`).
+pub fn is_conversation_id(id: &str) -> bool {
+    let hex = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    id.split_once('-').is_some_and(|(time, salt)| {
+        (11..=16).contains(&time.len()) && salt.len() == 6 && hex(time) && hex(salt)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

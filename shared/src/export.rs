@@ -11,6 +11,8 @@ use crate::conversation::{Item, Usage};
 pub const FORMAT_NAME: &str = "agentx-conversation";
 /// The newest version this build writes and reads.
 pub const VERSION: u32 = 1;
+/// Most checkpoints a conversation keeps (agentd keeps the newest 20).
+pub const MAX_CHECKPOINTS: usize = 20;
 
 /// An exported conversation: everything needed to continue it elsewhere.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -128,8 +130,37 @@ impl Document {
         if c.id.is_empty() || c.id.contains('/') || c.id.contains("..") || c.id.starts_with('.') {
             return bad(format!("invalid conversation id {:?}", c.id));
         }
+        if c.forked_from.as_ref().is_some_and(|f| f.id == c.id) {
+            return bad(format!(
+                "conversation {:?} names itself as its fork origin",
+                c.id
+            ));
+        }
         ms_of(&c.created_at)?;
         ms_of(&c.updated_at)?;
+        let users = c
+            .transcript
+            .iter()
+            .filter(|e| matches!(e.item, Item::User { .. }))
+            .count() as u64;
+        if u64::from(c.turns) > users {
+            return bad(format!(
+                "\"turns\" is {} but the transcript has {users} user message(s)",
+                c.turns
+            ));
+        }
+        if c.checkpoints.len() > MAX_CHECKPOINTS {
+            return bad(format!(
+                "{} checkpoints; a conversation keeps at most {MAX_CHECKPOINTS}",
+                c.checkpoints.len()
+            ));
+        }
+        if let Some(cp) = c.checkpoints.iter().find(|cp| cp.turns > c.turns) {
+            return bad(format!(
+                "a checkpoint at turn {} of a conversation with {} turn(s)",
+                cp.turns, c.turns
+            ));
+        }
         let len = c.transcript.len() as u64;
         let mut last = 0;
         for (i, cp) in c.checkpoints.iter().enumerate() {
@@ -179,13 +210,16 @@ impl Document {
             match &entry.item {
                 Item::User { text } => {
                     turn += 1;
+                    // Fenced: message text can forge no heading and
+                    // leave no fence open.
                     out.push_str(&format!(
-                        "\n## Turn {turn} — user ({})\n\n{text}\n",
-                        entry.at
+                        "\n## Turn {turn} — user ({})\n\n{}",
+                        entry.at,
+                        fence(text)
                     ));
                 }
                 Item::Assistant { text } => {
-                    out.push_str(&format!("\n**assistant**\n\n{text}\n"));
+                    out.push_str(&format!("\n**assistant**\n\n{}", fence(text)));
                 }
                 Item::FunctionCall {
                     name, arguments, ..
@@ -281,5 +315,56 @@ mod tests {
         assert!(Document::parse(&v.to_string()).is_err());
         assert!(Document::parse("{}").is_err());
         assert!(Document::parse("nope").is_err());
+    }
+
+    #[test]
+    fn inconsistent_documents_are_refused() {
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut v = serde_json::to_value(sample()).unwrap();
+            f(&mut v);
+            Document::parse(&v.to_string())
+        };
+        use serde_json::Value;
+        assert!(with(&|_| {}).is_ok());
+        assert!(with(&|v| v["conversation"]["turns"] = 1_000_000.into()).is_err());
+        assert!(
+            with(
+                &|v| v["conversation"]["forked_from"] = serde_json::json!({"id": "abc", "turn": 1})
+            )
+            .is_err()
+        );
+        let cp = serde_json::to_value(&sample().conversation.checkpoints[0]).unwrap();
+        assert!(with(&|v| v["conversation"]["checkpoints"] = vec![cp.clone(); 21].into()).is_err());
+        assert!(with(&|v| v["conversation"]["checkpoints"] = vec![cp.clone(); 20].into()).is_ok());
+        assert!(with(&|v| v["conversation"]["checkpoints"][0]["turns"] = 2.into()).is_err());
+    }
+
+    #[test]
+    fn message_text_cannot_forge_markdown_structure() {
+        let mut doc = sample();
+        doc.conversation.transcript[0].item = Item::User {
+            text: "hi\n## Turn 99 — user\n```".into(),
+        };
+        doc.conversation.transcript[1].item = Item::Assistant {
+            text: "````\n# Forged\n".into(),
+        };
+        let md = doc.to_markdown();
+        // CommonMark: a fence closes on a line of at least as many ticks.
+        let mut open: Option<usize> = None;
+        let mut headings = Vec::new();
+        for line in md.lines() {
+            let ticks = line.len() - line.trim_start_matches('`').len();
+            match open {
+                None if ticks >= 3 => open = Some(ticks),
+                None if line.starts_with('#') => headings.push(line),
+                Some(n) if ticks >= n && line.trim_start_matches('`').trim().is_empty() => {
+                    open = None;
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(open, None, "{md}");
+        assert_eq!(headings.len(), 2, "{md}");
+        assert!(headings[1].starts_with("## Turn 1 "), "{md}");
     }
 }

@@ -458,3 +458,259 @@ fn punctuation_heavy_queries_are_searched_as_text() {
     assert_code(&out, 0);
     assert_eq!(json_out(&out), json!([]));
 }
+
+/// Overwrites the second half of every file in `dir` with pseudo-random
+/// bytes, in place (same length), as a bad disk or a stray write would.
+fn garble_in_place(dir: &std::path::Path) {
+    use std::io::{Seek as _, SeekFrom, Write as _};
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let len = entry.metadata().unwrap().len();
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(entry.path())
+            .unwrap();
+        file.seek(SeekFrom::Start(len / 2)).unwrap();
+        let noise: Vec<u8> = (len / 2..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        file.write_all(&noise).unwrap();
+    }
+}
+
+/// A garbled search index never stops agentd (issue 26 §2): damaged while
+/// agentd runs, searches go on (a failing one says the index is being
+/// rebuilt); damaged before a start, agentd starts, rebuilds, says so in
+/// one log line and in `daemon status`, and search finds again.
+#[test]
+fn a_garbled_search_index_is_rebuilt_while_running_and_at_start() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, ["--approval", "never"], "remember the walrus\n"),
+        0,
+    );
+    search_until(&env, &["walrus"], |h| h.len() == 1);
+    let dir = env.home.join("search");
+
+    let pid = env.daemon_pids();
+    garble_in_place(&dir);
+    // The mapped files changed under the reader: a search may miss, or
+    // fail and ask for a rebuild; none stops agentd.
+    for word in ["walrus", "remember", "the", "anything"] {
+        let out = env.run(["search", word]);
+        if out.status.code() != Some(0) {
+            assert_code(&out, 1);
+            assert!(stderr(&out).contains("rebuilding"), "{out:?}");
+        }
+    }
+    assert_eq!(env.daemon_pids(), pid);
+
+    // Damaged before a start: the checksums show it.
+    assert_code(&env.run(["daemon", "stop"]), 0);
+    let out = env.run(["sessions", "--json"]);
+    assert_code(&out, 0);
+    let status = json_out(&env.run(["daemon", "status", "--json"]));
+    assert!(
+        status["search_note"]
+            .as_str()
+            .is_some_and(|n| n.contains("damaged")),
+        "{status}"
+    );
+    search_until(&env, &["walrus"], |h| h.len() == 1);
+    let log = std::fs::read_to_string(status["log"].as_str().unwrap()).unwrap();
+    let said = log
+        .lines()
+        .filter(|l| l.contains("search index damaged, rebuilding it"))
+        .count();
+    assert!(said >= 1, "{log}");
+    let status = stdout(&env.run(["daemon", "status"]));
+    assert!(status.contains("search:   rebuilt at"), "{status}");
+}
+
+/// `doc` with `edit` applied, written to a file of `env`; its path.
+fn edited(env: &TestEnv, doc: &Value, name: &str, edit: impl Fn(&mut Value)) -> String {
+    let mut doc = doc.clone();
+    edit(&mut doc);
+    let path = env.root().join(name);
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// Hostile export files (issue 26 §2): ids that collide with a group's own
+/// files or hold spaces, control characters or a leading `-` are renamed
+/// (the message shows the id escaped, and never `resume -rf`), and the
+/// folder's conversations all survive a restart; titles follow rename's
+/// rules; a self-reference and inconsistent counts are refused.
+#[test]
+fn hostile_import_ids_titles_and_fields() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&env.chat(&model, ["--approval", "never"], "first\n"), 0);
+    let own = sessions(&env)[0]["id"].as_str().unwrap().to_owned();
+    let file = env.root().join("conv.json");
+    assert_code(&env.run(["export", "-o", file.to_str().unwrap()]), 0);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+
+    let ids = [
+        "current",
+        "shared",
+        "a b",
+        "x\ny",
+        "e\u{1b}[31m",
+        "n\0ul",
+        "-rf",
+    ];
+    for (i, id) in ids.iter().enumerate() {
+        let path = edited(&env, &doc, &format!("id{i}.json"), |d| {
+            d["conversation"]["id"] = json!(id);
+        });
+        let out = env.run(["import", &path]);
+        assert_code(&out, 0);
+        let said = stdout(&out);
+        assert!(!said.contains(['\u{1b}', '\0']), "{said:?}");
+        assert!(!said.contains(" -rf"), "{said}");
+        assert!(said.contains("not a conversation id"), "{said}");
+        assert_eq!(said.lines().count(), 2, "{said:?}");
+    }
+    assert_eq!(sessions(&env).len(), 1 + ids.len());
+    assert_code(&env.run(["daemon", "stop"]), 0);
+    let after = sessions(&env);
+    assert_eq!(after.len(), 1 + ids.len(), "{after:?}");
+    assert!(after.iter().any(|s| s["id"] == own.as_str()));
+
+    for (title, want) in [
+        (json!("x".repeat(1_000_000)), None),
+        (json!(""), Some("first")),
+        (json!("one\ntwo\t three"), Some("one two three")),
+    ] {
+        let path = edited(&env, &doc, "title.json", |d| {
+            d["conversation"]["id"] = json!("current");
+            d["conversation"]["title"] = title.clone();
+        });
+        let out = env.run(["import", &path]);
+        assert_code(&out, 0);
+        let list = sessions(&env);
+        let got = list[0]["title"].as_str().unwrap();
+        assert!(got.chars().count() <= 200 && !got.is_empty(), "{got}");
+        if let Some(want) = want {
+            assert_eq!(got, want);
+        }
+    }
+
+    let count = sessions(&env).len();
+    for (name, edit) in [
+        (
+            "self",
+            json!({"forked_from": {"id": own, "turn": 1}, "id": own}),
+        ),
+        ("turns", json!({"turns": 1_000_000})),
+    ] {
+        let path = edited(&env, &doc, &format!("{name}.json"), |d| {
+            for (k, v) in edit.as_object().unwrap() {
+                d["conversation"][k] = v.clone();
+            }
+        });
+        let out = env.run(["import", &path]);
+        assert_code(&out, 1);
+        assert_eq!(stderr(&out).trim().lines().count(), 1, "{out:?}");
+    }
+    assert_eq!(sessions(&env).len(), count);
+}
+
+/// Conversations whose fork origins form a cycle are drawn as roots in
+/// `sessions --tree`, with their forks below (issue 26 §2).
+#[test]
+fn sessions_tree_shows_conversations_in_a_fork_cycle() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&env.chat(&model, ["--approval", "never"], "first\n"), 0);
+    let file = env.root().join("conv.json");
+    assert_code(&env.run(["export", "-o", file.to_str().unwrap()]), 0);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let (a, b, c) = (
+        "0000000000a-00000a",
+        "0000000000b-00000b",
+        "0000000000c-00000c",
+    );
+    for (id, from) in [(a, b), (b, a), (c, a)] {
+        let path = edited(&env, &doc, "cycle.json", |d| {
+            d["conversation"]["id"] = json!(id);
+            d["conversation"]["forked_from"] = json!({"id": from, "turn": 1});
+        });
+        assert_code(&env.run(["import", &path]), 0);
+    }
+    let out = env.run(["sessions", "--tree"]);
+    assert_code(&out, 0);
+    let tree = stdout(&out);
+    for id in [a, b, c] {
+        assert!(tree.contains(id), "{id} missing from\n{tree}");
+    }
+    let c_line = tree.lines().find(|l| l.contains(c)).unwrap();
+    assert!(c_line.contains("└─") || c_line.contains("├─"), "{tree}");
+}
+
+/// `export -o -` writes to stdout, a device is written to (an honest
+/// error for /dev/full), files are created 0600; `import /dev/zero` stops
+/// at the size limit; `fork 0` is a usage error (issue 26 §2).
+#[test]
+fn export_targets_bounded_import_and_fork_zero() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&env.chat(&model, ["--approval", "never"], "first\n"), 0);
+    let out = env.run(["export", "-o", "-"]);
+    assert_code(&out, 0);
+    assert_eq!(json_out(&out)["format"], "agentx-conversation");
+    assert!(!env.work.join("-").exists());
+    let out = env.run(["export", "-o", "/dev/full"]);
+    assert_code(&out, 1);
+    assert!(!stderr(&out).contains("exists"), "{out:?}");
+    assert!(stderr(&out).contains("No space left"), "{out:?}");
+    let file = env.root().join("conv.json");
+    assert_code(&env.run(["export", "-o", file.to_str().unwrap()]), 0);
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    let out = env.run(["import", "/dev/zero"]);
+    assert_code(&out, 1);
+    assert!(stderr(&out).contains("larger than"), "{out:?}");
+
+    let out = env.run(["fork", "0"]);
+    assert_code(&out, 2);
+    assert!(stderr(&out).contains("1 is the newest"), "{out:?}");
+    assert_eq!(sessions(&env).len(), 1);
+}
+
+/// A conversation whose export passes gRPC's message limits many times
+/// over (a 33 MiB message, kept twice: transcript and checkpoint) is
+/// imported, exported and imported again: both travel in pieces (issue 26 §2).
+#[test]
+fn a_huge_conversation_is_exported_and_imported_again() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&env.chat(&model, ["--approval", "never"], "first\n"), 0);
+    let file = env.root().join("conv.json");
+    assert_code(&env.run(["export", "-o", file.to_str().unwrap()]), 0);
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let big = "walrus ".repeat(33 * 1024 * 1024 / 7);
+    doc["conversation"]["transcript"][0]["text"] = json!(big);
+    doc["conversation"]["checkpoints"][0]["last_user_message"] = json!(big);
+    let huge = env.root().join("huge.json");
+    std::fs::write(&huge, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    assert!(std::fs::metadata(&huge).unwrap().len() > 64 << 20);
+    assert_code(&env.run(["import", huge.to_str().unwrap()]), 0);
+    let again = env.root().join("again.json");
+    let out = env.run(["export", "1", "-o", again.to_str().unwrap()]);
+    assert_code(&out, 0);
+    let back: Value = serde_json::from_slice(&std::fs::read(&again).unwrap()).unwrap();
+    assert_eq!(back["conversation"]["transcript"][0]["text"], json!(big));
+    let out = env.run(["import", again.to_str().unwrap()]);
+    assert_code(&out, 0);
+    assert_eq!(sessions(&env).len(), 3);
+}

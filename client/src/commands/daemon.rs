@@ -92,6 +92,7 @@ async fn status(profile: &Profile, json: bool) -> CliResult<()> {
                 "log": reply.log_path,
                 "rpcs_served": reply.rpcs_served,
                 "remote": super::sessions::remote_json(reply.remote.as_ref()),
+                "search_note": if reply.search_note.is_empty() { serde_json::Value::Null } else { json!(reply.search_note) },
             })
         );
         return Ok(());
@@ -165,6 +166,9 @@ fn print_running(reply: &DaemonStatusReply, compatible: bool, started_at: &str) 
         for line in super::sessions::refused_lines(remote, "            ") {
             println!("{line}");
         }
+    }
+    if !reply.search_note.is_empty() {
+        println!("  search:   {}", crate::show::visible(&reply.search_note));
     }
 }
 

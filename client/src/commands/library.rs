@@ -21,13 +21,13 @@ use crate::context::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::show::visible;
 
-/// Largest export document sent or received.
-const MAX_DOCUMENT: usize = 64 * 1024 * 1024;
+/// Largest export document imported (agentd's limit too).
+const MAX_DOCUMENT: usize = 128 * 1024 * 1024;
+/// Exports and imports travel in pieces of this size.
+const CHUNK: usize = 1024 * 1024;
 
 pub fn client(ctx: &Ctx) -> LibraryClient<tonic::transport::Channel> {
     LibraryClient::new(ctx.channel())
-        .max_decoding_message_size(MAX_DOCUMENT)
-        .max_encoding_message_size(MAX_DOCUMENT)
 }
 
 /// `N` (1 = newest) or an id → a conversation id; `None` → "" (the current one).
@@ -77,6 +77,11 @@ pub fn describe_fork(s: &SessionSummary) -> String {
 
 /// `agentx fork [N]`: the fork becomes the folder's current conversation.
 pub async fn fork_command(ctx: &Ctx, n: Option<u32>) -> CliResult<()> {
+    if n == Some(0) {
+        return Err(CliError::usage(
+            "there is no checkpoint 0: 1 is the newest".to_owned(),
+        ));
+    }
     let forked = fork(ctx, "", n.unwrap_or(0)).await?;
     ctx.sessions()
         .open_session(OpenSessionRequest {
@@ -239,15 +244,24 @@ pub async fn search_command(
 }
 
 pub async fn export(ctx: &Ctx, session_id: &str) -> CliResult<String> {
-    Ok(client(ctx)
+    let mut pieces = client(ctx)
         .export(ExportRequest {
             scope: ctx.scope(),
             session_id: session_id.to_owned(),
         })
         .await
         .map_err(|s| CliError::from_status("exporting", &s))?
-        .into_inner()
-        .document)
+        .into_inner();
+    let mut document = Vec::new();
+    while let Some(piece) = pieces
+        .message()
+        .await
+        .map_err(|s| CliError::from_status("exporting", &s))?
+    {
+        document.extend_from_slice(&piece.chunk);
+    }
+    String::from_utf8(document)
+        .map_err(|_| CliError::failed("agentd sent an export that is not UTF-8"))
 }
 
 pub async fn export_command(
@@ -271,10 +285,21 @@ pub async fn export_command(
         None => {
             print_all(text.as_bytes(), "the export")?;
         }
+        Some(path) if path == Path::new("-") => {
+            print_all(text.as_bytes(), "the export")?;
+        }
         Some(path) => {
+            use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+            // A device or a pipe (/dev/stdout, /dev/full, a fifo) is written
+            // to; a file that exists is never overwritten.
+            let device = std::fs::metadata(path).is_ok_and(|m| {
+                let t = m.file_type();
+                t.is_char_device() || t.is_fifo() || t.is_socket() || t.is_block_device()
+            });
             let mut file = std::fs::OpenOptions::new()
                 .write(true)
-                .create_new(true)
+                .create_new(!device)
+                .mode(0o600)
                 .open(path)
                 .map_err(|e| match e.kind() {
                     std::io::ErrorKind::AlreadyExists => CliError::failed(format!(
@@ -294,13 +319,29 @@ pub async fn export_command(
 
 /// `agentx import FILE [--folder DIR]`.
 pub async fn import_command(ctx: &Ctx, file: &Path, folder: Option<&Path>) -> CliResult<()> {
-    let mut text = String::new();
+    // Bounded: a file over the limit (or /dev/zero) is refused as soon as
+    // the limit is passed, never read whole.
+    let mut bytes = Vec::new();
+    let limit = MAX_DOCUMENT as u64 + 1;
     let read = if file == Path::new("-") {
-        std::io::stdin().read_to_string(&mut text)
+        std::io::stdin().take(limit).read_to_end(&mut bytes)
     } else {
-        std::fs::File::open(file).and_then(|mut f| f.read_to_string(&mut text))
+        std::fs::File::open(file).and_then(|f| f.take(limit).read_to_end(&mut bytes))
     };
     read.map_err(|e| CliError::failed(format!("cannot read {}: {e}", file.display())))?;
+    if bytes.len() > MAX_DOCUMENT {
+        return Err(CliError::failed(format!(
+            "{} is larger than {} MiB, the most an import takes",
+            file.display(),
+            MAX_DOCUMENT >> 20
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| {
+        CliError::failed(format!(
+            "{}: not an agentx conversation export: not UTF-8 text",
+            file.display()
+        ))
+    })?;
     // Validate here too: one clear line before anything is sent.
     let parsed =
         Document::parse(&text).map_err(|e| CliError::failed(format!("{}: {e}", file.display())))?;
@@ -309,11 +350,18 @@ pub async fn import_command(ctx: &Ctx, file: &Path, folder: Option<&Path>) -> Cl
         let dir: PathBuf = crate::context::resolve_folder(Some(dir))?;
         scope.folder = dir.to_string_lossy().into_owned();
     }
-    let reply = client(ctx)
-        .import(ImportRequest {
-            scope: Some(scope.clone()),
-            document: text,
+    let pieces: Vec<ImportRequest> = text
+        .as_bytes()
+        .chunks(CHUNK)
+        .enumerate()
+        .map(|(i, chunk)| ImportRequest {
+            scope: (i == 0).then(|| scope.clone()),
+            chunk: chunk.to_vec(),
         })
+        .collect();
+    drop(text);
+    let reply = client(ctx)
+        .import(tokio_stream::iter(pieces))
         .await
         .map_err(|s| CliError::from_status("importing", &s))?
         .into_inner();
@@ -321,10 +369,19 @@ pub async fn import_command(ctx: &Ctx, file: &Path, folder: Option<&Path>) -> Cl
         .session
         .ok_or_else(|| CliError::failed("agentd returned no conversation"))?;
     if !reply.renamed_from.is_empty() {
-        println!(
-            "conversation {} exists already; imported as {}",
-            reply.renamed_from, session.id
-        );
+        // Escaped: the id comes from the file and may hold anything.
+        let from = reply.renamed_from.escape_debug().to_string();
+        if agentx_shared::conversation::is_conversation_id(&reply.renamed_from) {
+            println!(
+                "conversation {from} exists already; imported as {}",
+                session.id
+            );
+        } else {
+            println!(
+                "\"{from}\" is not a conversation id agentx gives; imported as {}",
+                session.id
+            );
+        }
     }
     println!(
         "imported {} ({}, {}) into {}: agentx -C {} resume {}",
@@ -349,13 +406,30 @@ pub fn print_tree(list: &[SessionSummary]) {
         .enumerate()
         .map(|(i, s)| (s.id.as_str(), i + 1))
         .collect();
+    let parent: HashMap<&str, &str> = list
+        .iter()
+        .filter_map(|s| Some((s.id.as_str(), s.forked_from.as_ref()?.id.as_str())))
+        .collect();
+    // A conversation whose line of origins comes back to it (a cycle, from
+    // edited or imported files) is drawn as a root, so none goes missing.
+    let in_cycle = |id: &str| {
+        let mut at = id;
+        for _ in 0..list.len() {
+            match parent.get(at) {
+                Some(&p) if p == id => return true,
+                Some(&p) => at = p,
+                None => return false,
+            }
+        }
+        false
+    };
     let mut children: HashMap<&str, Vec<&SessionSummary>> = HashMap::new();
     let mut roots = Vec::new();
     for s in list {
         match s
             .forked_from
             .as_ref()
-            .filter(|f| number.contains_key(f.id.as_str()))
+            .filter(|f| number.contains_key(f.id.as_str()) && !in_cycle(&s.id))
         {
             Some(f) => children.entry(f.id.as_str()).or_default().push(s),
             None => roots.push(s),
@@ -374,6 +448,9 @@ pub fn print_tree(list: &[SessionSummary]) {
             visible(&s.title)
         };
         let origin = match &s.forked_from {
+            Some(f) if prefix.is_empty() && branch.is_empty() => {
+                format!("  (fork of {} @turn {})", f.id, f.turn)
+            }
             Some(f) if number.contains_key(f.id.as_str()) => format!("  @turn {}", f.turn),
             Some(f) => format!("  (fork of {} @turn {})", f.id, f.turn),
             None => String::new(),

@@ -124,8 +124,10 @@ impl Chat<'_> {
     async fn fork(&mut self, n: Option<&str>) -> CliResult<()> {
         let n = match n {
             None => 0,
-            Some(n) => n.parse::<u32>().map_err(|_| {
-                CliError::usage(format!("/fork takes a checkpoint number, not {n:?}"))
+            Some(n) => n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                CliError::usage(format!(
+                    "/fork takes a checkpoint number (1 is the newest), not {n:?}"
+                ))
             })?,
         };
         let forked = library::fork(self.ctx, &self.session.id, n).await?;

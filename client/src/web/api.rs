@@ -186,10 +186,19 @@ pub async fn transcript(
             session_id: query.id.clone(),
         })
     );
-    let document = export
+    let mut pieces = export
         .map_err(|s| ApiError::rpc("reading the conversation", &s))?
-        .into_inner()
-        .document;
+        .into_inner();
+    let mut bytes = Vec::new();
+    while let Some(piece) = pieces
+        .message()
+        .await
+        .map_err(|s| ApiError::rpc("reading the conversation", &s))?
+    {
+        bytes.extend_from_slice(&piece.chunk);
+    }
+    let document = String::from_utf8(bytes)
+        .map_err(|_| ApiError::bad("agentd sent an export that is not UTF-8".to_owned()))?;
     let checkpoints = checkpoints
         .map_err(|s| ApiError::rpc("listing checkpoints", &s))?
         .into_inner();

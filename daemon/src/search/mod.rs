@@ -6,24 +6,28 @@
 //! On start a reconcile pass compares each conversation's stamp (journal
 //! length, rollbacks, update time, title) with the index and re-indexes what
 //! differs, so a crash between a commit and its indexing loses nothing.
+//! A damaged index (an error or a panic reading it) is rebuilt: see [`health`].
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
 use serde::Deserialize;
 use tantivy::collector::DocSetCollector;
 use tantivy::query::TermQuery;
 use tantivy::schema::{Field, IndexRecordOption, STORED, STRING, Schema, TEXT, Value as _};
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{IndexWriter, TantivyDocument, Term};
 
 use agentx_shared::conversation::Item;
 
+pub(crate) mod garbled;
+mod health;
 mod query;
 
+pub use health::note as rebuild_note;
 pub use query::Hit;
 
 /// Bumped when the schema or what goes into it changes: forces a rebuild.
@@ -39,6 +43,13 @@ pub enum SearchError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     Query(String),
+    #[error("search index: {0}")]
+    Damaged(String),
+    #[error(
+        "the search index was damaged; agentd is rebuilding it from the conversations \
+         (search again in a moment)"
+    )]
+    Rebuilding,
 }
 
 #[derive(Clone, Copy)]
@@ -75,11 +86,16 @@ fn schema() -> (Schema, Fields) {
 }
 
 pub struct SearchIndex {
-    index: Index,
-    reader: IndexReader,
+    /// Replaced whole when the index is rebuilt.
+    live: RwLock<health::Live>,
     f: Fields,
+    dir: PathBuf,
     indexing: AtomicBool,
     sessions: AtomicU64,
+    /// The indexer's queue, for asking it to rebuild.
+    jobs: Sender<Job>,
+    /// A rebuild is asked for and not yet done.
+    rebuild_asked: AtomicBool,
 }
 
 static NOTIFY: OnceLock<Sender<Job>> = OnceLock::new();
@@ -91,6 +107,8 @@ enum Job {
     /// The conversation was cleared: drop it, then rewrite the segments
     /// that held it so its text leaves the disk; answer when done.
     Forget(PathBuf, tokio::sync::oneshot::Sender<()>),
+    /// Reading the index failed (the reason): replace it and re-index all.
+    Rebuild(String),
 }
 
 /// Drops cleared conversation `id` of `dir` from the index and purges the
@@ -121,20 +139,22 @@ pub fn start(
     sessions_dir: PathBuf,
     mut commits: tokio::sync::mpsc::UnboundedReceiver<PathBuf>,
 ) -> Result<Arc<SearchIndex>, SearchError> {
-    let (index, f) = open_or_create(&index_dir)?;
-    let reader = index
-        .reader_builder()
-        .reload_policy(ReloadPolicy::Manual)
-        .try_into()?;
-    let writer: IndexWriter<TantivyDocument> = index.writer_with_num_threads(1, WRITER_BYTES)?;
+    let (schema, f) = schema();
+    let (live, why) = health::open_or_create(&index_dir, &schema)?;
+    if let Some(why) = why {
+        health::record_rebuild(&why);
+    }
+    let writer = health::guarded(|| Ok(writer_of(&live)?))?;
+    let (tx, rx) = std::sync::mpsc::channel();
     let search = Arc::new(SearchIndex {
-        index,
-        reader,
+        live: RwLock::new(live),
         f,
+        dir: index_dir,
         indexing: AtomicBool::new(true),
         sessions: AtomicU64::new(0),
+        jobs: tx.clone(),
+        rebuild_asked: AtomicBool::new(false),
     });
-    let (tx, rx) = std::sync::mpsc::channel();
     let touched = tx.clone();
     tokio::spawn(async move {
         while let Some(doc) = commits.recv().await {
@@ -153,36 +173,8 @@ pub fn start(
     Ok(search)
 }
 
-fn open_or_create(dir: &Path) -> Result<(Index, Fields), SearchError> {
-    let (schema, f) = schema();
-    let marker = dir.join("LAYOUT");
-    let opened = (|| {
-        let layout = std::fs::read_to_string(&marker).ok()?;
-        if layout.trim() != LAYOUT {
-            return None;
-        }
-        let index = Index::open_in_dir(dir).ok()?;
-        if index.schema() != schema {
-            return None;
-        }
-        // Opening every segment reads its footers: damaged files show here.
-        let searcher = index.reader().ok()?.searcher();
-        searcher
-            .search(&tantivy::query::AllQuery, &tantivy::collector::Count)
-            .ok()?;
-        Some(index)
-    })();
-    if let Some(index) = opened {
-        return Ok((index, f));
-    }
-    if dir.exists() {
-        tracing::warn!(dir = %dir.display(), "search index missing, unreadable or outdated: rebuilding it");
-        std::fs::remove_dir_all(dir)?;
-    }
-    agentx_shared::profile::create_private_dir(dir)?;
-    let index = Index::create_in_dir(dir, schema)?;
-    std::fs::write(&marker, LAYOUT)?;
-    Ok((index, f))
+fn writer_of(live: &health::Live) -> tantivy::Result<IndexWriter<TantivyDocument>> {
+    live.index.writer_with_num_threads(1, WRITER_BYTES)
 }
 
 /// The parts of a session document the indexer needs.
@@ -262,20 +254,32 @@ fn turns(journal: &Path, committed: u64) -> Vec<(i64, String)> {
 }
 
 impl SearchIndex {
-    fn run(&self, mut writer: IndexWriter<TantivyDocument>, rx: Receiver<Job>, sessions: &Path) {
-        let started = Instant::now();
-        match self.reconcile(&mut writer, sessions) {
-            Ok(n) => tracing::info!(
-                reindexed = n,
-                secs = started.elapsed().as_secs_f64(),
-                "search index up to date"
-            ),
-            Err(e) => tracing::warn!("search index reconcile failed: {e}"),
+    /// The index as it is now (a rebuild waits for readers to let go).
+    fn live(&self) -> RwLockReadGuard<'_, health::Live> {
+        self.live
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reading the index failed with `e`: unless it is the query's fault,
+    /// asks the indexer for a rebuild and says so.
+    fn failed(&self, e: SearchError) -> SearchError {
+        if matches!(e, SearchError::Query(_)) {
+            return e;
         }
-        self.indexing.store(false, Ordering::SeqCst);
+        if !self.rebuild_asked.swap(true, Ordering::SeqCst) {
+            let _ = self.jobs.send(Job::Rebuild(e.to_string()));
+        }
+        SearchError::Rebuilding
+    }
+
+    fn run(&self, writer: IndexWriter<TantivyDocument>, rx: Receiver<Job>, sessions: &Path) {
+        let mut writer = Some(writer);
+        self.catch_up(&mut writer, sessions);
         while let Ok(first) = rx.recv() {
             let mut batch: HashSet<PathBuf> = HashSet::new();
             let mut forgotten = Vec::new();
+            let mut rebuild = None;
             for job in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
                 match job {
                     Job::Touched(path) => {
@@ -285,19 +289,32 @@ impl SearchIndex {
                         batch.insert(path);
                         forgotten.push(done);
                     }
+                    Job::Rebuild(why) => rebuild = Some(why),
                 }
             }
             self.indexing.store(true, Ordering::SeqCst);
-            for path in &batch {
-                self.index_session(&writer, path);
-            }
-            if let Err(e) = self.commit(&mut writer) {
-                tracing::warn!("search index commit failed: {e}");
-            }
-            if !forgotten.is_empty()
-                && let Err(e) = self.purge_deleted(&mut writer)
-            {
-                tracing::warn!("search index purge failed: {e}");
+            if let Some(why) = rebuild {
+                // Re-indexes every conversation: the batch included.
+                self.rebuild(&mut writer, &why, sessions);
+            } else if let Some(w) = writer.as_mut() {
+                let indexed = health::guarded(|| {
+                    for path in &batch {
+                        self.index_session(w, path);
+                    }
+                    self.commit(w)?;
+                    if !forgotten.is_empty() {
+                        self.purge_deleted(w)?;
+                    }
+                    Ok(())
+                });
+                match indexed {
+                    Ok(()) => {}
+                    Err(e @ SearchError::Damaged(_)) => {
+                        let why = e.to_string();
+                        self.rebuild(&mut writer, &why, sessions);
+                    }
+                    Err(e) => tracing::warn!("search index commit failed: {e}"),
+                }
             }
             for done in forgotten {
                 let _ = done.send(());
@@ -306,10 +323,80 @@ impl SearchIndex {
         }
     }
 
+    /// First thing on start: reconciles the index with the conversations,
+    /// rebuilding it when reading it fails.
+    fn catch_up(&self, writer: &mut Option<IndexWriter<TantivyDocument>>, sessions: &Path) {
+        let started = Instant::now();
+        let reconciled = match writer.as_mut() {
+            Some(w) => health::guarded(|| self.reconcile(w, sessions)),
+            None => return,
+        };
+        match reconciled {
+            Ok(n) => tracing::info!(
+                reindexed = n,
+                secs = started.elapsed().as_secs_f64(),
+                "search index up to date"
+            ),
+            Err(e @ (SearchError::Damaged(_) | SearchError::Index(_))) => {
+                let why = e.to_string();
+                self.rebuild(writer, &why, sessions);
+            }
+            Err(e) => tracing::warn!("search index reconcile failed: {e}"),
+        }
+        self.indexing.store(false, Ordering::SeqCst);
+    }
+
+    /// Replaces the index with an empty one and indexes every conversation
+    /// again; `why` goes to the log and `daemon status`.
+    fn rebuild(
+        &self,
+        writer: &mut Option<IndexWriter<TantivyDocument>>,
+        why: &str,
+        sessions: &Path,
+    ) {
+        health::record_rebuild(why);
+        // The writer holds the directory's lock and files: let go first.
+        drop(writer.take());
+        let (schema, _) = schema();
+        let made = {
+            let mut live = self
+                .live
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            health::create(&self.dir, &schema).and_then(|fresh| {
+                let w = health::guarded(|| Ok(writer_of(&fresh)?))?;
+                *live = fresh;
+                Ok(w)
+            })
+        };
+        self.rebuild_asked.store(false, Ordering::SeqCst);
+        match made {
+            Ok(w) => *writer = Some(w),
+            Err(e) => {
+                tracing::warn!("cannot rebuild the search index: {e}");
+                return;
+            }
+        }
+        let started = Instant::now();
+        let reconciled = match writer.as_mut() {
+            Some(w) => health::guarded(|| self.reconcile(w, sessions)),
+            None => return,
+        };
+        match reconciled {
+            Ok(n) => tracing::info!(
+                reindexed = n,
+                secs = started.elapsed().as_secs_f64(),
+                "search index rebuilt"
+            ),
+            Err(e) => tracing::warn!("search index rebuild failed: {e}"),
+        }
+    }
+
     fn commit(&self, writer: &mut IndexWriter<TantivyDocument>) -> Result<(), SearchError> {
         writer.commit()?;
-        self.reader.reload()?;
-        let searcher = self.reader.searcher();
+        let live = self.live();
+        live.reader.reload()?;
+        let searcher = live.reader.searcher();
         let metas = searcher.search(
             &self.term_query(self.f.kind, "meta"),
             &tantivy::collector::Count,
@@ -323,6 +410,7 @@ impl SearchIndex {
     /// until a merge happened to pick its segment.
     fn purge_deleted(&self, writer: &mut IndexWriter<TantivyDocument>) -> Result<(), SearchError> {
         let ids: Vec<_> = self
+            .live()
             .index
             .searchable_segment_metas()?
             .into_iter()
@@ -333,7 +421,7 @@ impl SearchIndex {
             writer.merge(&ids).wait()?;
         }
         writer.garbage_collect_files().wait()?;
-        self.reader.reload()?;
+        self.live().reader.reload()?;
         Ok(())
     }
 
@@ -347,7 +435,7 @@ impl SearchIndex {
         writer: &mut IndexWriter<TantivyDocument>,
         sessions: &Path,
     ) -> Result<usize, SearchError> {
-        let searcher = self.reader.searcher();
+        let searcher = self.live().reader.searcher();
         let metas = searcher.search(&self.term_query(self.f.kind, "meta"), &DocSetCollector)?;
         let mut indexed: HashMap<String, String> = HashMap::new();
         for addr in metas {

@@ -29,9 +29,23 @@ pub struct Hit {
 }
 
 impl SearchIndex {
-    /// The best `limit` hits for `text`, in `scope` (folder, agent) or everywhere.
+    /// The best `limit` hits for `text`, in `scope` (folder, agent) or
+    /// everywhere. When reading the index fails (or panics) a rebuild is
+    /// asked for and the error says so.
     pub fn search(
         &self,
+        text: &str,
+        scope: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<Hit>, SearchError> {
+        let live = self.live();
+        super::health::guarded(|| self.search_in(&live, text, scope, limit))
+            .map_err(|e| self.failed(e))
+    }
+
+    fn search_in(
+        &self,
+        live: &super::health::Live,
         text: &str,
         scope: Option<(&str, &str)>,
         limit: usize,
@@ -45,7 +59,7 @@ impl SearchIndex {
             // Only punctuation: no word to find.
             return Ok(Vec::new());
         }
-        let mut parser = QueryParser::for_index(&self.index, vec![f.body, f.title]);
+        let mut parser = QueryParser::for_index(&live.index, vec![f.body, f.title]);
         parser.set_conjunction_by_default();
         let (query, _) = parser.parse_query_lenient(&literal);
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Must, query.box_clone())];
@@ -53,7 +67,7 @@ impl SearchIndex {
             clauses.push((Occur::Must, Box::new(self.term_query(f.folder, folder))));
             clauses.push((Occur::Must, Box::new(self.term_query(f.agent, agent))));
         }
-        let searcher = self.reader.searcher();
+        let searcher = live.reader.searcher();
         let top = searcher.search(
             &BooleanQuery::new(clauses),
             &TopDocs::with_limit(limit.max(1)).order_by_score(),

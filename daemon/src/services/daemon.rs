@@ -100,6 +100,7 @@ impl Daemon for DaemonService {
                     .as_ref()
                     .map_or_else(crate::remote::off_state, |r| r.state()),
             ),
+            search_note: crate::search::rebuild_note().unwrap_or_default(),
         }))
     }
 

@@ -134,10 +134,26 @@ fn merge(local: Vec<SearchHit>, remote: Vec<SearchHit>, limit: usize) -> Vec<Sea
     all.into_iter().take(limit).map(|(_, h)| h).collect()
 }
 
-/// Longest title kept, in characters.
-const MAX_TITLE: usize = 200;
+use crate::store::fork::MAX_TITLE;
 /// Largest export document accepted by import.
-pub const MAX_IMPORT_BYTES: usize = 64 * 1024 * 1024;
+pub const MAX_IMPORT_BYTES: usize = 128 * 1024 * 1024;
+/// Export and import travel in pieces of this size, far under gRPC's
+/// 4 MiB message limit.
+const CHUNK: usize = 1024 * 1024;
+
+/// Hands the heap that a big export or import used back to the system:
+/// glibc keeps freed memory in its arenas otherwise, and agentd's RSS
+/// would stay at the document's peak.
+fn release_memory() {
+    // SAFETY: malloc_trim only returns free heap pages; no pointer is given.
+    #[cfg(target_env = "gnu")]
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+type ExportStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<ExportReply, Status>> + Send>>;
 
 fn agent_of(scope: Option<&agentx_shared::proto::Scope>) -> String {
     super::agent_name(scope.map_or("", |s| s.agent.as_str())).to_owned()
@@ -233,6 +249,9 @@ impl Library for LibraryService {
         let (hits, search) = local.map_err(|e| Status::internal(e.to_string()))?;
         let hits = hits.map_err(|e| match e {
             crate::search::SearchError::Query(m) => Status::invalid_argument(m),
+            e @ crate::search::SearchError::Rebuilding => {
+                Status::failed_precondition(e.to_string())
+            }
             other => Status::internal(other.to_string()),
         })?;
         let machine = self
@@ -262,33 +281,55 @@ impl Library for LibraryService {
     async fn export(
         &self,
         request: Request<ExportRequest>,
-    ) -> Result<Response<ExportReply>, Status> {
+    ) -> Result<Response<ExportStream>, Status> {
         let req = request.into_inner();
         let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
         let dir = self.store.group_dir(&folder, &agent_of(req.scope.as_ref()));
         let document = fork::export(&group, &dir, session_arg(&req.session_id)?)
             .await
             .map_err(status_of)?;
-        Ok(Response::new(ExportReply { document }))
+        let bytes = document.into_bytes();
+        let pieces = futures_util::stream::unfold((bytes, 0usize), |(bytes, at)| async move {
+            if at >= bytes.len() {
+                drop(bytes);
+                release_memory();
+                return None;
+            }
+            let end = (at + CHUNK).min(bytes.len());
+            let chunk = bytes[at..end].to_vec();
+            Some((Ok(ExportReply { chunk }), (bytes, end)))
+        });
+        Ok(Response::new(Box::pin(pieces)))
     }
 
     async fn import(
         &self,
-        request: Request<ImportRequest>,
+        request: Request<tonic::Streaming<ImportRequest>>,
     ) -> Result<Response<ImportReply>, Status> {
-        let req = request.into_inner();
-        if req.document.len() > MAX_IMPORT_BYTES {
-            return Err(Status::invalid_argument(format!(
-                "the export is larger than {} MiB",
-                MAX_IMPORT_BYTES >> 20
-            )));
+        let mut pieces = request.into_inner();
+        let mut scope = None;
+        let mut document = Vec::new();
+        while let Some(piece) = pieces.message().await? {
+            if scope.is_none() {
+                scope = piece.scope;
+            }
+            if document.len() + piece.chunk.len() > MAX_IMPORT_BYTES {
+                return Err(Status::invalid_argument(format!(
+                    "the export is larger than {} MiB, the most an import takes",
+                    MAX_IMPORT_BYTES >> 20
+                )));
+            }
+            document.extend_from_slice(&piece.chunk);
         }
-        let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
-        let agent = agent_of(req.scope.as_ref());
+        let document = String::from_utf8(document)
+            .map_err(|_| Status::invalid_argument("the export is not UTF-8 text"))?;
+        let (group, folder) = group_for(&self.store, scope.as_ref())?;
+        let agent = agent_of(scope.as_ref());
         let dir = self.store.group_dir(&folder, &agent);
-        let (doc, renamed_from) = fork::import(&group, &dir, &folder, &agent, &req.document)
-            .await
-            .map_err(status_of)?;
+        let imported = fork::import(&group, &dir, &folder, &agent, &document).await;
+        drop(document);
+        release_memory();
+        let (doc, renamed_from) = imported.map_err(status_of)?;
         Ok(Response::new(ImportReply {
             session: Some(summary(&doc)),
             renamed_from: renamed_from.unwrap_or_default(),

@@ -263,7 +263,7 @@ pub(crate) fn imported_doc(
     let ms = |t: &str| export::ms_of(t).unwrap_or(0);
     let mut doc = SessionDoc::new(id, folder.to_owned(), agent.to_owned(), ms(&c.created_at));
     doc.updated_at = now_ms();
-    doc.title = c.title.clone();
+    doc.title = imported_title(c);
     // The server-side chain may not exist for this profile: the first turn
     // resends the local transcript.
     doc.response_id = None;
@@ -305,6 +305,31 @@ pub(crate) fn imported_doc(
         })
         .collect();
     doc
+}
+
+/// Longest title kept, in characters (as rename).
+pub const MAX_TITLE: usize = 200;
+
+/// An imported title under rename's rules: one line of single spaces, at
+/// most [`MAX_TITLE`] characters (cut with `…`), never empty (then the
+/// first user message's first line, or "imported conversation").
+fn imported_title(c: &export::Conversation) -> String {
+    let one_line = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut title = one_line(&c.title);
+    if title.is_empty() {
+        title = c
+            .transcript
+            .iter()
+            .find_map(|e| match &e.item {
+                Item::User { text } => text.lines().map(one_line).find(|l| !l.is_empty()),
+                _ => None,
+            })
+            .unwrap_or_else(|| "imported conversation".to_owned());
+    }
+    if title.chars().count() > MAX_TITLE {
+        title = title.chars().take(MAX_TITLE - 1).collect::<String>() + "…";
+    }
+    title
 }
 
 /// Writes the imported `journal` for `doc` and checks it reads back as the

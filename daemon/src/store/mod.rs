@@ -20,19 +20,7 @@ pub use group::{Change, GroupHandle, OpenTarget, Opened, Recent, RollbackTarget,
 
 use agentx_shared::folder::{check_component, folder_key};
 
-/// Whether `id` has the shape of the ids agentd makes (hex milliseconds,
-/// `-`, six hex digits). Ids from elsewhere (the remote store, an imported
-/// file) must have it too, so that no conversation id is ever one of a
-/// group directory's own names (`current`, `shared`).
-pub fn is_conversation_id(id: &str) -> bool {
-    let hex = |s: &str| {
-        s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    id.split_once('-').is_some_and(|(time, salt)| {
-        (11..=16).contains(&time.len()) && salt.len() == 6 && hex(time) && hex(salt)
-    })
-}
+pub use agentx_shared::conversation::is_conversation_id;
 
 /// Why a store request failed; mapped to a gRPC status at the edge.
 #[derive(Debug, Clone, thiserror::Error)]

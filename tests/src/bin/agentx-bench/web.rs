@@ -75,10 +75,10 @@ async fn import_all(env: &TestEnv, folder: &str) -> anyhow::Result<String> {
         };
         let doc = document(&id, &title, folder, turns, base + i as i64 * 60_000);
         let reply = client
-            .import(ImportRequest {
+            .import(tokio_stream::iter([ImportRequest {
                 scope: Some(scope.clone()),
-                document: doc,
-            })
+                chunk: doc.into_bytes(),
+            }]))
             .await
             .with_context(|| format!("import {i}"))?
             .into_inner();
