@@ -118,19 +118,27 @@ pub async fn retry(ctx: &Ctx, new_chain: bool) -> CliResult<()> {
             "the last turn succeeded: there is nothing to retry",
         ));
     };
-    let session = SessionSummary {
-        id: status.session_id.clone(),
-        ..SessionSummary::default()
-    };
-    let mut chat = Chat {
-        ctx,
-        config,
-        policy,
-        session,
-        ui: Ui::new(),
-        failures: 0,
-    };
-    chat.turn(None, resolve).await
+    Chat::outside(ctx, config, policy, &status.session_id)
+        .turn(None, resolve)
+        .await
+}
+
+impl<'a> Chat<'a> {
+    /// A chat with no prompt, for one command's turn on `session_id`.
+    fn outside(ctx: &'a Ctx, config: Config, policy: ApprovalPolicy, session_id: &str) -> Self {
+        let session = SessionSummary {
+            id: session_id.to_owned(),
+            ..SessionSummary::default()
+        };
+        Chat {
+            ctx,
+            config,
+            policy,
+            session,
+            ui: Ui::new(),
+            failures: 0,
+        }
+    }
 }
 
 /// `agentx compact [--focus TEXT]`: compacts the conversation's context now.
@@ -142,22 +150,12 @@ pub async fn compact(ctx: &Ctx, focus: &str) -> CliResult<()> {
             "this folder's conversation has nothing to compact yet",
         ));
     }
-    let session = SessionSummary {
-        id: status.session_id.clone(),
-        ..SessionSummary::default()
-    };
-    let mut chat = Chat {
-        ctx,
-        config,
-        policy: ApprovalPolicy::Never,
-        session,
-        ui: Ui::new(),
-        failures: 0,
-    };
-    chat.turn(Some(focus), Resolve::Compact).await
+    Chat::outside(ctx, config, ApprovalPolicy::Never, &status.session_id)
+        .turn(Some(focus), Resolve::Compact)
+        .await
 }
 
-/// `/model [NAME]` and `agentx model`: shows or sets the conversation's model.
+/// `/model NAME`: sets the conversation's model ("": the configured one).
 pub async fn set_model(ctx: &Ctx, session_id: &str, model: &str) -> CliResult<SessionStatus> {
     Ok(ctx
         .sessions()
