@@ -515,7 +515,18 @@ fn a_garbled_search_index_is_rebuilt_while_running_and_at_start() {
     assert_code(&env.run(["daemon", "stop"]), 0);
     let out = env.run(["sessions", "--json"]);
     assert_code(&out, 0);
-    let status = json_out(&env.run(["daemon", "status", "--json"]));
+    // The index is checked by the indexer as agentd starts: wait for its word.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        let status = json_out(&env.run(["daemon", "status", "--json"]));
+        let said = status["search_note"]
+            .as_str()
+            .is_some_and(|n| n.contains("damaged"));
+        if said || std::time::Instant::now() > deadline {
+            break status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert!(
         status["search_note"]
             .as_str()
