@@ -121,6 +121,14 @@ impl ProviderError {
     /// Names the server in an HTTP error (local servers: which one failed).
     pub fn at(self, base_url: &str) -> Self {
         match self {
+            Self::Http { .. } => self.map_message(|m| format!("{m} (model server {base_url})")),
+            other => other,
+        }
+    }
+
+    /// The same error with its message passed through `f`.
+    pub fn map_message(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
             Self::Http {
                 status,
                 code,
@@ -132,11 +140,17 @@ impl ProviderError {
                 status,
                 code,
                 param,
-                message: format!("{message} (model server {base_url})"),
+                message: f(message),
                 retry_after,
                 overflow,
             },
-            other => other,
+            Self::Connect(m) => Self::Connect(f(m)),
+            Self::Stream(m) => Self::Stream(f(m)),
+            Self::Protocol(m) => Self::Protocol(f(m)),
+            Self::Model { code, message } => Self::Model {
+                code,
+                message: f(message),
+            },
         }
     }
 

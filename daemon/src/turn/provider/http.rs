@@ -177,31 +177,7 @@ pub struct EventStream {
 /// a key in `AGENTX_BASE_URL` or a password in a proxy URL is never
 /// printed, logged nor stored (every provider error passes here).
 pub fn redacted(e: ProviderError) -> ProviderError {
-    let r = |m: String| crate::remote::redact_userinfo(&m);
-    match e {
-        ProviderError::Http {
-            status,
-            code,
-            param,
-            message,
-            retry_after,
-            overflow,
-        } => ProviderError::Http {
-            status,
-            code,
-            param,
-            message: r(message),
-            retry_after,
-            overflow,
-        },
-        ProviderError::Connect(m) => ProviderError::Connect(r(m)),
-        ProviderError::Stream(m) => ProviderError::Stream(r(m)),
-        ProviderError::Protocol(m) => ProviderError::Protocol(r(m)),
-        ProviderError::Model { code, message } => ProviderError::Model {
-            code,
-            message: r(message),
-        },
-    }
+    e.map_message(|m| crate::remote::redact_userinfo(&m))
 }
 
 /// A stream the decoder gave up on: another attempt would fare no better.
