@@ -1,4 +1,4 @@
-"""Browser flows of the web view (tests/tests/web.rs runs them): each takes
+"""Browser flows of the web view (tests/tests/e2e/web.rs runs them): each takes
 the printed URL and a JSON argument, drives the page and prints JSON."""
 
 import json

@@ -391,7 +391,7 @@ fn an_idle_store_rewrites_a_long_delta_chain_whole_without_changing_a_tree() {
     assert_eq!(s.blobs.referenced(), s2.blobs.referenced());
 }
 
-/// Found by tests/tests/torture.rs: the timeline was saved without the
+/// Found by tests/tests/e2e/torture.rs: the timeline was saved without the
 /// snapshots it drops before the retained deltas on their manifests were
 /// rewritten in full, so a kill in between, then the restart's cleanup of
 /// manifests no timeline uses, left deltas without a base.

@@ -317,7 +317,7 @@ fn a_corrupt_conversation_is_quarantined_and_a_fresh_one_continues() {
         .unwrap();
     std::fs::write(&doc, b"{\"format\": 1, \"id\": \"trunc").unwrap();
     // The transcript is unreadable too (a readable one would rebuild the
-    // conversation: see tests/tests/recovery.rs).
+    // conversation: see tests/tests/e2e/recovery.rs).
     std::fs::write(doc.with_extension("jsonl"), b"not a record\n").unwrap();
 
     let out = env.chat(&model, Vec::<&str>::new(), "after\n");

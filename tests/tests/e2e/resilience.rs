@@ -235,7 +235,7 @@ fn final_errors_are_not_retried() {
     let model = FakeModel::start();
     let cases = [
         Reply::http_error(400, None, "bad request"),
-        // (An overflow is recovered once by compacting: tests/tests/long_conversations.rs.)
+        // (An overflow is recovered once by compacting: tests/tests/e2e/long_conversations.rs.)
         Reply::http_error(429, Some("insufficient_quota"), "no money"),
         Reply::http_error(401, None, "bad key"),
         Reply::http_error(403, None, "forbidden"),

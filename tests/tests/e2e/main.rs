@@ -1,0 +1,40 @@
+//! Every end-to-end test of agentx and agentd in one test binary (one link of
+//! the workspace instead of one per file); each module is one area.
+//!
+//! Run one area with `cargo test -p agentx-tests --test e2e AREA::`, e.g.
+//! `cargo test -p agentx-tests --test e2e remote_lines::`.
+
+mod blind_spots;
+mod chat;
+mod chat_completions;
+mod daemon_lifecycle;
+mod diff;
+mod disk_full;
+mod grpc_surface;
+mod library;
+mod lifecycle_hostile;
+mod listings;
+mod long_conversations;
+mod oneshot_approval;
+mod oneshots;
+mod pipes;
+mod provider_hostile;
+mod provider_quirks;
+mod python_client;
+mod recovery;
+mod remote;
+mod remote_continue;
+mod remote_lines;
+mod remote_listen;
+mod remote_slow;
+mod repl_terminal;
+mod resilience;
+mod resume_replay;
+mod several_clients;
+mod snapshots;
+mod systemd;
+mod tool_env;
+mod tool_processes;
+mod torture;
+mod two_checkouts;
+mod web;
