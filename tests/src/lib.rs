@@ -7,6 +7,7 @@
 pub mod at_server;
 pub mod fake_model;
 pub mod postgres;
+pub mod rng;
 pub mod schema;
 pub mod tmux;
 
@@ -148,6 +149,44 @@ impl TestEnv {
         self.chat_command(model, args, stdin)
             .wait_with_output()
             .unwrap()
+    }
+
+    /// [`TestEnv::chat`] with every tool call approved (`--approval auto`).
+    pub fn chat_auto(&self, model: &fake_model::FakeModel, stdin: &str) -> Output {
+        self.chat(model, ["--approval", "auto"], stdin)
+    }
+
+    /// `agentx status --json`, parsed.
+    pub fn status(&self) -> serde_json::Value {
+        json_out(&self.run(["status", "--json"]))
+    }
+
+    /// `agentx sync --json`, which must exit 0, parsed.
+    pub fn sync(&self) -> serde_json::Value {
+        let out = self.run(["sync", "--json"]);
+        assert_code(&out, 0);
+        json_out(&out)
+    }
+
+    /// Runs `agentx search --json ARGS` until its hits satisfy `ok` (the
+    /// indexer works in the background), for at most a minute; returns
+    /// that run's output.
+    pub fn search_until(&self, args: &[&str], ok: impl Fn(&[serde_json::Value]) -> bool) -> Output {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut all = vec!["search", "--json"];
+            all.extend_from_slice(args);
+            let out = self.run(&all);
+            let hits = json_out(&out);
+            if hits.as_array().is_some_and(|hits| ok(hits)) {
+                return out;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "search {args:?} never matched: {hits}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Like [`TestEnv::chat`] but returns the running child.

@@ -495,18 +495,6 @@ pub fn records(pg: &Cluster, db: &str, id: &str) -> (i64, i64, i64) {
     (row.get(0), row.get(1), row.get(2))
 }
 
-/// `agentx status --json` of `env`.
-pub fn status(env: &crate::TestEnv) -> serde_json::Value {
-    crate::json_out(&env.run(["status", "--json"]))
-}
-
-/// `agentx sync --json` of `env`, which must exit 0.
-pub fn sync(env: &crate::TestEnv) -> serde_json::Value {
-    let out = env.run(["sync", "--json"]);
-    crate::assert_code(&out, 0);
-    crate::json_out(&out)
-}
-
 /// The texts of conversation `id`'s records on the server in `db`, in order.
 pub fn texts(pg: &Cluster, db: &str, id: &str) -> Vec<String> {
     pg.query(

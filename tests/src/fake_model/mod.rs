@@ -280,6 +280,20 @@ impl FakeModel {
         self.shared.lock().script.len()
     }
 
+    /// Panics unless every request received validated against the
+    /// official schema (each names its body and errors).
+    #[track_caller]
+    pub fn assert_schema_clean(&self) {
+        for r in self.requests() {
+            assert!(
+                r.schema_errors.is_empty(),
+                "invalid request body {}: {:?}",
+                r.body,
+                r.schema_errors
+            );
+        }
+    }
+
     /// Every request received, in order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().requests.clone()

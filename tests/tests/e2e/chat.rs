@@ -15,17 +15,6 @@ fn bodies(model: &FakeModel) -> Vec<Value> {
     model.requests().into_iter().map(|r| r.body).collect()
 }
 
-fn assert_schema_clean(model: &FakeModel) {
-    for r in model.requests() {
-        assert!(
-            r.schema_errors.is_empty(),
-            "invalid request body {}: {:?}",
-            r.body,
-            r.schema_errors
-        );
-    }
-}
-
 #[test]
 fn a_conversation_resumes_in_a_new_process_and_chains_response_ids() {
     let env = TestEnv::new();
@@ -61,7 +50,7 @@ fn a_conversation_resumes_in_a_new_process_and_chains_response_ids() {
         .header("authorization")
         .map(str::to_owned);
     assert_eq!(auth.as_deref(), Some(format!("Bearer {TEST_KEY}").as_str()));
-    assert_schema_clean(&model);
+    model.assert_schema_clean();
 }
 
 #[test]
@@ -147,7 +136,7 @@ fn an_approved_tool_call_runs_and_its_output_goes_back_to_the_model() {
         bodies[1]["previous_response_id"],
         json!(model.stored_response_ids()[0])
     );
-    assert_schema_clean(&model);
+    model.assert_schema_clean();
 }
 
 #[test]
@@ -178,7 +167,7 @@ fn a_declined_tool_call_does_not_run_but_is_still_answered() {
     let out = env.chat(&model, ["--approval", "never"], "again\n");
     assert_code(&out, 0);
     assert!(!env.work.join("never.txt").exists());
-    assert_schema_clean(&model);
+    model.assert_schema_clean();
 }
 
 #[test]

@@ -1,8 +1,6 @@
 //! Finding and carrying conversations end to end: fork, rename, full-text
 //! search, export/import across profiles, completions and the man page.
 
-use std::time::{Duration, Instant};
-
 use serde_json::{Value, json};
 
 use agentx_tests::fake_model::{FakeModel, Reply};
@@ -14,25 +12,6 @@ fn sessions(env: &TestEnv) -> Vec<Value> {
         .as_array()
         .unwrap()
         .clone()
-}
-
-/// Searches until `ok` holds for the hits (the index follows commits in the
-/// background); panics after a generous deadline.
-fn search_until(env: &TestEnv, args: &[&str], ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut all = vec!["search", "--json"];
-        all.extend_from_slice(args);
-        let hits = json_out(&env.run(&all)).as_array().unwrap().clone();
-        if ok(&hits) {
-            return hits;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "search {args:?} never matched: {hits:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]
@@ -129,7 +108,7 @@ fn rename_sets_the_title_every_list_shows_and_search_finds() {
     assert_code(&out, 0);
     assert_eq!(sessions(&env)[0]["title"], "Current one");
 
-    let hits = search_until(&env, &["zebra"], |h| !h.is_empty());
+    let hits = json_out(&env.search_until(&["zebra"], |h| !h.is_empty()));
     assert_eq!(hits[0]["session_id"], list[1]["id"]);
     assert_eq!(hits[0]["turn"], 0);
     assert_eq!(hits[0]["title"], "Quarterly zebra plan");
@@ -152,7 +131,7 @@ fn search_finds_messages_and_tool_output_in_this_folder_or_everywhere() {
     let id = sessions(&env)[0]["id"].as_str().unwrap().to_owned();
 
     // Tool output (only the tool printed "xylophone-42").
-    let hits = search_until(&env, &["xylophone"], |h| !h.is_empty());
+    let hits = json_out(&env.search_until(&["xylophone"], |h| !h.is_empty()));
     assert_eq!(hits[0]["session_id"], json!(id));
     assert_eq!(hits[0]["turn"], 1);
     for field in [
@@ -172,7 +151,7 @@ fn search_finds_messages_and_tool_output_in_this_folder_or_everywhere() {
         .map(|v| v.as_u64().unwrap() as usize);
     assert_eq!(snippet[start..end].to_lowercase(), "xylophone");
     // A message of the second turn, marked in text output.
-    let hits = search_until(&env, &["kumquats"], |h| !h.is_empty());
+    let hits = json_out(&env.search_until(&["kumquats"], |h| !h.is_empty()));
     assert_eq!(hits[0]["turn"], 2);
     let text = stdout(&env.run(["search", "kumquats"]));
     assert!(text.contains("**kumquats**"), "{text}");
@@ -196,7 +175,7 @@ fn search_finds_messages_and_tool_output_in_this_folder_or_everywhere() {
     assert!(stdout(&out).contains("[turns seen: 3]"), "{}", stdout(&out));
     // Cleared conversations leave the index.
     assert_code(&env.run(["clear", "--yes"]), 0);
-    search_until(&env, &["kumquats"], <[Value]>::is_empty);
+    env.search_until(&["kumquats"], <[Value]>::is_empty);
 }
 
 #[test]
@@ -207,15 +186,15 @@ fn the_index_is_rebuilt_when_missing_or_corrupt() {
         &env.chat(&model, ["--approval", "never"], "remember the walrus\n"),
         0,
     );
-    search_until(&env, &["walrus"], |h| h.len() == 1);
+    env.search_until(&["walrus"], |h| h.len() == 1);
     assert_code(&env.run(["daemon", "stop"]), 0);
     // Garbage over the index's own metadata.
     let dir = env.home.join("search");
     std::fs::write(dir.join("meta.json"), b"garbage").unwrap();
-    search_until(&env, &["walrus"], |h| h.len() == 1);
+    env.search_until(&["walrus"], |h| h.len() == 1);
     assert_code(&env.run(["daemon", "stop"]), 0);
     std::fs::remove_dir_all(&dir).unwrap();
-    search_until(&env, &["walrus"], |h| h.len() == 1);
+    env.search_until(&["walrus"], |h| h.len() == 1);
 }
 
 #[test]
@@ -380,7 +359,7 @@ fn control_characters_in_titles_never_reach_the_terminal_raw() {
         );
         assert!(text.contains("\\x1b]52;c;"), "{args:?}: {text:?}");
     }
-    search_until(&env, &["narwhal"], |h| !h.is_empty());
+    env.search_until(&["narwhal"], |h| !h.is_empty());
     let out = env.run(["search", "narwhal"]);
     assert_code(&out, 0);
     let text = stdout(&out);
@@ -409,7 +388,7 @@ fn search_limit_zero_is_a_usage_error() {
         &env.chat(&model, ["--approval", "never"], "the quick brown fox\n"),
         0,
     );
-    search_until(&env, &["fox"], |h| !h.is_empty());
+    env.search_until(&["fox"], |h| !h.is_empty());
     let out = env.run(["search", "--limit", "0", "fox"]);
     assert_code(&out, 2);
     assert!(stdout(&out).is_empty(), "{out:?}");
@@ -433,7 +412,7 @@ fn punctuation_heavy_queries_are_searched_as_text() {
         ),
         0,
     );
-    search_until(&env, &["jumps"], |h| !h.is_empty());
+    env.search_until(&["jumps"], |h| !h.is_empty());
     for query in [
         "fox:*",
         "fox:",
@@ -463,7 +442,7 @@ fn punctuation_heavy_queries_are_searched_as_text() {
 /// bytes, in place (same length), as a bad disk or a stray write would.
 fn garble_in_place(dir: &std::path::Path) {
     use std::io::{Seek as _, SeekFrom, Write as _};
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut rng = agentx_tests::rng::Rng::new(0x9e37_79b9_7f4a_7c15);
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let len = entry.metadata().unwrap().len();
         let mut file = std::fs::OpenOptions::new()
@@ -471,14 +450,7 @@ fn garble_in_place(dir: &std::path::Path) {
             .open(entry.path())
             .unwrap();
         file.seek(SeekFrom::Start(len / 2)).unwrap();
-        let noise: Vec<u8> = (len / 2..len)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                seed as u8
-            })
-            .collect();
+        let noise: Vec<u8> = (len / 2..len).map(|_| rng.next() as u8).collect();
         file.write_all(&noise).unwrap();
     }
 }
@@ -495,7 +467,7 @@ fn a_garbled_search_index_is_rebuilt_while_running_and_at_start() {
         &env.chat(&model, ["--approval", "never"], "remember the walrus\n"),
         0,
     );
-    search_until(&env, &["walrus"], |h| h.len() == 1);
+    env.search_until(&["walrus"], |h| h.len() == 1);
     let dir = env.home.join("search");
 
     let pid = env.daemon_pids();
@@ -533,7 +505,7 @@ fn a_garbled_search_index_is_rebuilt_while_running_and_at_start() {
             .is_some_and(|n| n.contains("damaged")),
         "{status}"
     );
-    search_until(&env, &["walrus"], |h| h.len() == 1);
+    env.search_until(&["walrus"], |h| h.len() == 1);
     let log = std::fs::read_to_string(status["log"].as_str().unwrap()).unwrap();
     let said = log
         .lines()

@@ -53,12 +53,6 @@ fn say(env: &TestEnv, stdin: &str) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
-fn status(env: &TestEnv) -> Value {
-    let out = env.run(["status", "--json"]);
-    assert_code(&out, 0);
-    json_out(&out)
-}
-
 /// Model calls that were summary requests (sent without tools).
 fn summaries(model: &FakeModel) -> usize {
     model
@@ -114,7 +108,7 @@ fn a_200_turn_conversation_in_a_small_window_never_fails_a_turn_on_either_provid
         // Compacted along the way, and no request ever passed the window:
         // the fake refuses those, so every turn answering proves it.
         assert!(summaries(&model) >= 3, "chat={chat}: {}", summaries(&model));
-        let s = status(&env);
+        let s = env.status();
         assert_eq!(s["turns"], 200, "chat={chat}");
         assert!(s["context"]["used_tokens"].as_u64().unwrap() < 2000);
         // The transcript keeps everything the model no longer sees.
@@ -150,7 +144,7 @@ fn an_overflow_in_each_servers_words_is_learned_compacted_and_sent_again_once() 
         assert!(stdout(&out).contains("echo: third"), "{shape:?}: {err}");
         assert!(err.contains("did not fit"), "{shape:?}: {err}");
         assert!(err.contains("— compacted: "), "{shape:?}: {err}");
-        let s = status(&env);
+        let s = env.status();
         assert_eq!(s["failed"], Value::Null, "{shape:?}");
         assert_eq!(s["context"]["window_source"], "overflow", "{shape:?}");
         let window = s["context"]["window_tokens"].as_u64().unwrap();
@@ -181,7 +175,7 @@ fn with_auto_compaction_off_an_overflow_says_what_to_do_and_resends_nothing() {
     assert!(err.contains("automatic compaction is off"), "{err}");
     assert!(err.contains("/compact") && err.contains("/rollback") && err.contains("/new"));
     assert_eq!(summaries(&model), 0, "it compacted although told not to");
-    let s = status(&env);
+    let s = env.status();
     assert_eq!(s["failed"]["retryable"], false);
     assert_eq!(s["turns"], 2);
     // A retry would only overflow again: refused, naming why.
@@ -227,7 +221,7 @@ fn a_message_bigger_than_the_whole_window_is_refused_not_sent_and_not_kept() {
         sent,
         "the message reached the model"
     );
-    let s = status(&env);
+    let s = env.status();
     assert_eq!(s["turns"], 1);
     assert_eq!(s["failed"], Value::Null, "a refusal is not a failed turn");
     assert!(!export_markdown(&env).contains("huge lorem"));
@@ -268,7 +262,7 @@ fn agents_md_reaches_the_model_on_every_request_and_after_a_compaction() {
             .unwrap()
             .starts_with("[agentx handoff]")
     );
-    let s = status(&env);
+    let s = env.status();
     let files = s["instruction_files"].as_array().unwrap();
     assert_eq!(files.len(), 2, "{files:?}");
     assert!(files[1].as_str().unwrap().ends_with("work/AGENTS.md"));
@@ -284,7 +278,7 @@ fn a_summary_that_does_not_shrink_is_trimmed_well_under_the_threshold() {
     model.push(Reply::text(big("SUMMARY", 200_000)));
     let out = env.run(["compact"]);
     assert_code(&out, 0);
-    let s = status(&env);
+    let s = env.status();
     let used = s["context"]["used_tokens"].as_u64().unwrap();
     assert!(used <= 4000 * 85 / 100 / 2, "{used}");
     assert_eq!(summaries(&model), 1, "compacted more than once");
@@ -363,7 +357,7 @@ fn the_meter_is_in_status_json_reported_or_estimated() {
     model.set_token_window(50_000, OverflowShape::OpenAi);
     let env = env_for(&model, false, &[("AGENTX_CONTEXT_WINDOW", "50000")]);
     assert_code(&say(&env, "hello there\n"), 0);
-    let s = status(&env);
+    let s = env.status();
     let c = &s["context"];
     assert_eq!(c["window_tokens"], 50_000);
     assert_eq!(c["window_source"], "config");
@@ -383,7 +377,7 @@ fn the_meter_is_in_status_json_reported_or_estimated() {
     model.set_chat_no_usage(true);
     let env = env_for(&model, true, &[("AGENTX_AUTO_COMPACT", "off")]);
     assert_code(&say(&env, "hello there\n"), 0);
-    let c = status(&env)["context"].clone();
+    let c = env.status()["context"].clone();
     assert_eq!(c["estimated"], true);
     assert!(c["used_tokens"].as_u64().unwrap() > 0);
     assert_eq!(c["auto_compact_at"], Value::Null);
@@ -402,7 +396,7 @@ fn a_server_whose_overflow_names_no_window_is_asked_for_it_once() {
         big("three", 5000)
     );
     assert_code(&say(&env, &lines), 0);
-    let s = status(&env);
+    let s = env.status();
     assert_eq!(s["context"]["window_tokens"], 3000);
     assert_eq!(s["context"]["window_source"], "server");
     assert_eq!(model.probes(), ["/v1/models"]);
@@ -432,7 +426,7 @@ fn model_switches_per_run_and_per_conversation_compact_for_a_smaller_window() {
     assert!(err.contains("the new model's window is smaller"), "{err}");
     let last = model.requests().last().unwrap().body.clone();
     assert_eq!(last["model"], "tiny");
-    let s = status(&env);
+    let s = env.status();
     assert_eq!(s["model"], "tiny");
     assert_eq!(s["conversation_model"], "tiny");
     assert_eq!(s["context"]["window_tokens"], 2000);
@@ -440,7 +434,7 @@ fn model_switches_per_run_and_per_conversation_compact_for_a_smaller_window() {
     let out = env.run(["-m", "other", "exec", "hi"]);
     assert_code(&out, 0);
     assert_eq!(model.requests().last().unwrap().body["model"], "other");
-    assert_eq!(status(&env)["model"], "tiny");
+    assert_eq!(env.status()["model"], "tiny");
     // The banner names the conversation's model.
     let out = say(&env, "");
     assert!(
@@ -478,7 +472,7 @@ fn one_shots_branch_from_a_compacted_checkpoint_and_search_sees_what_came_before
 
 #[test]
 fn another_machine_continues_from_the_same_compacted_context() {
-    use agentx_tests::postgres::{machine, shared, sync};
+    use agentx_tests::postgres::{machine, shared};
     let Some(pg) = shared() else { return };
     pg.create_db("c_compacted");
     let url = pg.url("c_compacted");
@@ -490,7 +484,7 @@ fn another_machine_continues_from_the_same_compacted_context() {
         0,
     );
     assert_code(&a.chat(&model_a, ["compact"], ""), 0);
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
     let out = b.chat(&model_b, ["resume", "1", "--approval", "never"], "on b\n");
     assert_code(&out, 0);
     let last = request_text(&model_b.requests().last().unwrap().body);

@@ -23,10 +23,6 @@ fn writes(stream: &mut TcpStream, bytes: &[u8]) -> bool {
     stream.write_all(bytes).is_ok() && stream.flush().is_ok()
 }
 
-fn status(env: &TestEnv) -> Value {
-    json_out(&env.run(["status", "--json"]))
-}
-
 /// A Responses event stream from `events`, ending in a completed response.
 fn responses_stream(id: &str, events: &[Value]) -> String {
     let mut all = vec![json!({"type": "response.created", "response": {"id": id}})];
@@ -319,7 +315,7 @@ fn a_huge_call_id_and_a_huge_tool_output_reach_the_repl() {
     );
     assert!(!shown.contains("message length too large"), "{shown}");
     assert!(!env.work.join("ran").exists());
-    assert_eq!(status(&env)["turns"], 2);
+    assert_eq!(env.status()["turns"], 2);
 }
 
 // 5 -------------------------------------------------------------------------
@@ -344,7 +340,7 @@ fn secret_is_never_shown(set: impl Fn(&mut Command), secret: &str, shown: &str) 
     let err = stderr(&out);
     assert!(!err.contains(secret), "{err}");
     assert!(err.contains(shown), "the URL is still named: {err}");
-    let failed = status(&env)["failed"]["message"]
+    let failed = env.status()["failed"]["message"]
         .as_str()
         .unwrap_or_default()
         .to_owned();

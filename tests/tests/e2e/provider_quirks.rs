@@ -15,10 +15,6 @@ use agentx_tests::at_server::{agentx_at, bounded, run_at};
 use agentx_tests::fake_model::{self, FakeModel, RawServer, Reply};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
 
-fn status(env: &TestEnv) -> Value {
-    json_out(&env.run(["status", "--json"]))
-}
-
 fn writes(stream: &mut TcpStream, bytes: &[u8]) {
     let _ = stream.write_all(bytes);
     let _ = stream.flush();
@@ -118,7 +114,7 @@ fn two_3_mb_answers_leave_the_conversation_openable() {
     assert_code(&out, 0);
     assert_eq!(stdout(&out).len(), 2 * (answer.len() + 1));
 
-    let s = status(&env);
+    let s = env.status();
     assert_eq!(s["turns"], 2);
     assert_eq!(s["failed"], Value::Null);
     let cps = json_out(&env.run(["checkpoints", "--json"]));
@@ -169,7 +165,7 @@ fn an_answer_past_the_limit_fails_once_and_the_conversation_goes_on() {
     let err = stderr(&out);
     assert!(err.contains("AGENTX_MAX_ANSWER_BYTES"), "{err}");
     assert_eq!(model.requests().len(), 2, "not retried: {err}");
-    let s = status(&env);
+    let s = env.status();
     assert!(
         s["failed"]["message"]
             .as_str()
@@ -230,7 +226,7 @@ fn cut_short_is_kept_marked_and_continued(env: &TestEnv) {
         err.contains("cut short by the model server (max_output_tokens)"),
         "{err}"
     );
-    let s = status(env);
+    let s = env.status();
     assert!(
         s["cut_short"]["message"]
             .as_str()
@@ -241,7 +237,7 @@ fn cut_short_is_kept_marked_and_continued(env: &TestEnv) {
     let out = env.chat(&model, ["--approval", "auto"], "continue\n");
     assert_code(&out, 0);
     assert_eq!(stdout(&out).trim(), "echo: continue [turns seen: 2]");
-    assert_eq!(status(env)["cut_short"], Value::Null);
+    assert_eq!(env.status()["cut_short"], Value::Null);
 
     model.push(Reply::Incomplete("partial".into()));
     let out = env.chat(&model, ["exec", "--json", "x"], "");

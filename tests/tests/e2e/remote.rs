@@ -9,32 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{Cluster, machine, records, shared, status};
+use agentx_tests::postgres::{Cluster, machine, records, shared};
 use agentx_tests::{TEST_KEY, TestEnv, assert_code, json_out, stderr, stdout, wait_status};
-
-/// `agentx search --json ARGS` until `ok` holds for its hits (the local
-/// index follows commits in the background); the last run's output.
-fn search_until(
-    env: &TestEnv,
-    args: &[&str],
-    ok: impl Fn(&[Value]) -> bool,
-) -> std::process::Output {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut all = vec!["search", "--json"];
-        all.extend_from_slice(args);
-        let out = env.run(&all);
-        if json_out(&out).as_array().is_some_and(|hits| ok(hits)) {
-            return out;
-        }
-        assert!(Instant::now() < deadline, "search {args:?} never matched");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn sync(env: &TestEnv) -> Value {
-    json_out(&env.run(["sync", "--json"]))
-}
 
 #[test]
 fn turns_are_pushed_with_their_metadata_and_a_repush_adds_no_duplicate() {
@@ -54,9 +30,9 @@ fn turns_are_pushed_with_their_metadata_and_a_repush_adds_no_duplicate() {
     assert_code(&out, 0);
     assert!(stdout(&out).contains("[turns seen: 2]"), "{}", stdout(&out));
 
-    let synced = sync(&env);
+    let synced = env.sync();
     assert_eq!(synced["reached"], true, "{synced}");
-    let st = status(&env);
+    let st = env.status();
     assert_eq!(st["remote"]["state"], "synced", "{st}");
     assert_eq!(st["remote"]["pending"], 0, "{st}");
     let id = st["session_id"].as_str().unwrap().to_owned();
@@ -96,7 +72,7 @@ fn turns_are_pushed_with_their_metadata_and_a_repush_adds_no_duplicate() {
     // again, and the server keeps exactly one copy of each record.
     env.kill_daemons();
     std::fs::remove_dir_all(env.home.join("remote/pushed")).unwrap();
-    let again = sync(&env);
+    let again = env.sync();
     assert_eq!(again["reached"], true, "{again}");
     assert_eq!(again["pushed_records"], items, "{again}");
     assert_eq!(records(pg, "t_push", &id), (items, items, items));
@@ -123,7 +99,7 @@ fn turns_succeed_while_the_server_is_down_and_are_pushed_once_it_is_back() {
         &env.chat(&model, ["--approval", "never"], "before the outage\n"),
         0,
     );
-    assert_eq!(sync(&env)["reached"], true);
+    assert_eq!(env.sync()["reached"], true);
 
     pg.stop();
     let started = Instant::now();
@@ -160,9 +136,9 @@ fn turns_succeed_while_the_server_is_down_and_are_pushed_once_it_is_back() {
     // agentd dies too; the outbox survives it.
     env.kill_daemons();
     pg.restart();
-    let synced = sync(&env);
+    let synced = env.sync();
     assert_eq!(synced["reached"], true, "{synced}");
-    let st = status(&env);
+    let st = env.status();
     assert_eq!(st["remote"]["state"], "synced", "{st}");
     let daemon = json_out(&env.run(["daemon", "status", "--json"]));
     assert_eq!(daemon["remote"]["state"], "synced", "{daemon}");
@@ -199,9 +175,9 @@ fn a_second_machine_lists_the_first_machines_conversation_as_remote() {
         &other.chat(&model, ["--approval", "never"], "elsewhere\n"),
         0,
     );
-    assert_eq!(sync(&a)["reached"], true);
-    assert_eq!(sync(&other)["reached"], true);
-    let a_id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    assert_eq!(other.sync()["reached"], true);
+    let a_id = a.status()["session_id"].as_str().unwrap().to_owned();
 
     let listed = json_out(&b.run(["sessions", "--json"]));
     let list = listed.as_array().unwrap();
@@ -220,8 +196,8 @@ fn a_second_machine_lists_the_first_machines_conversation_as_remote() {
         &b.chat(&model, ["--approval", "never"], "started on b\n"),
         0,
     );
-    assert_eq!(sync(&b)["reached"], true);
-    let b_id = status(&b)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(b.sync()["reached"], true);
+    let b_id = b.status()["session_id"].as_str().unwrap().to_owned();
     let listed = json_out(&b.run(["sessions", "--json"]));
     let list = listed.as_array().unwrap();
     assert_eq!(list.len(), 2, "{listed}");
@@ -276,7 +252,7 @@ fn listing_with_a_silent_remote_answers_within_its_bound() {
 
     // Search too: this machine's hits, and one line saying the remote
     // was not reached within its bound (it never answers).
-    let out = search_until(&env, &["local"], |hits| hits.len() == 1);
+    let out = env.search_until(&["local"], |hits| hits.len() == 1);
     let hits = json_out(&out);
     assert_eq!(hits[0]["where"], "local");
     let note = stderr(&out);
@@ -288,7 +264,7 @@ fn listing_with_a_silent_remote_answers_within_its_bound() {
         "{note}"
     );
 
-    let st = status(&env);
+    let st = env.status();
     assert_eq!(st["remote"]["state"], "pending", "{st}");
     let out = env.run(["sync", "--json", "--wait-ms", "500"]);
     assert_code(&out, 1);
@@ -314,9 +290,9 @@ fn the_password_stays_out_of_the_profile_logs_and_messages() {
         &env.chat(&model, ["--approval", "never"], "keep it secret\n"),
         0,
     );
-    let synced = sync(&env);
+    let synced = env.sync();
     assert_eq!(synced["reached"], true, "{synced}");
-    let st = status(&env);
+    let st = env.status();
     assert!(!st.to_string().contains(PASSWORD), "{st}");
     assert_eq!(
         st["remote"]["url"],
@@ -334,7 +310,7 @@ fn the_password_stays_out_of_the_profile_logs_and_messages() {
     let out = down.run(["sync"]);
     assert_code(&out, 1);
     assert!(stderr(&out).contains("127.0.0.1:1"), "{}", stderr(&out));
-    let st = status(&down);
+    let st = down.status();
     assert!(!st.to_string().contains(PASSWORD), "{st}");
 
     // A server that does not speak the TLS asked for: the error says so,
@@ -399,7 +375,7 @@ fn a_password_from_pgpass_authenticates_and_a_readable_file_is_ignored() {
     a.extra_env
         .push(("HOME".into(), home.display().to_string()));
     assert_code(&a.chat(&model, ["--approval", "never"], "from pgpass\n"), 0);
-    let synced = sync(&a);
+    let synced = a.sync();
     assert_eq!(synced["reached"], true, "{synced}");
     // agentd connected as pw_user: it created the schema.
     let owner = pg.query(
@@ -428,7 +404,7 @@ fn a_password_from_pgpass_authenticates_and_a_readable_file_is_ignored() {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     b.kill_daemons();
-    let synced = sync(&b);
+    let synced = b.sync();
     assert_eq!(synced["reached"], true, "{synced}");
     assert_eq!(
         pg.count("t_pgpass", "SELECT count(*) FROM conversations"),
@@ -465,7 +441,7 @@ fn tls_is_used_and_checked_as_sslmode_says() {
         &format!("{base}?sslmode=verify-full&sslrootcert={}", ca.display()),
     );
     assert_code(&a.chat(&model, ["--approval", "never"], "over tls\n"), 0);
-    let synced = sync(&a);
+    let synced = a.sync();
     assert_eq!(synced["reached"], true, "{synced}");
     assert!(tls_sessions() >= 1);
     assert!(
@@ -499,7 +475,7 @@ fn tls_is_used_and_checked_as_sslmode_says() {
         &c.chat(&model, ["--approval", "never"], "encrypted only\n"),
         0,
     );
-    let synced = sync(&c);
+    let synced = c.sync();
     assert_eq!(synced["reached"], true, "{synced}");
     assert_eq!(pg.count("t_tls", "SELECT count(*) FROM conversations"), 2);
     // Plaintext is refused (the rule above holds).
@@ -542,13 +518,13 @@ fn search_finds_remote_only_conversations_of_the_project_marked_remote() {
         0,
     );
     for env in [&a, &other, &b] {
-        assert_eq!(sync(env)["reached"], true);
+        assert_eq!(env.sync()["reached"], true);
     }
-    let a_id = status(&a)["session_id"].as_str().unwrap().to_owned();
-    let b_id = status(&b)["session_id"].as_str().unwrap().to_owned();
+    let a_id = a.status()["session_id"].as_str().unwrap().to_owned();
+    let b_id = b.status()["session_id"].as_str().unwrap().to_owned();
 
     // B's index has caught up with its own conversation.
-    search_until(&b, &["note"], |hits| hits.len() == 1);
+    b.search_until(&["note"], |hits| hits.len() == 1);
     let out = b.run(["search", "zebra", "--json"]);
     assert_code(&out, 0);
     let note = stderr(&out);
@@ -603,7 +579,7 @@ fn search_finds_remote_only_conversations_of_the_project_marked_remote() {
         scoped.iter().all(|(id, w)| id != &b_id || w == "local"),
         "{scoped:?}"
     );
-    let other_id = status(&other)["session_id"].as_str().unwrap().to_owned();
+    let other_id = other.status()["session_id"].as_str().unwrap().to_owned();
     assert!(!scoped.iter().any(|(id, _)| id == &other_id), "{scoped:?}");
     let all = ids(&["search", "quokka", "--all", "--json"]);
     assert!(all.contains(&(other_id, "remote".into())), "{all:?}");
@@ -665,7 +641,7 @@ fn a_large_message_of_varied_words_is_pushed_and_found_and_holds_up_nothing() {
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "warm up\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
     // The database as the released schema 2 left it (an unbounded index,
     // no revisions): agentd brings it up to date when it connects again.
     a.kill_daemons();
@@ -692,14 +668,14 @@ fn a_large_message_of_varied_words_is_pushed_and_found_and_holds_up_nothing() {
     let big_id = id_titled(&a, "zanzibar w1 w2");
     let ordinary_id = id_titled(&a, "an ordinary turn");
 
-    let synced = sync(&a);
+    let synced = a.sync();
     assert_eq!(synced["reached"], true, "{synced}");
     assert_eq!(
         synced["remote"]["refused"],
         serde_json::json!([]),
         "{synced}"
     );
-    let st = status(&a);
+    let st = a.status();
     assert_eq!(st["remote"]["state"], "synced", "{st}");
     assert_eq!(st["remote"]["pending"], 0, "{st}");
     for id in [&big_id, &ordinary_id] {
@@ -730,7 +706,7 @@ fn a_large_message_of_varied_words_is_pushed_and_found_and_holds_up_nothing() {
 
     // Another machine finds it by its indexed part.
     let b = machine("machine-b", "git@github.com:acme/app.git", &url);
-    let out = search_until(&b, &["zanzibar"], |hits| !hits.is_empty());
+    let out = b.search_until(&["zanzibar"], |hits| !hits.is_empty());
     let hits = json_out(&out);
     assert_eq!(hits[0]["session_id"], big_id.as_str(), "{hits}");
     assert_eq!(hits[0]["where"], "remote", "{hits}");
@@ -751,7 +727,7 @@ fn a_conversation_the_server_refuses_is_reported_by_id_and_holds_up_no_other() {
     );
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "warm up\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
     // The server refuses any record holding "poison-pill".
     pg.execute(
         "t_refused",
@@ -792,7 +768,7 @@ fn a_conversation_the_server_refuses_is_reported_by_id_and_holds_up_no_other() {
     assert_eq!(records(pg, "t_refused", &poisoned).0, 0);
 
     // status and daemon status name it too.
-    let st = status(&a);
+    let st = a.status();
     assert_eq!(st["remote"]["pending"], 1, "{st}");
     assert_eq!(st["remote"]["refused"][0]["id"], poisoned.as_str(), "{st}");
     assert!(st["remote"]["last_error"].is_null(), "{st}");
@@ -812,7 +788,7 @@ fn a_conversation_the_server_refuses_is_reported_by_id_and_holds_up_no_other() {
 
     // Once the server takes it, it is pushed and no longer reported.
     pg.execute("t_refused", "DROP TRIGGER refuse_poison ON records");
-    let synced = sync(&a);
+    let synced = a.sync();
     assert_eq!(synced["reached"], true, "{synced}");
     assert_eq!(
         synced["remote"]["refused"],
@@ -867,7 +843,7 @@ fn a_password_in_any_form_of_the_url_is_shown_nowhere() {
             );
             seen.push_str(&text);
         }
-        let st = status(&env);
+        let st = env.status();
         if n == 0 {
             // The password parameter is used.
             assert_eq!(st["remote"]["state"], "synced", "{st}");
@@ -899,8 +875,8 @@ fn remote_rows_whose_ids_name_agentds_own_files_are_neither_listed_nor_pulled() 
     let b = machine("machine-b", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "from a\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
-    let a_id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let a_id = a.status()["session_id"].as_str().unwrap().to_owned();
     // Hostile rows: copies of A's conversation named like B's pointer files.
     for id in ["current", "shared"] {
         pg.execute(
@@ -920,7 +896,7 @@ fn remote_rows_whose_ids_name_agentds_own_files_are_neither_listed_nor_pulled() 
         );
     }
     assert_code(&b.chat(&model, ["--approval", "never"], "from b\n"), 0);
-    let b_id = status(&b)["session_id"].as_str().unwrap().to_owned();
+    let b_id = b.status()["session_id"].as_str().unwrap().to_owned();
 
     let ids: Vec<String> = titles(&b).into_iter().map(|(_, id)| id).collect();
     assert_eq!(ids.len(), 2, "{ids:?}");
@@ -936,7 +912,7 @@ fn remote_rows_whose_ids_name_agentds_own_files_are_neither_listed_nor_pulled() 
     }
     // B's pointer files are intact, also after a restart.
     b.kill_daemons();
-    assert_eq!(status(&b)["session_id"], b_id.as_str());
+    assert_eq!(b.status()["session_id"], b_id.as_str());
     let out = b.chat(&model, Vec::<&str>::new(), "again\n");
     assert_code(&out, 0);
     assert!(stdout(&out).contains("[turns seen: 2]"), "{}", stdout(&out));

@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{lock_records, machine, records, shared, status, sync, texts};
+use agentx_tests::postgres::{lock_records, machine, records, shared, texts};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
 
 /// Points `env`'s agentd at another server (it reads the URL at start).
@@ -33,8 +33,8 @@ fn a_conversation_started_on_a_continues_on_b_with_its_whole_context_and_back_on
         &a.chat(&model_a, ["--approval", "never"], "first on a\n"),
         0,
     );
-    assert_eq!(sync(&a)["reached"], true);
-    let st = status(&a);
+    assert_eq!(a.sync()["reached"], true);
+    let st = a.status();
     let id = st["session_id"].as_str().unwrap().to_owned();
     let a_response = st["response_id"].as_str().unwrap().to_owned();
 
@@ -66,12 +66,12 @@ fn a_conversation_started_on_a_continues_on_b_with_its_whole_context_and_back_on
     let input = last["input"].to_string();
     assert!(input.contains("first on a"), "{input}");
     assert!(input.contains("echo: first on a"), "{input}");
-    let st = status(&b);
+    let st = b.status();
     assert_eq!(st["session_id"], id.as_str(), "{st}");
     assert_eq!(st["turns"], 2, "{st}");
     assert_eq!(st["title"], "first on a", "{st}");
     assert!(st["checkpoints"].as_u64() >= Some(2), "{st}");
-    assert_eq!(sync(&b)["reached"], true);
+    assert_eq!(b.sync()["reached"], true);
     let listed = json_out(&b.run(["sessions", "--json"]));
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     assert_eq!(listed[0]["where"], "both", "{listed}");
@@ -92,8 +92,8 @@ fn a_conversation_started_on_a_continues_on_b_with_its_whole_context_and_back_on
     assert_eq!(first_back["previous_response_id"], b_response);
     let input = requests.last().unwrap().body["input"].to_string();
     assert!(input.contains("then on b"), "{input}");
-    assert_eq!(sync(&a)["reached"], true);
-    let st = status(&a);
+    assert_eq!(a.sync()["reached"], true);
+    let st = a.status();
     assert_eq!(st["turns"], 3, "{st}");
     let items = st["transcript_items"].as_i64().unwrap();
     assert_eq!(records(pg, "c_continue", &id), (items, items, items));
@@ -126,12 +126,12 @@ fn two_machines_going_on_from_one_point_make_exactly_one_fork() {
         &a.chat(&model, ["--approval", "never"], "common start\n"),
         0,
     );
-    assert_eq!(sync(&a)["reached"], true);
-    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
     // B takes the conversation (opening it pulls it; no message).
     let out = b.chat(&model, ["resume", id.as_str()], "");
     assert_code(&out, 0);
-    assert_eq!(status(&b)["session_id"], id.as_str());
+    assert_eq!(b.status()["session_id"], id.as_str());
 
     // B goes on without reaching the server: one line says so.
     set_url(&mut b, "postgresql://agentx@127.0.0.1:1/nowhere");
@@ -149,8 +149,8 @@ fn two_machines_going_on_from_one_point_make_exactly_one_fork() {
         &a.chat(&model, ["--approval", "never"], "a's second turn\n"),
         0,
     );
-    assert_eq!(sync(&a)["reached"], true);
-    let a_items = status(&a)["transcript_items"].as_i64().unwrap();
+    assert_eq!(a.sync()["reached"], true);
+    let a_items = a.status()["transcript_items"].as_i64().unwrap();
 
     // B is back: its push fails the sequence check and its turns become
     // a fork; the user sees one line.
@@ -202,7 +202,7 @@ fn two_machines_going_on_from_one_point_make_exactly_one_fork() {
     check();
     // B keeps both: the conversation with A's turns, and its own line,
     // which this folder continues.
-    let st = status(&b);
+    let st = b.status();
     assert_eq!(st["session_id"], fork_id.as_str(), "{st}");
     let out = b.chat(&model, ["--approval", "never"], "b goes on\n");
     assert_code(&out, 0);
@@ -213,12 +213,12 @@ fn two_machines_going_on_from_one_point_make_exactly_one_fork() {
     );
     let out = b.chat(&model, ["resume", id.as_str()], "");
     assert_code(&out, 0);
-    let st = status(&b);
+    let st = b.status();
     assert_eq!(st["session_id"], id.as_str());
     assert_eq!(st["transcript_items"], a_items, "{st}");
     // Nothing more comes of it on either machine.
-    assert_eq!(sync(&b)["forks"], Value::Array(Vec::new()));
-    assert_eq!(sync(&a)["forks"], Value::Array(Vec::new()));
+    assert_eq!(b.sync()["forks"], Value::Array(Vec::new()));
+    assert_eq!(a.sync()["forks"], Value::Array(Vec::new()));
     check();
     // A lists B's fork as remote, under its marked title.
     let listed = json_out(&a.run(["sessions", "--json"]));
@@ -241,8 +241,8 @@ fn agentd_killed_mid_push_loses_nothing_and_duplicates_nothing() {
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "one\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
-    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
 
     // The next push blocks inside its transaction; agentd is killed there.
     let (release, holder) = lock_records(url.clone());
@@ -263,8 +263,8 @@ fn agentd_killed_mid_push_loses_nothing_and_duplicates_nothing() {
     a.kill_daemons();
     release.send(()).unwrap();
     holder.join().unwrap();
-    assert_eq!(sync(&a)["reached"], true);
-    let items = status(&a)["transcript_items"].as_i64().unwrap();
+    assert_eq!(a.sync()["reached"], true);
+    let items = a.status()["transcript_items"].as_i64().unwrap();
     assert_eq!(items, 4);
     assert_eq!(records(pg, "c_kill", &id), (items, items, items));
 
@@ -273,10 +273,10 @@ fn agentd_killed_mid_push_loses_nothing_and_duplicates_nothing() {
     let pushed = a.home.join(format!("remote/pushed/{id}.json"));
     let before = std::fs::read(&pushed).unwrap();
     assert_code(&a.chat(&model, ["--approval", "never"], "three\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
     a.kill_daemons();
     std::fs::write(&pushed, before).unwrap();
-    let again = sync(&a);
+    let again = a.sync();
     assert_eq!(again["reached"], true, "{again}");
     assert_eq!(again["forks"], Value::Array(Vec::new()), "{again}");
     // The line check saw its own records on the server (the same chain)
@@ -287,7 +287,7 @@ fn agentd_killed_mid_push_loses_nothing_and_duplicates_nothing() {
         "the repeated push was taken for another machine's: {log}"
     );
     assert_eq!(again["pushed_records"], 2, "{again}");
-    let items = status(&a)["transcript_items"].as_i64().unwrap();
+    let items = a.status()["transcript_items"].as_i64().unwrap();
     assert_eq!(items, 6);
     assert_eq!(records(pg, "c_kill", &id), (items, items, items));
     let users: Vec<String> = texts(pg, "c_kill", &id)
@@ -309,7 +309,7 @@ fn fifty_one_shots_with_the_remote_on_behave_as_before_and_stay_local() {
     );
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "interactive\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
     let children: Vec<_> = (0..50)
         .map(|i| a.chat_command(&model, ["exec".to_owned(), format!("prompt {i}")], ""))
         .collect();
@@ -325,14 +325,14 @@ fn fifty_one_shots_with_the_remote_on_behave_as_before_and_stay_local() {
     }
     let left = json_out(&a.run(["oneshots", "--json"]));
     assert_eq!(left, Value::Array(Vec::new()));
-    let synced = sync(&a);
+    let synced = a.sync();
     assert_eq!(synced["reached"], true, "{synced}");
     assert_eq!(
         pg.count("c_oneshots", "SELECT count(*) FROM conversations"),
         1
     );
     assert_eq!(pg.count("c_oneshots", "SELECT count(*) FROM records"), 2);
-    let st = status(&a);
+    let st = a.status();
     assert_eq!(st["remote"]["state"], "synced", "{st}");
     assert_eq!(st["turns"], 1, "{st}");
 }
@@ -345,9 +345,9 @@ fn clear_deletes_the_remote_copy_too_and_says_so() {
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "doomed\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
-    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
-    assert_eq!(status(&a)["remote_copy"], true);
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.status()["remote_copy"], true);
     let out = a.chat(&model, Vec::<&str>::new(), "/clear\n");
     assert_code(&out, 0);
     assert!(
@@ -360,8 +360,8 @@ fn clear_deletes_the_remote_copy_too_and_says_so() {
 
     // With the server out of reach the copy goes once it is back.
     assert_code(&a.chat(&model, ["--approval", "never"], "doomed too\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
-    let second = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let second = a.status()["session_id"].as_str().unwrap().to_owned();
     let mut a = a;
     set_url(&mut a, "postgresql://agentx@127.0.0.1:1/nowhere");
     let out = a.run(["clear", "--yes"]);
@@ -373,7 +373,7 @@ fn clear_deletes_the_remote_copy_too_and_says_so() {
     );
     assert_eq!(pg.count("c_clear", "SELECT count(*) FROM conversations"), 1);
     set_url(&mut a, &url);
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
     assert_eq!(
         pg.count(
             "c_clear",
@@ -400,8 +400,8 @@ fn a_repl_still_on_the_conversation_continues_the_fork_and_says_so_once() {
         &a.chat(&model, ["--approval", "never"], "common start\n"),
         0,
     );
-    assert_eq!(sync(&a)["reached"], true);
-    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
     assert_code(&b.chat(&model, ["resume", id.as_str()], ""), 0);
 
     // B's REPL stays open on the conversation; its first turn is offline.
@@ -423,9 +423,9 @@ fn a_repl_still_on_the_conversation_continues_the_fork_and_says_so_once() {
     assert_eq!(answer, "echo: b one [turns seen: 2]");
     // A goes on meanwhile; B's agentd comes back online and forks.
     assert_code(&a.chat(&model, ["--approval", "never"], "a two\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
     set_url(&mut b, &url);
-    let synced = sync(&b);
+    let synced = b.sync();
     let fork_id = synced["forks"][0]["fork_id"].as_str().unwrap().to_owned();
 
     // The REPL's next message goes on with B's own line, the fork.
@@ -442,7 +442,7 @@ fn a_repl_still_on_the_conversation_continues_the_fork_and_says_so_once() {
         .collect();
     assert_eq!(lines.len(), 1, "{said}");
     assert!(lines[0].contains(&fork_id), "{said}");
-    assert_eq!(sync(&b)["reached"], true);
+    assert_eq!(b.sync()["reached"], true);
     let ours: Vec<String> = texts(pg, "c_redirect", &fork_id);
     assert!(ours.iter().any(|t| t == "b two"), "{ours:?}");
     let theirs = texts(pg, "c_redirect", &id);
@@ -464,7 +464,7 @@ fn a_turn_on_a_remote_conversation_goes_on_locally_when_the_server_is_silent() {
     );
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "kept\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
     // A server that accepts connections and never answers.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = silent.local_addr().unwrap().port();
@@ -485,7 +485,7 @@ fn a_turn_on_a_remote_conversation_goes_on_locally_when_the_server_is_silent() {
         .collect();
     assert_eq!(notes.len(), 1, "{said}");
     assert!(notes[0].contains("within 1500 ms"), "{said}");
-    assert_eq!(status(&a)["turns"], 2);
+    assert_eq!(a.status()["turns"], 2);
 }
 
 /// A remote store that fails while a remote-only conversation is pulled
@@ -500,8 +500,8 @@ fn a_remote_failure_while_resuming_exits_1_and_names_the_remote_store() {
     let b = machine("machine-b", "https://github.com/acme/fails", &url);
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "only on a\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
-    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
     let listed = json_out(&b.run(["sessions", "--json"]));
     assert_eq!(listed[0]["where"], "remote", "{listed}");
 

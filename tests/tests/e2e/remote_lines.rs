@@ -7,9 +7,7 @@
 use std::time::{Duration, Instant};
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{
-    machine, records, said, shared, status, sync, transaction_in_two_steps,
-};
+use agentx_tests::postgres::{machine, records, said, shared, transaction_in_two_steps};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
 
 /// What the user said in the current conversation of `env`, as its own
@@ -44,29 +42,29 @@ fn a_rollback_on_one_machine_and_a_turn_on_another_make_a_fork_never_an_interlea
     let model = FakeModel::start();
     say(&a, &model, "one");
     say(&a, &model, "two");
-    assert_eq!(sync(&a)["reached"], true);
-    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
     // B takes the conversation: both share its 4 records.
     assert_code(&b.chat(&model, ["resume", id.as_str()], ""), 0);
-    assert_eq!(status(&b)["transcript_items"], 4);
+    assert_eq!(b.status()["transcript_items"], 4);
 
     // A goes back to the first turn and says something else: the server
     // again holds 4 records, with other content.
     // (Checkpoints are numbered newest first: 2 is the first turn's.)
     assert_code(&a.run(["rollback", "2"]), 0);
     say(&a, &model, "two-prime");
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
     assert_eq!(said(pg, "l_rollback", &id), ["one", "two-prime"]);
 
     // B goes on from its old line: its turn must not land after A's.
     let out = say(&b, &model, "three");
     assert!(out.contains("kept as a fork"), "{out}");
     assert!(out.contains("echo: three [turns seen: 3]"), "{out}");
-    let synced = sync(&b);
+    let synced = b.sync();
     assert_eq!(synced["reached"], true, "{synced}");
     assert_eq!(synced["remote"]["pending"], 0, "{synced}");
     assert_eq!(said(pg, "l_rollback", &id), ["one", "two-prime"]);
-    let fork = status(&b)["session_id"].as_str().unwrap().to_owned();
+    let fork = b.status()["session_id"].as_str().unwrap().to_owned();
     assert_ne!(fork, id);
     assert_eq!(said(pg, "l_rollback", &fork), ["one", "two", "three"]);
     let (n, distinct, end) = records(pg, "l_rollback", &fork);
@@ -77,7 +75,7 @@ fn a_rollback_on_one_machine_and_a_turn_on_another_make_a_fork_never_an_interlea
     // A's next turn goes on its own line, with nothing of B's in it.
     let out = say(&a, &model, "four");
     assert!(out.contains("echo: four [turns seen: 3]"), "{out}");
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
     assert_eq!(said(pg, "l_rollback", &id), ["one", "two-prime", "four"]);
     assert_eq!(local_said(&a, &id), ["one", "two-prime", "four"]);
 }
@@ -91,14 +89,14 @@ fn a_turn_still_running_on_another_machine_is_not_pulled_as_if_finished() {
     let b = machine("machine-b", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
     say(&a, &model, "one");
-    assert_eq!(sync(&a)["reached"], true);
-    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
 
     // A's next turn runs a 6 s tool: its user message and the call are
     // committed on A long before the answer.
     let running = a.chat_command(&model, ["--auto"], "CALL sleep 6\n");
     let give_up = Instant::now() + Duration::from_secs(20);
-    while status(&a)["transcript_items"].as_i64().unwrap_or(0) < 4 {
+    while a.status()["transcript_items"].as_i64().unwrap_or(0) < 4 {
         assert!(
             Instant::now() < give_up,
             "A's turn never committed its call"
@@ -106,7 +104,7 @@ fn a_turn_still_running_on_another_machine_is_not_pulled_as_if_finished() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // Everything A has is pushed now; the unfinished turn stays on A.
-    let synced = sync(&a);
+    let synced = a.sync();
     assert_eq!(synced["reached"], true, "{synced}");
     assert_eq!(said(pg, "l_running", &id), ["one"]);
     assert_eq!(
@@ -119,16 +117,16 @@ fn a_turn_still_running_on_another_machine_is_not_pulled_as_if_finished() {
     // B opening it meanwhile gets the finished turn only.
     assert_code(&b.chat(&model, ["resume", id.as_str()], ""), 0);
     assert_eq!(local_said(&b, &id), ["one"]);
-    assert_eq!(status(&b)["transcript_items"], 2);
+    assert_eq!(b.status()["transcript_items"], 2);
 
     // Once A's turn is over it goes out whole, and B's next turn has it.
     assert_code(&running.wait_with_output().unwrap(), 0);
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
     assert_eq!(said(pg, "l_running", &id), ["one", "CALL sleep 6"]);
     let out = say(&b, &model, "after");
     assert!(!out.contains("fork"), "{out}");
     assert_eq!(local_said(&b, &id), ["one", "CALL sleep 6", "after"]);
-    let st = status(&b);
+    let st = b.status();
     assert_eq!(st["turns"], 3, "{st}");
 }
 
@@ -148,8 +146,8 @@ fn the_model_sees_the_pulled_turn(db: &str, provider: Option<&str>) {
     }
     let model = FakeModel::start();
     say(&a, &model, "hello from A");
-    assert_eq!(sync(&a)["reached"], true);
-    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
     let out = b.chat(
         &model,
         ["resume", id.as_str(), "--approval", "never"],
@@ -161,14 +159,14 @@ fn the_model_sees_the_pulled_turn(db: &str, provider: Option<&str>) {
         "{}",
         stdout(&out)
     );
-    assert_eq!(sync(&b)["reached"], true);
+    assert_eq!(b.sync()["reached"], true);
     let out = say(&a, &model, "again A");
     assert!(out.contains("echo: again A [turns seen: 3]"), "{out}");
     assert_eq!(
         local_said(&a, &id),
         ["hello from A", "hello from B", "again A"]
     );
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
     assert_eq!(
         said(pg, db, &id),
         ["hello from A", "hello from B", "again A"]
@@ -194,11 +192,11 @@ fn a_pull_reads_the_row_and_its_records_as_one_snapshot() {
     let b = machine("machine-b", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
     say(&a, &model, "one");
-    assert_eq!(sync(&a)["reached"], true);
-    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
     assert_code(&b.chat(&model, ["resume", id.as_str()], ""), 0);
     say(&a, &model, "two");
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
 
     // Another machine's push of a third turn is under way: it holds the
     // records table while it writes, and commits the row and its records
@@ -237,7 +235,7 @@ fn a_pull_reads_the_row_and_its_records_as_one_snapshot() {
     // B took the third turn with its own row: every user message of its
     // copy is a turn with its checkpoint, so each can be rolled back to.
     assert_eq!(local_said(&b, &id), ["one", "two", "three", "four"]);
-    let st = status(&b);
+    let st = b.status();
     assert_eq!(st["turns"], 4, "{st}");
     let out = b.run(["checkpoints", "--json"]);
     assert_code(&out, 0);

@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{Cluster, machine, said, shared, status, sync};
+use agentx_tests::postgres::{Cluster, machine, said, shared};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
 
 const NOT_REACHED: &str = "remote store was not reached";
@@ -84,15 +84,15 @@ fn two_machines(pg: &Cluster, db: &str, model: &FakeModel) -> (TestEnv, TestEnv,
     let b_url = format!("postgresql://{role}@127.0.0.1:{}/{db}", pg.port);
     let b = machine("machine-b", "git@github.com:acme/app.git", &b_url);
     assert_code(&a.chat(model, ["--approval", "never"], "one on a\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
-    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
     assert_code(&b.chat(model, ["resume", id.as_str()], ""), 0);
     wait_listening(pg, &role);
     let out = b.chat(model, ["--approval", "never"], "one on b\n");
     assert_code(&out, 0);
     assert!(!stderr(&out).contains(NOT_REACHED), "{}", stderr(&out));
-    assert_eq!(status(&b)["session_id"], id.as_str());
-    assert_eq!(sync(&b)["reached"], true);
+    assert_eq!(b.status()["session_id"], id.as_str());
+    assert_eq!(b.sync()["reached"], true);
     (a, b, id)
 }
 
@@ -106,16 +106,16 @@ fn a_turn_asks_the_server_only_after_another_machine_pushed() {
     // A goes on (it was told of B's turn and pulls it first).
     let out = a.chat(&model, ["--approval", "never"], "two on a\n");
     assert_code(&out, 0);
-    assert_eq!(status(&a)["turns"], 3, "{}", stderr(&out));
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.status()["turns"], 3, "{}", stderr(&out));
+    assert_eq!(a.sync()["reached"], true);
 
     // B was told of A's push: its turn brings A's in first, no fork.
     let out = b.chat(&model, ["--approval", "never"], "two on b\n");
     assert_code(&out, 0);
-    let st = status(&b);
+    let st = b.status();
     assert_eq!(st["session_id"], id.as_str(), "{st}");
     assert_eq!(st["turns"], 4, "{st}\n{}", stderr(&out));
-    assert_eq!(sync(&b)["reached"], true);
+    assert_eq!(b.sync()["reached"], true);
     assert_eq!(
         said(pg, db, &id),
         ["one on a", "one on b", "two on a", "two on b"]
@@ -141,8 +141,8 @@ fn a_turn_asks_the_server_only_after_another_machine_pushed() {
         "{}",
         stdout(&out)
     );
-    assert_eq!(status(&b)["turns"], 5);
-    assert_eq!(sync(&b)["reached"], true);
+    assert_eq!(b.status()["turns"], 5);
+    assert_eq!(b.sync()["reached"], true);
     assert_eq!(said(pg, db, &id).len(), 5);
 }
 
@@ -160,17 +160,17 @@ fn a_turn_after_the_listener_was_dropped_still_brings_in_the_other_machines_turn
     end_b_connections(pg, &role, "application_name = 'agentd listen'");
     let out = a.chat(&model, ["--approval", "never"], "two on a\n");
     assert_code(&out, 0);
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
 
     // B still asks the server (its other connections are up) and gets it.
     let out = b.chat(&model, ["--approval", "never"], "two on b\n");
     b_may_log_in(pg, &role, true);
     assert_code(&out, 0);
     assert!(!stderr(&out).contains(NOT_REACHED), "{}", stderr(&out));
-    let st = status(&b);
+    let st = b.status();
     assert_eq!(st["session_id"], id.as_str(), "{st}");
     assert_eq!(st["turns"], 4, "{st}\n{}", stderr(&out));
-    assert_eq!(sync(&b)["reached"], true);
+    assert_eq!(b.sync()["reached"], true);
     assert_eq!(
         said(pg, db, &id),
         ["one on a", "one on b", "two on a", "two on b"]
@@ -188,7 +188,7 @@ fn a_listing_past_1000_remote_conversations_says_how_many_more_there_are() {
     pg.create_db(db);
     let a = machine("machine-a", "git@github.com:acme/app.git", &pg.url(db));
     // Start agentd so that it makes the schema.
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
     pg.execute(
         db,
         "INSERT INTO conversations (id, project, agent, title, machine, folder,

@@ -13,14 +13,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{Cluster, lock_records, machine, records, shared, status};
+use agentx_tests::postgres::{Cluster, lock_records, machine, records, shared};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, wait_status};
 
 const ORIGIN: &str = "git@github.com:acme/slow.git";
-
-fn sync(env: &TestEnv) -> Value {
-    json_out(&env.run(["sync", "--json"]))
-}
 
 /// agentd's search queries running on the server now, in database `db`:
 /// `pg_stat_activity` shows the whole cluster, and the other tests of this
@@ -87,8 +83,8 @@ fn two_machines(pg: &Cluster, db: &str, env: &[(&str, &str)]) -> (TestEnv, TestE
         &a.chat(&model, ["--approval", "never"], "the walrus plan\n"),
         0,
     );
-    assert_eq!(sync(&a)["reached"], true);
-    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
     (a, b, id)
 }
 
@@ -197,10 +193,10 @@ fn a_pull_given_up_before_a_turn_is_cancelled_on_the_server() {
         ),
         0,
     );
-    assert_eq!(sync(&b)["reached"], true);
+    assert_eq!(b.sync()["reached"], true);
     // A goes on too, so B's next turn has records to pull.
     assert_code(&a.chat(&model, ["--approval", "never"], "a goes on\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
+    assert_eq!(a.sync()["reached"], true);
 
     let (release, holder) = lock_records(pg.url("s_pull"));
     let turn = {
@@ -319,7 +315,7 @@ fn a_conversation_with_a_50_mb_record_is_found_quickly_and_resumed() {
     let resumed = started.elapsed();
     assert_code(&out, 0);
     println!("resuming it took {resumed:?}");
-    let st = status(&b);
+    let st = b.status();
     assert_eq!(st["session_id"], id.as_str(), "{st}");
     let (count, _, _) = records(pg, "s_huge", &id);
     assert_eq!(st["transcript_items"].as_i64(), Some(count), "{st}");
@@ -332,8 +328,8 @@ fn a_schema_migrated_by_a_newer_agentd_meanwhile_stops_the_pushes_with_a_clear_e
     let a = machine("machine-a", ORIGIN, &pg.url("s_newer"));
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "first\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
-    let id = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
     let before = records(pg, "s_newer", &id);
     // The listing's connection is made (and kept) before the change.
     let out = a.run(["sessions", "--json"]);
@@ -360,7 +356,7 @@ fn a_schema_migrated_by_a_newer_agentd_meanwhile_stops_the_pushes_with_a_clear_e
     let out = a.run(["sessions", "--json"]);
     assert_code(&out, 0);
     assert!(stderr(&out).contains(&expected), "{}", stderr(&out));
-    let st = status(&a);
+    let st = a.status();
     assert_eq!(st["remote"]["state"], "pending", "{st}");
     assert!(
         st["remote"]["last_error"]

@@ -5,16 +5,12 @@ use agentx_tests::fake_model::{FakeModel, Reply};
 use agentx_tests::tmux::Pane;
 use agentx_tests::{TestEnv, assert_code, json_out};
 
-fn status(env: &TestEnv) -> serde_json::Value {
-    json_out(&env.run(["status", "--json"]))
-}
-
 #[test]
 fn clear_in_the_failure_menu_asks_naming_what_goes_and_no_keeps_it() {
     let env = TestEnv::new();
     let model = FakeModel::start();
     assert_code(&env.chat(&model, ["--approval", "never"], "keep me\n"), 0);
-    let id = status(&env)["session_id"].as_str().unwrap().to_owned();
+    let id = env.status()["session_id"].as_str().unwrap().to_owned();
     model.push(Reply::http_error(
         400,
         Some("invalid_request_error"),
@@ -39,7 +35,7 @@ fn clear_in_the_failure_menu_asks_naming_what_goes_and_no_keeps_it() {
     );
     pane.line("n");
     pane.wait_for("nothing changed");
-    let st = status(&env);
+    let st = env.status();
     assert_eq!(st["session_id"], id.as_str(), "{st}");
     assert_eq!(st["turns"], 1, "{st}");
     let hits = json_out(&env.run(["search", "keep", "--json"]));
@@ -53,7 +49,7 @@ fn clear_in_the_failure_menu_asks_naming_what_goes_and_no_keeps_it() {
     pane.wait_for_n("[y/N]", 2);
     pane.line("y");
     pane.wait_for("cleared");
-    assert_ne!(status(&env)["session_id"], id.as_str());
+    assert_ne!(env.status()["session_id"], id.as_str());
 }
 
 #[test]
@@ -105,7 +101,7 @@ fn resume_takes_ids_where_they_are_printed_and_opens_the_picker_without_one() {
         &env.chat(&model, ["--approval", "never"], "first talk\n"),
         0,
     );
-    let first = status(&env)["session_id"].as_str().unwrap().to_owned();
+    let first = env.status()["session_id"].as_str().unwrap().to_owned();
     assert_code(
         &env.chat(&model, ["new", "--approval", "never"], "second talk\n"),
         0,
@@ -120,7 +116,7 @@ fn resume_takes_ids_where_they_are_printed_and_opens_the_picker_without_one() {
     let screen = pane.screen();
     assert!(!screen.contains("takes a number"), "{screen}");
     pane.wait_for("›");
-    assert_eq!(status(&env)["session_id"], first.as_str());
+    assert_eq!(env.status()["session_id"], first.as_str());
     pane.key("C-d");
     drop(pane);
 
@@ -133,7 +129,7 @@ fn resume_takes_ids_where_they_are_printed_and_opens_the_picker_without_one() {
     pane.wait_for("resuming");
     pane.line("after picking");
     pane.wait_for("echo: after picking");
-    let st = status(&env);
+    let st = env.status();
     assert_ne!(st["session_id"], first.as_str(), "{st}");
     assert_eq!(st["turns"], 2, "{st}");
 }
@@ -171,7 +167,7 @@ fn tab_completes_slash_commands_and_conversation_ids() {
         &env.chat(&model, ["--approval", "never"], "older talk\n"),
         0,
     );
-    let older = status(&env)["session_id"].as_str().unwrap().to_owned();
+    let older = env.status()["session_id"].as_str().unwrap().to_owned();
     assert_code(
         &env.chat(&model, ["new", "--approval", "never"], "newer talk\n"),
         0,
@@ -187,7 +183,7 @@ fn tab_completes_slash_commands_and_conversation_ids() {
     // The id's first characters it shares with no other, then Tab.
     let unique = (1..older.len())
         .map(|n| &older[..n])
-        .find(|p| !status(&env)["session_id"].as_str().unwrap().starts_with(p))
+        .find(|p| !env.status()["session_id"].as_str().unwrap().starts_with(p))
         .unwrap();
     pane.type_text(unique);
     pane.key("Tab");
@@ -195,7 +191,7 @@ fn tab_completes_slash_commands_and_conversation_ids() {
     pane.key("Enter");
     pane.wait_for("older talk");
     let give_up = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while status(&env)["session_id"] != older.as_str() {
+    while env.status()["session_id"] != older.as_str() {
         assert!(std::time::Instant::now() < give_up, "not resumed");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -2,7 +2,7 @@
 //! and the 20-checkpoint cap), the shared checkpoint, retries and failure
 //! markers, lost response ids, and turns cut short by a dead client or daemon.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -11,25 +11,6 @@ use agentx_tests::json_out;
 use agentx_tests::{TestEnv, assert_code, stderr, stdout, wait_pid_gone, wait_status};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-fn status(env: &TestEnv) -> Value {
-    json_out(&env.run(["status", "--json"]))
-}
-
-fn say(env: &TestEnv, model: &FakeModel, lines: &str) -> std::process::Output {
-    env.chat(model, ["--approval", "auto"], lines)
-}
-
-fn assert_schema_clean(model: &FakeModel) {
-    for r in model.requests() {
-        assert!(
-            r.schema_errors.is_empty(),
-            "invalid body {}: {:?}",
-            r.body,
-            r.schema_errors
-        );
-    }
-}
 
 /// The shared checkpoint recorded for this env's work folder.
 fn shared_response_id(env: &TestEnv) -> Value {
@@ -50,7 +31,7 @@ fn shared_response_id(env: &TestEnv) -> Value {
 fn rollback_restores_a_checkpoint_and_can_be_undone() {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    assert_code(&say(&env, &model, "one\ntwo\nthree\n"), 0);
+    assert_code(&env.chat_auto(&model, "one\ntwo\nthree\n"), 0);
     let ids = model.stored_response_ids();
     let cps = json_out(&env.run(["checkpoints", "--json"]));
     let cps = cps.as_array().unwrap();
@@ -64,9 +45,9 @@ fn rollback_restores_a_checkpoint_and_can_be_undone() {
     }
     assert_eq!(shared_response_id(&env), json!(ids[2]));
 
-    let before = status(&env);
+    let before = env.status();
     assert_code(&env.run(["rollback", "2"]), 0);
-    let after = status(&env);
+    let after = env.status();
     assert_eq!(after["response_id"], json!(ids[1]));
     assert_eq!(after["turns"], 2);
     assert_eq!(after["usage"]["total_tokens"], 30);
@@ -80,7 +61,7 @@ fn rollback_restores_a_checkpoint_and_can_be_undone() {
 
     // Undo puts everything back as it was.
     assert_code(&env.run(["rollback", "--undo"]), 0);
-    let undone = status(&env);
+    let undone = env.status();
     for field in [
         "response_id",
         "turns",
@@ -94,7 +75,7 @@ fn rollback_restores_a_checkpoint_and_can_be_undone() {
 
     // Roll back again and go on: the model continues from turn two.
     assert_code(&env.run(["rollback", "2"]), 0);
-    let out = say(&env, &model, "four\n");
+    let out = env.chat_auto(&model, "four\n");
     assert_eq!(stdout(&out).trim(), "echo: four [turns seen: 3]");
     let last = model.requests().last().unwrap().body.clone();
     assert_eq!(last["previous_response_id"], json!(ids[1]));
@@ -106,7 +87,7 @@ fn rollback_restores_a_checkpoint_and_can_be_undone() {
         "{}",
         stderr(&out)
     );
-    assert_schema_clean(&model);
+    model.assert_schema_clean();
 }
 
 #[test]
@@ -114,7 +95,7 @@ fn only_the_last_20_checkpoints_are_kept() {
     let env = TestEnv::new();
     let model = FakeModel::start();
     let lines: String = (1..=22).map(|i| format!("m{i}\n")).collect();
-    assert_code(&say(&env, &model, &lines), 0);
+    assert_code(&env.chat_auto(&model, &lines), 0);
     let cps = json_out(&env.run(["checkpoints", "--json"]));
     let cps = cps.as_array().unwrap();
     assert_eq!(cps.len(), 20);
@@ -135,17 +116,25 @@ fn only_the_last_20_checkpoints_are_kept() {
 fn retry_after_is_honoured_in_milliseconds_seconds_and_as_a_date() {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    // A date has whole seconds: 3 s ahead is at least 2 s away when sent.
-    let in_3s = || httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(3));
-    for (form, at_least) in [
-        ("milliseconds", Duration::from_millis(900)),
-        ("seconds", Duration::from_secs(1)),
-        ("date", Duration::from_secs(2)),
-    ] {
-        let (name, value) = match form {
-            "milliseconds" => ("retry-after-ms", "900".to_owned()),
-            "seconds" => ("retry-after", "1".to_owned()),
-            _ => ("retry-after", in_3s()),
+    for form in ["milliseconds", "seconds", "date"] {
+        // A date names a moment, not a delay: whenever the 429 is sent, the
+        // retry may not come before it (the date is in whole seconds).
+        let date = httpdate::parse_http_date(&httpdate::fmt_http_date(
+            std::time::SystemTime::now() + Duration::from_secs(3),
+        ))
+        .unwrap();
+        let not_before = Instant::now()
+            + date
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+        let (name, value, at_least) = match form {
+            "milliseconds" => (
+                "retry-after-ms",
+                "900".to_owned(),
+                Duration::from_millis(900),
+            ),
+            "seconds" => ("retry-after", "1".to_owned(), Duration::from_secs(1)),
+            _ => ("retry-after", httpdate::fmt_http_date(date), Duration::ZERO),
         };
         model.push(Reply::HttpError {
             status: 429,
@@ -153,18 +142,25 @@ fn retry_after_is_honoured_in_milliseconds_seconds_and_as_a_date() {
             headers: vec![(name.into(), value.clone())],
         });
         let before = model.requests().len();
-        let out = say(&env, &model, "hello\n");
+        let out = env.chat_auto(&model, "hello\n");
         assert_code(&out, 0);
         // Exactly one retry, sent no sooner than the server asked.
         let requests = model.requests();
         assert_eq!(requests.len(), before + 2, "{name}: not one retry");
-        let waited = requests[before + 1]
-            .received
-            .duration_since(requests[before].received);
+        let (first, retry) = (requests[before].received, requests[before + 1].received);
+        let waited = retry.duration_since(first);
         assert!(
             waited >= at_least,
             "{name}: {value} not honoured: retried after {waited:?}"
         );
+        if form == "date" {
+            // Clocks are read separately here and in agentd: 50 ms slack.
+            assert!(
+                retry + Duration::from_millis(50) >= not_before,
+                "{name}: {value} not honoured: retried {:?} before it",
+                not_before.saturating_duration_since(retry)
+            );
+        }
         // And the user was told when, as the server said.
         let said = stderr(&out);
         let announced = said
@@ -189,7 +185,7 @@ fn retryable_failures_are_retried_a_bounded_number_of_times() {
     model.push(Reply::http_error(500, Some("server_error"), "boom"));
     model.push(Reply::http_error(503, None, "overloaded"));
     model.push(Reply::Truncated);
-    let out = say(&env, &model, "hello\n");
+    let out = env.chat_auto(&model, "hello\n");
     assert_code(&out, 0);
     assert_eq!(stdout(&out).trim(), "echo: hello [turns seen: 1]");
     assert!(stderr(&out).contains("retrying 2/4"), "{}", stderr(&out));
@@ -201,15 +197,15 @@ fn retryable_failures_are_retried_a_bounded_number_of_times() {
         body: json!({"error": {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": "slow down"}}),
         headers: vec![("retry-after-ms".into(), "30".into())],
     });
-    assert_code(&say(&env, &model, "again\n"), 0);
+    assert_code(&env.chat_auto(&model, "again\n"), 0);
     assert_eq!(model.requests().len(), 6);
 
     // Exhausted: four attempts, then a failed turn with the marker set.
-    let checkpoints_before = status(&env)["checkpoints"].clone();
+    let checkpoints_before = env.status()["checkpoints"].clone();
     for _ in 0..4 {
         model.push(Reply::http_error(502, None, "bad gateway"));
     }
-    let out = say(&env, &model, "doomed\n");
+    let out = env.chat_auto(&model, "doomed\n");
     assert_code(&out, 1);
     assert!(
         stderr(&out).contains("after 4 attempts"),
@@ -217,7 +213,7 @@ fn retryable_failures_are_retried_a_bounded_number_of_times() {
         stderr(&out)
     );
     assert_eq!(model.requests().len(), 10);
-    let st = status(&env);
+    let st = env.status();
     assert!(
         st["failed"]["message"].as_str().unwrap().contains("502"),
         "{st}"
@@ -226,7 +222,7 @@ fn retryable_failures_are_retried_a_bounded_number_of_times() {
         st["checkpoints"], checkpoints_before,
         "a failed response became a checkpoint"
     );
-    assert_schema_clean(&model);
+    model.assert_schema_clean();
 }
 
 #[test]
@@ -243,7 +239,7 @@ fn final_errors_are_not_retried() {
     let mut expected = 0;
     for reply in cases {
         model.push(reply);
-        let out = say(&env, &model, "try\n");
+        let out = env.chat_auto(&model, "try\n");
         expected += 1;
         assert_code(&out, 1);
         assert_eq!(
@@ -256,7 +252,7 @@ fn final_errors_are_not_retried() {
         // Settle the failure before the next case.
         assert_code(
             &env.run(["rollback", "1"]),
-            if status(&env)["checkpoints"] == 0 {
+            if env.status()["checkpoints"] == 0 {
                 1
             } else {
                 0
@@ -266,7 +262,7 @@ fn final_errors_are_not_retried() {
     }
     let out = {
         model.push(Reply::http_error(401, None, "bad key"));
-        say(&env, &model, "x\n")
+        env.chat_auto(&model, "x\n")
     };
     assert!(stderr(&out).contains("OPENAI_API_KEY"), "{}", stderr(&out));
 }
@@ -276,7 +272,7 @@ fn a_stalled_stream_hits_the_idle_timeout_and_is_retried() {
     let env = TestEnv::new();
     let model = FakeModel::start();
     model.push(Reply::Stall(Duration::from_secs(6)));
-    let out = say(&env, &model, "are you there\n");
+    let out = env.chat_auto(&model, "are you there\n");
     assert_code(&out, 0);
     assert!(
         stderr(&out).contains("no data from the model"),
@@ -290,15 +286,15 @@ fn a_stalled_stream_hits_the_idle_timeout_and_is_retried() {
 fn retry_and_new_chain_settle_a_failed_turn() {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    assert_code(&say(&env, &model, "first\n"), 0);
+    assert_code(&env.chat_auto(&model, "first\n"), 0);
     model.push(Reply::http_error(400, None, "rejected once"));
-    assert_code(&say(&env, &model, "second\n"), 1);
-    assert!(status(&env)["failed"].is_object());
+    assert_code(&env.chat_auto(&model, "second\n"), 1);
+    assert!(env.status()["failed"].is_object());
 
     let out = env.chat(&model, ["retry"], "");
     assert_code(&out, 0);
     assert_eq!(stdout(&out).trim(), "echo: second [turns seen: 2]");
-    let st = status(&env);
+    let st = env.status();
     assert_eq!(st["failed"], Value::Null);
     assert_eq!(st["checkpoints"], 2);
     let bodies: Vec<Value> = model.requests().into_iter().map(|r| r.body).collect();
@@ -312,7 +308,7 @@ fn retry_and_new_chain_settle_a_failed_turn() {
     model.push(Reply::http_error(500, None, "x"));
     model.push(Reply::http_error(500, None, "x"));
     model.push(Reply::http_error(500, None, "x"));
-    assert_code(&say(&env, &model, "third\n"), 1);
+    assert_code(&env.chat_auto(&model, "third\n"), 1);
     let out = env.chat(&model, ["retry", "--new-chain"], "");
     assert_code(&out, 0);
     assert_eq!(stdout(&out).trim(), "echo: third [turns seen: 3]");
@@ -328,7 +324,7 @@ fn retry_and_new_chain_settle_a_failed_turn() {
         roles,
         vec!["user", "assistant", "user", "assistant", "user"]
     );
-    assert_schema_clean(&model);
+    model.assert_schema_clean();
 }
 
 #[test]
@@ -339,9 +335,9 @@ fn a_lost_response_id_starts_a_new_chain_from_the_saved_conversation() {
         name: "shell".into(),
         arguments: json!({"command": "echo tool-ran"}),
     });
-    assert_code(&say(&env, &model, "one\ntwo\n"), 0);
+    assert_code(&env.chat_auto(&model, "one\ntwo\n"), 0);
     model.forget_response_ids();
-    let out = say(&env, &model, "three\n");
+    let out = env.chat_auto(&model, "three\n");
     assert_code(&out, 0);
     assert!(stderr(&out).contains("new chain"), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "echo: three [turns seen: 3]");
@@ -372,7 +368,7 @@ fn a_lost_response_id_starts_a_new_chain_from_the_saved_conversation() {
         assert!(item.get("id").is_none(), "server item id resent: {item}");
         assert_ne!(item["type"], "reasoning");
     }
-    assert_schema_clean(&model);
+    model.assert_schema_clean();
 
     // A server that rejects the resend too: one resend per turn, then the
     // turn fails — no loop.
@@ -385,7 +381,7 @@ fn a_lost_response_id_starts_a_new_chain_from_the_saved_conversation() {
         });
     }
     let before = model.requests().len();
-    let out = say(&env, &model, "four\n");
+    let out = env.chat_auto(&model, "four\n");
     assert_code(&out, 1);
     assert_eq!(model.requests().len(), before + 2);
 }
@@ -398,7 +394,7 @@ fn pid_of(child: &std::process::Child) -> Pid {
 fn killing_the_client_mid_turn_leaves_an_interrupted_turn_to_settle() {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    assert_code(&say(&env, &model, "warm up\n"), 0);
+    assert_code(&env.chat_auto(&model, "warm up\n"), 0);
     model.push(Reply::Stall(Duration::from_secs(1)));
     let child = env.chat_command(&model, ["--approval", "auto"], "cut me off\n");
     assert!(model.wait_for_requests(2, Duration::from_secs(10)));
@@ -408,7 +404,7 @@ fn killing_the_client_mid_turn_leaves_an_interrupted_turn_to_settle() {
     assert_eq!(st["turns"], 1);
 
     // A new chat must settle it first; `new` leaves it as it is.
-    let out = say(&env, &model, "hello\n");
+    let out = env.chat_auto(&model, "hello\n");
     assert_code(&out, 1);
     let out = env.chat(&model, ["--on-pending", "new"], "fresh start\n");
     assert_code(&out, 0);
@@ -421,7 +417,7 @@ fn killing_the_client_mid_turn_leaves_an_interrupted_turn_to_settle() {
 fn killing_agentd_during_a_tool_then_continue_never_reruns_it() {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    assert_code(&say(&env, &model, "warm up\n"), 0);
+    assert_code(&env.chat_auto(&model, "warm up\n"), 0);
     model.push(Reply::ToolCall {
         name: "shell".into(),
         arguments: json!({"command": "echo started >> log.txt; sleep 30; echo finished >> log.txt"}),
@@ -444,7 +440,7 @@ fn killing_agentd_during_a_tool_then_continue_never_reruns_it() {
     let _ = child.wait_with_output();
 
     // A fresh agentd finds the call exactly as it was: running, interrupted.
-    let st = status(&env);
+    let st = env.status();
     assert_eq!(
         st["pending_tool_calls"].as_array().unwrap().len(),
         1,
@@ -483,18 +479,18 @@ fn killing_agentd_during_a_tool_then_continue_never_reruns_it() {
             .unwrap()
             .contains("not run again")
     );
-    let st = status(&env);
+    let st = env.status();
     assert_eq!(st["pending_tool_calls"], json!([]));
     assert_eq!(st["interrupted"], Value::Null);
     assert_eq!(st["turns"], 2);
-    assert_schema_clean(&model);
+    model.assert_schema_clean();
 }
 
 #[test]
 fn killing_agentd_while_streaming_then_retry_resends_the_message() {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    assert_code(&say(&env, &model, "warm up\n"), 0);
+    assert_code(&env.chat_auto(&model, "warm up\n"), 0);
     model.push(Reply::Stall(Duration::from_secs(1)));
     let child = env.chat_command(&model, ["--approval", "auto"], "lost in flight\n");
     assert!(model.wait_for_requests(2, Duration::from_secs(10)));
@@ -503,13 +499,13 @@ fn killing_agentd_while_streaming_then_retry_resends_the_message() {
     let _ = child.wait_with_output();
     assert!(wait_pid_gone(daemon, Duration::from_secs(5)));
 
-    let st = status(&env);
+    let st = env.status();
     assert!(st["interrupted"].is_object(), "{st}");
     assert_eq!(st["pending_tool_calls"], json!([]));
     let out = env.chat(&model, ["--on-pending", "retry"], "");
     assert_code(&out, 0);
     assert_eq!(stdout(&out).trim(), "echo: lost in flight [turns seen: 2]");
-    let st = status(&env);
+    let st = env.status();
     assert_eq!(st["turns"], 2);
     assert_eq!(st["checkpoints"], 2);
     // Rolled back to the checkpoint, then resent once: no duplicate message.
@@ -555,6 +551,6 @@ fn killing_agentd_between_a_tool_and_the_next_request_then_continue() {
             .unwrap()
             .contains("exit code 0")
     );
-    assert_eq!(status(&env)["turns"], 1);
-    assert_schema_clean(&model);
+    assert_eq!(env.status()["turns"], 1);
+    model.assert_schema_clean();
 }

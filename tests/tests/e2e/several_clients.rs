@@ -8,14 +8,6 @@ use agentx_shared::proto::{ListCheckpointsRequest, RollbackRequest, Scope, rollb
 use agentx_tests::fake_model::FakeModel;
 use agentx_tests::{TestEnv, assert_code, channel, json_out, stderr};
 
-fn status(env: &TestEnv) -> Value {
-    json_out(&env.run(["status", "--json"]))
-}
-
-fn say(env: &TestEnv, model: &FakeModel, lines: &str) -> std::process::Output {
-    env.chat(model, ["--approval", "auto"], lines)
-}
-
 /// Five `agentx rollback 2` at once: each one that goes through rolls back
 /// one turn from what it listed, the others are refused because the
 /// conversation moved since, and every one that went through can be undone.
@@ -24,8 +16,8 @@ fn say(env: &TestEnv, model: &FakeModel, lines: &str) -> std::process::Output {
 fn rollbacks_at_once_never_stack_and_each_can_be_undone() {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    assert_code(&say(&env, &model, "t1\nt2\nt3\nt4\nt5\nt6\n"), 0);
-    let before = status(&env);
+    assert_code(&env.chat_auto(&model, "t1\nt2\nt3\nt4\nt5\nt6\n"), 0);
+    let before = env.status();
     assert_eq!(before["turns"], 6);
     let children: Vec<_> = (0..5)
         .map(|_| {
@@ -52,14 +44,14 @@ fn rollbacks_at_once_never_stack_and_each_can_be_undone() {
         }
     }
     assert!(done >= 1);
-    let after = status(&env);
+    let after = env.status();
     assert_eq!(after["turns"], 6 - done, "{done} rollback(s) went through");
     for n in 0..done {
         let out = env.run(["rollback", "--undo"]);
         assert_code(&out, 0);
-        assert_eq!(status(&env)["turns"], 6 - done + n + 1);
+        assert_eq!(env.status()["turns"], 6 - done + n + 1);
     }
-    let undone = status(&env);
+    let undone = env.status();
     for field in [
         "response_id",
         "turns",
@@ -84,7 +76,7 @@ fn rollbacks_at_once_never_stack_and_each_can_be_undone() {
 async fn a_rollback_chosen_before_the_conversation_moved_is_refused() {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    assert_code(&say(&env, &model, "t1\nt2\nt3\nt4\n"), 0);
+    assert_code(&env.chat_auto(&model, "t1\nt2\nt3\nt4\n"), 0);
     let scope = Some(Scope {
         folder: std::fs::canonicalize(&env.work)
             .unwrap()
@@ -105,7 +97,7 @@ async fn a_rollback_chosen_before_the_conversation_moved_is_refused() {
     assert!(!listed.head.is_empty());
     // Another client rolls back in between.
     assert_code(&env.run(["rollback", "2"]), 0);
-    let moved = status(&env);
+    let moved = env.status();
     let refused = sessions
         .rollback(RollbackRequest {
             scope: scope.clone(),
@@ -134,7 +126,7 @@ async fn a_rollback_chosen_before_the_conversation_moved_is_refused() {
         .await
         .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
-    let now = status(&env);
+    let now = env.status();
     for field in [
         "response_id",
         "turns",
@@ -172,7 +164,7 @@ fn starts_fresh(model: &FakeModel, n: usize, text: &str) {
 fn clear_resets_the_branch_point_of_one_shots() {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    assert_code(&say(&env, &model, "my secret is PLUM-4471\n"), 0);
+    assert_code(&env.chat_auto(&model, "my secret is PLUM-4471\n"), 0);
     assert_code(&env.run(["clear", "--yes"]), 0);
     let n = model.requests().len();
     let out = env.chat(&model, ["exec", "what do you know?"], "");
@@ -190,7 +182,7 @@ fn clear_resets_the_branch_point_of_one_shots() {
 fn a_branch_point_naming_a_cleared_conversation_is_not_used() {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    assert_code(&say(&env, &model, "my secret is PLUM-4471\n"), 0);
+    assert_code(&env.chat_auto(&model, "my secret is PLUM-4471\n"), 0);
     let old = std::fs::read(shared_file(&env)).unwrap();
     assert_code(&env.run(["clear", "--yes"]), 0);
     std::fs::write(env.root().join("shared.json.tmp"), &old).unwrap();
@@ -210,7 +202,7 @@ fn a_branch_point_naming_a_cleared_conversation_is_not_used() {
 fn a_one_shot_whose_branch_point_was_cleared_meanwhile_says_so() {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    assert_code(&say(&env, &model, "remember PLUM-4471\n"), 0);
+    assert_code(&env.chat_auto(&model, "remember PLUM-4471\n"), 0);
     let gate = tempfile::tempdir().unwrap();
     let (started, go) = (gate.path().join("started"), gate.path().join("go"));
     model.push(agentx_tests::fake_model::Reply::ToolCall {
@@ -245,8 +237,7 @@ fn clear_leaves_none_of_the_conversations_text_in_the_profile() {
     let model = FakeModel::start();
     let marker = "zebramarker9931";
     assert_code(
-        &say(
-            &env,
+        &env.chat_auto(
             &model,
             &format!("one {marker}\ntwo {marker}\nthree {marker}\n"),
         ),
@@ -303,7 +294,7 @@ fn a_repl_whose_conversation_was_cleared_elsewhere_says_so_and_offers_new() {
     let mut input = repl.stdin.take().unwrap();
     writeln!(input, "first").unwrap();
     agentx_tests::wait_status(&env, |s| s["turns"] == 1);
-    let cleared = status(&env)["session_id"].as_str().unwrap().to_owned();
+    let cleared = env.status()["session_id"].as_str().unwrap().to_owned();
     assert_code(&env.run(["clear", "--yes"]), 0);
     let sent = model.requests().len();
     writeln!(input, "second\n!echo local\n/new\nthird").unwrap();

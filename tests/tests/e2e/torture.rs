@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
+use agentx_tests::rng::Rng;
 use agentx_tests::{TestEnv, assert_code, stderr, stdout, wait_pid_gone};
 use agentx_tests::{files, json_out};
 use nix::sys::signal::{Signal, kill};
@@ -31,23 +32,6 @@ const ROUNDS: usize = 48;
 const MIN_KILLS: usize = 40;
 /// No single command may take longer than this (a hang is a failure).
 const COMMAND_LIMIT: Duration = Duration::from_secs(30);
-
-/// splitmix64: tiny, seedable, good enough to pick actions and delays.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Prints the seed and what happened when the test fails.
 struct Report {
@@ -307,7 +291,7 @@ fn kill_9_at_random_instants_loses_nothing_acknowledged() {
         seed,
         log: Vec::new(),
     };
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let env = TestEnv::new();
     let _keep = KeepProfile(&env);
     let fake = FakeModel::start();

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::postgres::{git_repo, machine, records, said, shared, status, sync};
+use agentx_tests::postgres::{git_repo, machine, records, said, shared};
 use agentx_tests::{TestEnv, assert_code, json_out, stderr, stdout};
 
 const ORIGIN: &str = "git@github.com:acme/app.git";
@@ -93,8 +93,8 @@ fn another_checkouts_conversation_is_listed_as_local_in_its_folder_not_remote() 
         ),
         0,
     );
-    assert_eq!(sync(&env)["reached"], true);
-    let id = status(&env)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(env.sync()["reached"], true);
+    let id = env.status()["session_id"].as_str().unwrap().to_owned();
 
     env.work = two.clone();
     let s = listed(&env, &id);
@@ -137,8 +137,8 @@ fn resuming_in_another_checkout_forks_and_each_line_reaches_the_server_alone() {
         &env.chat(&model, ["--approval", "never"], "one in clone1\n"),
         0,
     );
-    assert_eq!(sync(&env)["reached"], true);
-    let id = status(&env)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(env.sync()["reached"], true);
+    let id = env.status()["session_id"].as_str().unwrap().to_owned();
 
     // Clone 2 resumes it: a fork here, with the whole context, one line.
     env.work = two.clone();
@@ -154,7 +154,7 @@ fn resuming_in_another_checkout_forks_and_each_line_reaches_the_server_alone() {
         stdout(&out),
         stderr(&out)
     );
-    let st = status(&env);
+    let st = env.status();
     let fork = st["session_id"].as_str().unwrap().to_owned();
     assert_ne!(fork, id, "{st}");
     let notice = format!("conversation {id} lives in ../clone1; continuing here as fork {fork}");
@@ -168,18 +168,18 @@ fn resuming_in_another_checkout_forks_and_each_line_reaches_the_server_alone() {
 
     // Clone 1 goes on with its own conversation.
     env.work = one.clone();
-    assert_eq!(status(&env)["session_id"], id.as_str());
+    assert_eq!(env.status()["session_id"], id.as_str());
     assert_code(
         &env.chat(&model, ["--approval", "never"], "three in clone1\n"),
         0,
     );
-    let one_items = status(&env)["transcript_items"].as_i64().unwrap();
-    let synced = sync(&env);
+    let one_items = env.status()["transcript_items"].as_i64().unwrap();
+    let synced = env.sync();
     assert_eq!(synced["reached"], true, "{synced}");
     assert_eq!(synced["remote"]["pending"], 0, "{synced}");
     assert_eq!(synced["forks"], Value::Array(Vec::new()), "{synced}");
     env.work = two.clone();
-    let two_items = status(&env)["transcript_items"].as_i64().unwrap();
+    let two_items = env.status()["transcript_items"].as_i64().unwrap();
 
     // On the server: two lines, never interleaved, each complete.
     assert_eq!(
@@ -227,7 +227,7 @@ fn with_no_remote_another_checkouts_conversation_is_forked_and_another_projects_
         &env.chat(&model, ["--approval", "never"], "one in clone1\n"),
         0,
     );
-    let id = status(&env)["session_id"].as_str().unwrap().to_owned();
+    let id = env.status()["session_id"].as_str().unwrap().to_owned();
 
     env.work = two;
     let out = env.chat(
@@ -242,7 +242,7 @@ fn with_no_remote_another_checkouts_conversation_is_forked_and_another_projects_
         stdout(&out),
         stderr(&out)
     );
-    let fork = status(&env)["session_id"].as_str().unwrap().to_owned();
+    let fork = env.status()["session_id"].as_str().unwrap().to_owned();
     assert_ne!(fork, id);
     assert!(
         stderr(&out).contains(&format!(
@@ -263,7 +263,7 @@ fn with_no_remote_another_checkouts_conversation_is_forked_and_another_projects_
         "{err}"
     );
     env.work = one;
-    let st = status(&env);
+    let st = env.status();
     assert_eq!(st["session_id"], id.as_str());
     assert_eq!(st["turns"], 1, "{st}");
 

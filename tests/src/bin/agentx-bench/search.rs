@@ -12,25 +12,11 @@ use serde_json::json;
 use agentx_shared::proto::SearchRequest;
 use agentx_shared::proto::library_client::LibraryClient;
 use agentx_tests::TestEnv;
+use agentx_tests::rng::Rng;
 
 const CONVERSATIONS: usize = 10_000;
 const TURNS: usize = 50;
 const FOLDERS: usize = 100;
-
-/// A small deterministic generator (xorshift), so runs compare.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 /// Pronounceable words; index 0 is the most frequent (a Zipf-like pick).
 fn vocabulary(n: usize) -> Vec<String> {
@@ -57,7 +43,7 @@ fn sentence(rng: &mut Rng, vocab: &[String], words: usize) -> String {
     let mut out = Vec::with_capacity(words);
     for _ in 0..words {
         // Squaring skews toward the front: common words are common.
-        let r = rng.below(1 << 16) as f64 / f64::from(1 << 16);
+        let r = rng.index(1 << 16) as f64 / f64::from(1 << 16);
         out.push(vocab[((r * r) * vocab.len() as f64) as usize].as_str());
     }
     out.join(" ")
@@ -69,7 +55,7 @@ fn generate(home: &Path, root: &Path) -> anyhow::Result<(u64, Vec<PathBuf>)> {
     std::fs::create_dir_all(home)?;
     std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700))?;
     let vocab = vocabulary(20_000);
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let mut bytes = 0u64;
     let mut folders = Vec::new();
     for f in 0..FOLDERS {
@@ -91,7 +77,7 @@ fn generate(home: &Path, root: &Path) -> anyhow::Result<(u64, Vec<PathBuf>)> {
             let mut title = String::new();
             for t in 0..TURNS {
                 let at = t0 + t as i64 * 1000;
-                let n = 12 + rng.below(20);
+                let n = 12 + rng.index(20);
                 let user = sentence(&mut rng, &vocab, n);
                 if t == 0 {
                     title = user.chars().take(60).collect();
@@ -100,19 +86,19 @@ fn generate(home: &Path, root: &Path) -> anyhow::Result<(u64, Vec<PathBuf>)> {
                 if t % 5 == 4 {
                     let call = format!("call_{c}_{t}");
                     lines.push(json!({"at": at, "type": "function_call", "call_id": call, "name": "shell",
-                        "arguments": json!({"command": format!("grep -rn {} src", vocab[rng.below(vocab.len())])}).to_string()}));
+                        "arguments": json!({"command": format!("grep -rn {} src", vocab[rng.index(vocab.len())])}).to_string()}));
                     let output: Vec<String> = (0..8)
                         .map(|l| {
                             format!(
                                 "src/{}.rs:{l}: {}",
-                                vocab[rng.below(500)],
+                                vocab[rng.index(500)],
                                 sentence(&mut rng, &vocab, 8)
                             )
                         })
                         .collect();
                     lines.push(json!({"at": at, "type": "function_output", "call_id": call, "output": output.join("\n")}));
                 }
-                let n = 40 + rng.below(60);
+                let n = 40 + rng.index(60);
                 let assistant = sentence(&mut rng, &vocab, n);
                 lines.push(json!({"at": at, "type": "assistant", "text": assistant}));
                 for line in lines {

@@ -46,13 +46,8 @@ impl Generated {
 
 /// A seeded generated tree: `dirs` × `per_dir` files of 1–8 KiB.
 fn generate_tree(root: &Path, dirs: usize, per_dir: usize) -> anyhow::Result<()> {
-    let mut state: u64 = 0x5EED_1234_ABCD_0001;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = agentx_tests::rng::Rng::new(0x5EED_1234_ABCD_0001);
+    let mut next = || rng.next();
     for d in 0..dirs {
         let dir = root.join(format!("dir{d:04}"));
         std::fs::create_dir_all(&dir)?;
