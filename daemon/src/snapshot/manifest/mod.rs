@@ -436,9 +436,14 @@ fn decompress(bytes: &[u8]) -> io::Result<Vec<u8>> {
 }
 
 fn decompress_capped(bytes: &[u8], limit: u64) -> io::Result<Vec<u8>> {
+    read_capped(zstd::stream::read::Decoder::new(bytes)?, limit)
+}
+
+/// Reads `decoded` to its end, but never more than one byte past `limit`.
+fn read_capped(decoded: impl io::Read, limit: u64) -> io::Result<Vec<u8>> {
     use std::io::Read as _;
     let mut raw = Vec::new();
-    zstd::stream::read::Decoder::new(bytes)?
+    decoded
         .take(limit.saturating_add(1))
         .read_to_end(&mut raw)?;
     if raw.len() as u64 > limit {
@@ -509,6 +514,20 @@ mod tests {
         delta.extend_from_slice(&bomb);
         let err = Stored::decode(&delta).unwrap_err();
         assert!(err.to_string().contains("size limit"), "{err}");
+        // What is read stops one byte past the limit: a stream of 1 GiB
+        // is never read (nor held) whole.
+        struct Counted<R>(R, std::rc::Rc<std::cell::Cell<u64>>);
+        impl<R: std::io::Read> std::io::Read for Counted<R> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.0.read(buf)?;
+                self.1.set(self.1.get() + n as u64);
+                Ok(n)
+            }
+        }
+        let read = std::rc::Rc::new(std::cell::Cell::new(0));
+        let endless = std::io::Read::take(std::io::repeat(0), 1 << 30);
+        assert!(read_capped(Counted(endless, read.clone()), 4096).is_err());
+        assert_eq!(read.get(), 4097);
         // Up to the limit, decompression is whole.
         let small = zeros_compressed(1000);
         assert_eq!(decompress_capped(&small, 1000).unwrap().len(), 1000);
