@@ -1,4 +1,4 @@
-//! A throwaway PostgreSQL cluster for the remote-store tests (issue 15):
+//! A throwaway PostgreSQL cluster for the remote-store tests:
 //! `initdb` + `pg_ctl` from Debian's `postgresql` package on a free
 //! loopback port, its socket in a temp dir, run as the `postgres` user when
 //! the tests run as root. [`shared`] starts one per test binary (each test

@@ -1,4 +1,4 @@
-//! A full disk (issue 10): the profile, and then the chat folder, on a
+//! A full disk: the profile, and then the chat folder, on a
 //! small tmpfs that is filled up. Turns, snapshots and restores fail with
 //! one clear line naming the full disk, leave no half-written or corrupt
 //! file, lose nothing acknowledged, and everything goes on without manual

@@ -455,7 +455,7 @@ fn garble_in_place(dir: &std::path::Path) {
     }
 }
 
-/// A garbled search index never stops agentd (issue 26 §2): damaged while
+/// A garbled search index never stops agentd: damaged while
 /// agentd runs, searches go on (a failing one says the index is being
 /// rebuilt); damaged before a start, agentd starts, rebuilds, says so in
 /// one log line and in `daemon status`, and search finds again.
@@ -525,7 +525,7 @@ fn edited(env: &TestEnv, doc: &Value, name: &str, edit: impl Fn(&mut Value)) -> 
     path.to_str().unwrap().to_owned()
 }
 
-/// Hostile export files (issue 26 §2): ids that collide with a group's own
+/// Hostile export files: ids that collide with a group's own
 /// files or hold spaces, control characters or a leading `-` are renamed
 /// (the message shows the id escaped, and never `resume -rf`), and the
 /// folder's conversations all survive a restart; titles follow rename's
@@ -607,7 +607,7 @@ fn hostile_import_ids_titles_and_fields() {
 }
 
 /// Conversations whose fork origins form a cycle are drawn as roots in
-/// `sessions --tree`, with their forks below (issue 26 §2).
+/// `sessions --tree`, with their forks below.
 #[test]
 fn sessions_tree_shows_conversations_in_a_fork_cycle() {
     let env = TestEnv::new();
@@ -640,7 +640,7 @@ fn sessions_tree_shows_conversations_in_a_fork_cycle() {
 
 /// `export -o -` writes to stdout, a device is written to (an honest
 /// error for /dev/full), files are created 0600; `import /dev/zero` stops
-/// at the size limit; `fork 0` is a usage error (issue 26 §2).
+/// at the size limit; `fork 0` is a usage error.
 #[test]
 fn export_targets_bounded_import_and_fork_zero() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -672,7 +672,7 @@ fn export_targets_bounded_import_and_fork_zero() {
 
 /// A conversation whose export passes gRPC's message limits many times
 /// over (a 33 MiB message, kept twice: transcript and checkpoint) is
-/// imported, exported and imported again: both travel in pieces (issue 26 §2).
+/// imported, exported and imported again: both travel in pieces.
 #[test]
 fn a_huge_conversation_is_exported_and_imported_again() {
     let env = TestEnv::new();

@@ -138,7 +138,7 @@ fn tools_are_denied_unless_auto() {
         name: "shell".into(),
         arguments: json!({"command": "touch made"}),
     });
-    // Not run, said so (how to allow it), and not a success (issue 25 §6).
+    // Not run, said so (how to allow it), and not a success.
     let out = exec(&env, &model, &["make it"]);
     assert_code(&out, 1);
     assert!(!env.work.join("made").exists());

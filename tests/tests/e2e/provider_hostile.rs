@@ -1,4 +1,4 @@
-//! Hostile model servers, second round (issue 26 §1): stalled and huge
+//! Hostile model servers, second round: stalled and huge
 //! bodies that are not event streams, tool-call names and ids that bypass
 //! the answer limit or gRPC's message limit, credentials in URLs, and
 //! agentd stopping or freezing under a running turn.

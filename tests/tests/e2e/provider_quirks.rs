@@ -1,4 +1,4 @@
-//! Hostile but realistic model servers (issue 12): servers that never send
+//! Hostile but realistic model servers: servers that never send
 //! headers, answers and prompts past gRPC's 4 MiB message limit, answers
 //! past the answer limit, proxies taken from each turn's environment,
 //! answers cut short, tool calls that never ran, JSON instead of a stream,

@@ -1,4 +1,4 @@
-//! The remote store (issue 15) against a real PostgreSQL cluster started by
+//! The remote store against a real PostgreSQL cluster started by
 //! the harness (tests/src/postgres.rs): pushes after turns, no duplicate
 //! records on a re-push, the server down during turns and back, listings
 //! merged across two "machines" (profiles) sharing a git origin, a silent
@@ -694,7 +694,7 @@ fn a_large_message_of_varied_words_is_pushed_and_found_and_holds_up_nothing() {
         "the message and its echo"
     );
     // The bounded index is a revision (no version of its own), the
-    // hashed lines (issue 23 §1) the last migration.
+    // lines identified by their content hash are the last migration.
     assert_eq!(
         pg.count("t_large", "SELECT max(revision)::int8 FROM schema_revision"),
         1

@@ -1,5 +1,5 @@
 //! Continuing conversations across machines through the remote store
-//! (issue 15) against a real PostgreSQL cluster (tests/src/postgres.rs):
+//! against a real PostgreSQL cluster (tests/src/postgres.rs):
 //! started on A, continued on B (the model sees everything), back on A;
 //! agentd killed mid-push; two machines going on from one point (one
 //! fork, nothing interleaved); 50 one-shots; /clear deleting both copies.

@@ -1,4 +1,4 @@
-//! Lines identified by content (issue 23 §1, §2) against a real PostgreSQL
+//! Lines identified by content against a real PostgreSQL
 //! cluster: a rollback on one machine and a turn on another make a fork,
 //! never an interleaved line; a turn still running elsewhere is not pulled;
 //! a pull reads one snapshot; after a pull the model sees what was pulled,

@@ -1,4 +1,4 @@
-//! The pre-turn pull driven by LISTEN/NOTIFY (issue 23 §6) and the listing
+//! The pre-turn pull driven by LISTEN/NOTIFY and the listing
 //! past 1,000 remote rows (§5), against a real PostgreSQL cluster.
 //!
 //! Machine B connects as its own role, so that the tests can end B's

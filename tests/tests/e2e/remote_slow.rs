@@ -1,4 +1,4 @@
-//! Slow and odd servers (issue 23 §5, §8) against a real PostgreSQL cluster: a search held up
+//! Slow and odd servers against a real PostgreSQL cluster: a search held up
 //! on the server blocks no listing and is cancelled there, a 50 MB record stays cheap, and more.
 //!
 //! Also: a schema migrated by a newer agentd while this one runs stops its

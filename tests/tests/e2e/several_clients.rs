@@ -1,4 +1,4 @@
-//! Several clients in one folder (issue 22 §5): rollbacks that race,
+//! Several clients in one folder: rollbacks that race,
 //! `clear` under one-shots and other REPLs, and what each client is told.
 
 use serde_json::Value;

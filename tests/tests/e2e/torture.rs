@@ -1,4 +1,4 @@
-//! kill -9 torture (issue 10, DESIGN §8 "durable before acknowledged"): a
+//! kill -9 torture (what was acknowledged must already be durable): a
 //! seeded run of answers, shell tool calls, one-shots, snapshots and
 //! rewinds, with agentd SIGKILLed at a random instant of every round.
 //!

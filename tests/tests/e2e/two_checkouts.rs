@@ -1,4 +1,4 @@
-//! Two checkouts of one repository under one profile (issue 23 §3), against
+//! Two checkouts of one repository under one profile, against
 //! a real PostgreSQL cluster: listed as local "in ../clone1", resumed as a
 //! fork, never interleaved on the server, one id in one folder per profile.
 

@@ -1,4 +1,4 @@
-//! `agentx-bench remote`: what the remote store (issue 15) costs, against a
+//! `agentx-bench remote`: what the remote store costs, against a
 //! throwaway PostgreSQL cluster on loopback started for the run: turn latency
 //! with the remote on vs off, interleaved; push throughput; listing 1,000 rows.
 
