@@ -133,6 +133,7 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
         snapshots.clone(),
         remote.clone(),
         Arc::clone(&engine),
+        search.clone(),
     )))
     .add_service(
         TurnsServer::new(TurnsService::new(

@@ -167,7 +167,7 @@ impl Remote {
         profile_dir: &Path,
         sessions_dir: PathBuf,
         config_file: &Path,
-        commits: mpsc::UnboundedReceiver<PathBuf>,
+        changes: mpsc::UnboundedReceiver<crate::store::Changed>,
     ) -> Option<Arc<Self>> {
         let raw = match agentx_shared::config::remote_url(config_file) {
             Ok(Some(raw)) => raw,
@@ -195,7 +195,7 @@ impl Remote {
         match &remote.url {
             Ok(url) => {
                 tracing::info!(url = %url.shown, machine = %remote.machine, "remote store on");
-                tokio::spawn(pusher::run(Arc::clone(&remote), commits));
+                tokio::spawn(pusher::run(Arc::clone(&remote), changes));
                 tokio::spawn(listen::run(url.clone(), remote.listener.clone()));
                 pull::activate(&remote);
             }

@@ -28,6 +28,7 @@ pub struct SessionsService {
     snapshots: Snapshots,
     remote: Option<Arc<Remote>>,
     engine: Arc<crate::turn::Engine>,
+    search: Option<Arc<crate::search::SearchIndex>>,
 }
 
 impl SessionsService {
@@ -36,12 +37,14 @@ impl SessionsService {
         snapshots: Snapshots,
         remote: Option<Arc<Remote>>,
         engine: Arc<crate::turn::Engine>,
+        search: Option<Arc<crate::search::SearchIndex>>,
     ) -> Self {
         Self {
             store,
             snapshots,
             remote,
             engine,
+            search,
         }
     }
 
@@ -421,7 +424,11 @@ impl Sessions for SessionsService {
         let cleared = group.get(session.clone()).await.map_err(status_of)?;
         let fresh = group.clear(session).await.map_err(status_of)?;
         if let Some(doc) = &cleared {
-            crate::search::forget(&self.store.group_dir(&folder, &agent), &doc.id).await;
+            if let Some(search) = &self.search {
+                search
+                    .forget(&self.store.group_dir(&folder, &agent), &doc.id)
+                    .await;
+            }
             let (folder, id) = (std::path::PathBuf::from(&folder), doc.id.clone());
             if let Err(e) = self
                 .snapshots

@@ -7,7 +7,7 @@ pub mod elsewhere;
 pub mod fork;
 mod group;
 
-pub use commits::Commits;
+pub use commits::{Changed, Commits};
 pub mod oneshot;
 pub mod pulled;
 pub mod session;
