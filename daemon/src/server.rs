@@ -141,6 +141,7 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
             engine,
             crate::services::turns::Tuning::from_env(),
             snapshots.clone(),
+            remote.clone(),
         ))
         .max_encoding_message_size(agentx_shared::limits::MAX_TURN_EVENT)
         .max_decoding_message_size(agentx_shared::limits::MAX_TURN_EVENT),
@@ -236,11 +237,10 @@ impl Domain {
         // The remote store (off without remote_url): pushes in the background.
         let remote = crate::remote::Remote::start(
             &profile.dir,
-            profile.sessions_dir(),
+            (Arc::clone(&store), profile.sessions_dir()),
             &profile.config_file(),
             commits.subscribe(),
         );
-        crate::remote::pull::attach_store(&store);
         Ok(Self {
             store,
             snapshots,

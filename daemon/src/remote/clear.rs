@@ -38,7 +38,7 @@ pub async fn delete(remote: &Remote, id: &str) -> Deleted {
     }
     let _ = std::fs::remove_file(remote.pushed_dir.join(format!("{id}.json")));
     let attempt = async {
-        let _sync = super::pull::SYNC.lock().await;
+        let _sync = remote.sync.lock().await;
         let client = super::pull::reader(remote).await?;
         delete_now(&client, id).await?;
         let _ = std::fs::remove_file(&stone);

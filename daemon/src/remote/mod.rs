@@ -49,6 +49,8 @@ pub use project::{machine_name, project_key};
 pub use search::RemoteHit;
 use url::RemoteUrl;
 
+use crate::store::Store;
+
 /// Why talking to the remote failed. Messages never hold the password.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RemoteError {
@@ -157,15 +159,22 @@ pub struct Remote {
     lanes: Arc<lanes::Lanes>,
     /// Which conversations other agentds changed (LISTEN/NOTIFY).
     listener: listen::Listener,
+    /// The conversation store pulls write into.
+    store: Arc<Store>,
+    /// Held while one conversation is pushed or pulled, so the pusher and
+    /// a pull never work on the same conversation at once.
+    sync: tokio::sync::Mutex<()>,
+    /// Forks made here that the user has not been told of yet.
+    forks: Mutex<Vec<pull::ForkNote>>,
 }
 
 impl Remote {
-    /// Reads `remote_url` and starts the pusher. `None`: remote keeping is
-    /// off. A URL that cannot be used is reported by [`Remote::state`] and
+    /// Reads `remote_url` and starts the pusher, which pushes what
+    /// `changes` announces of `store`. `None`: remote keeping is off. A URL that cannot be used is reported by [`Remote::state`] and
     /// logged (redacted); agentd goes on locally.
     pub fn start(
         profile_dir: &Path,
-        sessions_dir: PathBuf,
+        (store, sessions_dir): (Arc<Store>, PathBuf),
         config_file: &Path,
         changes: mpsc::UnboundedReceiver<crate::store::Changed>,
     ) -> Option<Arc<Self>> {
@@ -191,13 +200,15 @@ impl Remote {
             passes: watch::Sender::new(0),
             lanes: Arc::default(),
             listener: listen::Listener::default(),
+            store,
+            sync: tokio::sync::Mutex::const_new(()),
+            forks: Mutex::default(),
         });
         match &remote.url {
             Ok(url) => {
                 tracing::info!(url = %url.shown, machine = %remote.machine, "remote store on");
                 tokio::spawn(pusher::run(Arc::clone(&remote), changes));
                 tokio::spawn(listen::run(url.clone(), remote.listener.clone()));
-                pull::activate(&remote);
             }
             Err(e) => {
                 tracing::error!("remote store not used: {e}");

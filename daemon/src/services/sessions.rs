@@ -354,7 +354,9 @@ impl Sessions for SessionsService {
             }
             (other, _) => other.map_err(status_of)?,
         };
-        crate::remote::pull::opened(&opened.doc.id);
+        if let Some(remote) = &self.remote {
+            crate::remote::pull::opened(remote, &opened.doc.id);
+        }
         Ok(Response::new(OpenSessionReply {
             session: Some(summary(&opened.doc)),
             recent: opened
@@ -596,7 +598,7 @@ impl Sessions for SessionsService {
             pushed_records,
             reached,
             timed_out,
-            forks: crate::remote::pull::unreported_forks()
+            forks: crate::remote::pull::unreported_forks(remote)
                 .into_iter()
                 .map(|f| RemoteFork {
                     message: f.line(),

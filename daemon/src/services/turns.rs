@@ -81,12 +81,14 @@ impl TurnsService {
         engine: Arc<Engine>,
         tuning: Tuning,
         snapshots: Snapshots,
+        remote: Option<Arc<crate::remote::Remote>>,
     ) -> Self {
         Self {
             runner: Runner {
                 store: Arc::clone(&store),
                 engine,
                 snapshots,
+                remote,
             },
             store,
             tuning,

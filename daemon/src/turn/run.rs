@@ -20,6 +20,8 @@ pub struct Runner {
     pub store: Arc<Store>,
     pub engine: Arc<Engine>,
     pub snapshots: Snapshots,
+    /// The remote store, pulled from before each turn (`None`: off).
+    pub remote: Option<Arc<crate::remote::Remote>>,
 }
 
 /// A turn, validated, ready to start.
@@ -70,7 +72,10 @@ impl Runner {
             return;
         };
         // Other machines' turns first (remote store); may continue a fork.
-        let (lease, notes) = crate::remote::pull::before_turn(&group, lease).await;
+        let (lease, notes) = match &self.remote {
+            Some(remote) => crate::remote::pull::before_turn(remote, &group, lease).await,
+            None => (lease, Vec::new()),
+        };
         for note in notes {
             let _ = out.send(Ok(Event::Notice(note))).await;
         }

@@ -181,7 +181,7 @@ async fn push_all(
         if waiting == Some(true) && !forced {
             continue;
         }
-        let _sync = super::pull::SYNC.lock().await;
+        let _sync = remote.sync.lock().await;
         let Some(push) = read_pending(remote, &doc_path).await? else {
             continue;
         };
