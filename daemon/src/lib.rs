@@ -8,6 +8,7 @@ mod authority;
 #[doc(hidden)]
 pub mod benching;
 pub mod cli;
+mod durable;
 #[doc(hidden)]
 pub mod fuzzing;
 mod layers;

@@ -32,7 +32,7 @@ pub async fn delete(remote: &Remote, id: &str) -> Deleted {
     }
     let stone = tombstones(remote).join(id);
     let written = agentx_shared::profile::create_private_dir(&tombstones(remote))
-        .and_then(|()| crate::store::durable::write_atomic(&stone, b""));
+        .and_then(|()| crate::durable::write_atomic(&stone, b""));
     if let Err(e) = written {
         tracing::warn!("remote: cannot record the deletion of {id}: {e}");
     }

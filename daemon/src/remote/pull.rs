@@ -179,7 +179,7 @@ pub async fn open_remote(
     }
     agentx_shared::profile::create_private_dir(&dir)
         .map_err(|e| RemoteError::Local(e.to_string()))?;
-    crate::store::durable::write_atomic(&SessionPaths::new(&dir, id).journal, &pulled.lines)
+    crate::durable::write_atomic(&SessionPaths::new(&dir, id).journal, &pulled.lines)
         .map_err(|e| RemoteError::Local(e.to_string()))?;
     group.adopt(doc.clone()).await.map_err(local)?;
     remember(

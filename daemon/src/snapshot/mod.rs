@@ -34,7 +34,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::durable;
+use crate::durable;
 use blobs::Blobs;
 pub(crate) use blobs::parse_index;
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::incremental::Scanned;
 use super::manifest::{Manifest, Stored};
 use super::timeline::*;
 use super::*;
-use crate::store::durable;
+use crate::durable;
 
 impl SnapshotStore {
     /// Scans the folder into a new snapshot for `owners`; returns it once

@@ -13,7 +13,7 @@ use agentx_shared::conversation::{Item, PendingCall, Usage};
 
 use super::StoreError;
 use super::commits::Commits;
-use super::durable;
+use crate::durable;
 use super::session::{
     Checkpoint, Fill, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc,
     ShellRun, title_from,

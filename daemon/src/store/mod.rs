@@ -2,7 +2,6 @@
 //! files and serializes every write; handlers reach it through a [`GroupHandle`].
 
 mod commits;
-pub(crate) mod durable;
 pub mod elsewhere;
 pub mod fork;
 mod group;
