@@ -22,8 +22,8 @@ mod remote;
 mod search;
 mod server;
 mod services;
+mod shutdown;
 mod snapshot;
-mod stopping;
 mod store;
 mod turn;
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
 use super::{Engine, Event, Input, Io, Mode, Status, TurnSpec};
+use crate::shutdown::Shutdown;
 use crate::snapshot::service::Snapshots;
 use crate::snapshot::{Owner, Phase, SnapError};
 use crate::store::oneshot::Oneshot;
@@ -49,7 +50,7 @@ impl Runner {
         let (out, rx) = mpsc::channel(EVENT_BACKLOG);
         // Subscribed before anything waits on the channel closing.
         let io = (inputs, cancel.subscribe());
-        tokio::spawn(end_on_stop(Arc::clone(&cancel)));
+        tokio::spawn(end_on_stop(self.engine.shutdown.clone(), Arc::clone(&cancel)));
         tokio::spawn(self.clone().run(start, io, cancel, out));
         rx
     }
@@ -232,9 +233,9 @@ async fn snapshot_before(
 
 /// A graceful stop of agentd ends the turn as a cancel does, at once: its
 /// tool is killed, the turn recorded, the after-snapshot taken.
-async fn end_on_stop(cancel: Arc<watch::Sender<bool>>) {
+async fn end_on_stop(shutdown: Shutdown, cancel: Arc<watch::Sender<bool>>) {
     tokio::select! {
-        () = crate::stopping::wait() => {
+        () = shutdown.wait_stopping() => {
             let _ = cancel.send(true);
         }
         () = cancel.closed() => {}
