@@ -131,7 +131,7 @@ impl Store {
                 let tx = group::spawn(
                     self.group_dir(folder, agent),
                     agent.to_owned(),
-                    Some(self.commits.clone()),
+                    group::Keeps::Conversations(self.commits.clone()),
                     Some(lock.clone()),
                 );
                 registry.live.insert(key.clone(), (tx.downgrade(), lock));
