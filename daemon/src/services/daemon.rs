@@ -94,11 +94,7 @@ impl Daemon for DaemonService {
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
             rpcs_served: info.served.load(Ordering::Relaxed),
-            remote: Some(
-                self.remote
-                    .as_ref()
-                    .map_or_else(crate::remote::off_state, |r| r.state()),
-            ),
+            remote: Some(super::remote_state(self.remote.as_deref())),
             search_note: crate::search::rebuild_note().unwrap_or_default(),
         }))
     }

@@ -86,9 +86,7 @@ impl SessionsService {
     }
 
     fn remote_state(&self) -> agentx_shared::proto::RemoteState {
-        self.remote
-            .as_ref()
-            .map_or_else(crate::remote::off_state, |r| r.state())
+        super::remote_state(self.remote.as_deref())
     }
 
     /// Local conversations merged with the remote's for this project and
@@ -586,14 +584,19 @@ impl Sessions for SessionsService {
         let req = request.into_inner();
         let Some(remote) = &self.remote else {
             return Ok(Response::new(SyncRemoteReply {
-                remote: Some(crate::remote::off_state()),
+                remote: Some(super::remote_state(None)),
                 ..SyncRemoteReply::default()
             }));
         };
         let wait = (req.wait_ms > 0).then(|| std::time::Duration::from_millis(req.wait_ms.into()));
-        let (pushed_conversations, pushed_records, reached, timed_out) = remote.sync(wait).await;
+        let crate::remote::SyncReport {
+            pushed_conversations,
+            pushed_records,
+            reached,
+            timed_out,
+        } = remote.sync(wait).await;
         Ok(Response::new(SyncRemoteReply {
-            remote: Some(remote.state()),
+            remote: Some(super::remote_state(Some(remote))),
             pushed_conversations,
             pushed_records,
             reached,
