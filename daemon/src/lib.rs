@@ -19,6 +19,7 @@ mod pidlock;
 #[cfg(test)]
 mod proptests;
 mod remote;
+mod runner;
 mod search;
 mod server;
 mod services;

@@ -20,7 +20,7 @@ use super::{group_for, session_arg, status_of};
 use crate::snapshot::service::Snapshots;
 use crate::store::{Store, StoreError};
 use crate::turn::provider::Settings;
-use crate::turn::run::{Runner, Start};
+use crate::runner::{Runner, Start};
 use crate::turn::{Decision, Engine, Event, Input, Mode, Policy, Status as TurnStatus, TurnSpec};
 
 /// Default limit for one shell command.
@@ -298,7 +298,7 @@ async fn pump_inputs(
             Ok(Some(_)) => {}
             Ok(None) => return,
             Err(_) => {
-                crate::turn::run::went_away(&cancel, &client_gone);
+                crate::runner::went_away(&cancel, &client_gone);
                 return;
             }
         }

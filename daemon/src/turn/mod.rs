@@ -10,7 +10,6 @@ pub mod provider;
 mod resolve;
 pub mod responses;
 mod retry;
-pub mod run;
 pub mod shell;
 pub mod sse;
 pub mod tokens;

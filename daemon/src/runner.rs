@@ -1,16 +1,16 @@
-//! One turn from start to finish around the engine: the conversation leased,
-//! the folder snapshotted before (tools wait for it) and after, one-shots settled.
+//! One turn from start to finish around the engine: the conversation leased, other machines'
+//! turns pulled, the folder snapshotted before (tools wait for it) and after, one-shots settled.
 
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 
-use super::{Engine, Event, Input, Io, Mode, Status, TurnSpec};
 use crate::shutdown::Shutdown;
 use crate::snapshot::service::Snapshots;
 use crate::snapshot::{Owner, Phase, SnapError};
 use crate::store::oneshot::Oneshot;
 use crate::store::{GroupHandle, Store, StoreError, TurnLease};
+use crate::turn::{Engine, Event, Input, Io, Mode, Status, TurnSpec};
 
 /// Room for events a slow client has not read yet.
 const EVENT_BACKLOG: usize = 512;
