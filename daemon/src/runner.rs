@@ -50,7 +50,10 @@ impl Runner {
         let (out, rx) = mpsc::channel(EVENT_BACKLOG);
         // Subscribed before anything waits on the channel closing.
         let io = (inputs, cancel.subscribe());
-        tokio::spawn(end_on_stop(self.engine.shutdown.clone(), Arc::clone(&cancel)));
+        tokio::spawn(end_on_stop(
+            self.engine.shutdown.clone(),
+            Arc::clone(&cancel),
+        ));
         tokio::spawn(self.clone().run(start, io, cancel, out));
         rx
     }

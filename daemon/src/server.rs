@@ -225,11 +225,7 @@ impl Domain {
         let models = Arc::new(crate::turn::window::Models::open(
             profile.dir.join("model-windows.json"),
         ));
-        let engine = Arc::new(Engine::new(
-            profile.dir.clone(),
-            models,
-            shutdown.clone(),
-        ));
+        let engine = Arc::new(Engine::new(profile.dir.clone(), models, shutdown.clone()));
         let search = crate::search::start(
             profile.dir.join("search"),
             profile.sessions_dir(),

@@ -17,10 +17,10 @@ use agentx_shared::proto::{
 };
 
 use super::{group_for, session_arg, status_of};
+use crate::runner::{Runner, Start};
 use crate::snapshot::service::Snapshots;
 use crate::store::{Store, StoreError};
 use crate::turn::provider::Settings;
-use crate::runner::{Runner, Start};
 use crate::turn::{Decision, Engine, Event, Input, Mode, Policy, Status as TurnStatus, TurnSpec};
 
 /// Default limit for one shell command.

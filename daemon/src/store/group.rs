@@ -13,11 +13,11 @@ use agentx_shared::conversation::{Item, PendingCall, Usage};
 
 use super::StoreError;
 use super::commits::Commits;
-use crate::durable;
 use super::session::{
     Checkpoint, Fill, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc,
     ShellRun, title_from,
 };
+use crate::durable;
 
 mod files;
 mod handle;
