@@ -28,6 +28,7 @@ mod pgpass;
 mod project;
 pub mod pull;
 mod pusher;
+mod rule;
 mod schema;
 mod search;
 mod tls;

@@ -13,6 +13,7 @@ use tokio_postgres::Client;
 
 use super::copy::{self, RemoteCopy};
 use super::pusher::{Pushed, current_hash, load_pushed, save_pushed};
+use super::rule::{Settle, decide};
 use super::{Remote, RemoteError};
 use crate::store::session::{SessionDoc, SessionPaths};
 use crate::store::{GroupHandle, Store, StoreError, TurnLease};
@@ -327,8 +328,8 @@ pub(super) async fn settle(
     // Below `copy.from` the server's line is, by its chain, the one this
     // machine last shared with it.
     let shared = copy::shared_prefix(&local, &copy.lines, copy.from);
-    let (mine, theirs) = (doc.journal_items, copy.records);
-    if shared == theirs {
+    let rule = decide(shared, doc.journal_items, copy.records);
+    if rule == Settle::PushOurs {
         // Theirs is a prefix of ours (or the same): push ours from there.
         let bytes = shared
             .checked_sub(1)
@@ -338,7 +339,7 @@ pub(super) async fn settle(
         remote.mark(paths.doc.clone());
         return Ok(None);
     }
-    if shared < mine {
+    if rule == Settle::ForkOursTakeTheirs {
         // Both went on: ours is kept as a fork first.
         let title = format!("{} (fork on {})", doc.title, remote.machine)
             .trim_start()
