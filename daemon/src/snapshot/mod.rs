@@ -16,6 +16,8 @@ mod incremental;
 pub mod manifest;
 pub mod restore;
 mod scan;
+#[cfg(test)]
+pub(crate) mod seams;
 pub mod service;
 mod summary;
 mod take;

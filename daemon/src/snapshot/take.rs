@@ -206,9 +206,7 @@ impl SnapshotStore {
         let fs = self.folder(folder)?;
         save_timeline(&fs.dir, &fs.timeline)?;
         #[cfg(test)]
-        if tests::CRASH_AFTER_TIMELINE_SAVE.get() {
-            return Err(SnapError::NotFound("simulated crash".into()));
-        }
+        super::seams::after_timeline_save()?;
         self.watch.scanned(folder, &snap.manifest);
         if !dropped.is_empty() {
             self.release(folder, &dropped)?;
