@@ -21,16 +21,16 @@ enum Phase {
 #[derive(Clone)]
 pub struct Shutdown {
     phase: Arc<watch::Sender<Phase>>,
-    /// One clone of the inner `Arc` per tool command (or supervisor) still
-    /// alive; clones of the handle share the outer one.
-    tools: Arc<Arc<()>>,
+    /// One receiver per tool command (or supervisor) still alive; it
+    /// carries nothing, it is only counted.
+    tools: Arc<watch::Sender<()>>,
 }
 
 impl Default for Shutdown {
     fn default() -> Self {
         Self {
             phase: Arc::new(watch::Sender::new(Phase::Running)),
-            tools: Arc::new(Arc::new(())),
+            tools: Arc::new(watch::Sender::new(())),
         }
     }
 }
@@ -71,7 +71,7 @@ impl Shutdown {
     pub fn tool(&self) -> ToolStop {
         ToolStop {
             phase: self.phase.subscribe(),
-            _alive: Arc::clone(&*self.tools),
+            _alive: self.tools.subscribe(),
         }
     }
 
@@ -79,7 +79,7 @@ impl Shutdown {
     /// if some were still held at the bound.
     pub async fn tools_gone(&self, bound: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + bound;
-        while Arc::strong_count(&*self.tools) > 1 {
+        while self.tools.receiver_count() > 0 {
             if tokio::time::Instant::now() >= deadline {
                 return false;
             }
@@ -109,7 +109,7 @@ impl Shutdown {
 #[derive(Clone)]
 pub struct ToolStop {
     phase: watch::Receiver<Phase>,
-    _alive: Arc<()>,
+    _alive: watch::Receiver<()>,
 }
 
 impl ToolStop {
