@@ -8,6 +8,7 @@ mod authority;
 #[doc(hidden)]
 pub mod benching;
 pub mod cli;
+mod durable;
 #[doc(hidden)]
 pub mod fuzzing;
 mod layers;
@@ -18,11 +19,12 @@ mod pidlock;
 #[cfg(test)]
 mod proptests;
 mod remote;
+mod runner;
 mod search;
 mod server;
 mod services;
+mod shutdown;
 mod snapshot;
-mod stopping;
 mod store;
 mod turn;
 

@@ -7,7 +7,6 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
-use tokio::sync::watch;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::service::{InterceptorLayer, Routes};
@@ -31,6 +30,7 @@ use crate::services::oneshots::OneshotsService;
 use crate::services::sessions::SessionsService;
 use crate::services::snapshots::SnapshotsService;
 use crate::services::turns::TurnsService;
+use crate::shutdown::Shutdown;
 use crate::snapshot::service::Snapshots;
 use crate::store::Store;
 use crate::turn::Engine;
@@ -60,7 +60,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         listener,
         owned_path,
     } = Listener::acquire(&config.profile.socket)?;
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let shutdown = Shutdown::default();
     let served = Arc::new(AtomicU64::new(0));
     let info = Arc::new(DaemonInfo {
         pid: std::process::id(),
@@ -74,13 +74,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         socket_inherited: owned_path.is_none(),
         log_path: config.log_path,
         served: Arc::clone(&served),
-        stop: stop_tx.clone(),
+        stop: shutdown.clone(),
     });
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<DaemonServer<DaemonService>>().await;
     let (reflection, reflection_v1alpha) = reflection()?;
-    let domain = Domain::start(&config.profile)?;
+    let domain = Domain::start(&config.profile, &shutdown)?;
 
     let uid = nix::unistd::geteuid().as_raw();
     let routes = routes(&info, domain)
@@ -94,10 +94,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     tokio::spawn(guard_profile(
         Arc::clone(&config.pid_lock),
         owned_path.clone(),
-        stop_tx.clone(),
+        shutdown.clone(),
     ));
-    tokio::spawn(watch_signals(stop_tx));
-    let stop_requested = wait_for_stop(stop_rx.clone());
+    tokio::spawn(watch_signals(shutdown.clone()));
+    let stop_requested = {
+        let shutdown = shutdown.clone();
+        async move { shutdown.wait_requested().await }
+    };
 
     // grpc-core clients name the socket's path as :authority, which h2
     // refuses: each connection gets a usable one (see authority.rs).
@@ -105,10 +108,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     announce_ready(&info);
 
     let server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop_requested));
-    wait_for_stop(stop_rx).await;
-    begin_stopping(owned_path.as_ref());
+    shutdown.wait_requested().await;
+    begin_stopping(owned_path.as_ref(), &shutdown);
 
-    drain(server).await;
+    drain(server, &shutdown).await;
     // State is written durably before each RPC returns, so nothing is left
     // to flush here; later stores hook their shutdown in at this point.
     tracing::info!("agentd stopped");
@@ -133,6 +136,7 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
         snapshots.clone(),
         remote.clone(),
         Arc::clone(&engine),
+        search.clone(),
     )))
     .add_service(
         TurnsServer::new(TurnsService::new(
@@ -140,6 +144,7 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
             engine,
             crate::services::turns::Tuning::from_env(),
             snapshots.clone(),
+            remote.clone(),
         ))
         .max_encoding_message_size(agentx_shared::limits::MAX_TURN_EVENT)
         .max_decoding_message_size(agentx_shared::limits::MAX_TURN_EVENT),
@@ -156,11 +161,6 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
     ))
 }
 
-/// Resolves once a stop has been requested (or nobody can request one).
-async fn wait_for_stop(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|stop| *stop).await;
-}
-
 /// Tells systemd (a no-op without NOTIFY_SOCKET) and the log that agentd
 /// is ready.
 fn announce_ready(info: &DaemonInfo) {
@@ -172,14 +172,15 @@ fn announce_ready(info: &DaemonInfo) {
 
 /// The first steps of a stop, before draining: systemd told, the socket
 /// path freed, running turns told to end.
-fn begin_stopping(owned_path: Option<&crate::listener::OwnedSocket>) {
+fn begin_stopping(owned_path: Option<&crate::listener::OwnedSocket>, shutdown: &Shutdown) {
     tracing::info!("stopping: no new connections, draining in-flight RPCs");
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     // The listener is closed by now or within a moment; new clients must not
     // find a socket nobody will answer on.
     remove_owned_socket(owned_path);
-    // Running turns end now, each with a record and an after-snapshot.
-    crate::stopping::begin();
+    // Running turns end now, each with a record and an after-snapshot, and
+    // every tool command dies with its whole process tree.
+    shutdown.begin_stopping();
 }
 
 /// Reflection in both versions: grpcurl and grpcui speak v1; Python's
@@ -212,7 +213,7 @@ struct Domain {
 }
 
 impl Domain {
-    fn start(profile: &Profile) -> anyhow::Result<Self> {
+    fn start(profile: &Profile, shutdown: &Shutdown) -> anyhow::Result<Self> {
         // The store announces its commits; the indexer and the pusher
         // subscribe (the store knows neither).
         let commits = crate::store::Commits::default();
@@ -224,7 +225,7 @@ impl Domain {
         let models = Arc::new(crate::turn::window::Models::open(
             profile.dir.join("model-windows.json"),
         ));
-        let engine = Arc::new(Engine::new(profile.dir.clone(), models));
+        let engine = Arc::new(Engine::new(profile.dir.clone(), models, shutdown.clone()));
         let search = crate::search::start(
             profile.dir.join("search"),
             profile.sessions_dir(),
@@ -235,11 +236,10 @@ impl Domain {
         // The remote store (off without remote_url): pushes in the background.
         let remote = crate::remote::Remote::start(
             &profile.dir,
-            profile.sessions_dir(),
+            (Arc::clone(&store), profile.sessions_dir()),
             &profile.config_file(),
             commits.subscribe(),
         );
-        crate::remote::pull::attach_store(&store);
         Ok(Self {
             store,
             snapshots,
@@ -253,9 +253,12 @@ impl Domain {
 /// Lets in-flight RPCs finish (bounded) while every tool command dies with
 /// its whole process tree: a turn running one records it and ends, so its
 /// RPC drains too.
-async fn drain<E: std::fmt::Display>(server: tokio::task::JoinHandle<Result<(), E>>) {
+async fn drain<E: std::fmt::Display>(
+    server: tokio::task::JoinHandle<Result<(), E>>,
+    shutdown: &Shutdown,
+) {
     let (tools_gone, drained) = tokio::join!(
-        crate::turn::shell::stop_all(TOOLS_STOP_TIMEOUT),
+        shutdown.tools_gone(TOOLS_STOP_TIMEOUT),
         tokio::time::timeout(DRAIN_TIMEOUT, server)
     );
     if !tools_gone {
@@ -281,13 +284,13 @@ async fn drain<E: std::fmt::Display>(server: tokio::task::JoinHandle<Result<(), 
 async fn guard_profile(
     lock: Arc<std::sync::Mutex<PidLock>>,
     socket: Option<crate::listener::OwnedSocket>,
-    stop: watch::Sender<bool>,
+    stop: Shutdown,
 ) {
     let mut tick = tokio::time::interval(GUARD_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if *stop.borrow() {
+        if stop.requested() {
             return;
         }
         let check = match lock.lock() {
@@ -304,7 +307,7 @@ async fn guard_profile(
         }
         if let Some(what) = socket.as_ref().and_then(|s| s.check()) {
             tracing::warn!("{what}: clients cannot reach this agentd any more; stopping");
-            let _ = stop.send(true);
+            stop.request();
             return;
         }
     }
@@ -313,7 +316,7 @@ async fn guard_profile(
 /// Turns SIGTERM, SIGINT and SIGHUP into a stop request: all three drain.
 /// agentd has no configuration of its own to reload (clients send theirs
 /// with every turn), so a hang-up means "stop cleanly", never "die at once".
-async fn watch_signals(stop: watch::Sender<bool>) {
+async fn watch_signals(stop: Shutdown) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
@@ -328,5 +331,5 @@ async fn watch_signals(stop: watch::Sender<bool>) {
         _ = int.recv() => tracing::info!("SIGINT received"),
         _ = hup.recv() => tracing::info!("SIGHUP received"),
     }
-    let _ = stop.send(true);
+    stop.request();
 }

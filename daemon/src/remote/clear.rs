@@ -32,13 +32,13 @@ pub async fn delete(remote: &Remote, id: &str) -> Deleted {
     }
     let stone = tombstones(remote).join(id);
     let written = agentx_shared::profile::create_private_dir(&tombstones(remote))
-        .and_then(|()| crate::store::durable::write_atomic(&stone, b""));
+        .and_then(|()| crate::durable::write_atomic(&stone, b""));
     if let Err(e) = written {
         tracing::warn!("remote: cannot record the deletion of {id}: {e}");
     }
     let _ = std::fs::remove_file(remote.pushed_dir.join(format!("{id}.json")));
     let attempt = async {
-        let _sync = super::pull::SYNC.lock().await;
+        let _sync = remote.sync.lock().await;
         let client = super::pull::reader(remote).await?;
         delete_now(&client, id).await?;
         let _ = std::fs::remove_file(&stone);

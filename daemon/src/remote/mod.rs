@@ -28,6 +28,7 @@ mod pgpass;
 mod project;
 pub mod pull;
 mod pusher;
+mod rule;
 mod schema;
 mod search;
 mod tls;
@@ -42,12 +43,12 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_postgres::Client;
 
-use agentx_shared::proto::{RemoteRefusal, RemoteState};
-
 pub use lanes::list_wait;
 pub use project::{machine_name, project_key};
 pub use search::RemoteHit;
 use url::RemoteUrl;
+
+use crate::store::Store;
 
 /// Why talking to the remote failed. Messages never hold the password.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -120,6 +121,54 @@ pub struct RemoteRow {
     pub turns: u32,
 }
 
+/// Where pushing stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncState {
+    /// Changes wait to be pushed, or no pass finished yet.
+    Pending,
+    /// Everything is pushed.
+    Synced,
+    /// Nothing waits, but the last pass did not reach the server.
+    Unreachable,
+}
+
+impl SyncState {
+    /// The name `status` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Synced => "synced",
+            Self::Unreachable => "unreachable",
+        }
+    }
+}
+
+/// What `status` shows of the remote store.
+#[derive(Debug, Clone)]
+pub struct Standing {
+    pub state: SyncState,
+    /// Conversations with changes not pushed yet.
+    pub pending: u64,
+    pub last_error: Option<String>,
+    /// The server, without its password.
+    pub url: String,
+    pub machine: String,
+    /// Conversations the server refused: (id, why).
+    pub refused: Vec<(String, String)>,
+}
+
+/// What one `agentx sync` pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Conversations and records pushed while it waited.
+    pub pushed_conversations: u64,
+    pub pushed_records: u64,
+    /// The pass reached the server (within the wait).
+    pub reached: bool,
+    /// The wait ended before the pass did.
+    pub timed_out: bool,
+}
+
 #[derive(Default)]
 struct Inner {
     /// Documents with changes not pushed yet.
@@ -157,17 +206,24 @@ pub struct Remote {
     lanes: Arc<lanes::Lanes>,
     /// Which conversations other agentds changed (LISTEN/NOTIFY).
     listener: listen::Listener,
+    /// The conversation store pulls write into.
+    store: Arc<Store>,
+    /// Held while one conversation is pushed or pulled, so the pusher and
+    /// a pull never work on the same conversation at once.
+    sync: tokio::sync::Mutex<()>,
+    /// Forks made here that the user has not been told of yet.
+    forks: Mutex<Vec<pull::ForkNote>>,
 }
 
 impl Remote {
-    /// Reads `remote_url` and starts the pusher. `None`: remote keeping is
-    /// off. A URL that cannot be used is reported by [`Remote::state`] and
+    /// Reads `remote_url` and starts the pusher, which pushes what
+    /// `changes` announces of `store`. `None`: remote keeping is off. A URL that cannot be used is reported by [`Remote::state`] and
     /// logged (redacted); agentd goes on locally.
     pub fn start(
         profile_dir: &Path,
-        sessions_dir: PathBuf,
+        (store, sessions_dir): (Arc<Store>, PathBuf),
         config_file: &Path,
-        commits: mpsc::UnboundedReceiver<PathBuf>,
+        changes: mpsc::UnboundedReceiver<crate::store::Changed>,
     ) -> Option<Arc<Self>> {
         let raw = match agentx_shared::config::remote_url(config_file) {
             Ok(Some(raw)) => raw,
@@ -191,13 +247,15 @@ impl Remote {
             passes: watch::Sender::new(0),
             lanes: Arc::default(),
             listener: listen::Listener::default(),
+            store,
+            sync: tokio::sync::Mutex::const_new(()),
+            forks: Mutex::default(),
         });
         match &remote.url {
             Ok(url) => {
                 tracing::info!(url = %url.shown, machine = %remote.machine, "remote store on");
-                tokio::spawn(pusher::run(Arc::clone(&remote), commits));
+                tokio::spawn(pusher::run(Arc::clone(&remote), changes));
                 tokio::spawn(listen::run(url.clone(), remote.listener.clone()));
-                pull::activate(&remote);
             }
             Err(e) => {
                 tracing::error!("remote store not used: {e}");
@@ -223,9 +281,9 @@ impl Remote {
         self.wake.notify_one();
     }
 
-    /// What `status` shows.
-    pub fn state(&self) -> RemoteState {
-        let shown = self
+    /// What `status` shows (`None`: the state cannot be read).
+    pub fn state(&self) -> Option<Standing> {
+        let url = self
             .url
             .as_ref()
             .map(|u| u.shown.clone())
@@ -233,42 +291,37 @@ impl Remote {
         self.with(|inner| {
             let state = if inner.pending.is_empty() && inner.attempted {
                 if inner.reached {
-                    "synced"
+                    SyncState::Synced
                 } else {
-                    "unreachable"
+                    SyncState::Unreachable
                 }
             } else {
-                "pending"
+                SyncState::Pending
             };
-            RemoteState {
-                state: state.to_owned(),
+            Standing {
+                state,
                 pending: inner.pending.len() as u64,
-                last_error: inner.last_error.clone().unwrap_or_default(),
-                url: shown.clone(),
+                last_error: inner.last_error.clone(),
+                url: url.clone(),
                 machine: self.machine.clone(),
                 refused: inner
                     .refused
                     .values()
-                    .map(|r| RemoteRefusal {
-                        id: r.id.clone(),
-                        error: r.error.clone(),
-                    })
+                    .map(|r| (r.id.clone(), r.error.clone()))
                     .collect(),
             }
         })
-        .unwrap_or_default()
     }
 
-    /// Pushes now and waits (bounded) for that pass: (pushed conversations,
-    /// pushed records, reached, timed out).
-    pub async fn sync(&self, wait: Option<Duration>) -> (u64, u64, bool, bool) {
+    /// Pushes now and waits (bounded) for that pass.
+    pub async fn sync(&self, wait: Option<Duration>) -> SyncReport {
         let Some((started, convs, records)) =
             self.with(|i| (i.started, i.pushed_conversations, i.pushed_records))
         else {
-            return (0, 0, false, false);
+            return SyncReport::default();
         };
         if self.url.is_err() {
-            return (0, 0, false, false);
+            return SyncReport::default();
         }
         let mut passes = self.passes.subscribe();
         self.now.notify_one();
@@ -278,15 +331,16 @@ impl Remote {
         )
         .await
         .is_err();
-        self.with(|i| {
-            (
-                i.pushed_conversations - convs,
-                i.pushed_records - records,
-                i.reached && !timed_out,
-                timed_out,
-            )
+        self.with(|i| SyncReport {
+            pushed_conversations: i.pushed_conversations - convs,
+            pushed_records: i.pushed_records - records,
+            reached: i.reached && !timed_out,
+            timed_out,
         })
-        .unwrap_or((0, 0, false, timed_out))
+        .unwrap_or(SyncReport {
+            timed_out,
+            ..SyncReport::default()
+        })
     }
 
     async fn connect(url: &RemoteUrl) -> Result<Client, RemoteError> {
@@ -378,13 +432,5 @@ impl Remote {
                 RemoteList { rows, more }
             })
             .map_err(RemoteError::db)
-    }
-}
-
-/// `status` for a daemon without a remote.
-pub fn off_state() -> RemoteState {
-    RemoteState {
-        state: "off".to_owned(),
-        ..RemoteState::default()
     }
 }

@@ -6,13 +6,14 @@
 //! never interleaved, never lost.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_postgres::Client;
 
 use super::copy::{self, RemoteCopy};
 use super::pusher::{Pushed, current_hash, load_pushed, save_pushed};
+use super::rule::{Settle, decide};
 use super::{Remote, RemoteError};
 use crate::store::session::{SessionDoc, SessionPaths};
 use crate::store::{GroupHandle, Store, StoreError, TurnLease};
@@ -23,14 +24,6 @@ pub const PULL_WAIT: Duration = Duration::from_millis(1500);
 const BUSY_AGAIN: Duration = Duration::from_secs(1);
 /// How long opening a remote-only conversation may wait for it.
 const OPEN_WAIT: Duration = Duration::from_secs(15);
-
-static ACTIVE: OnceLock<Arc<Remote>> = OnceLock::new();
-static STORE: OnceLock<Arc<Store>> = OnceLock::new();
-/// Held while one conversation is pushed or pulled, so the pusher and a
-/// pull never work on the same conversation at once.
-pub(super) static SYNC: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-/// Forks made here that the user has not been told of yet.
-static FORKS: Mutex<Vec<ForkNote>> = Mutex::new(Vec::new());
 
 /// A conversation whose local line was kept as a fork.
 #[derive(Debug, Clone)]
@@ -54,19 +47,10 @@ impl ForkNote {
     }
 }
 
-pub(super) fn activate(remote: &Arc<Remote>) {
-    let _ = ACTIVE.set(Arc::clone(remote));
-}
-
-/// Gives the remote store the conversation store it pulls into.
-pub fn attach_store(store: &Arc<Store>) {
-    let _ = STORE.set(Arc::clone(store));
-}
-
 /// Forks not shown by `agentx sync` yet (the next turn on the forked
 /// conversation still continues the fork and says so).
-pub fn unreported_forks() -> Vec<ForkNote> {
-    let Ok(mut forks) = FORKS.lock() else {
+pub fn unreported_forks(remote: &Remote) -> Vec<ForkNote> {
+    let Ok(mut forks) = remote.forks.lock() else {
         return Vec::new();
     };
     forks
@@ -81,17 +65,20 @@ pub fn unreported_forks() -> Vec<ForkNote> {
 
 /// The user opened conversation `id` themselves: its fork is no longer
 /// continued in its place.
-pub fn opened(id: &str) {
-    let _ = take_fork_of(id);
+pub fn opened(remote: &Remote, id: &str) {
+    let _ = take_fork_of(remote, id);
 }
 
 /// Whether a fork of `id` waits for its next turn to continue it.
-fn fork_waiting(id: &str) -> bool {
-    FORKS.lock().is_ok_and(|f| f.iter().any(|f| f.from == id))
+fn fork_waiting(remote: &Remote, id: &str) -> bool {
+    remote
+        .forks
+        .lock()
+        .is_ok_and(|f| f.iter().any(|f| f.from == id))
 }
 
-fn take_fork_of(id: &str) -> Option<ForkNote> {
-    let mut forks = FORKS.lock().ok()?;
+fn take_fork_of(remote: &Remote, id: &str) -> Option<ForkNote> {
+    let mut forks = remote.forks.lock().ok()?;
     let at = forks.iter().position(|f| f.from == id)?;
     Some(forks.remove(at))
 }
@@ -179,7 +166,7 @@ pub async fn open_remote(
     // A fresh document: its update time is its creation until the pull's.
     pulled.meta.apply_to(&mut doc);
     let local = |e: StoreError| RemoteError::Local(e.to_string());
-    let _sync = SYNC.lock().await;
+    let _sync = remote.sync.lock().await;
     // Opened twice at once: the first one pulled it already.
     if let Ok(Some(here)) = group.get(Some(id.to_owned())).await {
         return Ok(here);
@@ -193,7 +180,7 @@ pub async fn open_remote(
     }
     agentx_shared::profile::create_private_dir(&dir)
         .map_err(|e| RemoteError::Local(e.to_string()))?;
-    crate::store::durable::write_atomic(&SessionPaths::new(&dir, id).journal, &pulled.lines)
+    crate::durable::write_atomic(&SessionPaths::new(&dir, id).journal, &pulled.lines)
         .map_err(|e| RemoteError::Local(e.to_string()))?;
     group.adopt(doc.clone()).await.map_err(local)?;
     remember(
@@ -212,22 +199,24 @@ pub async fn open_remote(
 /// conversation as it now is (the model must see what was pulled), or
 /// another one when this machine's line was kept as a fork; and what the
 /// user should be told.
-pub async fn before_turn(group: &GroupHandle, mut lease: TurnLease) -> (TurnLease, Vec<String>) {
+pub async fn before_turn(
+    remote: &Remote,
+    group: &GroupHandle,
+    mut lease: TurnLease,
+) -> (TurnLease, Vec<String>) {
     let mut notes = Vec::new();
-    let Some(remote) = ACTIVE.get() else {
-        return (lease, notes);
-    };
-    if lease.doc.base.is_some() || !has_copy(remote, &lease.doc.id) {
+    // A remote_url that cannot be used: nothing is pulled.
+    if remote.url.is_err() || lease.doc.base.is_some() || !has_copy(remote, &lease.doc.id) {
         return (lease, notes);
     }
     // No other agentd changed it since the last pull (LISTEN/NOTIFY): no query.
     let ticket = remote.listener.begin_check(&lease.doc.id);
-    if ticket.is_none() && !fork_waiting(&lease.doc.id) {
+    if ticket.is_none() && !fork_waiting(remote, &lease.doc.id) {
         return (lease, notes);
     }
     let id = lease.doc.id.clone();
     let settled = tokio::time::timeout(PULL_WAIT, async {
-        let _sync = SYNC.lock().await;
+        let _sync = remote.sync.lock().await;
         let client = reader(remote).await?;
         let fetched = fetch(remote, &client, &lease.doc).await?;
         Ok::<_, RemoteError>((fetched, _sync))
@@ -260,7 +249,7 @@ pub async fn before_turn(group: &GroupHandle, mut lease: TurnLease) -> (TurnLeas
         tracing::warn!(id = %id, "{note}");
         notes.push(note);
     }
-    let Some(fork) = take_fork_of(&id) else {
+    let Some(fork) = take_fork_of(remote, &id) else {
         return (lease, notes);
     };
     notes.push(fork.line());
@@ -320,10 +309,7 @@ pub(super) async fn settle(
         .await
         .map_err(local_err)?
         .ok_or_else(|| RemoteError::Local(format!("conversation {} is gone", lease.doc.id)))?;
-    let dir = STORE
-        .get()
-        .map(|s| s.group_dir(&doc.folder, &doc.agent))
-        .ok_or_else(|| RemoteError::Local("the remote store has no local store".into()))?;
+    let dir = remote.store.group_dir(&doc.folder, &doc.agent);
     let paths = SessionPaths::new(&dir, &doc.id);
     let local = copy::read_local(&paths.journal, doc.journal_bytes)
         .map_err(|e| RemoteError::Local(e.to_string()))?;
@@ -342,8 +328,8 @@ pub(super) async fn settle(
     // Below `copy.from` the server's line is, by its chain, the one this
     // machine last shared with it.
     let shared = copy::shared_prefix(&local, &copy.lines, copy.from);
-    let (mine, theirs) = (doc.journal_items, copy.records);
-    if shared == theirs {
+    let rule = decide(shared, doc.journal_items, copy.records);
+    if rule == Settle::PushOurs {
         // Theirs is a prefix of ours (or the same): push ours from there.
         let bytes = shared
             .checked_sub(1)
@@ -353,7 +339,7 @@ pub(super) async fn settle(
         remote.mark(paths.doc.clone());
         return Ok(None);
     }
-    if shared < mine {
+    if rule == Settle::ForkOursTakeTheirs {
         // Both went on: ours is kept as a fork first.
         let title = format!("{} (fork on {})", doc.title, remote.machine)
             .trim_start()
@@ -372,7 +358,7 @@ pub(super) async fn settle(
             reported: false,
         };
         tracing::warn!("remote: {}", note.line());
-        if let Ok(mut forks) = FORKS.lock() {
+        if let Ok(mut forks) = remote.forks.lock() {
             forks.retain(|f| f.from != note.from);
             forks.push(note);
         }
@@ -392,11 +378,13 @@ pub(super) async fn settle(
 
 /// The pusher found `doc_path`'s conversation changed on the server by
 /// someone else: settle it now unless a turn holds it (that turn's pull
-/// does it, or the next push once it ends). The caller holds [`SYNC`].
-pub(super) async fn settle_for_pusher(remote: &Remote, doc_path: &Path) -> Result<(), RemoteError> {
-    let Some(store) = STORE.get() else {
-        return Ok(());
-    };
+/// does it, or the next push once it ends). The caller holds the
+/// remote's `sync` lock.
+pub(super) async fn settle_for_pusher(
+    remote: &Arc<Remote>,
+    doc_path: &Path,
+) -> Result<(), RemoteError> {
+    let store = &remote.store;
     let doc: SessionDoc = match std::fs::read(doc_path)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
@@ -414,13 +402,11 @@ pub(super) async fn settle_for_pusher(remote: &Remote, doc_path: &Path) -> Resul
     else {
         // A turn holds it (its own pull settles it first); look again
         // shortly in case that turn was just ending.
-        if let Some(remote) = ACTIVE.get() {
-            let (remote, path) = (Arc::clone(remote), doc_path.to_path_buf());
-            tokio::spawn(async move {
-                tokio::time::sleep(BUSY_AGAIN).await;
-                remote.mark(path);
-            });
-        }
+        let (remote, path) = (Arc::clone(remote), doc_path.to_path_buf());
+        tokio::spawn(async move {
+            tokio::time::sleep(BUSY_AGAIN).await;
+            remote.mark(path);
+        });
         return Ok(());
     };
     let client = reader(remote).await?;

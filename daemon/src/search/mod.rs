@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
 use serde::Deserialize;
@@ -98,8 +98,6 @@ pub struct SearchIndex {
     rebuild_asked: AtomicBool,
 }
 
-static NOTIFY: OnceLock<Sender<Job>> = OnceLock::new();
-
 /// What the indexer thread is asked to do.
 enum Job {
     /// Re-index (or drop) the conversation whose document is this path.
@@ -111,33 +109,33 @@ enum Job {
     Rebuild(String),
 }
 
-/// Drops cleared conversation `id` of `dir` from the index and purges the
-/// index files that still held its text; returns once that is on disk
-/// (at once when there is no index; bounded, so a stuck indexer cannot
-/// hold up a clear: the start-up reconcile drops it then).
-pub async fn forget(dir: &Path, id: &str) {
-    let Some(tx) = NOTIFY.get() else {
-        return;
-    };
-    let (done, wait) = tokio::sync::oneshot::channel();
-    if tx
-        .send(Job::Forget(dir.join(format!("{id}.json")), done))
-        .is_ok()
-        && tokio::time::timeout(std::time::Duration::from_secs(60), wait)
-            .await
-            .is_err()
-    {
-        tracing::warn!("the search index did not drop cleared conversation {id} in time");
+impl SearchIndex {
+    /// Drops cleared conversation `id` of `dir` from the index and purges
+    /// the index files that still held its text; returns once that is on
+    /// disk (bounded, so a stuck indexer cannot hold up a clear: the
+    /// start-up reconcile drops it then).
+    pub async fn forget(&self, dir: &Path, id: &str) {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        if self
+            .jobs
+            .send(Job::Forget(dir.join(format!("{id}.json")), done))
+            .is_ok()
+            && tokio::time::timeout(std::time::Duration::from_secs(60), wait)
+                .await
+                .is_err()
+        {
+            tracing::warn!("the search index did not drop cleared conversation {id} in time");
+        }
     }
 }
 
 /// Opens (or rebuilds) the index in `index_dir` and starts the indexer
 /// thread, which first reconciles the index with `sessions_dir`, then
-/// re-indexes each conversation document `commits` names.
+/// re-indexes each conversation the store announces as changed.
 pub fn start(
     index_dir: PathBuf,
     sessions_dir: PathBuf,
-    mut commits: tokio::sync::mpsc::UnboundedReceiver<PathBuf>,
+    mut changes: tokio::sync::mpsc::UnboundedReceiver<crate::store::Changed>,
 ) -> Result<Arc<SearchIndex>, SearchError> {
     let (schema, f) = schema();
     let (live, why) = health::open_or_create(&index_dir, &schema)?;
@@ -155,17 +153,14 @@ pub fn start(
         jobs: tx.clone(),
         rebuild_asked: AtomicBool::new(false),
     });
-    let touched = tx.clone();
+    let touched = tx;
     tokio::spawn(async move {
-        while let Some(doc) = commits.recv().await {
-            if touched.send(Job::Touched(doc)).is_err() {
+        while let Some(changed) = changes.recv().await {
+            if touched.send(Job::Touched(changed.doc())).is_err() {
                 return;
             }
         }
     });
-    if NOTIFY.set(tx).is_err() {
-        tracing::warn!("search indexer already running in this process");
-    }
     let worker = Arc::clone(&search);
     std::thread::Builder::new()
         .name("search-indexer".into())

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 use agentx_shared::proto::{
@@ -28,7 +27,7 @@ pub struct DaemonInfo {
     pub socket_inherited: bool,
     pub log_path: Option<PathBuf>,
     pub served: Arc<AtomicU64>,
-    pub stop: watch::Sender<bool>,
+    pub stop: crate::shutdown::Shutdown,
 }
 
 pub struct DaemonService {
@@ -95,11 +94,7 @@ impl Daemon for DaemonService {
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
             rpcs_served: info.served.load(Ordering::Relaxed),
-            remote: Some(
-                self.remote
-                    .as_ref()
-                    .map_or_else(crate::remote::off_state, |r| r.state()),
-            ),
+            remote: Some(super::remote_state(self.remote.as_deref())),
             search_note: crate::search::rebuild_note().unwrap_or_default(),
         }))
     }
@@ -110,7 +105,7 @@ impl Daemon for DaemonService {
     ) -> Result<Response<ShutdownReply>, Status> {
         let reason = request.into_inner().reason;
         tracing::info!(%reason, "shutdown requested");
-        let _ = self.info.stop.send(true);
+        self.info.stop.request();
         Ok(Response::new(ShutdownReply { pid: self.info.pid }))
     }
 }

@@ -31,6 +31,32 @@ pub fn status_of(e: StoreError) -> Status {
     }
 }
 
+/// The remote store's state on the wire: "off" without one (`Default`
+/// when its state cannot be read).
+pub fn remote_state(remote: Option<&crate::remote::Remote>) -> proto::RemoteState {
+    let Some(remote) = remote else {
+        return proto::RemoteState {
+            state: "off".to_owned(),
+            ..proto::RemoteState::default()
+        };
+    };
+    let Some(s) = remote.state() else {
+        return proto::RemoteState::default();
+    };
+    proto::RemoteState {
+        state: s.state.as_str().to_owned(),
+        pending: s.pending,
+        last_error: s.last_error.unwrap_or_default(),
+        url: s.url,
+        machine: s.machine,
+        refused: s
+            .refused
+            .into_iter()
+            .map(|(id, error)| proto::RemoteRefusal { id, error })
+            .collect(),
+    }
+}
+
 /// The agent of a request that names none.
 const DEFAULT_AGENT: &str = "default";
 

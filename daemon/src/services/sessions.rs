@@ -28,6 +28,7 @@ pub struct SessionsService {
     snapshots: Snapshots,
     remote: Option<Arc<Remote>>,
     engine: Arc<crate::turn::Engine>,
+    search: Option<Arc<crate::search::SearchIndex>>,
 }
 
 impl SessionsService {
@@ -36,12 +37,14 @@ impl SessionsService {
         snapshots: Snapshots,
         remote: Option<Arc<Remote>>,
         engine: Arc<crate::turn::Engine>,
+        search: Option<Arc<crate::search::SearchIndex>>,
     ) -> Self {
         Self {
             store,
             snapshots,
             remote,
             engine,
+            search,
         }
     }
 
@@ -83,9 +86,7 @@ impl SessionsService {
     }
 
     fn remote_state(&self) -> agentx_shared::proto::RemoteState {
-        self.remote
-            .as_ref()
-            .map_or_else(crate::remote::off_state, |r| r.state())
+        super::remote_state(self.remote.as_deref())
     }
 
     /// Local conversations merged with the remote's for this project and
@@ -351,7 +352,9 @@ impl Sessions for SessionsService {
             }
             (other, _) => other.map_err(status_of)?,
         };
-        crate::remote::pull::opened(&opened.doc.id);
+        if let Some(remote) = &self.remote {
+            crate::remote::pull::opened(remote, &opened.doc.id);
+        }
         Ok(Response::new(OpenSessionReply {
             session: Some(summary(&opened.doc)),
             recent: opened
@@ -421,7 +424,11 @@ impl Sessions for SessionsService {
         let cleared = group.get(session.clone()).await.map_err(status_of)?;
         let fresh = group.clear(session).await.map_err(status_of)?;
         if let Some(doc) = &cleared {
-            crate::search::forget(&self.store.group_dir(&folder, &agent), &doc.id).await;
+            if let Some(search) = &self.search {
+                search
+                    .forget(&self.store.group_dir(&folder, &agent), &doc.id)
+                    .await;
+            }
             let (folder, id) = (std::path::PathBuf::from(&folder), doc.id.clone());
             if let Err(e) = self
                 .snapshots
@@ -577,19 +584,24 @@ impl Sessions for SessionsService {
         let req = request.into_inner();
         let Some(remote) = &self.remote else {
             return Ok(Response::new(SyncRemoteReply {
-                remote: Some(crate::remote::off_state()),
+                remote: Some(super::remote_state(None)),
                 ..SyncRemoteReply::default()
             }));
         };
         let wait = (req.wait_ms > 0).then(|| std::time::Duration::from_millis(req.wait_ms.into()));
-        let (pushed_conversations, pushed_records, reached, timed_out) = remote.sync(wait).await;
-        Ok(Response::new(SyncRemoteReply {
-            remote: Some(remote.state()),
+        let crate::remote::SyncReport {
             pushed_conversations,
             pushed_records,
             reached,
             timed_out,
-            forks: crate::remote::pull::unreported_forks()
+        } = remote.sync(wait).await;
+        Ok(Response::new(SyncRemoteReply {
+            remote: Some(super::remote_state(Some(remote))),
+            pushed_conversations,
+            pushed_records,
+            reached,
+            timed_out,
+            forks: crate::remote::pull::unreported_forks(remote)
                 .into_iter()
                 .map(|f| RemoteFork {
                     message: f.line(),

@@ -17,10 +17,10 @@ use agentx_shared::proto::{
 };
 
 use super::{group_for, session_arg, status_of};
+use crate::runner::{Runner, Start};
 use crate::snapshot::service::Snapshots;
 use crate::store::{Store, StoreError};
 use crate::turn::provider::Settings;
-use crate::turn::run::{Runner, Start};
 use crate::turn::{Decision, Engine, Event, Input, Mode, Policy, Status as TurnStatus, TurnSpec};
 
 /// Default limit for one shell command.
@@ -81,12 +81,14 @@ impl TurnsService {
         engine: Arc<Engine>,
         tuning: Tuning,
         snapshots: Snapshots,
+        remote: Option<Arc<crate::remote::Remote>>,
     ) -> Self {
         Self {
             runner: Runner {
                 store: Arc::clone(&store),
                 engine,
                 snapshots,
+                remote,
             },
             store,
             tuning,
@@ -296,7 +298,7 @@ async fn pump_inputs(
             Ok(Some(_)) => {}
             Ok(None) => return,
             Err(_) => {
-                crate::turn::run::went_away(&cancel, &client_gone);
+                crate::runner::went_away(&cancel, &client_gone);
                 return;
             }
         }

@@ -10,7 +10,7 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use super::manifest::Hash;
-use crate::store::durable;
+use crate::durable;
 
 /// Where a blob lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

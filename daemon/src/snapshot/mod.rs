@@ -16,6 +16,8 @@ mod incremental;
 pub mod manifest;
 pub mod restore;
 mod scan;
+#[cfg(test)]
+pub(crate) mod seams;
 pub mod service;
 mod summary;
 mod take;
@@ -34,7 +36,7 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::store::durable;
+use crate::durable;
 use blobs::Blobs;
 pub(crate) use blobs::parse_index;
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::incremental::Scanned;
 use super::manifest::{Manifest, Stored};
 use super::timeline::*;
 use super::*;
-use crate::store::durable;
+use crate::durable;
 
 impl SnapshotStore {
     /// Scans the folder into a new snapshot for `owners`; returns it once
@@ -206,9 +206,7 @@ impl SnapshotStore {
         let fs = self.folder(folder)?;
         save_timeline(&fs.dir, &fs.timeline)?;
         #[cfg(test)]
-        if tests::CRASH_AFTER_TIMELINE_SAVE.get() {
-            return Err(SnapError::NotFound("simulated crash".into()));
-        }
+        super::seams::after_timeline_save()?;
         self.watch.scanned(folder, &snap.manifest);
         if !dropped.is_empty() {
             self.release(folder, &dropped)?;

@@ -10,13 +10,6 @@ use super::*;
 
 mod hostile;
 
-thread_local! {
-    /// Makes `take` stop right after saving the timeline, as a kill -9
-    /// there would (this thread only).
-    pub(super) static CRASH_AFTER_TIMELINE_SAVE: std::cell::Cell<bool> =
-        const { std::cell::Cell::new(false) };
-}
-
 /// What a path holds, as a restore must reproduce it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
@@ -406,9 +399,9 @@ fn a_kill_right_after_the_timeline_is_saved_leaves_every_snapshot_loadable() {
         )
         .unwrap();
         let mut s = store(tmp.path());
-        CRASH_AFTER_TIMELINE_SAVE.set(true);
+        seams::crash_after_timeline_save(true);
         let taken = s.take(&root, vec![owner("", Phase::Manual, "")]);
-        CRASH_AFTER_TIMELINE_SAVE.set(false);
+        seams::crash_after_timeline_save(false);
         assert!(taken.is_err(), "the simulated crash did not happen");
         // A fresh agentd: every snapshot its timeline lists still loads.
         let mut s = store(tmp.path());

@@ -1,21 +1,35 @@
-//! The store's announcements: the document of each conversation that committed a change,
-//! sent to every subscriber (search indexer, remote pusher). The store knows none of them.
+//! The store's announcements: one [`Changed`] event for each conversation that committed a
+//! change, sent to every subscriber (search indexer, remote pusher). The store knows none of them.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
-/// Where commits are announced; clones announce to the same subscribers.
+/// Conversation `id` of group directory `dir` changed on disk: a turn, a
+/// rollback, a rename, or a new conversation (fork, import, pull).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    pub dir: PathBuf,
+    pub id: String,
+}
+
+impl Changed {
+    /// The conversation's state document.
+    pub fn doc(&self) -> PathBuf {
+        self.dir.join(format!("{}.json", self.id))
+    }
+}
+
+/// Where changes are announced; clones announce to the same subscribers.
 #[derive(Clone, Default)]
 pub struct Commits {
-    subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<PathBuf>>>>,
+    subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Changed>>>>,
 }
 
 impl Commits {
-    /// A new subscriber: receives the document path of every commit
-    /// announced from now on.
-    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<PathBuf> {
+    /// A new subscriber: receives every change announced from now on.
+    pub fn subscribe(&self) -> mpsc::UnboundedReceiver<Changed> {
         let (tx, rx) = mpsc::unbounded_channel();
         if let Ok(mut subscribers) = self.subscribers.lock() {
             subscribers.push(tx);
@@ -26,9 +40,12 @@ impl Commits {
     /// Conversation `id` of group directory `dir` committed a change.
     /// Never blocks; a subscriber that went away is dropped.
     pub fn announce(&self, dir: &Path, id: &str) {
-        let doc = dir.join(format!("{id}.json"));
+        let changed = Changed {
+            dir: dir.to_owned(),
+            id: id.to_owned(),
+        };
         if let Ok(mut subscribers) = self.subscribers.lock() {
-            subscribers.retain(|tx| tx.send(doc.clone()).is_ok());
+            subscribers.retain(|tx| tx.send(changed.clone()).is_ok());
         }
     }
 }
@@ -44,7 +61,9 @@ mod tests {
         let b = commits.subscribe();
         drop(b);
         commits.announce(Path::new("/g"), "c1");
-        assert_eq!(a.recv().await.unwrap(), Path::new("/g/c1.json"));
+        let heard = a.recv().await.unwrap();
+        assert_eq!(heard.id, "c1");
+        assert_eq!(heard.doc(), Path::new("/g/c1.json"));
         assert_eq!(commits.subscribers.lock().unwrap().len(), 1);
     }
 }

@@ -7,7 +7,8 @@ use std::time::SystemTime;
 
 use super::fork::ForkOrigin;
 use super::session::{SessionDoc, SessionPaths, parse_doc};
-use super::{GroupHandle, Store, StoreError, durable, group};
+use super::{GroupHandle, Store, StoreError, group};
+use crate::durable;
 
 /// Where this profile keeps a conversation.
 #[derive(Debug, Clone)]

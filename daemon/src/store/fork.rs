@@ -11,7 +11,8 @@ use agentx_shared::conversation::Item;
 use agentx_shared::export::{self, Document};
 
 use super::session::{Checkpoint, SessionDoc, SessionPaths, read_journal};
-use super::{GroupHandle, StoreError, durable, group};
+use super::{GroupHandle, StoreError, group};
+use crate::durable;
 
 /// Where a fork came from: the parent's id and its turn count at the fork.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,11 +13,11 @@ use agentx_shared::conversation::{Item, PendingCall, Usage};
 
 use super::StoreError;
 use super::commits::Commits;
-use super::durable;
 use super::session::{
     Checkpoint, Fill, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc,
     ShellRun, title_from,
 };
+use crate::durable;
 
 mod files;
 mod handle;
@@ -26,25 +26,36 @@ mod turns;
 
 pub use handle::*;
 
-/// Starts the actor for `dir` and returns its mailbox. With `commits`, its
-/// changes are announced there, and successful turns and rollbacks move
-/// the folder+agent's shared checkpoint (interactive conversations do;
-/// one-shots' private state never does).
+/// What a group actor keeps.
+pub(super) enum Keeps {
+    /// A folder's conversations: changes are announced on the store's
+    /// `Commits`, and successful turns and rollbacks move the
+    /// folder+agent's shared checkpoint.
+    Conversations(Commits),
+    /// A one-shot's private state: neither.
+    OneshotState,
+}
+
+/// Starts the actor for `dir` and returns its mailbox.
 /// `exclusive`: held for the actor's whole life before it touches a file,
 /// so an actor started for a directory whose previous actor is still
 /// finishing its last request (its caller went away) waits for it.
 pub(super) fn spawn(
     dir: PathBuf,
     agent: String,
-    commits: Option<Commits>,
+    keeps: Keeps,
     exclusive: Option<Arc<tokio::sync::Mutex<()>>>,
 ) -> Mailbox {
+    let (shares_checkpoint, commits) = match keeps {
+        Keeps::Conversations(commits) => (true, commits),
+        Keeps::OneshotState => (false, Commits::default()),
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     let actor = Group {
         dir,
         agent,
-        shares_checkpoint: commits.is_some(),
-        commits: commits.unwrap_or_default(),
+        shares_checkpoint,
+        commits,
         loaded: false,
         sessions: HashMap::new(),
         current: HashMap::new(),
@@ -64,7 +75,7 @@ pub(super) fn spawn(
 
 /// An actor of its own for `dir` (a one-shot's private state).
 pub fn spawn_private(dir: PathBuf, folder: String, agent: String) -> GroupHandle {
-    GroupHandle::new(spawn(dir, agent, None, None), folder)
+    GroupHandle::new(spawn(dir, agent, Keeps::OneshotState, None), folder)
 }
 
 /// A conversation nothing was said in yet, with nothing waiting in it.
@@ -165,10 +176,10 @@ impl Group {
                 });
                 let _ = reply.send(result);
             }
-            Msg::Rollback(session, target, expect, in_turn, reply) => {
+            Msg::Rollback(session, target, expect, by, reply) => {
                 let result = self
                     .resolve(folder, session)
-                    .and_then(|id| self.rollback(folder, &id, target, expect.as_deref(), in_turn));
+                    .and_then(|id| self.rollback(folder, &id, target, expect.as_deref(), by));
                 let _ = reply.send(result);
             }
             Msg::Shared(reply) => {

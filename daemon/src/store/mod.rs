@@ -2,12 +2,11 @@
 //! files and serializes every write; handlers reach it through a [`GroupHandle`].
 
 mod commits;
-pub(crate) mod durable;
 pub mod elsewhere;
 pub mod fork;
 mod group;
 
-pub use commits::Commits;
+pub use commits::{Changed, Commits};
 pub mod oneshot;
 pub mod pulled;
 pub mod session;
@@ -132,7 +131,7 @@ impl Store {
                 let tx = group::spawn(
                     self.group_dir(folder, agent),
                     agent.to_owned(),
-                    Some(self.commits.clone()),
+                    group::Keeps::Conversations(self.commits.clone()),
                     Some(lock.clone()),
                 );
                 registry.live.insert(key.clone(), (tx.downgrade(), lock));

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::session::{BaseRef, SessionDoc};
-use super::{GroupHandle, Store, StoreError, durable, group};
+use super::{GroupHandle, Store, StoreError, group};
+use crate::durable;
 
 /// A retained (or running) one-shot, as listed.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use agentx_shared::conversation::{CallState, Item, PendingCall, Usage};
 
-use super::durable;
+use crate::durable;
 
 pub const FORMAT: u32 = 1;
 

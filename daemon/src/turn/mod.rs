@@ -10,7 +10,6 @@ pub mod provider;
 mod resolve;
 pub mod responses;
 mod retry;
-pub mod run;
 pub mod shell;
 pub mod sse;
 pub mod tokens;
@@ -170,14 +169,24 @@ pub struct Engine {
     clients: provider::Clients,
     models: std::sync::Arc<window::Models>,
     profile: PathBuf,
+    /// agentd's stop: running turns end with a record when it begins.
+    pub shutdown: crate::shutdown::Shutdown,
+    /// The shell tool's commands, killed by that stop.
+    tools: shell::Tools,
 }
 
 impl Engine {
-    pub fn new(profile: PathBuf, models: std::sync::Arc<window::Models>) -> Self {
+    pub fn new(
+        profile: PathBuf,
+        models: std::sync::Arc<window::Models>,
+        shutdown: crate::shutdown::Shutdown,
+    ) -> Self {
         Self {
             clients: provider::Clients::default(),
             models,
             profile,
+            tools: shell::Tools::new(shutdown.clone()),
+            shutdown,
         }
     }
 }
@@ -330,7 +339,7 @@ impl Turn<'_> {
             Ok(text) => (Status::Completed, text, String::new()),
             Err(Stop::Cancelled) => {
                 // A graceful stop cancels every turn; the record says which.
-                let stopped = crate::stopping::requested();
+                let stopped = self.engine.shutdown.stopping();
                 let marker = Marker {
                     message: if stopped {
                         "agentd stopped during the turn".into()

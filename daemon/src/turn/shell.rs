@@ -13,11 +13,12 @@ pub use output::{Environment, Outcome};
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt as _;
 use tokio::sync::watch;
+
+use crate::shutdown::{Shutdown, ToolStop};
 
 /// The tool's name, as the model calls it.
 pub const NAME: &str = "shell";
@@ -40,7 +41,7 @@ pub fn parameters() -> serde_json::Value {
 
 /// Runs the command; a `true` on `cancel` kills it (and all it started).
 ///
-/// When agentd stops ([`stop_all`]) the command and all it started are
+/// When agentd stops ([`Shutdown::begin_stopping`]) the command and all it started are
 /// killed at once and the outcome says `stopped` (a command asked to run
 /// after that is not started): the turn records it and ends as interrupted.
 #[cfg(test)]
@@ -51,64 +52,29 @@ pub async fn run(
     timeout: Duration,
     cancel: watch::Receiver<bool>,
 ) -> std::io::Result<Outcome> {
-    TOOLS.run(command, cwd, env, timeout, cancel).await
-}
-
-/// Runs the command as `run` does (a `true` on `cancel` kills it, agentd
-/// stopping kills it), sending each piece of output to `progress` as it
-/// arrives too (never waiting: a piece the receiver has no room for is
-/// dropped; the outcome holds the whole bounded output).
-pub async fn run_showing(
-    command: &str,
-    cwd: &Path,
-    env: &Environment,
-    (timeout, cancel): (Duration, watch::Receiver<bool>),
-    progress: tokio::sync::mpsc::Sender<Vec<u8>>,
-) -> std::io::Result<Outcome> {
-    TOOLS
-        .run_with(command, cwd, env, (timeout, cancel), Some(progress))
+    Tools::new(Shutdown::default())
+        .run(command, cwd, env, timeout, cancel)
         .await
 }
 
-/// Kills every running tool command of this agentd, with all it started,
-/// and waits (at most `bound`) until they are gone; commands that would
-/// start later end at once. `false` if some were still there at the bound.
-pub async fn stop_all(bound: Duration) -> bool {
-    TOOLS.stop_all(bound).await
-}
-
-/// This agentd's tool commands.
-static TOOLS: LazyLock<Tools> = LazyLock::new(Tools::new);
-
-/// Tool commands that one stop request ends: each command and each
-/// supervisor still alive holds a receiver of `stop`.
+/// Tool commands of one agentd: each command and each supervisor still
+/// alive holds a [`ToolStop`] of its shutdown, which ends them.
 pub struct Tools {
-    stop: watch::Sender<bool>,
-}
-
-impl Default for Tools {
-    fn default() -> Self {
-        Self::new()
-    }
+    shutdown: Shutdown,
 }
 
 impl Tools {
-    pub fn new() -> Self {
-        Self {
-            stop: watch::Sender::new(false),
-        }
+    pub fn new(shutdown: Shutdown) -> Self {
+        Self { shutdown }
     }
 
+    /// Kills every running tool command, with all it started, and waits
+    /// (at most `bound`) until they are gone; commands that would start
+    /// later end at once. `false` if some were still there at the bound.
+    #[cfg(test)]
     pub async fn stop_all(&self, bound: Duration) -> bool {
-        self.stop.send_replace(true);
-        let deadline = tokio::time::Instant::now() + bound;
-        while self.stop.receiver_count() > 0 {
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        true
+        self.shutdown.begin_stopping();
+        self.shutdown.tools_gone(bound).await
     }
 
     #[cfg(test)]
@@ -124,7 +90,10 @@ impl Tools {
             .await
     }
 
-    /// Runs a command, sending output to `progress` as it arrives.
+    /// Runs the command as `run` does (a `true` on `cancel` kills it, agentd
+    /// stopping kills it), sending each piece of output to `progress` as it
+    /// arrives too (never waiting: a piece the receiver has no room for is
+    /// dropped; the outcome holds the whole bounded output).
     pub async fn run_with(
         &self,
         command: &str,
@@ -133,8 +102,8 @@ impl Tools {
         (timeout, cancel): (Duration, watch::Receiver<bool>),
         progress: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
     ) -> std::io::Result<Outcome> {
-        let mut stop = self.stop.subscribe();
-        if *stop.borrow_and_update() || crate::stopping::requested() {
+        let mut stop = self.shutdown.tool();
+        if stop.stopping() {
             return Ok(Outcome::not_run_stopping());
         }
         let (status_pipe, pipe, mut kill) = spawn_supervised(command, cwd, env, stop.clone())?;
@@ -152,8 +121,8 @@ impl Tools {
         // The stop flag is set before anything is killed: a command whose
         // death (reported on the status pipe) won the race against seeing
         // the flag was killed by the stop all the same.
-        let stopped = ended.stopped || *stop.borrow() || crate::stopping::requested();
-        // Let `stop_all` see this command gone.
+        let stopped = ended.stopped || stop.stopping();
+        // Let the shutdown see this command gone.
         drop((stop, kill));
         Ok(Outcome {
             exit_code: ended.status.flatten(),
@@ -184,7 +153,7 @@ async fn watch_command(
         tokio::net::unix::pipe::Receiver,
     ),
     kill: &mut KillSwitch,
-    (mut cancel, stop): (watch::Receiver<bool>, &mut watch::Receiver<bool>),
+    (mut cancel, stop): (watch::Receiver<bool>, &mut ToolStop),
     timeout: Duration,
     progress: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
 ) -> std::io::Result<Ended> {
@@ -239,7 +208,7 @@ async fn watch_command(
                     kill.fire();
                 }
             },
-            stopping = async { stop.wait_for(|s| *s).await.is_ok() }, if status.is_none() && !stopped && stop_open => {
+            stopping = stop.wait(), if status.is_none() && !stopped && stop_open => {
                 if stopping {
                     stopped = true;
                     kill.fire();
@@ -265,7 +234,7 @@ fn spawn_supervised(
     command: &str,
     cwd: &Path,
     env: &Environment,
-    stop: watch::Receiver<bool>,
+    stop: ToolStop,
 ) -> std::io::Result<(
     tokio::process::ChildStdout,
     tokio::net::unix::pipe::Receiver,
@@ -422,12 +391,8 @@ impl Drop for Supervisor {
 }
 
 /// Waits for a supervisor to exit, telling it to kill its command on a
-/// kill request or a stop; holds a receiver of the stop signal until then.
-async fn own(
-    mut supervisor: Supervisor,
-    mut kill: watch::Receiver<bool>,
-    mut stop: watch::Receiver<bool>,
-) {
+/// kill request or a stop; holds its [`ToolStop`] until then.
+async fn own(mut supervisor: Supervisor, mut kill: watch::Receiver<bool>, mut stop: ToolStop) {
     /// A supervisor kills its tree within 3 s; one that hangs is killed.
     const ESCALATE_AFTER: Duration = Duration::from_secs(5);
     let mut asked: Option<tokio::time::Instant> = None;
@@ -450,7 +415,7 @@ async fn own(
                     kill_open = false;
                 }
             },
-            stopping = async { stop.wait_for(|s| *s).await.is_ok() }, if asked.is_none() && stop_open => {
+            stopping = stop.wait(), if asked.is_none() && stop_open => {
                 if stopping {
                     supervisor.terminate();
                     asked = Some(tokio::time::Instant::now());

@@ -159,14 +159,17 @@ impl Turn<'_> {
                 }
             }
         });
-        let outcome = shell::run_showing(
-            &command,
-            &self.spec.folder,
-            &self.spec.env,
-            (self.spec.shell_timeout, self.io.cancel.clone()),
-            progress,
-        )
-        .await;
+        let outcome = self
+            .engine
+            .tools
+            .run_with(
+                &command,
+                &self.spec.folder,
+                &self.spec.env,
+                (self.spec.shell_timeout, self.io.cancel.clone()),
+                Some(progress),
+            )
+            .await;
         // Every piece shown before the result.
         let _ = forward.await;
         match outcome {

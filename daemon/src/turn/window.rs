@@ -206,7 +206,7 @@ impl Models {
             source.as_str()
         );
         if let (Some(path), Ok(bytes)) = (&self.path, bytes)
-            && let Err(e) = crate::store::durable::write_atomic(path, &bytes)
+            && let Err(e) = crate::durable::write_atomic(path, &bytes)
         {
             tracing::warn!("cannot keep the learned window in {}: {e}", path.display());
         }

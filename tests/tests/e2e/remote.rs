@@ -917,3 +917,62 @@ fn remote_rows_whose_ids_name_agentds_own_files_are_neither_listed_nor_pulled() 
     assert_code(&out, 0);
     assert!(stdout(&out).contains("[turns seen: 2]"), "{}", stdout(&out));
 }
+
+#[test]
+fn a_local_fork_and_an_import_are_pushed_like_any_conversation() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("t_fork_import");
+    let url = pg.url("t_fork_import");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let b = machine("machine-b", "https://github.com/acme/app.git", &url);
+    let model = FakeModel::start();
+    assert_code(&a.chat(&model, ["--approval", "never"], "one\ntwo\n"), 0);
+    assert_eq!(sync(&a)["reached"], true);
+    let parent = status(&a)["session_id"].as_str().unwrap().to_owned();
+    let ids = |env: &TestEnv| -> Vec<(String, String)> {
+        json_out(&env.run(["sessions", "--json"]))
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let field = |k: &str| s[k].as_str().unwrap_or_default().to_owned();
+                (field("id"), field("where"))
+            })
+            .collect()
+    };
+
+    // A fork and an import made on A, with no turn after either.
+    assert_code(&a.run(["fork", "2"]), 0);
+    let file = a.root().join("conv.json");
+    let out = a.run(["export", "1", "-o", file.to_str().unwrap()]);
+    assert_code(&out, 0);
+    // The file's id is taken here: the import gets a new one.
+    assert_code(&a.run(["import", file.to_str().unwrap()]), 0);
+    let made: Vec<String> = ids(&a)
+        .into_iter()
+        .map(|(id, _)| id)
+        .filter(|id| *id != parent)
+        .collect();
+    assert_eq!(made.len(), 2, "a fork and an import: {made:?}");
+
+    assert_eq!(sync(&a)["reached"], true);
+    let st = status(&a);
+    assert_eq!(st["remote"]["state"], "synced", "{st}");
+    assert_eq!(st["remote"]["pending"], 0, "{st}");
+    let on_server: Vec<String> = pg
+        .query("t_fork_import", "SELECT id FROM conversations ORDER BY id")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for id in &made {
+        assert!(on_server.contains(id), "{id} not pushed: {on_server:?}");
+    }
+    // The other machine lists both as remote.
+    let on_b = ids(&b);
+    for id in made {
+        assert!(
+            on_b.contains(&(id.clone(), "remote".into())),
+            "{id}: {on_b:?}"
+        );
+    }
+}

@@ -32,7 +32,10 @@ pub(super) struct Refused {
     retry_at: Instant,
 }
 
-pub(super) async fn run(remote: Arc<Remote>, mut rx: mpsc::UnboundedReceiver<PathBuf>) {
+pub(super) async fn run(
+    remote: Arc<Remote>,
+    mut rx: mpsc::UnboundedReceiver<crate::store::Changed>,
+) {
     let scan_remote = Arc::clone(&remote);
     match tokio::task::spawn_blocking(move || scan(&scan_remote)).await {
         Ok(dirty) => {
@@ -44,8 +47,8 @@ pub(super) async fn run(remote: Arc<Remote>, mut rx: mpsc::UnboundedReceiver<Pat
     }
     let forward = Arc::clone(&remote);
     tokio::spawn(async move {
-        while let Some(doc) = rx.recv().await {
-            forward.mark(doc);
+        while let Some(changed) = rx.recv().await {
+            forward.mark(changed.doc());
         }
     });
     let mut client: Option<Client> = None;
@@ -178,7 +181,7 @@ async fn push_all(
         if waiting == Some(true) && !forced {
             continue;
         }
-        let _sync = super::pull::SYNC.lock().await;
+        let _sync = remote.sync.lock().await;
         let Some(push) = read_pending(remote, &doc_path).await? else {
             continue;
         };

@@ -140,7 +140,7 @@ pub(in crate::remote) fn save_pushed(path: &Path, state: &Pushed) -> std::io::Re
         agentx_shared::profile::create_private_dir(dir)?;
     }
     let bytes = serde_json::to_vec(state).map_err(std::io::Error::other)?;
-    crate::store::durable::write_atomic(path, &bytes)
+    crate::durable::write_atomic(path, &bytes)
 }
 
 /// What to push of the conversation whose document is `doc_path`: `None`

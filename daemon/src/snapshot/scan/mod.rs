@@ -21,8 +21,6 @@ use super::manifest::{Entry, Kind, Manifest, why};
 mod read;
 
 pub(super) use read::hash_todo;
-#[cfg(test)]
-pub(super) use read::torn;
 
 /// Directory names never snapshotted (anywhere in the tree).
 pub const EXCLUDED_DIRS: &[&str] = &[

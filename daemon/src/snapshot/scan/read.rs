@@ -60,7 +60,7 @@ fn read_stable(root: &OwnedFd, rel: &[u8]) -> std::io::Result<Stable> {
         let mut data = Vec::with_capacity(usize::try_from(before.st_size).unwrap_or(0));
         file.read_to_end(&mut data)?;
         #[cfg(test)]
-        torn::while_reading(rel);
+        crate::snapshot::seams::file_read(rel);
         let after = fstat(&file)?;
         if key(&before) == key(&after) && data.len() as u64 == after.st_size as u64 {
             return Ok(Ok((data, after)));
@@ -166,28 +166,4 @@ fn record(
         }
     }
     Ok(added)
-}
-
-/// Test hook: something writes a file between the read and its check.
-#[cfg(test)]
-pub(crate) mod torn {
-    use std::sync::Mutex;
-
-    type Hook = Box<dyn FnMut(&[u8]) + Send>;
-    static HOOK: Mutex<Option<Hook>> = Mutex::new(None);
-
-    /// Runs `hook` with the relative path of every file just read.
-    pub fn set(hook: Option<Hook>) {
-        if let Ok(mut h) = HOOK.lock() {
-            *h = hook;
-        }
-    }
-
-    pub(super) fn while_reading(rel: &[u8]) {
-        if let Ok(mut h) = HOOK.lock()
-            && let Some(hook) = h.as_mut()
-        {
-            hook(rel);
-        }
-    }
 }

@@ -507,7 +507,7 @@ fn a_file_changing_while_read_is_reread_or_recorded_as_not_captured() {
     // Appends once, during the first read: the second read is stable.
     let writes = Arc::new(AtomicU32::new(0));
     let (w, p) = (Arc::clone(&writes), path.clone());
-    scan::torn::set(Some(Box::new(move |rel: &[u8]| {
+    seams::on_file_read(Some(Box::new(move |rel: &[u8]| {
         if rel == b"busy.log" && w.fetch_add(1, Ordering::SeqCst) == 0 {
             use std::io::Write as _;
             let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
@@ -515,7 +515,7 @@ fn a_file_changing_while_read_is_reread_or_recorded_as_not_captured() {
         }
     })));
     let taken = s.take(&root, vec![]);
-    scan::torn::set(None);
+    seams::on_file_read(None);
     taken.unwrap();
     let (_, m, _) = s.latest(&root).unwrap().unwrap();
     let e = m.find(b"busy.log").unwrap();
@@ -528,7 +528,7 @@ fn a_file_changing_while_read_is_reread_or_recorded_as_not_captured() {
 
     // Appends during every read: recorded as not captured, with why.
     let p = path.clone();
-    scan::torn::set(Some(Box::new(move |rel: &[u8]| {
+    seams::on_file_read(Some(Box::new(move |rel: &[u8]| {
         if rel == b"busy.log" {
             use std::io::Write as _;
             let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
@@ -536,7 +536,7 @@ fn a_file_changing_while_read_is_reread_or_recorded_as_not_captured() {
         }
     })));
     let taken = s.take(&root, vec![]);
-    scan::torn::set(None);
+    seams::on_file_read(None);
     taken.unwrap();
     let (_, m, _) = s.latest(&root).unwrap().unwrap();
     let e = m.find(b"busy.log").unwrap();
@@ -548,7 +548,7 @@ fn a_file_changing_while_read_is_reread_or_recorded_as_not_captured() {
     let same = path.with_file_name("same.txt");
     std::fs::write(&same, "version one\n").unwrap();
     let (w, p) = (Arc::new(AtomicU32::new(0)), same.clone());
-    scan::torn::set(Some(Box::new(move |rel: &[u8]| {
+    seams::on_file_read(Some(Box::new(move |rel: &[u8]| {
         if rel == b"same.txt" && w.fetch_add(1, Ordering::SeqCst) == 0 {
             std::fs::write(&p, "version two\n").unwrap();
             // A distinct mtime, whatever the clock's granularity.
@@ -557,7 +557,7 @@ fn a_file_changing_while_read_is_reread_or_recorded_as_not_captured() {
         }
     })));
     let taken = s.take(&root, vec![]);
-    scan::torn::set(None);
+    seams::on_file_read(None);
     taken.unwrap();
     let (_, m, _) = s.latest(&root).unwrap().unwrap();
     let e = m.find(b"same.txt").unwrap();

@@ -104,6 +104,14 @@ pub struct SharedCheckpoint {
     pub at: i64,
 }
 
+/// Who asks for a rollback: a client (refused while a turn holds the
+/// conversation) or the turn that holds it (a retry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollbackBy {
+    Client,
+    HoldingTurn,
+}
+
 pub(in crate::store) enum Msg {
     List(oneshot::Sender<Vec<SessionDoc>>),
     Open(OpenTarget, oneshot::Sender<Result<Opened, StoreError>>),
@@ -131,13 +139,12 @@ pub(in crate::store) enum Msg {
         Option<String>,
         oneshot::Sender<Result<(Vec<Checkpoint>, String), StoreError>>,
     ),
-    /// The head the caller expects (refused when it moved), and whether
-    /// the turn that holds the conversation asks.
+    /// The head the caller expects (refused when it moved), and who asks.
     Rollback(
         Option<String>,
         RollbackTarget,
         Option<String>,
-        bool,
+        RollbackBy,
         oneshot::Sender<Result<SessionDoc, StoreError>>,
     ),
     Shared(oneshot::Sender<Option<SharedCheckpoint>>),
@@ -258,7 +265,7 @@ impl GroupHandle {
         target: RollbackTarget,
         expect_head: Option<String>,
     ) -> Result<SessionDoc, StoreError> {
-        self.ask(|tx| Msg::Rollback(session, target, expect_head, false, tx))
+        self.ask(|tx| Msg::Rollback(session, target, expect_head, RollbackBy::Client, tx))
             .await?
     }
 
@@ -269,7 +276,7 @@ impl GroupHandle {
         target: RollbackTarget,
     ) -> Result<SessionDoc, StoreError> {
         let id = Some(lease.doc.id.clone());
-        self.ask(|tx| Msg::Rollback(id, target, None, true, tx))
+        self.ask(|tx| Msg::Rollback(id, target, None, RollbackBy::HoldingTurn, tx))
             .await?
     }
 

@@ -13,9 +13,9 @@ impl Group {
         id: &str,
         target: RollbackTarget,
         expect_head: Option<&str>,
-        in_turn: bool,
+        by: RollbackBy,
     ) -> Result<SessionDoc, StoreError> {
-        if !in_turn && self.running.contains(id) {
+        if by == RollbackBy::Client && self.running.contains(id) {
             return Err(StoreError::Invalid(
                 "a turn is running on this conversation; wait for it or cancel it first".into(),
             ));

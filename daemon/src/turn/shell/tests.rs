@@ -198,7 +198,7 @@ async fn cancel_kills_everything_the_command_started() {
 // Several threads: the tests wait for pid files by blocking.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_all_kills_running_and_lingering_commands_and_starts_no_more() {
-    let tools = std::sync::Arc::new(Tools::new());
+    let tools = std::sync::Arc::new(Tools::new(Shutdown::default()));
     let done = tempfile::tempdir().unwrap();
     let running = tempfile::tempdir().unwrap();
     // Finished, but left two sleepers behind: they go on, supervised.

@@ -1,15 +1,16 @@
-//! One turn from start to finish around the engine: the conversation leased,
-//! the folder snapshotted before (tools wait for it) and after, one-shots settled.
+//! One turn from start to finish around the engine: the conversation leased, other machines'
+//! turns pulled, the folder snapshotted before (tools wait for it) and after, one-shots settled.
 
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 
-use super::{Engine, Event, Input, Io, Mode, Status, TurnSpec};
+use crate::shutdown::Shutdown;
 use crate::snapshot::service::Snapshots;
 use crate::snapshot::{Owner, Phase, SnapError};
 use crate::store::oneshot::Oneshot;
 use crate::store::{GroupHandle, Store, StoreError, TurnLease};
+use crate::turn::{Engine, Event, Input, Io, Mode, Status, TurnSpec};
 
 /// Room for events a slow client has not read yet.
 const EVENT_BACKLOG: usize = 512;
@@ -20,6 +21,8 @@ pub struct Runner {
     pub store: Arc<Store>,
     pub engine: Arc<Engine>,
     pub snapshots: Snapshots,
+    /// The remote store, pulled from before each turn (`None`: off).
+    pub remote: Option<Arc<crate::remote::Remote>>,
 }
 
 /// A turn, validated, ready to start.
@@ -47,7 +50,10 @@ impl Runner {
         let (out, rx) = mpsc::channel(EVENT_BACKLOG);
         // Subscribed before anything waits on the channel closing.
         let io = (inputs, cancel.subscribe());
-        tokio::spawn(end_on_stop(Arc::clone(&cancel)));
+        tokio::spawn(end_on_stop(
+            self.engine.shutdown.clone(),
+            Arc::clone(&cancel),
+        ));
         tokio::spawn(self.clone().run(start, io, cancel, out));
         rx
     }
@@ -70,7 +76,10 @@ impl Runner {
             return;
         };
         // Other machines' turns first (remote store); may continue a fork.
-        let (lease, notes) = crate::remote::pull::before_turn(&group, lease).await;
+        let (lease, notes) = match &self.remote {
+            Some(remote) => crate::remote::pull::before_turn(remote, &group, lease).await,
+            None => (lease, Vec::new()),
+        };
         for note in notes {
             let _ = out.send(Ok(Event::Notice(note))).await;
         }
@@ -227,9 +236,9 @@ async fn snapshot_before(
 
 /// A graceful stop of agentd ends the turn as a cancel does, at once: its
 /// tool is killed, the turn recorded, the after-snapshot taken.
-async fn end_on_stop(cancel: Arc<watch::Sender<bool>>) {
+async fn end_on_stop(shutdown: Shutdown, cancel: Arc<watch::Sender<bool>>) {
     tokio::select! {
-        () = crate::stopping::wait() => {
+        () = shutdown.wait_stopping() => {
             let _ = cancel.send(true);
         }
         () = cancel.closed() => {}
