@@ -1,4 +1,4 @@
-//! Connections of their own for listing, search and pull (issue 23 §5), so one slow
+//! Connections of their own for listing, search and pull, so one slow
 //! query never holds up the others; each statement bounded on the server and cancelled there.
 //!
 //! A lane keeps one idle connection. A caller takes it for itself (another

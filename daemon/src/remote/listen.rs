@@ -1,4 +1,4 @@
-//! LISTEN/NOTIFY for the pre-turn pull (issue 23 §6): pushes and clears announce the
+//! LISTEN/NOTIFY for the pre-turn pull: pushes and clears announce the
 //! conversation they changed, so a turn asks the server only when another agentd did.
 //!
 //! Each push (and each clear that deleted rows) runs `pg_notify` on

@@ -1,4 +1,4 @@
-//! The remote store (DESIGN §10, issue 15): every conversation also kept in
+//! The remote store: every conversation also kept in
 //! PostgreSQL, pushed in the background, pulled and searched from elsewhere.
 //!
 //! It is on when `remote_url` (config.toml) or `AGENTX_REMOTE_URL` is

@@ -88,7 +88,7 @@ pub fn has_copy(remote: &Remote, id: &str) -> bool {
     remote.pushed_dir.join(format!("{id}.json")).exists()
 }
 
-/// The pull's own connection (issue 23 §5), (re)made when needed.
+/// The pull's own connection, (re)made when needed.
 pub(super) async fn reader(remote: &Remote) -> Result<super::lanes::LaneClient, RemoteError> {
     remote.lane_unmarked(super::lanes::Lane::Pull).await
 }

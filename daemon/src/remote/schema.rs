@@ -43,7 +43,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     ),
     (
         2,
-        // Full-text search (issue 17): what was said and tool outputs, and
+        // Full-text search: what was said and tool outputs, and
         // titles; 'simple' (no stemming), as the local index.
         "ALTER TABLE records ADD COLUMN search tsvector GENERATED ALWAYS AS (
             to_tsvector('simple'::regconfig,
@@ -58,7 +58,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     ),
     (
         3,
-        // Lines identified by content (issue 23 §1): each record carries the
+        // Lines identified by content: each record carries the
         // hash of the line up to it, the row the hash of its whole line. A
         // migration, not a revision: an older agentd would push without
         // them and slip past the check that keeps lines from interleaving.
@@ -84,7 +84,7 @@ pub const INDEXED_CHARS: i32 = 100_000;
 /// the next. A change older agentds cannot work with is a migration.
 const REVISIONS: &[(i32, &str)] = &[(
     1,
-    // Index a bounded prefix of each record and title (issue 23 §4): one
+    // Index a bounded prefix of each record and title: one
     // large message made every push of its conversation fail.
     "ALTER TABLE records DROP COLUMN search;
     ALTER TABLE records ADD COLUMN search tsvector GENERATED ALWAYS AS (
@@ -115,7 +115,7 @@ pub async fn migrate(client: &mut Client) -> Result<(), RemoteError> {
 }
 
 /// Whether the server's schema is still one this agentd knows: another
-/// agentd may have migrated it since this connection was made (issue 23 §5).
+/// agentd may have migrated it since this connection was made.
 /// One cheap query; [`RemoteError::Config`] when it is newer.
 pub async fn check(client: &Client) -> Result<(), RemoteError> {
     let current: i32 = client

@@ -1,4 +1,4 @@
-//! Full-text search of the remote store (issue 17): PostgreSQL's own
+//! Full-text search of the remote store: PostgreSQL's own
 //! (`tsvector` columns with GIN indexes, `ts_rank`, `ts_headline`) over the
 //! conversations this machine does not hold, of one project and agent or all.
 

@@ -522,7 +522,7 @@ mod tests {
 
     #[test]
     fn only_loopback_ip_literals_go_plain_when_the_url_does_not_say() {
-        // issue 23 §8: an IP literal is not local because it is a literal.
+        // An IP literal is not local because it is a literal.
         let verified = Tls::On {
             verify: Verify::Full,
             roots: tls::root_file(None),

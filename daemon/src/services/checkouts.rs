@@ -1,4 +1,4 @@
-//! Two checkouts of one repository under one profile (issue 23 §3): their
+//! Two checkouts of one repository under one profile: their
 //! conversations are listed as this machine's, and resuming one forks it here.
 
 use std::path::Path;

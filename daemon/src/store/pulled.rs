@@ -1,5 +1,5 @@
 //! Another machine's copy of a conversation brought into the local one
-//! (remote store, DESIGN §10): the local journal cut back to what both share,
+//! (the remote store): the local journal cut back to what both share,
 //! the other machine's records appended, its metadata taken.
 
 use agentx_shared::conversation::Usage;
