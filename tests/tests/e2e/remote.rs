@@ -927,8 +927,8 @@ fn a_local_fork_and_an_import_are_pushed_like_any_conversation() {
     let b = machine("machine-b", "https://github.com/acme/app.git", &url);
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "one\ntwo\n"), 0);
-    assert_eq!(sync(&a)["reached"], true);
-    let parent = status(&a)["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(a.sync()["reached"], true);
+    let parent = a.status()["session_id"].as_str().unwrap().to_owned();
     let ids = |env: &TestEnv| -> Vec<(String, String)> {
         json_out(&env.run(["sessions", "--json"]))
             .as_array()
@@ -955,8 +955,8 @@ fn a_local_fork_and_an_import_are_pushed_like_any_conversation() {
         .collect();
     assert_eq!(made.len(), 2, "a fork and an import: {made:?}");
 
-    assert_eq!(sync(&a)["reached"], true);
-    let st = status(&a);
+    assert_eq!(a.sync()["reached"], true);
+    let st = a.status();
     assert_eq!(st["remote"]["state"], "synced", "{st}");
     assert_eq!(st["remote"]["pending"], 0, "{st}");
     let on_server: Vec<String> = pg
