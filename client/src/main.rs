@@ -8,6 +8,8 @@ mod connect;
 mod context;
 mod error;
 mod history;
+#[cfg(test)]
+mod message_text;
 mod picker;
 mod repl;
 mod show;
