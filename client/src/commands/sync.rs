@@ -13,7 +13,7 @@ pub async fn run(ctx: &Ctx, as_json: bool, wait_ms: Option<u32>) -> CliResult<()
     if as_json {
         println!("{}", json::sync(&reply, &remote));
     }
-    if remote.state == "off" || remote.state.is_empty() {
+    if !crate::render::remote_on(remote.state()) {
         if !as_json {
             println!("remote keeping is off (set remote_url in config.toml or AGENTX_REMOTE_URL)");
         }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use agentx_shared::conversation::PendingCall;
 use agentx_shared::proto::{
-    ClearSessionReply, RemoteState, SearchHit, SessionStatus, SessionSummary,
+    ClearSessionReply, Location, RemoteState, SearchHit, SessionStatus, SessionSummary,
 };
 
 use super::Local;
@@ -14,7 +14,7 @@ use crate::show::visible;
 /// Where conversation `s` lives as seen from folder `here`: `None` when
 /// here, else a relative path (another checkout: `../other`).
 pub fn kept_in(s: &SessionSummary, here: &str) -> Option<String> {
-    (s.location != "remote" && !s.folder.is_empty() && s.folder != here)
+    (s.location() != Location::Remote && !s.folder.is_empty() && s.folder != here)
         .then(|| agentx_shared::folder::relative(here, &s.folder))
 }
 
@@ -38,7 +38,7 @@ fn cells(s: &SessionSummary, here: &str) -> Vec<String> {
         .as_ref()
         .map(|f| format!("  (fork of {} @turn {})", f.id, f.turn))
         .unwrap_or_default();
-    let remote = if s.location == "remote" {
+    let remote = if s.location() == Location::Remote {
         format!("remote: ({}) ", visible(&s.machine))
     } else if let Some(there) = kept_in(s, here) {
         format!("in {} ", visible(&there))
@@ -233,11 +233,14 @@ pub fn refused_lines(r: &RemoteState, lead: &str) -> Vec<String> {
 
 /// `synced (0 pending) postgresql://user@host:5432/db as laptop`, or `off`.
 pub fn remote_line(remote: Option<&RemoteState>) -> String {
-    match remote.filter(|r| !r.state.is_empty() && r.state != "off") {
+    match remote.filter(|r| super::remote_on(r.state())) {
         None => "off (set remote_url in config.toml or AGENTX_REMOTE_URL)".to_owned(),
         Some(r) => format!(
             "{} ({} pending) {} as {}",
-            r.state, r.pending, r.url, r.machine
+            super::remote_sync(r.state()),
+            r.pending,
+            r.url,
+            r.machine
         ),
     }
 }
@@ -280,7 +283,7 @@ pub fn hits(local: &Local, hits: &[SearchHit], marks: (&str, &str)) -> Vec<Strin
         } else {
             format!("turn {}", h.turn)
         };
-        let remote = if h.r#where == "remote" {
+        let remote = if h.r#where() == Location::Remote {
             "remote: "
         } else {
             ""
@@ -293,7 +296,7 @@ pub fn hits(local: &Local, hits: &[SearchHit], marks: (&str, &str)) -> Vec<Strin
             visible(&h.title)
         ));
         let (folder, agent) = (visible(&h.folder), visible(&h.agent));
-        if h.r#where == "remote" {
+        if h.r#where() == Location::Remote {
             lines.push(format!(
                 "     {folder} (agent {agent}, on {})",
                 visible(&h.machine)
@@ -469,11 +472,7 @@ fn snapshots_and_remote(lines: &mut Vec<String>, s: &SessionStatus, verbose: boo
     if verbose && !s.snapshot_watch.is_empty() {
         lines.push(format!("watch         {}", s.snapshot_watch));
     }
-    if let Some(r) = s
-        .remote
-        .as_ref()
-        .filter(|r| !r.state.is_empty() && r.state != "off")
-    {
+    if let Some(r) = s.remote.as_ref().filter(|r| super::remote_on(r.state())) {
         let error = if r.last_error.is_empty() {
             String::new()
         } else {
@@ -481,7 +480,9 @@ fn snapshots_and_remote(lines: &mut Vec<String>, s: &SessionStatus, verbose: boo
         };
         lines.push(format!(
             "remote        {} ({} pending) {}{error}",
-            r.state, r.pending, r.url
+            super::remote_sync(r.state()),
+            r.pending,
+            r.url
         ));
         lines.extend(refused_lines(r, "              "));
         if s.remote_copy {

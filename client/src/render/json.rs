@@ -5,8 +5,8 @@ use serde_json::{Value, json};
 
 use agentx_shared::conversation::PendingCall;
 use agentx_shared::proto::{
-    ContextMeter, FailedResponse, RemoteState, SearchHit, SessionStatus, SessionSummary,
-    SyncRemoteReply,
+    ContextMeter, FailedResponse, RemoteState, RemoteSync, SearchHit, SessionStatus,
+    SessionSummary, SyncRemoteReply,
 };
 use agentx_shared::time::rfc3339_wire;
 
@@ -26,7 +26,7 @@ pub fn summary(s: &SessionSummary, here: &str) -> Value {
         "updated_at": rfc3339_wire(s.updated_at.as_ref()),
         "turns": s.turns,
         "forked_from": s.forked_from.as_ref().map(|f| json!({"id": f.id, "turn": f.turn})),
-        "where": if s.location.is_empty() { "local" } else { s.location.as_str() },
+        "where": super::location(s.location()),
         "machine": if s.machine.is_empty() { Value::Null } else { json!(s.machine) },
     })
 }
@@ -109,12 +109,12 @@ pub fn context(c: &ContextMeter) -> Value {
 /// when no remote store is configured. `refused`: `[{id, error}]`, the
 /// conversations the server refused to take.
 pub fn remote(r: Option<&RemoteState>) -> Value {
-    let Some(r) = r.filter(|r| !r.state.is_empty()) else {
+    let Some(r) = r.filter(|r| r.state() != RemoteSync::Unspecified) else {
         return json!({"state": "off", "pending": 0, "last_error": null, "refused": []});
     };
     let opt = |s: &str| if s.is_empty() { Value::Null } else { json!(s) };
     json!({
-        "state": r.state,
+        "state": super::remote_sync(r.state()),
         "pending": r.pending,
         "last_error": opt(&r.last_error),
         "url": opt(&r.url),
@@ -152,7 +152,7 @@ pub fn hit(h: &SearchHit) -> Value {
         "snippet": h.snippet,
         "highlights": h.highlights.iter().map(|r| json!([r.start, r.end])).collect::<Vec<_>>(),
         "score": h.score,
-        "where": h.r#where,
+        "where": super::location(h.r#where()),
         "machine": if h.machine.is_empty() { Value::Null } else { json!(h.machine) },
     })
 }

@@ -2,8 +2,8 @@
 //! people and as JSON, compared whole, with no daemon.
 
 use agentx_shared::proto::{
-    ClearSessionReply, ContextMeter, ForkOrigin, Highlight, RemoteRefusal, RemoteState, SearchHit,
-    SessionStatus, SessionSummary, SyncRemoteReply,
+    ClearSessionReply, ContextMeter, ForkOrigin, Highlight, Location, OneshotStatus, RemoteRefusal,
+    RemoteState, RemoteSync, SearchHit, SessionStatus, SessionSummary, SyncRemoteReply,
 };
 
 use super::{Local, human, json};
@@ -37,7 +37,7 @@ fn summary(id: &str, title: &str, turns: u32) -> SessionSummary {
 
 fn remote() -> RemoteState {
     RemoteState {
-        state: "synced".into(),
+        state: RemoteSync::Synced as i32,
         pending: 2,
         last_error: String::new(),
         url: "postgresql://me@db/agentx".into(),
@@ -57,7 +57,7 @@ fn a_listing_numbers_and_aligns_conversations() {
         turn: 1,
     });
     let mut far = summary("c-3", "", 1);
-    far.location = "remote".into();
+    far.location = Location::Remote as i32;
     far.machine = "desk".into();
     let lines = human::list(&[summary("c-1", "first", 12), fork, far], "/work/app");
     assert_eq!(
@@ -190,11 +190,11 @@ fn search_hits_are_marked_and_placed() {
         turn: 2,
         snippet: "the quick  fox".into(),
         highlights: vec![Highlight { start: 4, end: 9 }],
-        r#where: "local".into(),
+        r#where: Location::Local as i32,
         ..SearchHit::default()
     };
     let mut far = hit.clone();
-    far.r#where = "remote".into();
+    far.r#where = Location::Remote as i32;
     far.machine = "desk".into();
     far.turn = 0;
     assert_eq!(
@@ -283,4 +283,46 @@ fn rendered_lines_are_single_lines() {
         let prose = line.get(14..).unwrap_or("");
         assert!(!prose.contains("   "), "{line:?}");
     }
+}
+
+/// The wire enums keep the words `--json` always printed (DESIGN §7).
+#[test]
+fn wire_enums_keep_their_json_words() {
+    let places = [
+        Location::Unspecified,
+        Location::Local,
+        Location::Remote,
+        Location::Both,
+    ];
+    let words: Vec<_> = places.into_iter().map(super::location).collect();
+    assert_eq!(words, ["local", "local", "remote", "both"]);
+    let states = [
+        RemoteSync::Unspecified,
+        RemoteSync::Off,
+        RemoteSync::Synced,
+        RemoteSync::Pending,
+        RemoteSync::Unreachable,
+    ];
+    let words: Vec<_> = states.into_iter().map(super::remote_sync).collect();
+    assert_eq!(words, ["", "off", "synced", "pending", "unreachable"]);
+    let statuses = [
+        OneshotStatus::Unspecified,
+        OneshotStatus::Running,
+        OneshotStatus::Failed,
+        OneshotStatus::Interrupted,
+        OneshotStatus::Corrupt,
+    ];
+    let words: Vec<_> = statuses.into_iter().map(super::oneshot_status).collect();
+    assert_eq!(words, ["", "running", "failed", "interrupted", "corrupt"]);
+    let off = RemoteState {
+        state: RemoteSync::Off as i32,
+        ..RemoteState::default()
+    };
+    assert_eq!(
+        json::remote(Some(&off)).to_string(),
+        r#"{"last_error":null,"machine":null,"pending":0,"refused":[],"state":"off","url":null}"#
+    );
+    let mut both = summary("c-1", "", 0);
+    both.location = Location::Both as i32;
+    assert_eq!(json::summary(&both, "/work/app")["where"], "both");
 }

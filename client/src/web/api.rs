@@ -73,7 +73,7 @@ pub fn summary_json(s: &SessionSummary) -> Value {
         "updated_ms": ms(s.updated_at.as_ref()),
         "turns": s.turns,
         "forked_from": s.forked_from.as_ref().map(|f| json!({"id": f.id, "turn": f.turn})),
-        "location": if s.location.is_empty() { "local" } else { s.location.as_str() },
+        "location": crate::render::location(s.location()),
         "machine": s.machine,
     })
 }
@@ -124,7 +124,7 @@ pub async fn search(State(web): State<Arc<Web>>, Query(query): Query<SearchQuery
                 "at_ms": ms(h.at.as_ref()),
                 "snippet": h.snippet,
                 "highlights": h.highlights.iter().map(|r| [r.start, r.end]).collect::<Vec<_>>(),
-                "where": h.r#where,
+                "where": crate::render::location(h.r#where()),
                 "machine": h.machine,
             })
         })

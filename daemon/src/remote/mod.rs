@@ -42,7 +42,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_postgres::Client;
 
-use agentx_shared::proto::{RemoteRefusal, RemoteState};
+use agentx_shared::proto::{RemoteRefusal, RemoteState, RemoteSync};
 
 pub use lanes::list_wait;
 pub use project::{machine_name, project_key};
@@ -233,15 +233,15 @@ impl Remote {
         self.with(|inner| {
             let state = if inner.pending.is_empty() && inner.attempted {
                 if inner.reached {
-                    "synced"
+                    RemoteSync::Synced
                 } else {
-                    "unreachable"
+                    RemoteSync::Unreachable
                 }
             } else {
-                "pending"
+                RemoteSync::Pending
             };
             RemoteState {
-                state: state.to_owned(),
+                state: state as i32,
                 pending: inner.pending.len() as u64,
                 last_error: inner.last_error.clone().unwrap_or_default(),
                 url: shown.clone(),
@@ -384,7 +384,7 @@ impl Remote {
 /// `status` for a daemon without a remote.
 pub fn off_state() -> RemoteState {
     RemoteState {
-        state: "off".to_owned(),
+        state: RemoteSync::Off as i32,
         ..RemoteState::default()
     }
 }

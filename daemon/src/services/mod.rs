@@ -118,7 +118,7 @@ pub fn summary(doc: &SessionDoc) -> SessionSummary {
                 id: f.id.clone(),
                 turn: f.turn,
             }),
-        location: String::new(),
+        location: 0,
         machine: String::new(),
         model: doc.model.clone().unwrap_or_default(),
     }
