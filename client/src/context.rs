@@ -8,11 +8,13 @@ use tonic::transport::Channel;
 use agentx_shared::config::{ApprovalMode, Config, DEFAULT_BASE_URL, ProviderKind};
 use agentx_shared::profile::Profile;
 use agentx_shared::proto::sessions_client::SessionsClient;
-use agentx_shared::proto::{ApprovalPolicy, ProviderSettings, Scope};
+use agentx_shared::proto::{ApprovalPolicy, ProviderSettings, Scope, SessionStatus};
 
 use crate::cli::{Approval, Global};
 use crate::connect::{self, Daemon};
 use crate::error::{CliError, CliResult};
+use crate::render::Local;
+use crate::rpc::Rpc;
 
 pub struct Ctx {
     pub profile: Profile,
@@ -85,6 +87,32 @@ impl Ctx {
         let daemon = connect::connect_or_start(&self.profile).await?;
         *self.daemon.borrow_mut() = daemon;
         Ok(())
+    }
+
+    /// The calls to agentd, for this folder and agent.
+    pub fn rpc(&self) -> Rpc {
+        Rpc::new(self.channel(), self.scope.clone())
+    }
+
+    /// Conversation `session_id`'s state ("" = the current one), with this
+    /// run's provider settings.
+    pub async fn status(&self, session_id: &str) -> CliResult<SessionStatus> {
+        Ok(self
+            .rpc()
+            .status(session_id, self.status_provider())
+            .await?)
+    }
+
+    /// This side of a status: folder, agent, setup and the daemon.
+    pub fn local(&self) -> Local {
+        let hello = self.hello();
+        Local {
+            folder: self.scope.folder.clone(),
+            agent: self.scope.agent.clone(),
+            setup: self.setup().ok(),
+            daemon_pid: hello.pid,
+            daemon_version: hello.daemon_version,
+        }
     }
 
     pub fn sessions(&self) -> SessionsClient<Channel> {

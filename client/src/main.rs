@@ -1,6 +1,7 @@
 //! agentx: the thin terminal client of agentd. Parses the command line,
 //! reaches (or starts) the daemon, and renders what it answers.
 
+mod choose;
 mod cli;
 mod commands;
 mod completion;
@@ -8,8 +9,13 @@ mod connect;
 mod context;
 mod error;
 mod history;
+#[cfg(test)]
+mod message_text;
+mod pager;
 mod picker;
+mod render;
 mod repl;
+mod rpc;
 mod show;
 mod turn;
 mod ui;
@@ -95,9 +101,9 @@ async fn run(cli: Cli) -> CliResult<()> {
             return commands::daemon::run(&profile, action).await;
         }
         (Some(Command::Completions { shell }), None) => {
-            return commands::library::completions(shell);
+            return commands::manuals::completions(shell);
         }
-        (Some(Command::Man), None) => return commands::library::man(),
+        (Some(Command::Man), None) => return commands::manuals::man(),
         (Some(_), Some(_)) => {
             return Err(CliError::usage(
                 "-p PROMPT cannot be combined with a command",
@@ -120,29 +126,26 @@ async fn run(cli: Cli) -> CliResult<()> {
 /// Runs a command that talks to agentd.
 async fn dispatch(ctx: &Ctx, command: Command) -> CliResult<()> {
     match command {
-        Command::Sessions { json, tree } => commands::sessions::sessions(ctx, json, tree).await,
-        Command::Fork { checkpoint } => commands::library::fork_command(ctx, checkpoint).await,
-        Command::Rename { words } => commands::library::rename_command(ctx, &words).await,
+        Command::Sessions { json, tree } => commands::sessions::run(ctx, json, tree).await,
+        Command::Fork { checkpoint } => commands::fork::run(ctx, checkpoint).await,
+        Command::Rename { words } => commands::rename::run(ctx, &words).await,
         Command::Search {
             text,
             all,
             json,
             limit,
-        } => commands::library::search_command(ctx, &text, all, json, limit).await,
+        } => commands::search::run(ctx, &text, all, json, limit).await,
         Command::Export {
             target,
             format,
             output,
-        } => {
-            commands::library::export_command(ctx, target.as_deref(), format, output.as_deref())
-                .await
-        }
+        } => commands::export::run(ctx, target.as_deref(), format, output.as_deref()).await,
         Command::Import { file, folder } => {
-            commands::library::import_command(ctx, &file, folder.as_deref()).await
+            commands::import::run(ctx, &file, folder.as_deref()).await
         }
-        Command::Status { json, verbose } => commands::sessions::status(ctx, json, verbose).await,
-        Command::Sync { json, wait_ms } => commands::sessions::sync(ctx, json, wait_ms).await,
-        Command::Clear { yes } => commands::sessions::clear_command(ctx, yes).await,
+        Command::Status { json, verbose } => commands::status::run(ctx, json, verbose).await,
+        Command::Sync { json, wait_ms } => commands::sync::run(ctx, json, wait_ms).await,
+        Command::Clear { yes } => commands::clear::run(ctx, yes).await,
         Command::New => repl::run(ctx, Target::New(true)).await,
         Command::Resume { target } => resume(ctx, target).await,
         Command::Exec { json, prompt } => commands::exec::exec(ctx, prompt, json).await,
@@ -160,7 +163,8 @@ async fn dispatch(ctx: &Ctx, command: Command) -> CliResult<()> {
             stat,
             json,
         } => {
-            use commands::diff::{DiffOf, Format};
+            use crate::render::diff::Format;
+            use crate::rpc::DiffOf;
             let of = match since {
                 Some(s) => DiffOf::Since(s),
                 None => DiffOf::Message(message.unwrap_or(1)),
@@ -191,12 +195,12 @@ async fn dispatch(ctx: &Ctx, command: Command) -> CliResult<()> {
 async fn resume(ctx: &Ctx, target: Option<String>) -> CliResult<()> {
     use std::io::IsTerminal as _;
     let target = match target {
-        None if std::io::stdin().is_terminal() => match commands::sessions::pick(ctx, "").await? {
+        None if std::io::stdin().is_terminal() => match choose::pick(ctx, "").await? {
             Some(target) => target,
             None => return Ok(()),
         },
         None => Target::Latest(true),
-        Some(t) => commands::sessions::named(ctx, &t).await?,
+        Some(t) => choose::named(ctx, &t).await?,
     };
     repl::run(ctx, target).await
 }

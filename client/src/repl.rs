@@ -13,7 +13,7 @@ use agentx_shared::proto::{
 
 use crate::cli::OnPending;
 use crate::commands::checkpoints::{self, Pick};
-use crate::commands::sessions;
+use crate::commands::clear;
 use crate::context::Ctx;
 use crate::error::{CliError, CliResult, Exit};
 use crate::show::{visible, visible_lines};
@@ -103,7 +103,7 @@ pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
 pub async fn retry(ctx: &Ctx, new_chain: bool) -> CliResult<()> {
     let config = ctx.config()?;
     let policy = ctx.approval(&config, ApprovalPolicy::Never);
-    let status = sessions::fetch_status(ctx, "").await?;
+    let status = ctx.status("").await?;
     if status.session_id.is_empty() {
         return Err(CliError::failed("this folder has no conversation to retry"));
     }
@@ -144,7 +144,7 @@ impl<'a> Chat<'a> {
 /// `agentx compact [--focus TEXT]`: compacts the conversation's context now.
 pub async fn compact(ctx: &Ctx, focus: &str) -> CliResult<()> {
     let config = ctx.config()?;
-    let status = sessions::fetch_status(ctx, "").await?;
+    let status = ctx.status("").await?;
     if status.session_id.is_empty() || status.turns == 0 {
         return Err(CliError::failed(
             "this folder's conversation has nothing to compact yet",
@@ -307,8 +307,8 @@ impl Chat<'_> {
     /// only leaves the previous ones).
     async fn refresh_completions(&self) {
         let mut known = crate::completion::Known::default();
-        if let Ok(list) = sessions::list(self.ctx).await {
-            known.conversations = list.into_iter().map(|s| s.id).collect();
+        if let Ok(reply) = self.ctx.rpc().list_sessions(false).await {
+            known.conversations = reply.sessions.into_iter().map(|s| s.id).collect();
         }
         if let Ok(cps) = checkpoints::list(self.ctx, &self.session.id).await {
             known.checkpoints = cps.len();
@@ -447,7 +447,7 @@ impl Chat<'_> {
 
     async fn clear(&mut self) -> CliResult<()> {
         let old = self.session.id.clone();
-        let (fresh, line) = sessions::clear(self.ctx, &old).await?;
+        let (fresh, line) = clear::clear(self.ctx, &old).await?;
         self.session = fresh;
         println!("{line}");
         Ok(())

@@ -7,6 +7,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::completion::{ChatHelper, Known};
+use crate::error::{CliError, CliResult};
 use crate::history::History;
 
 /// The REPL's line editor.
@@ -327,4 +328,15 @@ pub fn echoes_ctrl_c() -> bool {
         t.local_flags
             .contains(LocalFlags::ECHO | LocalFlags::ECHOCTL)
     })
+}
+
+/// Writes `bytes` to stdout; a reader that went away (`| head -1`) ends
+/// it quietly, as every other command does.
+pub fn print_all(bytes: &[u8], what: &str) -> CliResult<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError::failed(format!("writing {what}: {e}"))),
+    }
 }

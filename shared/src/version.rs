@@ -5,4 +5,4 @@
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Wire protocol revision; bump on any incompatible change to `agentx.v1`.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;

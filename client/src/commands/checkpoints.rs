@@ -6,8 +6,7 @@ use std::io::IsTerminal as _;
 use serde_json::{Value, json};
 
 use agentx_shared::proto::{
-    Checkpoint, ListCheckpointsReply, ListCheckpointsRequest, RollbackRequest, SessionStatus,
-    rollback_request,
+    Checkpoint, ListCheckpointsReply, RollbackRequest, SessionStatus, rollback_request,
 };
 use agentx_shared::time::rfc3339_wire;
 
@@ -20,15 +19,7 @@ pub async fn list(ctx: &Ctx, session_id: &str) -> CliResult<Vec<Checkpoint>> {
 
 /// The checkpoints and the conversation's head as listed.
 async fn list_with_head(ctx: &Ctx, session_id: &str) -> CliResult<ListCheckpointsReply> {
-    Ok(ctx
-        .sessions()
-        .list_checkpoints(ListCheckpointsRequest {
-            scope: ctx.scope(),
-            session_id: session_id.to_owned(),
-        })
-        .await
-        .map_err(|s| CliError::from_status("listing checkpoints", &s))?
-        .into_inner())
+    Ok(ctx.rpc().checkpoints(session_id).await?)
 }
 
 fn one_line(text: &str, max: usize) -> String {

@@ -12,6 +12,7 @@ use agentx_shared::proto::{DaemonStatusReply, DaemonStatusRequest};
 use crate::cli::DaemonAction;
 use crate::connect;
 use crate::error::{CliError, CliResult};
+use crate::render::{human, json};
 
 const SERVICE_TEMPLATE: &str = include_str!("../../../systemd/agentd.service");
 const SOCKET_TEMPLATE: &str = include_str!("../../../systemd/agentd.socket");
@@ -91,7 +92,7 @@ async fn status(profile: &Profile, json: bool) -> CliResult<()> {
                 "profile": reply.profile_dir,
                 "log": reply.log_path,
                 "rpcs_served": reply.rpcs_served,
-                "remote": super::sessions::remote_json(reply.remote.as_ref()),
+                "remote": json::remote(reply.remote.as_ref()),
                 "search_note": if reply.search_note.is_empty() { serde_json::Value::Null } else { json!(reply.search_note) },
             })
         );
@@ -153,7 +154,7 @@ fn print_running(reply: &DaemonStatusReply, compatible: bool, started_at: &str) 
     if !reply.log_path.is_empty() {
         println!("  log:      {}", reply.log_path);
     }
-    println!("  remote:   {}", remote_line(reply.remote.as_ref()));
+    println!("  remote:   {}", human::remote_line(reply.remote.as_ref()));
     if let Some(error) = reply
         .remote
         .as_ref()
@@ -163,23 +164,12 @@ fn print_running(reply: &DaemonStatusReply, compatible: bool, started_at: &str) 
         println!("            last error: {error}");
     }
     if let Some(remote) = reply.remote.as_ref() {
-        for line in super::sessions::refused_lines(remote, "            ") {
+        for line in human::refused_lines(remote, "            ") {
             println!("{line}");
         }
     }
     if !reply.search_note.is_empty() {
         println!("  search:   {}", crate::show::visible(&reply.search_note));
-    }
-}
-
-/// `synced (0 pending) postgresql://user@host:5432/db as laptop`, or `off`.
-fn remote_line(remote: Option<&agentx_shared::proto::RemoteState>) -> String {
-    match remote.filter(|r| !r.state.is_empty() && r.state != "off") {
-        None => "off (set remote_url in config.toml or AGENTX_REMOTE_URL)".to_owned(),
-        Some(r) => format!(
-            "{} ({} pending) {} as {}",
-            r.state, r.pending, r.url, r.machine
-        ),
     }
 }
 

@@ -10,10 +10,10 @@ use agentx_shared::proto::{
     turn_input,
 };
 
-use super::exec_events::JsonEvent;
 use crate::cli::Approval;
 use crate::context::Ctx;
 use crate::error::{CliError, CliResult};
+use crate::render::exec_events::JsonEvent;
 
 /// Runs one one-shot with `prompt` (`-`: read from stdin) and prints its
 /// events and result.

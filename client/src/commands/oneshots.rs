@@ -10,6 +10,7 @@ use agentx_shared::time::rfc3339_wire;
 use crate::cli::OneshotsAction;
 use crate::context::Ctx;
 use crate::error::{CliError, CliResult};
+use crate::render::oneshot_status;
 
 pub async fn run(ctx: &Ctx, as_json: bool, action: Option<OneshotsAction>) -> CliResult<()> {
     let mut client = OneshotsClient::new(ctx.channel());
@@ -25,7 +26,7 @@ pub async fn run(ctx: &Ctx, as_json: bool, action: Option<OneshotsAction>) -> Cl
                 let docs: Vec<Value> = list
                     .iter()
                     .map(|o| {
-                        json!({"id": o.id, "status": o.status, "reason": o.reason,
+                        json!({"id": o.id, "status": oneshot_status(o.status()), "reason": o.reason,
                             "created_at": rfc3339_wire(o.created_at.as_ref()), "prompt": o.prompt})
                     })
                     .collect();
@@ -37,7 +38,7 @@ pub async fn run(ctx: &Ctx, as_json: bool, action: Option<OneshotsAction>) -> Cl
                     println!(
                         "{}  {:<11}  {}  {}",
                         o.id,
-                        o.status,
+                        oneshot_status(o.status()),
                         crate::when::human(o.created_at.as_ref()),
                         if o.reason.is_empty() {
                             &o.prompt

@@ -7,24 +7,22 @@ use serde_json::{Value, json};
 
 use agentx_shared::proto::snapshots_client::SnapshotsClient;
 use agentx_shared::proto::{
-    ChangeKind, ListSnapshotsRequest, PlannedChange, RestorePlan, RestoreReply, RestoreRequest,
-    TakeSnapshotRequest, restore_request::Target,
+    ChangeKind, PlannedChange, RestorePlan, RestoreReply, RestoreRequest, TakeSnapshotRequest,
+    restore_request::Target,
 };
 use agentx_shared::time::rfc3339_wire;
 
 use crate::context::Ctx;
 use crate::error::{CliError, CliResult};
+use crate::render::diff::Format;
+use crate::rpc::DiffOf;
 
 fn client(ctx: &Ctx) -> SnapshotsClient<tonic::transport::Channel> {
     SnapshotsClient::new(ctx.channel())
 }
 
 pub async fn list(ctx: &Ctx, as_json: bool) -> CliResult<()> {
-    let reply = client(ctx)
-        .list_snapshots(ListSnapshotsRequest { scope: ctx.scope() })
-        .await
-        .map_err(|s| CliError::from_status("listing snapshots", &s))?
-        .into_inner();
+    let reply = ctx.rpc().snapshots_list().await?;
     if as_json {
         let docs: Vec<Value> = reply
             .snapshots
@@ -52,13 +50,7 @@ pub async fn list(ctx: &Ctx, as_json: bool) -> CliResult<()> {
 
 /// How many snapshots this folder has (what `/rewind N` may name).
 pub async fn count(ctx: &Ctx) -> CliResult<usize> {
-    Ok(client(ctx)
-        .list_snapshots(ListSnapshotsRequest { scope: ctx.scope() })
-        .await
-        .map_err(|s| CliError::from_status("listing snapshots", &s))?
-        .into_inner()
-        .snapshots
-        .len())
+    Ok(ctx.rpc().snapshots_list().await?.snapshots.len())
 }
 
 /// One row per snapshot, except a message's after and before snapshots
@@ -171,12 +163,9 @@ pub async fn restore(ctx: &Ctx, what: Restore, yes: bool, force: bool) -> CliRes
     let (session, of) = match &what {
         Restore::Undo(session) => (
             session.clone(),
-            super::diff::DiffOf::Message(1 + plan.passed.len() as u32),
+            DiffOf::Message(1 + plan.passed.len() as u32),
         ),
-        _ => (
-            String::new(),
-            super::diff::DiffOf::Since(plan.target_id.clone()),
-        ),
+        _ => (String::new(), DiffOf::Since(plan.target_id.clone())),
     };
     if !go_ahead(ctx, &plan, (verb, undo, yes), (&session, &of)).await? {
         return Ok(());
@@ -227,7 +216,7 @@ async fn go_ahead(
     ctx: &Ctx,
     plan: &RestorePlan,
     (verb, undo, yes): (&str, bool, bool),
-    (session, diff): (&str, &super::diff::DiffOf),
+    (session, diff): (&str, &DiffOf),
 ) -> CliResult<bool> {
     if plan.changes.is_empty() {
         println!("nothing to change: the folder already matches");
@@ -251,8 +240,8 @@ async fn go_ahead(
             {
                 "y" | "yes" => break,
                 "d" | "diff" => {
-                    let reply = super::diff::fetch(ctx, session, diff).await?;
-                    super::diff::print(&reply, super::diff::Format::Patch)?;
+                    let reply = ctx.rpc().diff(session, diff).await?;
+                    crate::pager::print_diff(&reply, Format::Patch)?;
                 }
                 _ => {
                     println!("nothing changed");
@@ -329,7 +318,7 @@ pub fn rewind_target(arg: &str) -> Restore {
 
 /// `agentx undo`: the current conversation's last message.
 pub async fn undo(ctx: &Ctx, yes: bool, force: bool) -> CliResult<()> {
-    let status = crate::commands::sessions::fetch_status(ctx, "").await?;
+    let status = ctx.status("").await?;
     if status.session_id.is_empty() {
         return Err(CliError::failed("this folder has no conversation to undo"));
     }

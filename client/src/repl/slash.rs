@@ -5,9 +5,13 @@ use agentx_shared::proto::Resolve;
 use agentx_shared::proto::open_session_request::Target;
 
 use super::{Chat, Flow, open};
+use crate::choose;
 use crate::commands::checkpoints::{self, Pick};
-use crate::commands::{library, sessions, snapshots};
+use crate::commands::{search, snapshots};
 use crate::error::{CliError, CliResult};
+use crate::render::diff::Format;
+use crate::render::{self, human};
+use crate::rpc::DiffOf;
 
 const HELP: &str = "\
 messages are sent to the model; lines starting with / are commands:
@@ -45,14 +49,14 @@ impl Chat<'_> {
             ("fork", n) => self.fork(n).await?,
             ("rename", None) => return Err(CliError::usage("/rename needs a title")),
             ("rename", Some(_)) => {
-                let renamed = library::rename(self.ctx, &self.session.id, rest).await?;
+                let renamed = self.ctx.rpc().rename(&self.session.id, rest).await?;
                 self.session.title = renamed.title.clone();
                 println!("renamed: {}", crate::show::visible(&renamed.title));
             }
             ("search", None) => return Err(CliError::usage("/search needs some text")),
             ("search", Some(_)) => {
-                let hits = library::search(self.ctx, rest, false, 20).await?;
-                library::print_hits(self.ctx, &hits);
+                let hits = search::search(self.ctx, rest, false, 20).await?;
+                search::print_hits(self.ctx, &hits);
             }
             ("new", _) => {
                 let opened = open(self.ctx, Target::New(true), &mut self.ui).await?;
@@ -60,13 +64,13 @@ impl Chat<'_> {
             }
             ("resume", None) => self.pick_and_resume().await?,
             ("resume", Some(n)) => {
-                let target = sessions::named(self.ctx, n).await?;
+                let target = choose::named(self.ctx, n).await?;
                 self.resume(target).await?;
             }
             ("status", arg) => {
-                let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
+                let status = self.ctx.status(&self.session.id).await?;
                 let verbose = matches!(arg, Some("verbose" | "-v" | "--verbose"));
-                sessions::print_status(self.ctx, &status, verbose);
+                render::print(human::status(&self.ctx.local(), &status, verbose));
             }
             ("checkpoints", _) => {
                 let cps = checkpoints::list(self.ctx, &self.session.id).await?;
@@ -78,17 +82,16 @@ impl Chat<'_> {
                 Box::pin(self.turn(Some(rest), Resolve::Compact)).await?;
             }
             ("model", None) => {
-                let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
-                sessions::print_model(&status);
+                let status = self.ctx.status(&self.session.id).await?;
+                render::print(human::model(&status));
             }
             ("model", Some(name)) => {
                 let name = if name == "default" { "" } else { name };
                 let status = super::set_model(self.ctx, &self.session.id, name).await?;
-                sessions::print_model(&status);
+                render::print(human::model(&status));
             }
             ("clear", _) => self.clear_command().await?,
             ("diff", arg) => {
-                use crate::commands::diff::{self, DiffOf, Format};
                 let n = match arg {
                     None => 1,
                     Some(n) => n.parse::<u32>().map_err(|_| {
@@ -97,8 +100,9 @@ impl Chat<'_> {
                         ))
                     })?,
                 };
-                let reply = diff::fetch(self.ctx, &self.session.id, &DiffOf::Message(n)).await?;
-                diff::print(&reply, Format::Patch)?;
+                let of = DiffOf::Message(n);
+                let reply = self.ctx.rpc().diff(&self.session.id, &of).await?;
+                crate::pager::print_diff(&reply, Format::Patch)?;
             }
             ("undo", arg) => {
                 let force = arg == Some("force");
@@ -130,8 +134,8 @@ impl Chat<'_> {
                 ))
             })?,
         };
-        let forked = library::fork(self.ctx, &self.session.id, n).await?;
-        println!("{}", library::describe_fork(&forked));
+        let forked = self.ctx.rpc().fork(&self.session.id, n).await?;
+        println!("{}", human::fork(&forked));
         let opened = open(self.ctx, Target::Id(forked.id), &mut self.ui).await?;
         self.session = opened.session;
         Ok(())
@@ -140,7 +144,7 @@ impl Chat<'_> {
     /// `/resume`: a picker at a terminal, else the numbered list.
     async fn pick_and_resume(&mut self) -> CliResult<()> {
         if let Some(target) =
-            sessions::pick(self.ctx, "/resume N or /resume ID continues one").await?
+            choose::pick(self.ctx, "/resume N or /resume ID continues one").await?
         {
             self.resume(target).await?;
         }
@@ -176,7 +180,7 @@ impl Chat<'_> {
 
     /// `/retry [new-chain]`: the failed request again, or the interrupted message.
     async fn retry_command(&mut self, arg: Option<&str>) -> CliResult<()> {
-        let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
+        let status = self.ctx.status(&self.session.id).await?;
         let resolve = match arg {
             Some("new-chain") => Resolve::NewChain,
             Some(other) => {
@@ -192,8 +196,8 @@ impl Chat<'_> {
 
     /// `/clear`, confirmed at a terminal (saying when the remote copy goes too).
     pub(super) async fn clear_command(&mut self) -> CliResult<()> {
-        let status = sessions::fetch_status(self.ctx, &self.session.id).await?;
-        if self.ui.interactive && !crate::ui::confirm(&sessions::clear_question(&status))? {
+        let status = self.ctx.status(&self.session.id).await?;
+        if self.ui.interactive && !crate::ui::confirm(&human::clear_question(&status))? {
             println!("nothing changed");
             return Ok(());
         }

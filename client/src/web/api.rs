@@ -7,12 +7,7 @@ use axum::extract::{Query, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use agentx_shared::proto::library_client::LibraryClient;
-use agentx_shared::proto::sessions_client::SessionsClient;
-use agentx_shared::proto::{
-    ExportRequest, ListCheckpointsRequest, ListSessionsRequest, Scope, SearchRequest,
-    SessionSummary,
-};
+use agentx_shared::proto::{Scope, SessionSummary};
 
 use super::Web;
 use super::reply::{ApiError, ApiResult, ok};
@@ -78,7 +73,7 @@ pub fn summary_json(s: &SessionSummary) -> Value {
         "updated_ms": ms(s.updated_at.as_ref()),
         "turns": s.turns,
         "forked_from": s.forked_from.as_ref().map(|f| json!({"id": f.id, "turn": f.turn})),
-        "location": if s.location.is_empty() { "local" } else { s.location.as_str() },
+        "location": crate::render::location(s.location()),
         "machine": s.machine,
     })
 }
@@ -86,14 +81,7 @@ pub fn summary_json(s: &SessionSummary) -> Value {
 /// The folder's conversations, local and remote, newest first.
 pub async fn sessions(State(web): State<Arc<Web>>, Query(at): Query<Where>) -> ApiResult {
     let scope = at.scope(&web);
-    let reply = SessionsClient::new(web.channel.clone())
-        .list_sessions(ListSessionsRequest {
-            scope: Some(scope.clone()),
-            include_remote: true,
-        })
-        .await
-        .map_err(|s| ApiError::rpc("listing conversations", &s))?
-        .into_inner();
+    let reply = web.rpc(&scope).list_sessions(true).await?;
     let mut sessions = reply.sessions;
     sessions.sort_by_key(|s| std::cmp::Reverse(ms(s.updated_at.as_ref())));
     ok(json!({
@@ -119,16 +107,10 @@ pub async fn search(State(web): State<Arc<Web>>, Query(query): Query<SearchQuery
     if query.q.trim().is_empty() {
         return Err(ApiError::bad("type something to search for"));
     }
-    let reply = LibraryClient::new(web.channel.clone())
-        .search(SearchRequest {
-            scope: Some(query.at.scope(&web)),
-            query: query.q.clone(),
-            all: query.all,
-            limit: 50,
-        })
-        .await
-        .map_err(|s| ApiError::rpc("searching", &s))?
-        .into_inner();
+    let reply = web
+        .rpc(&query.at.scope(&web))
+        .search(&query.q, query.all, 50)
+        .await?;
     let hits: Vec<Value> = reply
         .hits
         .iter()
@@ -142,7 +124,7 @@ pub async fn search(State(web): State<Arc<Web>>, Query(query): Query<SearchQuery
                 "at_ms": ms(h.at.as_ref()),
                 "snippet": h.snippet,
                 "highlights": h.highlights.iter().map(|r| [r.start, r.end]).collect::<Vec<_>>(),
-                "where": h.r#where,
+                "where": crate::render::location(h.r#where()),
                 "machine": h.machine,
             })
         })
@@ -174,34 +156,10 @@ pub async fn transcript(
     Query(query): Query<TranscriptQuery>,
 ) -> ApiResult {
     let scope = query.at.scope(&web);
-    let mut library = LibraryClient::new(web.channel.clone());
-    let mut sessions = SessionsClient::new(web.channel.clone());
-    let (export, checkpoints) = tokio::join!(
-        library.export(ExportRequest {
-            scope: Some(scope.clone()),
-            session_id: query.id.clone(),
-        }),
-        sessions.list_checkpoints(ListCheckpointsRequest {
-            scope: Some(scope.clone()),
-            session_id: query.id.clone(),
-        })
-    );
-    let mut pieces = export
-        .map_err(|s| ApiError::rpc("reading the conversation", &s))?
-        .into_inner();
-    let mut bytes = Vec::new();
-    while let Some(piece) = pieces
-        .message()
-        .await
-        .map_err(|s| ApiError::rpc("reading the conversation", &s))?
-    {
-        bytes.extend_from_slice(&piece.chunk);
-    }
-    let document = String::from_utf8(bytes)
-        .map_err(|_| ApiError::bad("agentd sent an export that is not UTF-8".to_owned()))?;
-    let checkpoints = checkpoints
-        .map_err(|s| ApiError::rpc("listing checkpoints", &s))?
-        .into_inner();
+    let rpc = web.rpc(&scope);
+    let (export, checkpoints) = tokio::join!(rpc.export(&query.id), rpc.checkpoints(&query.id));
+    let document = export.map_err(|failed| failed.doing("reading the conversation"))?;
+    let checkpoints = checkpoints?;
     let mut document: Value = serde_json::from_str(&document)
         .map_err(|e| ApiError::bad(format!("agentd sent an unreadable export: {e}")))?;
     let conversation = document

@@ -36,6 +36,13 @@ pub struct Web {
     pub turns: Mutex<HashMap<String, mpsc::Sender<TurnInput>>>,
 }
 
+impl Web {
+    /// The calls to agentd about `scope`.
+    pub fn rpc(&self, scope: &Scope) -> crate::rpc::Rpc {
+        crate::rpc::Rpc::new(self.channel.clone(), scope.clone())
+    }
+}
+
 /// Serves the web view until Ctrl-C.
 pub async fn run(ctx: &Ctx, no_open: bool, port: Option<u16>) -> CliResult<()> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port.unwrap_or(0)));

@@ -40,6 +40,15 @@ impl ApiError {
     }
 }
 
+impl From<crate::rpc::Failed> for ApiError {
+    fn from(failed: crate::rpc::Failed) -> Self {
+        match failed {
+            crate::rpc::Failed::Status { doing, status } => Self::rpc(doing, &status),
+            crate::rpc::Failed::Garbled(what) => Self::bad(what),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status, Json(json!({ "error": self.message }))).into_response()

@@ -132,17 +132,6 @@ pub enum SyncState {
     Unreachable,
 }
 
-impl SyncState {
-    /// The name `status` shows.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Synced => "synced",
-            Self::Unreachable => "unreachable",
-        }
-    }
-}
-
 /// What `status` shows of the remote store.
 #[derive(Debug, Clone)]
 pub struct Standing {

@@ -40,7 +40,7 @@ pub async fn listed_elsewhere(
     .unwrap_or_default();
     docs.iter()
         .map(|doc| SessionSummary {
-            location: "local".to_owned(),
+            location: agentx_shared::proto::Location::Local as i32,
             machine: remote.machine().to_owned(),
             ..summary(doc)
         })

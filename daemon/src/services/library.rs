@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use agentx_shared::proto::Location;
 use agentx_shared::proto::library_server::Library;
 use agentx_shared::proto::{
     ExportReply, ExportRequest, ForkRequest, Highlight, ImportReply, ImportRequest, RenameRequest,
@@ -71,7 +72,7 @@ impl LibraryService {
                 .map(|h| {
                     // Kept by this profile in another checkout: local.
                     if profile.contains(&h.hit.session_id) {
-                        wire_hit(h.hit, "local", remote.machine().to_owned())
+                        wire_hit(h.hit, Location::Local, remote.machine().to_owned())
                     } else {
                         remote_hit(h)
                     }
@@ -89,7 +90,7 @@ impl LibraryService {
 }
 
 /// A search hit on the wire: where it was found and the machine that wrote it.
-fn wire_hit(h: crate::search::Hit, r#where: &str, machine: String) -> SearchHit {
+fn wire_hit(h: crate::search::Hit, r#where: Location, machine: String) -> SearchHit {
     SearchHit {
         session_id: h.session_id,
         folder: h.folder,
@@ -100,13 +101,13 @@ fn wire_hit(h: crate::search::Hit, r#where: &str, machine: String) -> SearchHit 
         snippet: h.snippet,
         highlights: highlights(h.highlights),
         score: h.score,
-        r#where: r#where.into(),
+        r#where: r#where as i32,
         machine,
     }
 }
 
 fn remote_hit(h: crate::remote::RemoteHit) -> SearchHit {
-    wire_hit(h.hit, "remote", h.machine)
+    wire_hit(h.hit, Location::Remote, h.machine)
 }
 
 fn highlights(ranges: Vec<(usize, usize)>) -> Vec<Highlight> {
@@ -261,7 +262,7 @@ impl Library for LibraryService {
             .unwrap_or_default();
         let hits: Vec<SearchHit> = hits
             .into_iter()
-            .map(|h| wire_hit(h, "local", machine.clone()))
+            .map(|h| wire_hit(h, Location::Local, machine.clone()))
             .collect();
         let (hits, remote_note) = match remote {
             Some(Ok(remote_hits)) => (merge(hits, remote_hits, limit), String::new()),

@@ -36,7 +36,7 @@ pub fn status_of(e: StoreError) -> Status {
 pub fn remote_state(remote: Option<&crate::remote::Remote>) -> proto::RemoteState {
     let Some(remote) = remote else {
         return proto::RemoteState {
-            state: "off".to_owned(),
+            state: proto::RemoteSync::Off as i32,
             ..proto::RemoteState::default()
         };
     };
@@ -44,7 +44,11 @@ pub fn remote_state(remote: Option<&crate::remote::Remote>) -> proto::RemoteStat
         return proto::RemoteState::default();
     };
     proto::RemoteState {
-        state: s.state.as_str().to_owned(),
+        state: match s.state {
+            crate::remote::SyncState::Synced => proto::RemoteSync::Synced,
+            crate::remote::SyncState::Pending => proto::RemoteSync::Pending,
+            crate::remote::SyncState::Unreachable => proto::RemoteSync::Unreachable,
+        } as i32,
         pending: s.pending,
         last_error: s.last_error.unwrap_or_default(),
         url: s.url,
@@ -144,7 +148,7 @@ pub fn summary(doc: &SessionDoc) -> SessionSummary {
                 id: f.id.clone(),
                 turn: f.turn,
             }),
-        location: String::new(),
+        location: 0,
         machine: String::new(),
         model: doc.model.clone().unwrap_or_default(),
     }

@@ -6,7 +6,7 @@ use tonic::{Request, Response, Status};
 
 use agentx_shared::proto::oneshots_server::Oneshots;
 use agentx_shared::proto::{
-    ListOneshotsReply, ListOneshotsRequest, OneshotSummary, PruneOneshotsReply,
+    ListOneshotsReply, ListOneshotsRequest, OneshotStatus, OneshotSummary, PruneOneshotsReply,
     PruneOneshotsRequest, Scope, ShowOneshotReply, ShowOneshotRequest, Timestamp,
 };
 
@@ -27,12 +27,23 @@ impl OneshotsService {
 fn summary(info: &OneshotInfo) -> OneshotSummary {
     OneshotSummary {
         id: info.id.clone(),
-        status: info.status.to_owned(),
+        status: wire_status(info.status) as i32,
         reason: info.reason.clone(),
         created_at: Some(Timestamp {
             unix_ms: info.created_at,
         }),
         prompt: info.prompt.clone(),
+    }
+}
+
+/// A one-shot's status (the store's word for it) on the wire.
+fn wire_status(status: &str) -> OneshotStatus {
+    match status {
+        "running" => OneshotStatus::Running,
+        "failed" => OneshotStatus::Failed,
+        "interrupted" => OneshotStatus::Interrupted,
+        "corrupt" => OneshotStatus::Corrupt,
+        _ => OneshotStatus::Unspecified,
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use agentx_shared::proto::Location;
 use agentx_shared::proto::sessions_server::Sessions;
 use agentx_shared::proto::{
     AppendShellTranscriptRequest, Checkpoint, ClearSessionReply, ClearSessionRequest, Exchange,
@@ -101,7 +102,7 @@ impl SessionsService {
     ) -> (Vec<SessionSummary>, String, u64) {
         let mut local = local;
         for s in &mut local {
-            s.location = "local".to_owned();
+            s.location = Location::Local as i32;
             s.machine = remote.machine().to_owned();
         }
         // This machine's conversations in other checkouts of the project
@@ -148,7 +149,7 @@ impl SessionsService {
                 continue;
             }
             if let Some(s) = merged.iter_mut().find(|s| s.id == row.id) {
-                s.location = "both".to_owned();
+                s.location = Location::Both as i32;
                 s.machine = row.machine;
                 continue;
             }
@@ -165,7 +166,7 @@ impl SessionsService {
                 }),
                 turns: row.turns,
                 forked_from: None,
-                location: "remote".to_owned(),
+                location: Location::Remote as i32,
                 machine: row.machine,
                 model: String::new(),
             });
