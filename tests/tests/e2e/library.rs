@@ -440,15 +440,16 @@ fn punctuation_heavy_queries_are_searched_as_text() {
 
 /// Overwrites the second half of every file in `dir` with pseudo-random
 /// bytes, in place (same length), as a bad disk or a stray write would.
+/// A running indexer may delete a file meanwhile (a merge): it is skipped.
 fn garble_in_place(dir: &std::path::Path) {
     use std::io::{Seek as _, SeekFrom, Write as _};
     let mut rng = agentx_tests::rng::Rng::new(0x9e37_79b9_7f4a_7c15);
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let len = entry.metadata().unwrap().len();
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(entry.path())
-            .unwrap();
+        let opened = std::fs::OpenOptions::new().write(true).open(entry.path());
+        let (Ok(mut file), Ok(meta)) = (opened, entry.metadata()) else {
+            continue;
+        };
+        let len = meta.len();
         file.seek(SeekFrom::Start(len / 2)).unwrap();
         let noise: Vec<u8> = (len / 2..len).map(|_| rng.next() as u8).collect();
         file.write_all(&noise).unwrap();
@@ -483,8 +484,10 @@ fn a_garbled_search_index_is_rebuilt_while_running_and_at_start() {
     }
     assert_eq!(env.daemon_pids(), pid);
 
-    // Damaged before a start: the checksums show it.
+    // Damaged before a start: the checksums show it. (The running agentd
+    // may have rebuilt it already, so it is garbled again once stopped.)
     assert_code(&env.run(["daemon", "stop"]), 0);
+    garble_in_place(&dir);
     let out = env.run(["sessions", "--json"]);
     assert_code(&out, 0);
     // The index is checked by the indexer as agentd starts: wait for its word.
