@@ -54,7 +54,7 @@ impl LibraryService {
                 )
             })
             .await
-            .map_err(|e| RemoteError::Local(e.to_string()))?;
+            .map_err(RemoteError::local)?;
             let key = scope.as_ref().map(|(folder, agent)| {
                 (
                     crate::remote::project_key(std::path::Path::new(folder), remote.machine()),

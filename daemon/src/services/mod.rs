@@ -7,6 +7,7 @@ pub mod library;
 pub mod oneshots;
 pub mod sessions;
 pub mod snapshots;
+mod status;
 pub mod turns;
 
 use std::path::Path;

@@ -941,3 +941,24 @@ fn remote_rows_whose_ids_name_agentds_own_files_are_neither_listed_nor_pulled() 
     assert_code(&out, 0);
     assert!(stdout(&out).contains("[turns seen: 2]"), "{}", stdout(&out));
 }
+
+#[test]
+fn resuming_with_a_misconfigured_remote_says_the_remote_failed_not_that_it_is_missing() {
+    // No server needed: the URL is refused before any connection.
+    let env = machine(
+        "machine-a",
+        "git@github.com:acme/app.git",
+        "mysql://nowhere/db",
+    );
+    let model = FakeModel::start();
+    let out = env.chat(&model, ["resume", "0190a1b2c3d-abc123"], "");
+    assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains(
+            "conversation 0190a1b2c3d-abc123 is not here, and pulling it from the remote \
+             store failed: remote_url must start with postgresql://"
+        ),
+        "{said}"
+    );
+}
