@@ -19,7 +19,11 @@ pub fn status_of(e: StoreError) -> Status {
         StoreError::NotFound(_) => Status::not_found(message),
         StoreError::Invalid(_) => Status::invalid_argument(message),
         StoreError::Moved(_) => Status::failed_precondition(message),
-        StoreError::Disk(_) | StoreError::Io(_) => Status::internal(message),
+        StoreError::Disk(_)
+        | StoreError::Damaged { .. }
+        | StoreError::Unreadable(_)
+        | StoreError::Encode(_)
+        | StoreError::Internal(_) => Status::internal(message),
         StoreError::Closed => Status::unavailable(message),
     }
 }
@@ -92,7 +96,7 @@ mod tests {
                 StoreError::Moved("went on".into()),
                 Code::FailedPrecondition,
             ),
-            (StoreError::Io("broken".into()), Code::Internal),
+            (StoreError::Internal("broken"), Code::Internal),
             // agentx reads UNAVAILABLE as "agentd went away" (exit 3).
             (StoreError::Closed, Code::Unavailable),
         ];
