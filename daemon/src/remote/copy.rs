@@ -114,11 +114,12 @@ pub async fn read_remote(
     let forked_from = text(11)?.and_then(|f| serde_json::from_str(&f).ok());
     let first: i64 = row.try_get(13).map_err(db)?;
     let listed: Vec<(i64, i64, serde_json::Value)> =
-        serde_json::from_str(&text(14)?.unwrap_or_default())
-            .map_err(|e| RemoteError::Server(format!("the records of {id} do not read: {e}")))?;
+        serde_json::from_str(&text(14)?.unwrap_or_default()).map_err(|e| {
+            RemoteError::server_because(format!("the records of {id} do not read: {e}"), e)
+        })?;
     let records = row.try_get::<_, i64>(7).map_err(db)?.max(0);
     if records - first != listed.len() as i64 {
-        return Err(RemoteError::Server(format!(
+        return Err(RemoteError::server(format!(
             "the remote copy of {id} says {records} records but holds {}",
             first + listed.len() as i64
         )));
@@ -126,7 +127,7 @@ pub async fn read_remote(
     let mut lines = Vec::with_capacity(listed.len());
     for (expected, (seq, at, item)) in (first..).zip(listed) {
         if seq != expected {
-            return Err(RemoteError::Server(format!(
+            return Err(RemoteError::server(format!(
                 "the remote copy of {id} misses record {expected}"
             )));
         }
@@ -196,13 +197,13 @@ fn line(record: &Record) -> Result<Vec<u8>, RemoteError> {
     // Checked as a transcript item, but kept as the server has it: the
     // local copy must compare equal to the remote's, field for field.
     serde_json::from_value::<Item>(record.item.clone()).map_err(|e| {
-        RemoteError::Server(format!("a remote record is not a transcript item: {e}"))
+        RemoteError::server_because(format!("a remote record is not a transcript item: {e}"), e)
     })?;
     let mut value = record.item.clone();
     if let Some(obj) = value.as_object_mut() {
         obj.insert("at".into(), record.at.into());
     }
-    let mut bytes = serde_json::to_vec(&value).map_err(|e| RemoteError::Local(e.to_string()))?;
+    let mut bytes = serde_json::to_vec(&value).map_err(RemoteError::local)?;
     bytes.push(b'\n');
     Ok(bytes)
 }

@@ -243,6 +243,6 @@ async fn open(url: &RemoteUrl, lane: Lane) -> Result<Client, RemoteError> {
     client
         .batch_execute(&format!("SET statement_timeout = {bound}"))
         .await
-        .map_err(|e| RemoteError::Server(url.redact(&RemoteError::db(e).to_string())))?;
+        .map_err(|e| RemoteError::db(e).redacted(url))?;
     Ok(client)
 }

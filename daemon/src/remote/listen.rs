@@ -228,14 +228,11 @@ async fn session(
         Ok(Err(setup)) => return Err(RemoteError::Config(setup)),
         Ok(Ok(Ok(pair))) => pair,
         Ok(Ok(Err(e))) => {
-            return Err(RemoteError::Server(format!(
-                "cannot reach {}: {}",
-                url.shown,
-                RemoteError::db(e)
-            )));
+            let message = format!("cannot reach {}: {}", url.shown, super::db_text(&e));
+            return Err(RemoteError::server_because(message, e));
         }
         Err(_) => {
-            return Err(RemoteError::Server(format!(
+            return Err(RemoteError::server(format!(
                 "cannot reach {}: no answer within {:?}",
                 url.shown,
                 super::CONNECT_WAIT
@@ -283,7 +280,7 @@ async fn session(
                 }
             }
             why = &mut lost => {
-                break RemoteError::Server(why.unwrap_or_else(|_| "the heartbeat stopped".into()));
+                break RemoteError::server(why.unwrap_or_else(|_| "the heartbeat stopped".into()));
             }
         }
     };
@@ -303,7 +300,7 @@ fn handle(
         }
         Some(Ok(_)) => Ok(()),
         Some(Err(e)) => Err(RemoteError::db(e)),
-        None => Err(RemoteError::Server("the connection closed".into())),
+        None => Err(RemoteError::server("the connection closed")),
     }
 }
 

@@ -50,33 +50,70 @@ use url::RemoteUrl;
 
 use crate::store::Store;
 
+/// A cause kept as an error's source.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Why talking to the remote failed. Messages never hold the password.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
-    /// `remote_url` is unusable (agentd keeps working locally).
+    /// Neither this machine nor the remote keeps the conversation asked for
+    /// (or the name is no conversation id): answer "not found".
+    #[error("{0}")]
+    NotFound(String),
+    /// The remote keeps the conversation for another project or agent, or
+    /// this machine keeps it in another folder: say where it belongs; it is
+    /// not opened here.
+    #[error("{0}")]
+    WrongScope(String),
+    /// `remote_url` is unusable, or the server's schema is newer than this
+    /// agentd: the user must fix it (retrying does not help); agentd keeps
+    /// working locally meanwhile.
     #[error("{0}")]
     Config(String),
-    /// The server was not reached or refused the request.
-    #[error("{0}")]
-    Server(String),
-    /// A local file could not be read.
-    #[error("{0}")]
-    Local(String),
+    /// The server was not reached, failed, or sent something unreadable:
+    /// retry later (with backoff); local work goes on meanwhile. Show
+    /// `message` (redacted); `source` is the raw cause, never shown as is.
+    #[error("{message}")]
+    Server {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
+    /// Something on this machine failed (a file, a task): report it; what
+    /// was being pushed or pulled stays pending and is tried again later.
+    #[error(transparent)]
+    Local(Cause),
     /// The server answered a push with an error about that conversation
-    /// (the connection is still usable): the others go on.
+    /// (the connection is still usable): back off on that one; the others
+    /// go on.
     #[error("{0}")]
     Refused(String),
 }
 
 impl RemoteError {
-    fn db(e: tokio_postgres::Error) -> Self {
-        let mut text = e.to_string();
-        if let Some(db) = e.as_db_error() {
-            text = format!("{text}: {}", db.message());
-        } else if let Some(source) = std::error::Error::source(&e) {
-            text = format!("{text}: {source}");
+    /// The server failed, said in `message` (no cause to keep).
+    pub fn server(message: impl Into<String>) -> Self {
+        Self::Server {
+            message: message.into(),
+            source: None,
         }
-        Self::Server(text)
+    }
+
+    /// The server failed because of `source`, said in `message`.
+    pub fn server_because(message: impl Into<String>, source: impl Into<Cause>) -> Self {
+        Self::Server {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// Something on this machine failed.
+    pub fn local(source: impl Into<Cause>) -> Self {
+        Self::Local(source.into())
+    }
+
+    fn db(e: tokio_postgres::Error) -> Self {
+        Self::server_because(db_text(&e), e)
     }
 
     /// Like [`RemoteError::db`], but an error the server answered about the
@@ -88,9 +125,33 @@ impl RemoteError {
             !(code.starts_with("08") || code.starts_with("57P"))
         });
         match Self::db(e) {
-            Self::Server(text) if statement => Self::Refused(text),
+            Self::Server { message, .. } if statement => Self::Refused(message),
             other => other,
         }
+    }
+
+    /// This error with `url`'s secrets taken out of a server's message.
+    fn redacted(self, url: &RemoteUrl) -> Self {
+        match self {
+            Self::Server { message, source } => Self::Server {
+                message: url.redact(&message),
+                source,
+            },
+            other => other,
+        }
+    }
+}
+
+/// A PostgreSQL error as one line: the error and what the server (or the
+/// underlying cause) said.
+fn db_text(e: &tokio_postgres::Error) -> String {
+    let text = e.to_string();
+    if let Some(db) = e.as_db_error() {
+        format!("{text}: {}", db.message())
+    } else if let Some(source) = std::error::Error::source(e) {
+        format!("{text}: {source}")
+    } else {
+        text
     }
 }
 
@@ -342,14 +403,11 @@ impl Remote {
             }
             Ok(Ok(Ok(pair))) => pair,
             Ok(Ok(Err(e))) => {
-                return Err(RemoteError::Server(url.redact(&format!(
-                    "cannot reach {}: {}",
-                    url.shown,
-                    RemoteError::db(e)
-                ))));
+                let message = format!("cannot reach {}: {}", url.shown, db_text(&e));
+                return Err(RemoteError::server_because(url.redact(&message), e));
             }
             Err(_) => {
-                return Err(RemoteError::Server(format!(
+                return Err(RemoteError::server(format!(
                     "cannot reach {}: no answer within {CONNECT_WAIT:?}",
                     url.shown
                 )));
@@ -363,7 +421,7 @@ impl Remote {
         });
         schema::migrate(&mut client)
             .await
-            .map_err(|e| RemoteError::Server(url.redact(&e.to_string())))?;
+            .map_err(|e| RemoteError::server_because(url.redact(&e.to_string()), e))?;
         Ok(client)
     }
 
@@ -389,7 +447,7 @@ impl Remote {
                 &[&project, &agent, &LIST_MAX],
             )
             .await
-            .map_err(|e| RemoteError::Server(url.redact(&RemoteError::db(e).to_string())))?;
+            .map_err(|e| RemoteError::db(e).redacted(url))?;
         client.done();
         let total = match rows.first() {
             Some(row) => row.try_get::<_, i64>(7).map_err(RemoteError::db)?,

@@ -125,7 +125,7 @@ pub async fn open_remote(
     id: &str,
 ) -> Result<SessionDoc, RemoteError> {
     if !crate::store::is_conversation_id(id) {
-        return Err(RemoteError::Config(format!(
+        return Err(RemoteError::NotFound(format!(
             "no conversation {id} here, and {id} is not a conversation id"
         )));
     }
@@ -137,17 +137,17 @@ pub async fn open_remote(
     let copy = match tokio::time::timeout(OPEN_WAIT, read).await {
         Ok(copy) => copy?,
         Err(_) => {
-            return Err(RemoteError::Server(format!(
+            return Err(RemoteError::server(format!(
                 "the remote store did not answer within {} s",
                 OPEN_WAIT.as_secs()
             )));
         }
     };
     let copy = copy.ok_or_else(|| {
-        RemoteError::Config(format!("no conversation {id} here or on the remote store"))
+        RemoteError::NotFound(format!("no conversation {id} here or on the remote store"))
     })?;
     if copy.project != project || copy.agent != agent {
-        return Err(RemoteError::Config(format!(
+        return Err(RemoteError::WrongScope(format!(
             "conversation {id} belongs to {} (agent {}), not to this folder ({project}, agent {agent})",
             copy.project, copy.agent
         )));
@@ -165,7 +165,7 @@ pub async fn open_remote(
     doc.journal_bytes = pulled.lines.len() as u64;
     // A fresh document: its update time is its creation until the pull's.
     pulled.meta.apply_to(&mut doc);
-    let local = |e: StoreError| RemoteError::Local(e.to_string());
+    let local = |e: StoreError| RemoteError::local(e);
     let _sync = remote.sync.lock().await;
     // Opened twice at once: the first one pulled it already.
     if let Ok(Some(here)) = group.get(Some(id.to_owned())).await {
@@ -173,15 +173,14 @@ pub async fn open_remote(
     }
     // One id lives in one folder per profile: never a second local copy.
     if let Some(held) = store.holder(id) {
-        return Err(RemoteError::Config(format!(
+        return Err(RemoteError::WrongScope(format!(
             "conversation {id} is already kept in {} on this machine; resume it there",
             held.dir.display()
         )));
     }
-    agentx_shared::profile::create_private_dir(&dir)
-        .map_err(|e| RemoteError::Local(e.to_string()))?;
+    agentx_shared::profile::create_private_dir(&dir).map_err(RemoteError::local)?;
     crate::durable::write_atomic(&SessionPaths::new(&dir, id).journal, &pulled.lines)
-        .map_err(|e| RemoteError::Local(e.to_string()))?;
+        .map_err(RemoteError::local)?;
     group.adopt(doc.clone()).await.map_err(local)?;
     remember(
         remote,
@@ -303,16 +302,15 @@ pub(super) async fn settle(
     lease: &TurnLease,
     mut copy: RemoteCopy,
 ) -> Result<Option<SessionDoc>, RemoteError> {
-    let local_err = |e: StoreError| RemoteError::Local(e.to_string());
+    let local_err = |e: StoreError| RemoteError::local(e);
     let doc = group
         .get(Some(lease.doc.id.clone()))
         .await
         .map_err(local_err)?
-        .ok_or_else(|| RemoteError::Local(format!("conversation {} is gone", lease.doc.id)))?;
+        .ok_or_else(|| RemoteError::local(format!("conversation {} is gone", lease.doc.id)))?;
     let dir = remote.store.group_dir(&doc.folder, &doc.agent);
     let paths = SessionPaths::new(&dir, &doc.id);
-    let local = copy::read_local(&paths.journal, doc.journal_bytes)
-        .map_err(|e| RemoteError::Local(e.to_string()))?;
+    let local = copy::read_local(&paths.journal, doc.journal_bytes).map_err(RemoteError::local)?;
     if copy.from > local.len() as u64 {
         // The local journal no longer holds the line the read started
         // after (a rollback meanwhile): compare all.
@@ -322,8 +320,8 @@ pub(super) async fn settle(
         };
         copy = tokio::time::timeout(PULL_WAIT, again)
             .await
-            .map_err(|_| RemoteError::Server("the remote store stopped answering".into()))??
-            .ok_or_else(|| RemoteError::Server(format!("{} left the remote", doc.id)))?;
+            .map_err(|_| RemoteError::server("the remote store stopped answering"))??
+            .ok_or_else(|| RemoteError::server(format!("{} left the remote", doc.id)))?;
     }
     // Below `copy.from` the server's line is, by its chain, the one this
     // machine last shared with it.
@@ -394,11 +392,11 @@ pub(super) async fn settle_for_pusher(
     };
     let group = store
         .group(&doc.folder, &doc.agent)
-        .map_err(|e| RemoteError::Local(e.to_string()))?;
+        .map_err(RemoteError::local)?;
     let Some(lease) = group
         .try_begin_turn(&doc.id)
         .await
-        .map_err(|e| RemoteError::Local(e.to_string()))?
+        .map_err(RemoteError::local)?
     else {
         // A turn holds it (its own pull settles it first); look again
         // shortly in case that turn was just ending.

@@ -128,11 +128,10 @@ impl Remote {
     }
 
     fn server_error(&self, e: tokio_postgres::Error) -> RemoteError {
-        let text = RemoteError::db(e).to_string();
-        RemoteError::Server(match &self.url {
-            Ok(url) => url.redact(&text),
-            Err(_) => text,
-        })
+        match &self.url {
+            Ok(url) => RemoteError::db(e).redacted(url),
+            Err(_) => RemoteError::db(e),
+        }
     }
 }
 

@@ -62,7 +62,7 @@ pub async fn open_elsewhere(
     let (lookup, wanted) = (Arc::clone(store), id.to_owned());
     let Some(held) = tokio::task::spawn_blocking(move || lookup.holder(&wanted))
         .await
-        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(super::status::task_failed)?
     else {
         return Ok(None);
     };

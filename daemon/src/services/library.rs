@@ -12,6 +12,7 @@ use agentx_shared::proto::{
     SearchHit, SearchReply, SearchRequest, SessionSummary, Timestamp,
 };
 
+use super::status::{search_status, task_failed};
 use super::{group_for, session_arg, status_of, summary};
 use crate::remote::{Remote, RemoteError};
 use crate::search::SearchIndex;
@@ -55,7 +56,7 @@ impl LibraryService {
                 )
             })
             .await
-            .map_err(|e| RemoteError::Local(e.to_string()))?;
+            .map_err(RemoteError::local)?;
             let key = scope.as_ref().map(|(folder, agent)| {
                 (
                     crate::remote::project_key(std::path::Path::new(folder), remote.machine()),
@@ -247,14 +248,8 @@ impl Library for LibraryService {
             }
             None => (local.await, None),
         };
-        let (hits, search) = local.map_err(|e| Status::internal(e.to_string()))?;
-        let hits = hits.map_err(|e| match e {
-            crate::search::SearchError::Query(m) => Status::invalid_argument(m),
-            e @ crate::search::SearchError::Rebuilding => {
-                Status::failed_precondition(e.to_string())
-            }
-            other => Status::internal(other.to_string()),
-        })?;
+        let (hits, search) = local.map_err(task_failed)?;
+        let hits = hits.map_err(search_status)?;
         let machine = self
             .remote
             .as_ref()

@@ -7,6 +7,7 @@ pub mod library;
 pub mod oneshots;
 pub mod sessions;
 pub mod snapshots;
+mod status;
 pub mod turns;
 
 use std::path::Path;
@@ -16,20 +17,8 @@ use tonic::Status;
 use agentx_shared::proto::{self, SessionSummary};
 
 use crate::store::session::SessionDoc;
-use crate::store::{GroupHandle, Store, StoreError};
-
-/// Store errors as statuses, in one place: what the caller asked for is
-/// missing or wrong, or agentd's storage failed, or it is going away.
-pub fn status_of(e: StoreError) -> Status {
-    let message = e.to_string();
-    match e {
-        StoreError::NotFound(_) => Status::not_found(message),
-        StoreError::Invalid(_) => Status::invalid_argument(message),
-        StoreError::Moved(_) => Status::failed_precondition(message),
-        StoreError::Disk(_) | StoreError::Io(_) => Status::internal(message),
-        StoreError::Closed => Status::unavailable(message),
-    }
-}
+use crate::store::{GroupHandle, Store};
+pub use status::status_of;
 
 /// The remote store's state on the wire: "off" without one (`Default`
 /// when its state cannot be read).
@@ -123,8 +112,7 @@ pub fn session_arg(id: &str) -> Result<Option<String>, Status> {
     if id.is_empty() {
         return Ok(None);
     }
-    agentx_shared::folder::check_component("session id", id)
-        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    agentx_shared::folder::check_component("session id", id).map_err(status::bad_name)?;
     Ok(Some(id.to_owned()))
 }
 

@@ -199,15 +199,7 @@ impl SessionsService {
             id,
         )
         .await
-        .map_err(|e| match e {
-            crate::remote::RemoteError::Config(m) => Status::not_found(m),
-            // Not Unavailable: to agentx that means agentd itself went
-            // away (exit 3), and agentd is fine; the remote store failed.
-            other => Status::aborted(format!(
-                "conversation {id} is not here, and pulling it from the remote store \
-                 failed: {other}"
-            )),
-        })?;
+        .map_err(|e| super::status::opening_remote(id, e))?;
         group
             .open(OpenTarget::Id(id.to_owned()))
             .await

@@ -13,9 +13,10 @@ use agentx_shared::proto::{
 };
 
 use super::group_for;
+use super::status::{bad_name, snap_status};
 use crate::snapshot::restore::{Action, Planned};
-use crate::snapshot::service::{Failure, Snapshots};
-use crate::snapshot::{Owner, Phase, RewindTo, Snap, SnapError};
+use crate::snapshot::service::Snapshots;
+use crate::snapshot::{Owner, Phase, RewindTo, Snap};
 use crate::store::Store;
 
 pub struct SnapshotsService {
@@ -26,18 +27,6 @@ pub struct SnapshotsService {
 impl SnapshotsService {
     pub fn new(store: std::sync::Arc<Store>, snapshots: Snapshots) -> Self {
         Self { store, snapshots }
-    }
-}
-
-/// Snapshot errors as statuses: "off here", "busy" and "no such" are the
-/// caller's; a failing store is ours.
-pub fn snap_status(e: Failure) -> Status {
-    let message = e.to_string();
-    match &*e {
-        SnapError::Home(_) | SnapError::Busy(_) => Status::failed_precondition(message),
-        SnapError::NotFound(_) => Status::not_found(message),
-        SnapError::Closed => Status::unavailable(message),
-        SnapError::Io(_) => Status::internal(message),
     }
 }
 
@@ -92,14 +81,12 @@ enum What {
 fn what(req: &RestoreRequest) -> Result<What, Status> {
     match &req.target {
         Some(Target::UndoSessionId(id)) => {
-            agentx_shared::folder::check_component("session id", id)
-                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            agentx_shared::folder::check_component("session id", id).map_err(bad_name)?;
             Ok(What::Undo(id.clone()))
         }
         Some(Target::RewindIndex(n)) => Ok(What::Rewind(RewindTo::Index(*n as usize))),
         Some(Target::RewindId(id)) => {
-            agentx_shared::folder::check_component("snapshot id", id)
-                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            agentx_shared::folder::check_component("snapshot id", id).map_err(bad_name)?;
             Ok(What::Rewind(RewindTo::Id(id.clone())))
         }
         None => Err(Status::invalid_argument(
@@ -114,7 +101,7 @@ fn diff_of(req: &DiffRequest) -> Result<crate::snapshot::diff::DiffOf, Status> {
     let id = |what: &'static str, id: &str| {
         agentx_shared::folder::check_component(what, id)
             .map(drop)
-            .map_err(|e| Status::invalid_argument(e.to_string()))
+            .map_err(bad_name)
     };
     match &req.target {
         Some(diff_request::Target::SessionId(session)) => {

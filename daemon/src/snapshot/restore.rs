@@ -25,24 +25,25 @@ use super::scan::{MAX_FILE, TEMP_PREFIX};
 
 mod durable;
 pub mod live;
+mod path_error;
 mod plan;
 mod put;
 
 use durable::{Devices, make_durable};
+pub use path_error::PathError;
 pub use plan::*;
 use put::put;
 
 /// Refuses paths that could leave the folder.
-fn components(path: &[u8]) -> Result<Vec<&[u8]>, String> {
+fn components(path: &[u8]) -> Result<Vec<&[u8]>, PathError> {
     let parts: Vec<&[u8]> = path.split(|b| *b == b'/').collect();
     if path.is_empty()
         || parts
             .iter()
             .any(|c| c.is_empty() || *c == b"." || *c == b"..")
     {
-        return Err(format!(
-            "refusing unsafe path {:?}",
-            String::from_utf8_lossy(path)
+        return Err(PathError::Unsafe(
+            String::from_utf8_lossy(path).into_owned(),
         ));
     }
     Ok(parts)
@@ -154,14 +155,14 @@ struct Applier<'a> {
 }
 
 impl<'a> Applier<'a> {
-    fn settle(&mut self, op: &'a Op, done: Result<(), String>) {
+    fn settle(&mut self, op: &'a Op, done: Result<(), PathError>) {
         match done {
             Ok(()) => self.touched.push(&op.path),
-            Err(e) => self.errors.push((op.path.clone(), e)),
+            Err(e) => self.errors.push((op.path.clone(), e.to_string())),
         }
     }
 
-    fn put(&self, want: &Entry, link_to: Option<&[u8]>) -> Result<(), String> {
+    fn put(&self, want: &Entry, link_to: Option<&[u8]>) -> Result<(), PathError> {
         put(self.root_fd, want, self.blobs, link_to, self.devices)
     }
 
@@ -198,13 +199,13 @@ impl<'a> Applier<'a> {
 
     /// Independent files and symlinks, on a thread pool when there are many.
     fn in_parallel(&mut self, ops: Vec<&'a Op>) {
-        let put_one = |op: &&Op| -> Result<(), String> {
+        let put_one = |op: &&Op| -> Result<(), PathError> {
             match &op.want {
                 Some(want) => self.put(want, None),
                 None => Ok(()),
             }
         };
-        let results: Vec<Result<(), String>> = if ops.len() >= PARALLEL_MIN {
+        let results: Vec<Result<(), PathError>> = if ops.len() >= PARALLEL_MIN {
             match rayon::ThreadPoolBuilder::new()
                 .num_threads(restore_threads())
                 .thread_name(|i| format!("agentd-restore-{i}"))
@@ -236,7 +237,7 @@ fn set_dir_mtime(root_fd: &OwnedFd, want: &Entry) {
             &t,
             UtimensatFlags::NoFollowSymlink,
         )
-        .map_err(|e| e.to_string())
+        .map_err(PathError::from)
     });
 }
 
@@ -266,7 +267,7 @@ pub fn remove_temps(root: &Path, paths: &[Vec<u8>]) {
             let tmp = temp_name(name);
             match unlinkat(dir, OsStr::from_bytes(&tmp), UnlinkatFlags::NoRemoveDir) {
                 Ok(()) | Err(Errno::ENOENT) => Ok(()),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(PathError::Sys(e)),
             }
         });
     }
@@ -279,10 +280,13 @@ fn with_parent<T>(
     root: &OwnedFd,
     path: &[u8],
     create: bool,
-    f: impl FnOnce(&OwnedFd, &[u8]) -> Result<T, String>,
-) -> Result<T, String> {
+    f: impl FnOnce(&OwnedFd, &[u8]) -> Result<T, PathError>,
+) -> Result<T, PathError> {
     let parts = components(path)?;
-    let (name, parents) = parts.split_last().ok_or_else(|| "empty path".to_owned())?;
+    // `components` refuses an empty path.
+    let (name, parents) = parts
+        .split_last()
+        .ok_or_else(|| PathError::Unsafe(String::new()))?;
     let mut dir: Option<OwnedFd> = None;
     for part in parents {
         let base = dir.as_ref().unwrap_or(root);
@@ -296,32 +300,32 @@ fn with_parent<T>(
                     Mode::from_bits_truncate(0o755),
                 ) {
                     Ok(()) | Err(Errno::EEXIST) => {}
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(PathError::Sys(e)),
                 }
-                open_dir(base, part).map_err(|e| e.to_string())?
+                open_dir(base, part)?
             }
-            Err(Errno::ENOENT) => return Err(MISSING.into()),
+            Err(Errno::ENOENT) => return Err(PathError::Missing),
             Err(Errno::ELOOP | Errno::ENOTDIR) => {
-                return Err(PARENT_NOT_DIR.into());
+                return Err(PathError::ParentNotDir);
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(PathError::Sys(e)),
         };
         dir = Some(next);
     }
     f(dir.as_ref().unwrap_or(root), name)
 }
 
-fn remove(root: &OwnedFd, path: &[u8], devices: &Devices) -> Result<(), String> {
+fn remove(root: &OwnedFd, path: &[u8], devices: &Devices) -> Result<(), PathError> {
     let result = with_parent(root, path, false, |dir, name| {
         devices.note(dir);
         let name = OsStr::from_bytes(name);
         let st = match fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => st,
             Err(Errno::ENOENT) => return Ok(()),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(PathError::Sys(e)),
         };
         if too_big_now(&st) {
-            return Err(OVERSIZED_NOW.into());
+            return Err(PathError::OversizedNow);
         }
         let is_dir = st.st_mode & libc_s_ifmt() == libc_s_ifdir();
         let flag = if is_dir {
@@ -333,19 +337,15 @@ fn remove(root: &OwnedFd, path: &[u8], devices: &Devices) -> Result<(), String> 
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
             // Untracked, excluded or oversized files keep it: leave it.
             Err(Errno::ENOTEMPTY | Errno::EEXIST) => Ok(()),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(PathError::Sys(e)),
         }
     });
     match result {
         // A missing parent: nothing left to remove.
-        Err(e) if e == MISSING => Ok(()),
+        Err(PathError::Missing) => Ok(()),
         other => other,
     }
 }
-
-const MISSING: &str = "a parent directory is missing";
-const PARENT_NOT_DIR: &str = "a parent directory is now a symlink or a file; not following it";
-const OVERSIZED_NOW: &str = "over 10 MB now: left alone";
 
 /// A regular file over the size limit stands there now (never replaced).
 fn too_big_now(st: &nix::sys::stat::FileStat) -> bool {

@@ -193,3 +193,47 @@ fn a_large_restore_cut_short_before_its_final_sync_is_finished_by_the_journal() 
     assert_eq!(tree(&root), want);
     assert!(!dir.join("restore.json").exists());
 }
+
+/// The reasons the restore matches on are typed: a missing parent makes a
+/// removal a no-op, a symlinked parent is refused (never followed), an
+/// unsafe path too, each with the text the user is shown.
+#[test]
+fn path_errors_are_matched_by_kind_and_keep_their_text() {
+    use super::durable::Devices;
+    use super::{PathError, remove, with_parent};
+    use nix::fcntl::{AT_FDCWD, OFlag, openat};
+    use nix::sys::stat::Mode;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    std::fs::create_dir(root.join("real")).unwrap();
+    std::fs::write(root.join("real/f"), b"kept").unwrap();
+    symlink(root.join("real"), root.join("link")).unwrap();
+    let fd = openat(
+        AT_FDCWD,
+        root,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )
+    .unwrap();
+    let devices = Devices::new(&fd);
+
+    assert!(remove(&fd, b"gone/f", &devices).is_ok());
+    let through_link = remove(&fd, b"link/f", &devices).unwrap_err();
+    assert!(
+        matches!(through_link, PathError::ParentNotDir),
+        "{through_link:?}"
+    );
+    assert_eq!(
+        through_link.to_string(),
+        "a parent directory is now a symlink or a file; not following it"
+    );
+    assert_eq!(std::fs::read(root.join("real/f")).unwrap(), b"kept");
+    let missing = with_parent(&fd, b"gone/f", false, |_, _| Ok(())).unwrap_err();
+    assert!(matches!(missing, PathError::Missing), "{missing:?}");
+    let unsafe_path = with_parent(&fd, b"real/../f", false, |_, _| Ok(())).unwrap_err();
+    assert_eq!(
+        unsafe_path.to_string(),
+        r#"refusing unsafe path "real/../f""#
+    );
+}

@@ -165,10 +165,13 @@ pub async fn fork_into(
             .read_to_end(&mut prefix)?;
     }
     if prefix.len() as u64 != bytes {
-        return Err(StoreError::Io(format!(
-            "the journal of {} is shorter than its checkpoint",
-            parent.id
-        )));
+        return Err(StoreError::Damaged {
+            path: SessionPaths::new(from_dir, &parent.id).journal,
+            message: format!(
+                "the journal of {} is shorter than its checkpoint",
+                parent.id
+            ),
+        });
     }
     agentx_shared::profile::create_private_dir(to_dir)?;
     let new_id = loop {

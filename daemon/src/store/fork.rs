@@ -76,10 +76,10 @@ pub async fn fork(
             .read_to_end(&mut prefix)?;
     }
     if prefix.len() as u64 != cp.journal_bytes {
-        return Err(StoreError::Io(format!(
-            "{} is shorter than its checkpoint",
-            from.journal.display()
-        )));
+        return Err(StoreError::Damaged {
+            message: format!("{} is shorter than its checkpoint", from.journal.display()),
+            path: from.journal,
+        });
     }
     durable::write_atomic(&to.journal, &prefix)?;
     // A rollback while we copied may have rewritten the journal: start over.
@@ -178,7 +178,7 @@ pub async fn export(
             transcript,
         },
     };
-    serde_json::to_string_pretty(&document).map_err(|e| StoreError::Io(e.to_string()))
+    serde_json::to_string_pretty(&document).map_err(StoreError::encode)
 }
 
 /// The `at` of each committed journal line (best effort).
@@ -238,12 +238,11 @@ pub(crate) fn journal_of(transcript: &[export::Entry]) -> Result<(Vec<u8>, Vec<u
     let mut journal = Vec::new();
     let mut offsets = vec![0u64];
     for entry in transcript {
-        let mut line =
-            serde_json::to_value(&entry.item).map_err(|e| StoreError::Io(e.to_string()))?;
+        let mut line = serde_json::to_value(&entry.item).map_err(StoreError::encode)?;
         if let Some(obj) = line.as_object_mut() {
             obj.insert("at".into(), export::ms_of(&entry.at).unwrap_or(0).into());
         }
-        serde_json::to_writer(&mut journal, &line).map_err(|e| StoreError::Io(e.to_string()))?;
+        serde_json::to_writer(&mut journal, &line).map_err(StoreError::encode)?;
         journal.push(b'\n');
         offsets.push(journal.len() as u64);
     }
@@ -343,13 +342,13 @@ fn write_imported_journal(
 ) -> Result<(), StoreError> {
     let to = SessionPaths::new(dir, &doc.id);
     durable::write_atomic(&to.journal, journal)?;
-    let back =
-        read_journal(&to.journal, doc.journal_bytes).map_err(|e| StoreError::Io(e.to_string()))?;
+    let back = read_journal(&to.journal, doc.journal_bytes).map_err(StoreError::unreadable)?;
     if back.len() != items {
         let _ = std::fs::remove_file(&to.journal);
-        return Err(StoreError::Io(
-            "the imported transcript did not read back".into(),
-        ));
+        return Err(StoreError::Damaged {
+            message: "the imported transcript did not read back".into(),
+            path: to.journal,
+        });
     }
     Ok(())
 }
@@ -385,10 +384,13 @@ pub async fn keep_as_fork(
             .read_to_end(&mut journal)?;
     }
     if journal.len() as u64 != parent.journal_bytes {
-        return Err(StoreError::Io(format!(
-            "{} is shorter than its document says",
-            from.journal.display()
-        )));
+        return Err(StoreError::Damaged {
+            message: format!(
+                "{} is shorter than its document says",
+                from.journal.display()
+            ),
+            path: from.journal,
+        });
     }
     durable::write_atomic(&to.journal, &journal)?;
     let mut doc = parent.clone();

@@ -164,7 +164,7 @@ impl Group {
                 let result = self.session(folder, &id).and_then(|s| {
                     s.transcript().map_err(|e| match e {
                         LoadError::Branch(why) => StoreError::Moved(why),
-                        e => StoreError::Io(e.to_string()),
+                        e => StoreError::unreadable(e),
                     })
                 });
                 let _ = reply.send(result);
@@ -345,7 +345,7 @@ impl Group {
             return Ok(());
         }
         file.current.insert(folder.to_owned(), id.to_owned());
-        let bytes = serde_json::to_vec(&file).map_err(|e| StoreError::Io(e.to_string()))?;
+        let bytes = serde_json::to_vec(&file).map_err(StoreError::encode)?;
         durable::write_atomic(&self.dir.join("current.json"), &bytes)?;
         Ok(())
     }

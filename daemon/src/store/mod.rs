@@ -31,12 +31,26 @@ pub enum StoreError {
     /// The state changed since the caller looked (another client went on).
     #[error("{0}")]
     Moved(String),
-    /// A file operation failed; the OS error is kept as the source.
+    /// A file operation failed; the OS error is kept as the source. Ours:
+    /// report it; the caller may try again.
     #[error("storage error: {0}")]
     Disk(#[source] std::sync::Arc<std::io::Error>),
-    /// Stored data that cannot be written or read back as it should.
+    /// The file at `path` does not hold what its document or checkpoint
+    /// says (`message`): it is damaged; report it, nothing was changed.
+    #[error("storage error: {message}")]
+    Damaged { path: PathBuf, message: String },
+    /// A stored transcript did not read back (the source says where and
+    /// why): report it; retrying does not help.
     #[error("storage error: {0}")]
-    Io(String),
+    Unreadable(#[source] std::sync::Arc<session::LoadError>),
+    /// A record could not be written as JSON (a bug, not the disk): report
+    /// it; nothing was written.
+    #[error("storage error: {0}")]
+    Encode(#[source] std::sync::Arc<serde_json::Error>),
+    /// agentd's own bookkeeping failed (`0` says how): report it; a
+    /// restart of agentd clears it.
+    #[error("storage error: {0}")]
+    Internal(&'static str),
     #[error("agentd is shutting down")]
     Closed,
 }
@@ -44,6 +58,18 @@ pub enum StoreError {
 impl From<std::io::Error> for StoreError {
     fn from(e: std::io::Error) -> Self {
         Self::Disk(std::sync::Arc::new(e))
+    }
+}
+
+impl StoreError {
+    /// Encoding a record as JSON failed.
+    pub fn encode(e: serde_json::Error) -> Self {
+        Self::Encode(std::sync::Arc::new(e))
+    }
+
+    /// Reading a stored transcript back failed.
+    pub fn unreadable(e: session::LoadError) -> Self {
+        Self::Unreadable(std::sync::Arc::new(e))
     }
 }
 
@@ -117,7 +143,7 @@ impl Store {
         let mut registry = self
             .groups
             .lock()
-            .map_err(|_| StoreError::Io("store registry poisoned".into()))?;
+            .map_err(|_| StoreError::Internal("store registry poisoned"))?;
         let tx = match registry.live.get(&key).and_then(|(weak, _)| weak.upgrade()) {
             Some(tx) => tx,
             None => {
@@ -183,5 +209,30 @@ mod id_tests {
             assert!(!is_conversation_id(bad), "{bad}");
         }
         assert!(is_conversation_id("19ad6c2b1f0-0a3b4c"));
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::session::{LoadError, parse_journal};
+    use super::*;
+
+    #[test]
+    fn an_unreadable_transcript_keeps_its_cause_with_the_path_and_its_message() {
+        let path = std::path::Path::new("/profile/sessions/x.jsonl");
+        let Err(e) = parse_journal(&b"not json\n"[..], 9, path) else {
+            panic!("a line that is not JSON read back");
+        };
+        let text = e.to_string();
+        let e = StoreError::unreadable(e);
+        assert_eq!(e.to_string(), format!("storage error: {text}"));
+        // StoreError is Clone, so its causes are shared: an Arc.
+        let cause = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<std::sync::Arc<LoadError>>())
+            .map(|c| &**c);
+        assert!(
+            matches!(cause, Some(LoadError::Corrupt { path: p, .. }) if p == path),
+            "{cause:?}"
+        );
     }
 }

@@ -82,7 +82,7 @@ impl Store {
                     Err(e) => Some(Err(e)),
                 }
             })
-            .ok_or_else(|| StoreError::Io("no free one-shot id".into()))??;
+            .ok_or(StoreError::Internal("no free one-shot id"))??;
         durable::fsync_dir(&parent)?;
 
         let mut doc = SessionDoc::new(id.clone(), folder.to_owned(), agent.to_owned(), stamp);
@@ -213,7 +213,7 @@ impl Store {
         let transcript = match &info.doc {
             Some(doc) => {
                 super::session::read_journal(&dir.join(format!("{id}.jsonl")), doc.journal_bytes)
-                    .map_err(|e| StoreError::Io(e.to_string()))?
+                    .map_err(StoreError::unreadable)?
             }
             None => Vec::new(),
         };

@@ -976,3 +976,24 @@ fn a_local_fork_and_an_import_are_pushed_like_any_conversation() {
         );
     }
 }
+
+#[test]
+fn resuming_with_a_misconfigured_remote_says_the_remote_failed_not_that_it_is_missing() {
+    // No server needed: the URL is refused before any connection.
+    let env = machine(
+        "machine-a",
+        "git@github.com:acme/app.git",
+        "mysql://nowhere/db",
+    );
+    let model = FakeModel::start();
+    let out = env.chat(&model, ["resume", "0190a1b2c3d-abc123"], "");
+    assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains(
+            "conversation 0190a1b2c3d-abc123 is not here, and pulling it from the remote \
+             store failed: remote_url must start with postgresql://"
+        ),
+        "{said}"
+    );
+}

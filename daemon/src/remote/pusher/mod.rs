@@ -134,7 +134,7 @@ async fn pass(
         // connect again too and learn it there.
         *client = None;
         return Err(match e {
-            RemoteError::Server(text) => RemoteError::Server(url.redact(&text)),
+            e @ RemoteError::Server { .. } => e.redacted(url),
             other => {
                 remote.lanes.clear();
                 other
@@ -193,7 +193,7 @@ async fn push_all(
                 tracing::info!(id = %push.id, "remote: changed elsewhere since the last push");
                 match super::pull::settle_for_pusher(remote, &doc_path).await {
                     Ok(()) => settled = true,
-                    Err(e @ RemoteError::Server(_)) => return Err(e),
+                    Err(e @ RemoteError::Server { .. }) => return Err(e),
                     // A local problem with this one must not hold up the
                     // others: it stays pending and is tried again later.
                     Err(e) => tracing::warn!(id = %push.id, "remote: cannot settle: {e}"),
@@ -213,7 +213,7 @@ async fn push_all(
                 if c.is_closed() {
                     *client = None;
                 }
-                return Err(RemoteError::Server(url.redact(&e.to_string())));
+                return Err(RemoteError::server_because(url.redact(&e.to_string()), e));
             }
         }
         record_pushed(remote, &doc_path, &push).await;
@@ -229,7 +229,7 @@ async fn read_pending(remote: &Arc<Remote>, doc_path: &Path) -> Result<Option<Pu
     let path = doc_path.to_path_buf();
     let read = tokio::task::spawn_blocking(move || read_push(&reader, &path))
         .await
-        .map_err(|e| RemoteError::Local(e.to_string()))?;
+        .map_err(RemoteError::local)?;
     Ok(match read {
         Ok(Some(push)) => Some(push),
         Ok(None) => {

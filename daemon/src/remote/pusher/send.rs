@@ -152,7 +152,7 @@ async fn upsert(
         None if !finished => (0, None, Default::default()),
         _ => (doc.turns, doc.response_id.clone(), doc.usage),
     };
-    let usage = serde_json::to_string(&usage).map_err(|e| RemoteError::Local(e.to_string()))?;
+    let usage = serde_json::to_string(&usage).map_err(RemoteError::local)?;
     let turns = i32::try_from(turns).unwrap_or(i32::MAX);
     let records = i64::try_from(push.end.items).unwrap_or(i64::MAX);
     let rollbacks = i64::try_from(doc.rollbacks).unwrap_or(i64::MAX);

@@ -75,18 +75,18 @@ pub(super) fn sync_each(root: &OwnedFd, touched: &[&[u8]]) -> Vec<(Vec<u8>, Stri
                 OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
                 Mode::empty(),
             ) {
-                Ok(fd) => nix::unistd::fsync(&fd).map_err(|e| e.to_string()),
+                Ok(fd) => nix::unistd::fsync(&fd).map_err(PathError::Sys),
                 // Removed, replaced by a later step, or a symlink: the
                 // directory holding it is synced below.
                 Err(Errno::ENOENT | Errno::ELOOP | Errno::ENOTDIR) => Ok(()),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(PathError::Sys(e)),
             }
         });
         match file {
             Ok(()) => {}
             // A directory above it was removed or replaced by a later step
             // of this restore: that step's path is synced itself.
-            Err(e) if e == MISSING || e == PARENT_NOT_DIR => {}
+            Err(PathError::Missing | PathError::ParentNotDir) => {}
             Err(e) => errors.push((path.to_vec(), format!("not made durable: {e}"))),
         }
         let parent = path
@@ -99,18 +99,18 @@ pub(super) fn sync_each(root: &OwnedFd, touched: &[&[u8]]) -> Vec<(Vec<u8>, Stri
     parents.dedup();
     for parent in parents {
         let synced = if parent.is_empty() {
-            nix::unistd::fsync(root).map_err(|e| e.to_string())
+            nix::unistd::fsync(root).map_err(PathError::Sys)
         } else {
             with_parent(root, parent, false, |dir, name| match open_dir(dir, name) {
-                Ok(fd) => nix::unistd::fsync(&fd).map_err(|e| e.to_string()),
+                Ok(fd) => nix::unistd::fsync(&fd).map_err(PathError::Sys),
                 // Removed or replaced too: its own parent's fsync covers that.
                 Err(Errno::ENOENT | Errno::ENOTDIR | Errno::ELOOP) => Ok(()),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(PathError::Sys(e)),
             })
         };
         match synced {
             Ok(()) => {}
-            Err(e) if e == MISSING || e == PARENT_NOT_DIR => {}
+            Err(PathError::Missing | PathError::ParentNotDir) => {}
             Err(e) => {
                 for path in touched.iter().filter(|p| {
                     if parent.is_empty() {

@@ -46,7 +46,7 @@ pub fn check(root: &Path, ops: &[Op], current: &Manifest) -> Vec<(Vec<u8>, Strin
     let mut out = Vec::new();
     for op in ops.iter().filter(|o| o.left_alone.is_none()) {
         if let Err(why) = check_one(&root_fd, op, current, &mut parent) {
-            out.push((op.path.clone(), why));
+            out.push((op.path.clone(), why.to_string()));
         }
     }
     out
@@ -57,14 +57,14 @@ fn check_one(
     op: &Op,
     current: &Manifest,
     cache: &mut Option<Parent>,
-) -> Result<(), String> {
+) -> Result<(), PathError> {
     components(&op.path)?;
     let (par, name) = parent_of(&op.path);
     if cache.as_ref().is_none_or(|p| p.rel != par) {
         *cache = Some(open_parent(root_fd, par)?);
     }
     let Some(parent) = cache.as_ref() else {
-        return Err("the folder cannot be opened".into());
+        return Err(PathError::NoFolder);
     };
     // The parent must be the directory the plan knows (a mount, or a
     // directory replaced by another, changes its inode); where the plan
@@ -74,8 +74,12 @@ fn check_one(
         match (known, &parent.fd) {
             (Some(e), Some(_)) if e.ino == parent.ino => {}
             (None, None) => {}
-            (Some(_), None) => return Err(changed("its folder is gone")),
-            _ => return Err(changed("its folder was replaced or mounted over")),
+            (Some(_), None) => return Err(PathError::Changed("its folder is gone")),
+            _ => {
+                return Err(PathError::Changed(
+                    "its folder was replaced or mounted over",
+                ));
+            }
         }
     }
     let Some(dir) = &parent.fd else {
@@ -83,7 +87,7 @@ fn check_one(
         // entry believes.
         return match &op.now {
             None => Ok(()),
-            Some(_) => Err(changed("it is gone")),
+            Some(_) => Err(PathError::Changed("it is gone")),
         };
     };
     let live = match fstatat(
@@ -93,29 +97,29 @@ fn check_one(
     ) {
         Ok(st) => Some(st),
         Err(Errno::ENOENT) => None,
-        Err(e) => return Err(format!("cannot be checked ({e}): left alone")),
+        Err(e) => return Err(PathError::Unchecked(e)),
     };
     match (&op.now, live) {
         (None, None) => Ok(()),
-        (None, Some(_)) => Err(changed("something new stands there")),
-        (Some(_), None) => Err(changed("it is gone")),
+        (None, Some(_)) => Err(PathError::Changed("something new stands there")),
+        (Some(_), None) => Err(PathError::Changed("it is gone")),
         (Some(want), Some(st)) => same(dir, name, want, &st),
     }
 }
 
-fn open_parent(root_fd: &OwnedFd, rel: &[u8]) -> Result<Parent, String> {
+fn open_parent(root_fd: &OwnedFd, rel: &[u8]) -> Result<Parent, PathError> {
     let fd = if rel.is_empty() {
-        Some(root_fd.try_clone().map_err(|e| e.to_string())?)
+        Some(root_fd.try_clone()?)
     } else {
         match scan::open_rel_dir(root_fd, rel) {
             Ok(fd) => Some(fd),
             // Nothing, or not a directory (a file, a symlink: never followed).
             Err(Errno::ENOENT | Errno::ELOOP | Errno::ENOTDIR) => None,
-            Err(e) => return Err(format!("cannot be checked ({e}): left alone")),
+            Err(e) => return Err(PathError::Unchecked(e)),
         }
     };
     let ino = match &fd {
-        Some(fd) => nix::sys::stat::fstat(fd).map_err(|e| e.to_string())?.st_ino,
+        Some(fd) => nix::sys::stat::fstat(fd)?.st_ino,
         None => 0,
     };
     Ok(Parent {
@@ -125,17 +129,13 @@ fn open_parent(root_fd: &OwnedFd, rel: &[u8]) -> Result<Parent, String> {
     })
 }
 
-fn changed(what: &str) -> String {
-    format!("changed on disk since agentd last looked ({what}): left alone")
-}
-
 /// Whether the live `st` is the entry the plan holds.
 fn same(
     dir: &OwnedFd,
     name: &[u8],
     want: &Entry,
     st: &nix::sys::stat::FileStat,
-) -> Result<(), String> {
+) -> Result<(), PathError> {
     let kind = match st.st_mode & libc_s_ifmt() {
         0o040000 => Kind::Dir,
         0o120000 => Kind::Symlink,
@@ -148,13 +148,13 @@ fn same(
         want.kind
     };
     if kind != want_kind {
-        return Err(changed("its type changed"));
+        return Err(PathError::Changed("its type changed"));
     }
     if st.st_ino != want.ino {
-        return Err(changed("another file stands there"));
+        return Err(PathError::Changed("another file stands there"));
     }
     if st.st_mode & 0o7777 != want.mode {
-        return Err(changed("its mode changed"));
+        return Err(PathError::Changed("its mode changed"));
     }
     if kind == Kind::Dir {
         return Ok(());
@@ -165,13 +165,13 @@ fn same(
         || mtime != want.mtime_ns
         || ctime != want.ctime_ns
     {
-        return Err(changed("it was written to"));
+        return Err(PathError::Changed("it was written to"));
     }
     if kind == Kind::Symlink && want.kind == Kind::Symlink {
-        let target = nix::fcntl::readlinkat(dir, OsStr::from_bytes(name))
-            .map_err(|e| format!("cannot be checked ({e}): left alone"))?;
+        let target =
+            nix::fcntl::readlinkat(dir, OsStr::from_bytes(name)).map_err(PathError::Unchecked)?;
         if target.as_bytes() != want.target.as_slice() {
-            return Err(changed("its target changed"));
+            return Err(PathError::Changed("its target changed"));
         }
     }
     Ok(())

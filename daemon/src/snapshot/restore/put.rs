@@ -43,11 +43,11 @@ pub(super) fn put(
     blobs: &Blobs,
     link_to: Option<&[u8]>,
     devices: &Devices,
-) -> Result<(), String> {
+) -> Result<(), PathError> {
     // Read the content first: never leave a half-written path behind.
     let data = match want.kind {
-        Kind::File if link_to.is_none() => Some(blobs.read(&want.hash).map_err(|e| e.to_string())?),
-        Kind::Skipped => return Err("not captured: left alone".into()),
+        Kind::File if link_to.is_none() => Some(blobs.read(&want.hash)?),
+        Kind::Skipped => return Err(PathError::NotCaptured),
         _ => None,
     };
     with_parent(root, &want.path, true, |dir, name| {
@@ -55,19 +55,19 @@ pub(super) fn put(
         let os_name = OsStr::from_bytes(name);
         let existing = fstatat(dir, os_name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok();
         if existing.as_ref().is_some_and(too_big_now) {
-            return Err(OVERSIZED_NOW.into());
+            return Err(PathError::OversizedNow);
         }
         let existing_is_dir =
             existing.is_some_and(|st| st.st_mode & libc_s_ifmt() == libc_s_ifdir());
         match want.kind {
-            Kind::Skipped => Err("not captured: left alone".into()),
+            Kind::Skipped => Err(PathError::NotCaptured),
             Kind::Dir => put_dir(dir, name, existing.is_some(), existing_is_dir, want),
             Kind::File | Kind::Symlink => {
                 if existing_is_dir {
                     // A directory stands where a file belongs: only an empty
                     // one can go (anything in it is not ours to delete).
                     unlinkat(dir, os_name, UnlinkatFlags::RemoveDir)
-                        .map_err(|e| format!("a directory is in the way ({e})"))?;
+                        .map_err(PathError::InTheWay)?;
                 }
                 let tmp = temp_name(name);
                 let tmp_os = OsStr::from_bytes(&tmp);
@@ -82,18 +82,17 @@ pub(super) fn put(
                             tmp_os,
                             nix::fcntl::AtFlags::empty(),
                         )
-                        .map_err(|e| e.to_string())
+                        .map_err(PathError::Sys)
                     })?;
                 } else if want.kind == Kind::Symlink {
-                    symlinkat(OsStr::from_bytes(&want.target), dir, tmp_os)
-                        .map_err(|e| e.to_string())?;
+                    symlinkat(OsStr::from_bytes(&want.target), dir, tmp_os)?;
                     restore_owner(dir, tmp_os, None, want);
                 } else {
                     write_temp(dir, tmp_os, want, data.as_deref().unwrap_or_default())?;
                 }
                 nix::fcntl::renameat(dir, tmp_os, dir, os_name).map_err(|e| {
                     let _ = unlinkat(dir, tmp_os, UnlinkatFlags::NoRemoveDir);
-                    e.to_string()
+                    PathError::Sys(e)
                 })
             }
         }
@@ -107,33 +106,32 @@ fn put_dir(
     exists: bool,
     is_dir: bool,
     want: &Entry,
-) -> Result<(), String> {
+) -> Result<(), PathError> {
     let os_name = OsStr::from_bytes(name);
     if exists && !is_dir {
-        unlinkat(dir, os_name, UnlinkatFlags::NoRemoveDir).map_err(|e| e.to_string())?;
+        unlinkat(dir, os_name, UnlinkatFlags::NoRemoveDir)?;
     }
     if !is_dir || !exists {
         match mkdirat(dir, os_name, Mode::from_bits_truncate(0o700)) {
             Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(PathError::Sys(e)),
         }
     }
-    let fd = open_dir(dir, name).map_err(|e| e.to_string())?;
+    let fd = open_dir(dir, name)?;
     let mode = restore_owner(dir, os_name, Some(&fd), want);
-    fchmod(&fd, Mode::from_bits_truncate(mode)).map_err(|e| e.to_string())?;
+    fchmod(&fd, Mode::from_bits_truncate(mode))?;
     Ok(())
 }
 
 /// Writes `data` to the new temp file `tmp` in `dir` with `want`'s owner,
 /// mode and mtime; removes it again if that fails.
-fn write_temp(dir: &OwnedFd, tmp: &OsStr, want: &Entry, data: &[u8]) -> Result<(), String> {
+fn write_temp(dir: &OwnedFd, tmp: &OsStr, want: &Entry, data: &[u8]) -> Result<(), PathError> {
     let fd = openat(
         dir,
         tmp,
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::from_bits_truncate(0o600),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let mut file = std::fs::File::from(fd);
     let write = (|| -> std::io::Result<()> {
         file.write_all(data)?;
@@ -150,6 +148,6 @@ fn write_temp(dir: &OwnedFd, tmp: &OsStr, want: &Entry, data: &[u8]) -> Result<(
     })();
     write.map_err(|e| {
         let _ = unlinkat(dir, tmp, UnlinkatFlags::NoRemoveDir);
-        e.to_string()
+        PathError::Io(e)
     })
 }

@@ -16,6 +16,29 @@ use super::WatchConfig;
 use super::mounts::{Mount, MountTable};
 use crate::snapshot::scan::{Excludes, excluded};
 
+/// Why a folder cannot be watched: its snapshots fall back to full scans,
+/// and the text says why in `agentx status`.
+#[derive(Debug, thiserror::Error)]
+pub enum Unwatchable {
+    /// The folder itself cannot be read (gone, or no permission).
+    #[error("the folder cannot be read")]
+    Unreadable,
+    /// A network or FUSE file system is mounted inside the folder.
+    #[error(
+        "a network or FUSE file system ({fstype}) is mounted in it at {point}, where inotify misses changes"
+    )]
+    RemoteMount { fstype: String, point: String },
+    /// The folder is on a network or FUSE file system (type `0`).
+    #[error("it is on a network or FUSE file system (type {0:#x}), where inotify misses changes")]
+    RemoteFs(i64),
+    /// The file system could not be asked its type.
+    #[error("statfs failed: {0}")]
+    Statfs(#[source] Errno),
+    /// No inotify instance (the user's limit reached).
+    #[error("inotify_init failed: {0}")]
+    Inotify(#[source] Errno),
+}
+
 const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
     .union(AddWatchFlags::IN_DELETE)
     .union(AddWatchFlags::IN_MODIFY)
@@ -204,17 +227,16 @@ impl FolderWatch {
         ex: &Excludes,
         cfg: &WatchConfig,
         table: &MountTable,
-    ) -> Result<Self, String> {
-        let root_id = identity(root).ok_or_else(|| "the folder cannot be read".to_owned())?;
+    ) -> Result<Self, Unwatchable> {
+        let root_id = identity(root).ok_or(Unwatchable::Unreadable)?;
         let mounts = table.inside(root);
         if let Some(m) = mounts.iter().find(|m| m.is_remote()) {
-            return Err(format!(
-                "a network or FUSE file system ({}) is mounted in it at {}, where inotify misses changes",
-                m.fstype,
-                short(&m.point)
-            ));
+            return Err(Unwatchable::RemoteMount {
+                fstype: m.fstype.clone(),
+                point: short(&m.point),
+            });
         }
-        let fs = nix::sys::statfs::statfs(root).map_err(|e| format!("statfs failed: {e}"))?;
+        let fs = nix::sys::statfs::statfs(root).map_err(Unwatchable::Statfs)?;
         #[allow(clippy::unnecessary_cast)] // f_type's width differs by target
         let fs_type = fs.filesystem_type().0 as i64;
         #[cfg(test)]
@@ -224,12 +246,10 @@ impl FolderWatch {
             fs_type
         };
         if REMOTE_FS.contains(&fs_type) {
-            return Err(format!(
-                "it is on a network or FUSE file system (type {fs_type:#x}), where inotify misses changes"
-            ));
+            return Err(Unwatchable::RemoteFs(fs_type));
         }
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-            .map_err(|e| format!("inotify_init failed: {e}"))?;
+            .map_err(Unwatchable::Inotify)?;
         let w = Self {
             inotify,
             root: root.to_path_buf(),

@@ -232,7 +232,8 @@ impl Watchers {
                     None => "not watched yet".into(),
                 })
             }
-            Err(reason) => {
+            Err(why) => {
+                let reason = why.to_string();
                 self.note(folder, reason.clone(), false);
                 Plan::Full(reason)
             }

@@ -94,7 +94,7 @@ impl Group {
         if file.shared.len() == before {
             return Ok(());
         }
-        let bytes = serde_json::to_vec(&file).map_err(|e| StoreError::Io(e.to_string()))?;
+        let bytes = serde_json::to_vec(&file).map_err(StoreError::encode)?;
         durable::write_atomic(&self.dir.join("shared.json"), &bytes)?;
         Ok(())
     }
@@ -116,7 +116,7 @@ impl Group {
                 at: now_ms(),
             },
         );
-        let bytes = serde_json::to_vec(&file).map_err(|e| StoreError::Io(e.to_string()))?;
+        let bytes = serde_json::to_vec(&file).map_err(StoreError::encode)?;
         durable::write_atomic(&self.dir.join("shared.json"), &bytes)?;
         Ok(())
     }

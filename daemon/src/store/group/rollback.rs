@@ -141,10 +141,13 @@ impl Session {
         let tail_path = self.paths.tail_of(&backup);
         let tail = std::fs::read(&tail_path)?;
         if tail.len() as u64 != backup.journal_bytes - backup.rolled_back_to {
-            return Err(StoreError::Io(format!(
-                "{} does not match the rollback it belongs to; it cannot be undone",
-                tail_path.display()
-            )));
+            return Err(StoreError::Damaged {
+                message: format!(
+                    "{} does not match the rollback it belongs to; it cannot be undone",
+                    tail_path.display()
+                ),
+                path: tail_path,
+            });
         }
         self.append_raw(&tail, backup.journal_items - self.doc.journal_items)?;
         let backup = *backup;
