@@ -1,4 +1,4 @@
-//! The `agentx` command line (DESIGN §7). Global flags are accepted before
+//! The `agentx` command line. Global flags are accepted before
 //! or after the subcommand.
 
 use std::path::PathBuf;

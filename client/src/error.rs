@@ -1,5 +1,5 @@
-//! Errors that end an `agentx` run: one line on stderr and the exit code of
-//! DESIGN §7 (1 failed, 2 usage, 3 daemon unreachable).
+//! Errors that end an `agentx` run: one line on stderr and an exit code
+//! (1 failed, 2 usage, 3 daemon unreachable).
 
 use std::fmt;
 

@@ -91,7 +91,7 @@ mod tests {
         assert!(offenders(block).unwrap().is_empty());
     }
 
-    /// Would have caught the non-UTF-8 folder refusal (issue 25 §9): no
+    /// Would have caught the non-UTF-8 folder refusal: no
     /// literal in the workspace continues a line without `\`.
     #[test]
     fn no_message_continues_a_line_without_backslash() {

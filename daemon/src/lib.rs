@@ -3,6 +3,52 @@
 //!
 //! The daemon is a library with a thin binary (`src/main.rs`) so that fuzz
 //! targets and benchmarks can reach its on-disk readers; see [`fuzzing`].
+//!
+//! # Layout
+//!
+//! Bottom to top (the allowed imports between them are checked by `layers`):
+//!
+//! - Process helpers: `pidlock` (single instance, re-checked while
+//!   serving), `listener` (bind 0600 or inherit from systemd, stale-socket
+//!   replacement, unlink only what it bound), `peer` (SO_PEERCRED check),
+//!   `authority` (rewrites a socket-path `:authority` from grpc-core
+//!   clients), `logging`, `cli`, `durable` (atomic writes, quarantine) and
+//!   `shutdown` (the one stop handle: requested, then stopping).
+//! - `store`: conversations on disk. One actor per folder key and agent
+//!   (`group`, with `handle` for requests, `files`, `rollback` and `turns`:
+//!   one turn at a time per conversation); `session` = state document +
+//!   journal (`rebuild` when the document is corrupt); `oneshot` =
+//!   isolated one-shot states; `fork` (forks and imports); `pulled`
+//!   (another machine's copy applied); `commits` (the `Changed` event sent
+//!   to subscribers); `elsewhere` (conversations kept in other folders).
+//! - `snapshot`: folder snapshots. `mod` = the store, `take`, `scan` (the
+//!   walk, stat cache and `read`), `watch` (inotify per folder, dirty
+//!   sets) + `incremental`, `manifest` (entries, chunks shared between
+//!   snapshots), `blobs`, `timeline`, `summary`, `diff`, `undo`
+//!   (undo/rewind), `restore` (`plan`, `put` one path, `live`, `durable`,
+//!   `path_error`), `service` (the actor thread owning every timeline) and
+//!   `seams` (test hooks, tests only).
+//! - `search`: the tantivy index (`mod` = the index and its indexer
+//!   thread, `query`, `health` and `garbled`: a damaged index is rebuilt).
+//! - `remote`: the PostgreSQL copy. `url` (parsing, redaction), `pgpass`,
+//!   `tls`, `project` keys, `schema` migrations, `lanes` (connections for
+//!   listing, search and pull), `listen` (LISTEN/NOTIFY), `search`,
+//!   `pusher` (`outbox`, `send`), `pull` over `copy` and `line`, `rule`
+//!   (the fork rule as a pure function), `clear`.
+//! - `turn`: the engine of one turn. `mod` = its steps, `tools` (approvals
+//!   and calls), `retry`, the `responses` and `chat` providers over `sse`
+//!   and `provider` (`error`, `http`), `context`, `compact`, `window`,
+//!   `tokens`, `meter`, `instructions` (AGENTS.md), `resolve`, and the
+//!   `shell` tool with its output and supervisor.
+//! - `runner`: one turn from start to finish (lease, pre-turn pull, before
+//!   and after snapshots, ending on stop).
+//! - `services`: the gRPC edge, one file per service; wire ↔ domain
+//!   conversion there, every error's status in `services::status`.
+//! - `server`: wiring (store, subscribers, shutdown), router, readiness,
+//!   signals, graceful drain, the profile guard.
+//!
+//! `fuzzing` and `benching` expose readers to `fuzz/` and benchmarks;
+//! `proptests` holds the property tests.
 
 mod authority;
 #[doc(hidden)]

@@ -219,7 +219,7 @@ impl Domain {
         let commits = crate::store::Commits::default();
         let store = Store::new(profile.sessions_dir(), commits.clone());
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        let snapshots = Snapshots::start(profile.checkpoints_dir(), home, profile.config_file())
+        let snapshots = Snapshots::start(profile.snapshots_dir(), home, profile.config_file())
             .context("cannot start the snapshot store")?;
         // HTTP clients are made per proxy setting as turns need them.
         let models = Arc::new(crate::turn::window::Models::open(

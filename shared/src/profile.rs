@@ -109,7 +109,9 @@ impl Profile {
     pub fn sessions_dir(&self) -> PathBuf {
         self.dir.join("sessions")
     }
-    pub fn checkpoints_dir(&self) -> PathBuf {
+    /// Where folder snapshots live (`checkpoints/` on disk, the name the
+    /// storage layout has always had).
+    pub fn snapshots_dir(&self) -> PathBuf {
         self.dir.join("checkpoints")
     }
     pub fn config_file(&self) -> PathBuf {

@@ -12,6 +12,11 @@ pub fn unix_ms(t: SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    unix_ms(SystemTime::now())
+}
+
 /// The wire form of a point in time.
 pub fn to_wire(t: SystemTime) -> Timestamp {
     Timestamp {

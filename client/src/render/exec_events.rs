@@ -1,4 +1,4 @@
-//! `agentx exec --json` lines (DESIGN §7): one tagged object per turn event,
+//! `agentx exec --json` lines: one tagged object per turn event,
 //! typed so the contract is written down in one place.
 
 use serde::Serialize;

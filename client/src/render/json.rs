@@ -1,5 +1,5 @@
 //! The `--json` documents of conversations, status, the remote store and
-//! search hits (the contract in DESIGN §7): one function per document.
+//! search hits (the documented --json contract): one function per document.
 
 use serde_json::{Value, json};
 

@@ -285,7 +285,7 @@ fn rendered_lines_are_single_lines() {
     }
 }
 
-/// The wire enums keep the words `--json` always printed (DESIGN §7).
+/// The wire enums keep the words `--json` always printed.
 #[test]
 fn wire_enums_keep_their_json_words() {
     let places = [

@@ -32,7 +32,6 @@ mod watch_tests;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
@@ -214,7 +213,7 @@ fn describe_message(before: &Snap, session: &str) -> String {
         .find(|o| o.session == session && o.phase == Phase::Before)
         .map(|o| o.label.clone())
         .unwrap_or_default();
-    let secs = (now_ms() - before.created_at).max(0) / 1000;
+    let secs = (agentx_shared::time::now_ms() - before.created_at).max(0) / 1000;
     let ago = match secs {
         0..=4 => "just now".to_owned(),
         5..=59 => format!("{secs} s ago"),
@@ -239,10 +238,6 @@ pub struct SnapshotStore {
     /// After idle work failed (a full disk, say): none before this instant,
     /// so a failure costs one attempt a minute, not one a second.
     idle_paused_until: Option<std::time::Instant>,
-}
-
-fn now_ms() -> i64 {
-    agentx_shared::time::unix_ms(SystemTime::now())
 }
 
 #[cfg(test)]

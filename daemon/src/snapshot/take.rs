@@ -40,7 +40,7 @@ impl SnapshotStore {
         let scanned = self.scan_durably(folder, &excludes, plan, previous.as_deref())?;
         let newest = self.folder(folder)?.timeline.snaps.last().cloned();
         let sum = summary::summarize(previous.as_deref().zip(newest.as_ref()), &scanned);
-        let now = now_ms();
+        let now = agentx_shared::time::now_ms();
         let id = next_id(&self.folder(folder)?.timeline, now);
         let manifest = match newest.filter(|_| sum.same) {
             Some(newest) => newest.manifest,
@@ -148,7 +148,7 @@ impl SnapshotStore {
         started: Instant,
         root: Option<[u64; 2]>,
     ) -> Result<Snap, SnapError> {
-        let now = now_ms();
+        let now = agentx_shared::time::now_ms();
         let fs = self.folder(folder)?;
         let id = next_id(&fs.timeline, now);
         let newest = fs

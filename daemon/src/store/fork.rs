@@ -3,7 +3,6 @@
 
 use std::io::Read as _;
 use std::path::Path;
-use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
@@ -19,10 +18,6 @@ use crate::durable;
 pub struct ForkOrigin {
     pub id: String,
     pub turn: u32,
-}
-
-fn now_ms() -> i64 {
-    agentx_shared::time::unix_ms(SystemTime::now())
 }
 
 /// A fresh id that names no file in `dir`.
@@ -90,7 +85,7 @@ pub async fn fork(
             "the conversation was rolled back while forking; try again".into(),
         ));
     }
-    let now = now_ms();
+    let now = agentx_shared::time::now_ms();
     let mut doc = SessionDoc::new(id, parent.folder.clone(), parent.agent.clone(), now);
     doc.title = parent.title.clone();
     doc.response_id = cp.response_id.clone();
@@ -146,7 +141,7 @@ pub async fn export(
     let document = Document {
         format: export::FORMAT_NAME.into(),
         version: export::VERSION,
-        exported_at: export::time_of(now_ms()),
+        exported_at: export::time_of(agentx_shared::time::now_ms()),
         exported_by: agentx_shared::version::VERSION.to_owned(),
         conversation: export::Conversation {
             id: doc.id.clone(),
@@ -262,7 +257,7 @@ pub(crate) fn imported_doc(
     let offset = |items: u64| offsets.get(items as usize).copied().unwrap_or(0);
     let ms = |t: &str| export::ms_of(t).unwrap_or(0);
     let mut doc = SessionDoc::new(id, folder.to_owned(), agent.to_owned(), ms(&c.created_at));
-    doc.updated_at = now_ms();
+    doc.updated_at = agentx_shared::time::now_ms();
     doc.title = imported_title(c);
     // The server-side chain may not exist for this profile: the first turn
     // resends the local transcript.
@@ -396,7 +391,7 @@ pub async fn keep_as_fork(
     let mut doc = parent.clone();
     doc.id = id;
     doc.title = title;
-    doc.created_at = now_ms();
+    doc.created_at = agentx_shared::time::now_ms();
     doc.updated_at = doc.created_at.max(parent.updated_at);
     doc.rollback = None;
     doc.older_rollbacks = Vec::new();

@@ -356,7 +356,12 @@ impl Group {
         while self.sessions.contains_key(&id) {
             id = new_id();
         }
-        let doc = SessionDoc::new(id.clone(), folder.to_owned(), self.agent.clone(), now_ms());
+        let doc = SessionDoc::new(
+            id.clone(),
+            folder.to_owned(),
+            self.agent.clone(),
+            agentx_shared::time::now_ms(),
+        );
         let session = Session::create(&self.dir, doc)?;
         self.sessions.insert(id.clone(), session);
         Ok(id)
@@ -450,7 +455,7 @@ impl Group {
     }
 
     fn commit(&mut self, folder: &str, id: &str, change: Change) -> Result<SessionDoc, StoreError> {
-        let now = now_ms();
+        let now = agentx_shared::time::now_ms();
         let session = self.session(folder, id)?;
         session.append(&change.append, now)?;
         let doc = &mut session.doc;

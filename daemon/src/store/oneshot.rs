@@ -3,7 +3,6 @@
 //! when it failed or was interrupted.
 
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use super::session::{BaseRef, SessionDoc};
 use super::{GroupHandle, Store, StoreError, group};
@@ -25,10 +24,6 @@ pub struct Oneshot {
     pub id: String,
     pub dir: PathBuf,
     pub group: GroupHandle,
-}
-
-fn now_ms() -> i64 {
-    agentx_shared::time::unix_ms(SystemTime::now())
 }
 
 impl Store {
@@ -67,7 +62,7 @@ impl Store {
         });
         let parent = self.oneshots_dir(folder, agent)?;
         agentx_shared::profile::create_private_dir(&parent)?;
-        let stamp = now_ms();
+        let stamp = agentx_shared::time::now_ms();
         let (id, dir) = (0..1000)
             .find_map(|n| {
                 let id = if n == 0 {

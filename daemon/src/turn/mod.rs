@@ -226,10 +226,6 @@ impl From<StoreError> for Stop {
     }
 }
 
-fn now_ms() -> i64 {
-    agentx_shared::time::unix_ms(std::time::SystemTime::now())
-}
-
 struct Turn<'a> {
     engine: &'a Engine,
     group: GroupHandle,
@@ -348,7 +344,7 @@ impl Turn<'_> {
                     } else {
                         "cancelled before it finished".into()
                     },
-                    at: now_ms(),
+                    at: agentx_shared::time::now_ms(),
                     retryable: true,
                 };
                 let change = Change {
@@ -370,7 +366,7 @@ impl Turn<'_> {
             Err(Stop::ContextFull(message)) => {
                 let marker = Marker {
                     message: message.clone(),
-                    at: now_ms(),
+                    at: agentx_shared::time::now_ms(),
                     retryable: false,
                 };
                 let change = Change {
@@ -388,7 +384,7 @@ impl Turn<'_> {
                 let message = head(&message, 4096);
                 let marker = Marker {
                     message: message.clone(),
-                    at: now_ms(),
+                    at: agentx_shared::time::now_ms(),
                     retryable,
                 };
                 let change = Change {
@@ -516,7 +512,7 @@ impl Turn<'_> {
         let cut_short = done.then(|| {
             reply.incomplete.as_ref().map(|reason| Marker {
                 message: format!("the answer was cut short by the model server ({reason})"),
-                at: now_ms(),
+                at: agentx_shared::time::now_ms(),
                 retryable: true,
             })
         });

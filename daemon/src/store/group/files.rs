@@ -113,7 +113,7 @@ impl Group {
                 journal_items: doc.journal_items,
                 journal_bytes: doc.journal_bytes,
                 rollbacks: doc.rollbacks,
-                at: now_ms(),
+                at: agentx_shared::time::now_ms(),
             },
         );
         let bytes = serde_json::to_vec(&file).map_err(StoreError::encode)?;
@@ -209,7 +209,7 @@ impl Group {
         session.doc.turn_open = false;
         session.doc.interrupted = Some(Marker {
             message: "agentd stopped during the turn".into(),
-            at: now_ms(),
+            at: agentx_shared::time::now_ms(),
             retryable: true,
         });
         if let Err(e) = session.save() {
@@ -308,7 +308,9 @@ impl Group {
         // Copy first, then replace: a crash in between leaves the bad
         // document in place (rebuilt again next time), never no document.
         let kept = durable::quarantine_copy(doc_path).map_err(|e| e.to_string())?;
-        let tail = rebuilt.keep_cut_tail(now_ms()).map_err(|e| e.to_string())?;
+        let tail = rebuilt
+            .keep_cut_tail(agentx_shared::time::now_ms())
+            .map_err(|e| e.to_string())?;
         let mut session = rebuilt.session;
         session.save().map_err(|e| e.to_string())?;
         tracing::warn!(file = %doc_path.display(), %reason, "rebuilt a conversation from its transcript");

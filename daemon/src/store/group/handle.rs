@@ -3,10 +3,6 @@
 
 use super::*;
 
-pub(in crate::store) fn now_ms() -> i64 {
-    agentx_shared::time::unix_ms(SystemTime::now())
-}
-
 /// A fresh conversation id: time-ordered, unique, safe as a file name.
 pub(in crate::store) fn new_id() -> String {
     use std::hash::{BuildHasher as _, RandomState};
@@ -15,7 +11,11 @@ pub(in crate::store) fn new_id() -> String {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let salt = RandomState::new().hash_one((nanos, std::process::id()));
-    format!("{:011x}-{:06x}", now_ms(), salt & 0xff_ffff)
+    format!(
+        "{:011x}-{:06x}",
+        agentx_shared::time::now_ms(),
+        salt & 0xff_ffff
+    )
 }
 
 pub enum OpenTarget {

@@ -20,7 +20,7 @@ impl Group {
                 "a turn is running on this conversation; wait for it or cancel it first".into(),
             ));
         }
-        let now = now_ms();
+        let now = agentx_shared::time::now_ms();
         let session = self.session(folder, id)?;
         if expect_head.is_some_and(|h| h != session.doc.head()) {
             return Err(StoreError::Moved(
