@@ -443,12 +443,15 @@ fn tls_is_used_and_checked_as_sslmode_says() {
     assert_code(&a.chat(&model, ["--approval", "never"], "over tls\n"), 0);
     let synced = a.sync();
     assert_eq!(synced["reached"], true, "{synced}");
-    assert!(tls_sessions() >= 1);
-    assert!(
-        pg.count(
-            "t_tls",
-            "SELECT count(*) FROM records WHERE seq = 0 AND item::text LIKE '%over tls%'"
-        ) == 1
+    let sessions = tls_sessions();
+    assert!(sessions >= 1, "agentd holds {sessions} TLS sessions");
+    let records = pg.count(
+        "t_tls",
+        "SELECT count(*) FROM records WHERE seq = 0 AND item::text LIKE '%over tls%'",
+    );
+    assert_eq!(
+        records, 1,
+        "the first record on the server, {records} times"
     );
 
     // The system's roots do not know the test CA: refused, and said why.
