@@ -26,8 +26,6 @@ mod tests;
 mod timeline;
 mod undo;
 pub mod watch;
-#[cfg(test)]
-mod watch_tests;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -370,5 +370,4 @@ fn temp_name(name: &[u8]) -> Vec<u8> {
 }
 
 #[cfg(test)]
-#[path = "restore_tests.rs"]
 mod tests;

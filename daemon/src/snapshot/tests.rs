@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use super::*;
 
 mod hostile;
+mod watched;
 
 /// What a path holds, as a restore must reproduce it.
 #[derive(Debug, Clone, PartialEq, Eq)]
