@@ -50,7 +50,7 @@ pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
         ui,
         failures: 0,
     };
-    chat.settle(opened).await?;
+    chat.resolve_interrupted(opened).await?;
     if chat.ui.interactive {
         eprintln!("/help for commands, Ctrl-D to leave");
     }
@@ -382,7 +382,7 @@ impl Chat<'_> {
     }
 
     /// An interrupted turn must be settled before the chat goes on.
-    async fn settle(&mut self, opened: Opened) -> CliResult<()> {
+    async fn resolve_interrupted(&mut self, opened: Opened) -> CliResult<()> {
         if let Some(failed) = &opened.failed {
             self.ui.info(&format!(
                 "agentx: the last turn failed: {} — /retry sends it again, /retry new-chain \

@@ -155,7 +155,7 @@ impl Chat<'_> {
     async fn resume(&mut self, target: Target) -> CliResult<()> {
         let opened = open(self.ctx, target, &mut self.ui).await?;
         self.session = opened.session.clone();
-        self.settle(opened).await
+        self.resolve_interrupted(opened).await
     }
 
     /// `/rollback [N|undo]`.

@@ -230,7 +230,7 @@ pub async fn before_turn(
             "the remote store was not reached ({e}); this turn goes on with this machine's copy"
         )),
         Ok(Ok((None, _sync))) => None,
-        Ok(Ok((Some(copy), _sync))) => match settle(remote, group, &lease, copy).await {
+        Ok(Ok((Some(copy), _sync))) => match reconcile(remote, group, &lease, copy).await {
             Ok(Some(now)) if now.id == lease.doc.id => {
                 lease.doc = now;
                 None
@@ -296,7 +296,7 @@ async fn fetch(
 /// Makes the leased conversation agree with `copy`: nothing to do, push
 /// ours, take theirs, or keep ours as a fork and take theirs. Returns the
 /// conversation as it now is when it took records from the server.
-pub(super) async fn settle(
+pub(super) async fn reconcile(
     remote: &Remote,
     group: &GroupHandle,
     lease: &TurnLease,
@@ -378,7 +378,7 @@ pub(super) async fn settle(
 /// someone else: settle it now unless a turn holds it (that turn's pull
 /// does it, or the next push once it ends). The caller holds the
 /// remote's `sync` lock.
-pub(super) async fn settle_for_pusher(
+pub(super) async fn reconcile_for_pusher(
     remote: &Arc<Remote>,
     doc_path: &Path,
 ) -> Result<(), RemoteError> {
@@ -409,7 +409,7 @@ pub(super) async fn settle_for_pusher(
     };
     let client = reader(remote).await?;
     match copy::read_remote(&client, &doc.id, None).await? {
-        Some(copy) => settle(remote, &group, &lease, copy).await.map(drop),
+        Some(copy) => reconcile(remote, &group, &lease, copy).await.map(drop),
         None => Ok(()),
     }
 }

@@ -43,7 +43,7 @@ mod tests {
     }
 
     /// The rule for our line and the server's, compared from the start.
-    fn settle(ours: &[&str], theirs: &[&str]) -> Settle {
+    fn decided(ours: &[&str], theirs: &[&str]) -> Settle {
         let local: Vec<(Record, u64)> = line(ours).into_iter().zip(1..).collect();
         let remote = line(theirs);
         let shared = shared_prefix(&local, &remote, 0);
@@ -52,29 +52,29 @@ mod tests {
 
     #[test]
     fn the_same_line_or_ours_further_is_pushed() {
-        assert_eq!(settle(&["a", "b"], &["a", "b"]), Settle::PushOurs);
-        assert_eq!(settle(&["a", "b", "c"], &["a"]), Settle::PushOurs);
-        assert_eq!(settle(&["a"], &[]), Settle::PushOurs);
+        assert_eq!(decided(&["a", "b"], &["a", "b"]), Settle::PushOurs);
+        assert_eq!(decided(&["a", "b", "c"], &["a"]), Settle::PushOurs);
+        assert_eq!(decided(&["a"], &[]), Settle::PushOurs);
     }
 
     #[test]
     fn theirs_further_is_taken() {
-        assert_eq!(settle(&["a"], &["a", "b", "c"]), Settle::TakeTheirs);
-        assert_eq!(settle(&[], &["a"]), Settle::TakeTheirs);
+        assert_eq!(decided(&["a"], &["a", "b", "c"]), Settle::TakeTheirs);
+        assert_eq!(decided(&[], &["a"]), Settle::TakeTheirs);
     }
 
     #[test]
     fn both_gone_on_from_one_point_keeps_ours_as_a_fork() {
         assert_eq!(
-            settle(&["a", "mine"], &["a", "theirs"]),
+            decided(&["a", "mine"], &["a", "theirs"]),
             Settle::ForkOursTakeTheirs
         );
         // A rollback here then a turn: same length, different line.
         assert_eq!(
-            settle(&["a", "b2"], &["a", "b", "c"]),
+            decided(&["a", "b2"], &["a", "b", "c"]),
             Settle::ForkOursTakeTheirs
         );
         // Nothing shared at all.
-        assert_eq!(settle(&["x"], &["y"]), Settle::ForkOursTakeTheirs);
+        assert_eq!(decided(&["x"], &["y"]), Settle::ForkOursTakeTheirs);
     }
 }

@@ -113,7 +113,7 @@ pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<(Vec<u8>, String)> {
     removals.sort_by(|a, b| b.path.cmp(&a.path));
     for op in removals {
         let done = remove(&root_fd, &op.path, &devices);
-        run.settle(op, done);
+        run.note_outcome(op, done);
     }
     let mut creations: Vec<&Op> = ops.iter().filter(|o| o.want.is_some()).collect();
     creations.sort_by(|a, b| a.path.cmp(&b.path));
@@ -155,7 +155,7 @@ struct Applier<'a> {
 }
 
 impl<'a> Applier<'a> {
-    fn settle(&mut self, op: &'a Op, done: Result<(), PathError>) {
+    fn note_outcome(&mut self, op: &'a Op, done: Result<(), PathError>) {
         match done {
             Ok(()) => self.touched.push(&op.path),
             Err(e) => self.errors.push((op.path.clone(), e.to_string())),
@@ -175,7 +175,7 @@ impl<'a> Applier<'a> {
             if done.is_ok() {
                 made.push(want);
             }
-            self.settle(op, done);
+            self.note_outcome(op, done);
         }
         made
     }
@@ -193,7 +193,7 @@ impl<'a> Applier<'a> {
             if done.is_ok() && group {
                 linked.entry(want.ino).or_insert(&want.path);
             }
-            self.settle(op, done);
+            self.note_outcome(op, done);
         }
     }
 
@@ -218,7 +218,7 @@ impl<'a> Applier<'a> {
             ops.iter().map(put_one).collect()
         };
         for (op, done) in ops.into_iter().zip(results) {
-            self.settle(op, done);
+            self.note_outcome(op, done);
         }
     }
 }

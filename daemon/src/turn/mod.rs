@@ -460,7 +460,7 @@ impl Turn<'_> {
 
     /// Records the user message (and answers calls an interrupted turn left).
     async fn start_message(&mut self, doc: &SessionDoc, message: &str) -> Result<(), Stop> {
-        let mut append = Self::settle_without_running(&doc.pending_calls);
+        let mut append = Self::answer_unrun_calls(&doc.pending_calls);
         let mut shell = doc.pending_shell.clone();
         let me = crate::store::session::process_start(self.spec.client_pid);
         let mut taken = Vec::new();

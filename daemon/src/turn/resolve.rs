@@ -44,7 +44,7 @@ impl Turn<'_> {
             })
             .await?;
         }
-        let outputs = Self::settle_without_running(&doc.pending_calls);
+        let outputs = Self::answer_unrun_calls(&doc.pending_calls);
         if outputs.is_empty() && self.unsent.is_empty() {
             // A turn the context window could not take was dropped.
             if let Some(failed) = &doc.failed {

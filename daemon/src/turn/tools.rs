@@ -10,7 +10,7 @@ use crate::store::Change;
 
 impl Turn<'_> {
     /// Outputs for calls an earlier turn left open, without running anything.
-    pub(super) fn settle_without_running(pending: &[PendingCall]) -> Vec<Item> {
+    pub(super) fn answer_unrun_calls(pending: &[PendingCall]) -> Vec<Item> {
         pending
             .iter()
             .map(|c| Item::FunctionOutput {

@@ -191,12 +191,12 @@ async fn push_all(
                 // Another machine changed it since: bring theirs in (a
                 // fork of ours when both went on), then push again.
                 tracing::info!(id = %push.id, "remote: changed elsewhere since the last push");
-                match super::pull::settle_for_pusher(remote, &doc_path).await {
+                match super::pull::reconcile_for_pusher(remote, &doc_path).await {
                     Ok(()) => settled = true,
                     Err(e @ RemoteError::Server { .. }) => return Err(e),
                     // A local problem with this one must not hold up the
                     // others: it stays pending and is tried again later.
-                    Err(e) => tracing::warn!(id = %push.id, "remote: cannot settle: {e}"),
+                    Err(e) => tracing::warn!(id = %push.id, "remote: cannot reconcile: {e}"),
                 }
                 continue;
             }
