@@ -9,6 +9,8 @@ pub mod folder;
 pub mod plural;
 pub mod profile;
 pub mod proto;
+#[cfg(feature = "test-support")]
+pub mod rng;
 pub mod time;
 pub mod transport;
 pub mod version;

@@ -7,7 +7,6 @@
 pub mod at_server;
 pub mod fake_model;
 pub mod postgres;
-pub mod rng;
 pub mod schema;
 pub mod tmux;
 

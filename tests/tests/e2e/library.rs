@@ -443,7 +443,7 @@ fn punctuation_heavy_queries_are_searched_as_text() {
 /// A running indexer may delete a file meanwhile (a merge): it is skipped.
 fn garble_in_place(dir: &std::path::Path) {
     use std::io::{Seek as _, SeekFrom, Write as _};
-    let mut rng = agentx_tests::rng::Rng::new(0x9e37_79b9_7f4a_7c15);
+    let mut rng = agentx_shared::rng::Rng::new(0x9e37_79b9_7f4a_7c15);
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let opened = std::fs::OpenOptions::new().write(true).open(entry.path());
         let (Ok(mut file), Ok(meta)) = (opened, entry.metadata()) else {

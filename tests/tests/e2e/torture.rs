@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use agentx_shared::rng::Rng;
 use agentx_tests::fake_model::FakeModel;
-use agentx_tests::rng::Rng;
 use agentx_tests::{TestEnv, assert_code, stderr, stdout, wait_pid_gone};
 use agentx_tests::{files, json_out};
 use nix::sys::signal::{Signal, kill};

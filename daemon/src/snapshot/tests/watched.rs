@@ -5,23 +5,9 @@
 use std::os::unix::fs::{PermissionsExt as _, symlink};
 use std::path::{Path, PathBuf};
 
-use super::*;
+use agentx_shared::rng::Rng;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn pick<T: Clone>(&mut self, v: &[T]) -> Option<T> {
-        (!v.is_empty()).then(|| v[self.below(v.len())].clone())
-    }
-}
+use super::*;
 
 fn store(profile: &Path) -> SnapshotStore {
     let mut s = SnapshotStore::open(
@@ -365,7 +351,7 @@ fn watcher_snapshots_equal_full_scans_after_random_edits_and_structural_changes(
         let mut s = store(&tmp.path().join("profile"));
         let mut mounts = Mounts::default();
         take_exact(&mut s, &root);
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         for step in 0..40u64 {
             let structural = rng.below(4) == 0;
             if structural {
@@ -397,7 +383,7 @@ fn watcher_snapshots_equal_full_scans_after_random_edits() {
         std::fs::write(root.join("top.txt"), "top").unwrap();
         let mut s = store(&tmp.path().join("profile"));
         take_exact(&mut s, &root);
-        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         for step in 0..80u64 {
             for k in 0..=rng.below(3) as u64 {
                 edit(&mut rng, &root, &outside, step * 10 + k);

@@ -11,8 +11,8 @@ use serde_json::json;
 
 use agentx_shared::proto::SearchRequest;
 use agentx_shared::proto::library_client::LibraryClient;
+use agentx_shared::rng::Rng;
 use agentx_tests::TestEnv;
-use agentx_tests::rng::Rng;
 
 const CONVERSATIONS: usize = 10_000;
 const TURNS: usize = 50;

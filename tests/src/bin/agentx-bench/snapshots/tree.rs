@@ -46,7 +46,7 @@ impl Generated {
 
 /// A seeded generated tree: `dirs` × `per_dir` files of 1–8 KiB.
 fn generate_tree(root: &Path, dirs: usize, per_dir: usize) -> anyhow::Result<()> {
-    let mut rng = agentx_tests::rng::Rng::new(0x5EED_1234_ABCD_0001);
+    let mut rng = agentx_shared::rng::Rng::new(0x5EED_1234_ABCD_0001);
     let mut next = || rng.next();
     for d in 0..dirs {
         let dir = root.join(format!("dir{d:04}"));

@@ -1,5 +1,5 @@
 //! The one seeded pseudo-random generator of the tests and benchmarks
-//! (xorshift64): the same seed gives the same run, so failures replay.
+//! (xorshift64, feature `test-support`): the same seed gives the same run, so failures replay.
 
 /// xorshift64: tiny, seedable, good enough to pick actions, sizes and bytes.
 #[derive(Debug, Clone)]
@@ -34,6 +34,15 @@ impl Rng {
     pub fn index(&mut self, len: usize) -> usize {
         (self.next() % len as u64) as usize
     }
+
+    /// A copy of one element of `items`, or `None` when it is empty.
+    pub fn pick<T: Clone>(&mut self, items: &[T]) -> Option<T> {
+        if items.is_empty() {
+            return None;
+        }
+        let i = self.index(items.len());
+        items.get(i).cloned()
+    }
 }
 
 #[cfg(test)]
@@ -53,5 +62,12 @@ mod tests {
         let mut zero = Rng::new(0);
         assert_ne!(zero.next(), 0);
         assert!((0..1000).all(|_| zero.below(10) < 10));
+        assert_eq!(zero.pick::<u8>(&[]), None);
+        let mut seen = [false; 3];
+        for _ in 0..100 {
+            let i = zero.pick(&[0usize, 1, 2]).unwrap();
+            seen[i] = true;
+        }
+        assert_eq!(seen, [true; 3], "pick reaches every element");
     }
 }
