@@ -26,8 +26,8 @@ impl Rng {
 fn store(profile: &Path) -> SnapshotStore {
     let mut s = SnapshotStore::open(
         &profile.join("checkpoints"),
-        None,
         profile.join("config.toml"),
+        std::sync::Arc::default(),
     )
     .unwrap();
     let cfg = s.watch.config_mut();
