@@ -280,18 +280,17 @@ impl Remote {
         changes: mpsc::UnboundedReceiver<crate::store::Changed>,
         env: &Environment,
     ) -> Option<Arc<Self>> {
-        let raw =
-            match agentx_shared::config::remote_url(config_file, |k| env.var(k).map(str::to_owned))
-            {
-                Ok(Some(raw)) => raw,
-                Ok(None) => return None,
-                Err(e) => {
-                    // config.toml does not parse: the client says so on every
-                    // command; here the remote simply stays off.
-                    tracing::warn!("remote store off: {}", url::redact_text(&e.to_string()));
-                    return None;
-                }
-            };
+        let var = |k: &str| env.var(k).map(str::to_owned);
+        let raw = match agentx_shared::config::remote_url(config_file, var) {
+            Ok(Some(raw)) => raw,
+            Ok(None) => return None,
+            Err(e) => {
+                // config.toml does not parse: the client says so on every
+                // command; here the remote simply stays off.
+                tracing::warn!("remote store off: {}", url::redact_text(&e.to_string()));
+                return None;
+            }
+        };
         let url =
             RemoteUrl::parse(&raw, url::Env::from_environment(env)).map_err(|e| e.to_string());
         let remote = Arc::new(Self {
