@@ -5,7 +5,8 @@
 //!
 //! From the bottom; a module names only modules listed under it in [`ALLOWED`]:
 //!
-//! 1. Helpers that know no other module: `durable` (atomic file writing),
+//! 1. Helpers that know no other module: `environment` (agentd's
+//!    environment, read once at start), `durable` (atomic file writing),
 //!    `shutdown` (the one stop handle), `cli`, `authority`, `listener`,
 //!    `peer`, `pidlock`, `logging`.
 //! 2. `store` (conversations on disk) and `snapshot` (folder snapshots),
@@ -26,21 +27,31 @@
 /// or one item of it as `module::item`). A module not listed fails the check.
 #[cfg(test)]
 const ALLOWED: &[(&str, &[&str])] = &[
+    ("environment", &[]),
     ("authority", &[]),
     ("cli", &[]),
     ("durable", &[]),
     ("listener", &[]),
-    ("logging", &["cli"]),
+    ("logging", &["cli", "environment"]),
     ("peer", &[]),
     ("pidlock", &[]),
     ("shutdown", &[]),
-    ("store", &["durable"]),
-    ("snapshot", &["durable"]),
+    ("store", &["durable", "environment"]),
+    ("snapshot", &["durable", "environment"]),
     ("search", &["store"]),
-    ("remote", &["store", "durable", "search::Hit"]),
+    (
+        "remote",
+        &["store", "durable", "environment", "search::Hit"],
+    ),
     (
         "turn",
-        &["store", "durable", "shutdown", "remote::redact_userinfo"],
+        &[
+            "store",
+            "durable",
+            "environment",
+            "shutdown",
+            "remote::redact_userinfo",
+        ],
     ),
     (
         "runner",
@@ -49,7 +60,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "services",
         &[
-            "runner", "turn", "remote", "search", "snapshot", "store", "shutdown",
+            "runner",
+            "turn",
+            "remote",
+            "search",
+            "snapshot",
+            "store",
+            "environment",
+            "shutdown",
         ],
     ),
     (
@@ -62,6 +80,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "search",
             "snapshot",
             "store",
+            "environment",
             "shutdown",
             "authority",
             "listener",

@@ -12,8 +12,10 @@
 //!   serving), `listener` (bind 0600 or inherit from systemd, stale-socket
 //!   replacement, unlink only what it bound), `peer` (SO_PEERCRED check),
 //!   `authority` (rewrites a socket-path `:authority` from grpc-core
-//!   clients), `logging`, `cli`, `durable` (atomic writes, quarantine) and
-//!   `shutdown` (the one stop handle: requested, then stopping).
+//!   clients), `logging`, `cli`, `durable` (atomic writes, quarantine),
+//!   `shutdown` (the one stop handle: requested, then stopping) and
+//!   `environment` (agentd's environment, read once in [`run`] and handed
+//!   on; the others take typed settings parsed from it).
 //! - `store`: conversations on disk. One actor per folder key and agent
 //!   (`group`, with `handle` for requests, `files`, `rollback` and `turns`:
 //!   one turn at a time per conversation); `session` = state document +
@@ -55,6 +57,7 @@ mod authority;
 pub mod benching;
 pub mod cli;
 mod durable;
+mod environment;
 #[doc(hidden)]
 pub mod fuzzing;
 mod layers;
@@ -78,7 +81,9 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-use agentx_shared::profile::Profile;
+use agentx_shared::profile::{ENV_HOME, ENV_SOCKET, Profile};
+
+use environment::Environment;
 
 /// Runs the daemon until it is told to stop: takes the profile's pid lock,
 /// sets up logging and serves clients. An already running daemon for the
@@ -86,7 +91,9 @@ use agentx_shared::profile::Profile;
 pub fn run(args: cli::Args) -> anyhow::Result<ExitCode> {
     // Everything agentd creates is private to the user, sockets included.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-    let profile = Profile::resolve(args.profile.as_deref())?;
+    // The one read of the environment: everything below is handed this.
+    let env = std::sync::Arc::new(Environment::from_process());
+    let profile = resolve_profile(args.profile.as_deref(), &env)?;
     profile.ensure_dir()?;
     raise_fd_limit();
 
@@ -100,7 +107,7 @@ pub fn run(args: cli::Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
     };
-    let log_path = logging::init(args.log, &profile)?;
+    let log_path = logging::init(args.log, &profile, &env)?;
     // TLS for https model servers; an error only means it was installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
 
@@ -117,6 +124,7 @@ pub fn run(args: cli::Args) -> anyhow::Result<ExitCode> {
         #[cfg(not(debug_assertions))]
         reported_version: None,
         pid_lock: std::sync::Arc::clone(&lock),
+        env,
     };
     let result = runtime.block_on(server::run(config));
     // Let blocked tasks go before the lock is released, so a successor never
@@ -127,6 +135,19 @@ pub fn run(args: cli::Args) -> anyhow::Result<ExitCode> {
     }
     drop(lock);
     result.map(|()| ExitCode::SUCCESS)
+}
+
+/// The profile as `Profile::resolve` finds it, from `env`.
+fn resolve_profile(
+    name: Option<&str>,
+    env: &Environment,
+) -> Result<Profile, agentx_shared::profile::ProfileError> {
+    let path = |k: &str| {
+        env.var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    Profile::resolve_with(name, path(ENV_HOME), path(ENV_SOCKET), path("HOME"))
 }
 
 /// Every client connection and open conversation holds descriptors: lift

@@ -13,22 +13,28 @@ use tracing_subscriber::EnvFilter;
 use agentx_shared::profile::{Profile, create_private_dir};
 
 use crate::cli::LogTarget;
+use crate::environment::Environment;
 
 /// A log file larger than this is moved to `agentd.log.1` at start.
 const ROTATE_BYTES: u64 = 10 * 1024 * 1024;
 
 /// Installs the global subscriber; returns the log file path when logging to a file.
-pub fn init(target: LogTarget, profile: &Profile) -> anyhow::Result<Option<PathBuf>> {
-    let filter = std::env::var("AGENTX_LOG")
-        .or_else(|_| std::env::var("RUST_LOG"))
-        .unwrap_or_else(|_| "info".to_owned());
-    let filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
+pub fn init(
+    target: LogTarget,
+    profile: &Profile,
+    env: &Environment,
+) -> anyhow::Result<Option<PathBuf>> {
+    let filter = env
+        .var("AGENTX_LOG")
+        .or_else(|| env.var("RUST_LOG"))
+        .unwrap_or("info");
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let to_stderr = match target {
         LogTarget::Stderr => true,
         LogTarget::File => false,
         LogTarget::Auto => {
-            std::env::var_os("JOURNAL_STREAM").is_some()
-                || std::env::var_os("LISTEN_FDS").is_some()
+            env.var_os("JOURNAL_STREAM").is_some()
+                || env.var_os("LISTEN_FDS").is_some()
                 || std::io::stderr().is_terminal()
         }
     };

@@ -22,6 +22,7 @@ use agentx_shared::proto::snapshots_server::SnapshotsServer;
 use agentx_shared::proto::turns_server::TurnsServer;
 
 use crate::authority::AuthorityFix;
+use crate::environment::Environment;
 use crate::listener::{Listener, remove_owned_socket};
 use crate::peer::PeerCheck;
 use crate::pidlock::{Check, PidLock};
@@ -49,6 +50,8 @@ pub struct Config {
     pub reported_version: Option<String>,
     /// The profile's pid lock, re-checked while serving.
     pub pid_lock: Arc<std::sync::Mutex<PidLock>>,
+    /// agentd's environment, read once at start.
+    pub env: Arc<Environment>,
 }
 
 /// How often agentd checks that its pid file and socket are still its own.
@@ -80,7 +83,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<DaemonServer<DaemonService>>().await;
     let (reflection, reflection_v1alpha) = reflection()?;
-    let domain = Domain::start(&config.profile, &shutdown)?;
+    let domain = Domain::start(&config.profile, &shutdown, &config.env)?;
 
     let uid = nix::unistd::geteuid().as_raw();
     let routes = routes(&info, domain)
@@ -126,6 +129,8 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
         engine,
         search,
         remote,
+        tuning,
+        machine,
     } = domain;
     Routes::new(DaemonServer::new(DaemonService::new(
         Arc::clone(info),
@@ -137,12 +142,13 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
         remote.clone(),
         Arc::clone(&engine),
         search.clone(),
+        machine,
     )))
     .add_service(
         TurnsServer::new(TurnsService::new(
             Arc::clone(&store),
             engine,
-            crate::services::turns::Tuning::from_env(),
+            tuning,
             snapshots.clone(),
             remote.clone(),
         ))
@@ -210,22 +216,42 @@ struct Domain {
     engine: Arc<Engine>,
     search: Option<Arc<crate::search::SearchIndex>>,
     remote: Option<Arc<crate::remote::Remote>>,
+    /// The turn service's timing knobs.
+    tuning: crate::services::turns::Tuning,
+    /// This machine's name, as the remote store knows it.
+    machine: String,
 }
 
 impl Domain {
-    fn start(profile: &Profile, shutdown: &Shutdown) -> anyhow::Result<Self> {
+    fn start(
+        profile: &Profile,
+        shutdown: &Shutdown,
+        env: &Arc<Environment>,
+    ) -> anyhow::Result<Self> {
         // The store announces its commits; the indexer and the pusher
         // subscribe (the store knows neither).
         let commits = crate::store::Commits::default();
-        let store = Store::new(profile.sessions_dir(), commits.clone());
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        let snapshots = Snapshots::start(profile.snapshots_dir(), home, profile.config_file())
-            .context("cannot start the snapshot store")?;
+        let store = Store::new(
+            profile.sessions_dir(),
+            commits.clone(),
+            crate::store::max_idle_groups(env),
+        );
+        let snapshots = Snapshots::start(
+            profile.snapshots_dir(),
+            profile.config_file(),
+            Arc::clone(env),
+        )
+        .context("cannot start the snapshot store")?;
         // HTTP clients are made per proxy setting as turns need them.
         let models = Arc::new(crate::turn::window::Models::open(
             profile.dir.join("model-windows.json"),
         ));
-        let engine = Arc::new(Engine::new(profile.dir.clone(), models, shutdown.clone()));
+        let engine = Arc::new(Engine::new(
+            profile.dir.clone(),
+            models,
+            shutdown.clone(),
+            crate::turn::provider::ProxyVars::from_environment(env),
+        ));
         let search = crate::search::start(
             profile.dir.join("search"),
             profile.sessions_dir(),
@@ -239,6 +265,11 @@ impl Domain {
             (Arc::clone(&store), profile.sessions_dir()),
             &profile.config_file(),
             commits.subscribe(),
+            env,
+        );
+        let machine = remote.as_ref().map_or_else(
+            || crate::remote::machine_name(env),
+            |r| r.machine().to_owned(),
         );
         Ok(Self {
             store,
@@ -246,6 +277,8 @@ impl Domain {
             engine,
             search,
             remote,
+            tuning: crate::services::turns::Tuning::from_environment(env),
+            machine,
         })
     }
 }

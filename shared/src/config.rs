@@ -90,13 +90,14 @@ struct ModelFile {
 /// Percent of the window past which compaction is automatic by default.
 pub const DEFAULT_AUTO_COMPACT_AT: f64 = 85.0;
 
-/// The remote store's URL: `AGENTX_REMOTE_URL`, else `remote_url` in
-/// `path` (a missing file is fine). `None`: remote keeping is off.
-pub fn remote_url(path: &Path) -> Result<Option<String>, ConfigError> {
-    if let Some(url) = std::env::var("AGENTX_REMOTE_URL")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-    {
+/// The remote store's URL: `AGENTX_REMOTE_URL` as `env` gives it (agentd's
+/// environment), else `remote_url` in `path` (a missing file is fine).
+/// `None`: remote keeping is off.
+pub fn remote_url(
+    path: &Path,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<String>, ConfigError> {
+    if let Some(url) = env("AGENTX_REMOTE_URL").filter(|v| !v.trim().is_empty()) {
         return Ok(Some(url.trim().to_owned()));
     }
     let text = match std::fs::read_to_string(path) {
@@ -149,6 +150,15 @@ pub struct Config {
 impl Config {
     /// Reads `path` (a missing file is fine) and applies the environment.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with(path, |k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    }
+
+    /// [`Config::load`] with the environment given: `env` answers a
+    /// variable's value, `None` when it is unset or empty.
+    pub fn load_with(
+        path: &Path,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         let file = match std::fs::read_to_string(path) {
             Ok(text) => toml::from_str::<File>(&text).map_err(|e| ConfigError::Parse {
                 path: path.display().to_string(),
@@ -162,7 +172,7 @@ impl Config {
                 });
             }
         };
-        Self::from_parts(file, |k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+        Self::from_parts(file, env)
     }
 
     fn from_parts(file: File, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {

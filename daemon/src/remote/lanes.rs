@@ -19,6 +19,7 @@ use tokio_postgres::{Client, NoTls};
 use super::tls::{RustlsConnect, Tls};
 use super::url::RemoteUrl;
 use super::{Remote, RemoteError};
+use crate::environment::Environment;
 
 /// What a connection is used for; each lane has its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,9 +43,9 @@ impl Lane {
 
     /// The longest one statement may run on the server: a few times what
     /// its caller waits, so only a query its caller gave up on is stopped.
-    fn statement_bound(self) -> Duration {
-        if let Some(ms) = env_ms("AGENTX_REMOTE_STATEMENT_MS") {
-            return ms;
+    fn statement_bound(self, waits: &Waits) -> Duration {
+        if let Some(bound) = waits.statement {
+            return bound;
         }
         match self {
             Lane::List | Lane::Search => Duration::from_secs(5),
@@ -53,17 +54,31 @@ impl Lane {
     }
 }
 
-/// How long listing and search wait for the remote before answering with
-/// this machine's conversations only (`AGENTX_REMOTE_WAIT_MS`, default 900).
-pub fn list_wait() -> Duration {
-    env_ms("AGENTX_REMOTE_WAIT_MS").unwrap_or(Duration::from_millis(900))
+/// How long the remote is waited for, from agentd's environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waits {
+    /// How long listing and search wait for the remote before answering
+    /// with this machine's conversations only (`AGENTX_REMOTE_WAIT_MS`,
+    /// default 900 ms).
+    pub list: Duration,
+    /// Every lane's statement bound (`AGENTX_REMOTE_STATEMENT_MS`; unset:
+    /// each lane's own, see [`Lane::statement_bound`]).
+    statement: Option<Duration>,
 }
 
-fn env_ms(name: &str) -> Option<Duration> {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_millis)
+impl Waits {
+    /// The waits `env` sets, the defaults for the rest.
+    pub fn from_environment(env: &Environment) -> Self {
+        let ms = |name: &str| {
+            env.var(name)
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_millis)
+        };
+        Self {
+            list: ms("AGENTX_REMOTE_WAIT_MS").unwrap_or(Duration::from_millis(900)),
+            statement: ms("AGENTX_REMOTE_STATEMENT_MS"),
+        }
+    }
 }
 
 /// How long a connection given back unmarked may take to show it is idle
@@ -224,7 +239,7 @@ impl Remote {
             .map_err(|e| RemoteError::Config(e.clone()))?;
         let client = match self.lanes.take(lane) {
             Some(c) => c,
-            None => Arc::new(open(url, lane).await?),
+            None => Arc::new(open(url, lane, &self.waits).await?),
         };
         Ok(LaneClient {
             client,
@@ -237,12 +252,41 @@ impl Remote {
 }
 
 /// A new connection for `lane`, its statements bounded on the server.
-async fn open(url: &RemoteUrl, lane: Lane) -> Result<Client, RemoteError> {
+async fn open(url: &RemoteUrl, lane: Lane, waits: &Waits) -> Result<Client, RemoteError> {
     let client = Remote::connect(url).await?;
-    let bound = lane.statement_bound().as_millis();
+    let bound = lane.statement_bound(waits).as_millis();
     client
         .batch_execute(&format!("SET statement_timeout = {bound}"))
         .await
         .map_err(|e| RemoteError::db(e).redacted(url))?;
     Ok(client)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_are_parsed_once_from_the_environment_given() {
+        let env = Environment::from_pairs([
+            ("AGENTX_REMOTE_WAIT_MS", " 40 "),
+            ("AGENTX_REMOTE_STATEMENT_MS", "700"),
+        ]);
+        let waits = Waits::from_environment(&env);
+        assert_eq!(waits.list, Duration::from_millis(40));
+        for lane in [Lane::List, Lane::Search, Lane::Pull] {
+            assert_eq!(lane.statement_bound(&waits), Duration::from_millis(700));
+        }
+        let env = Environment::from_pairs([("AGENTX_REMOTE_WAIT_MS", "soon")]);
+        let defaults = Waits::from_environment(&env);
+        assert_eq!(defaults.list, Duration::from_millis(900));
+        assert_eq!(
+            Lane::List.statement_bound(&defaults),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            Lane::Pull.statement_bound(&defaults),
+            Duration::from_secs(60)
+        );
+    }
 }

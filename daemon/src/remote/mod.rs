@@ -43,11 +43,11 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_postgres::Client;
 
-pub use lanes::list_wait;
 pub use project::{machine_name, project_key};
 pub use search::RemoteHit;
 use url::RemoteUrl;
 
+use crate::environment::Environment;
 use crate::store::Store;
 
 /// A cause kept as an error's source.
@@ -254,6 +254,8 @@ pub struct Remote {
     /// The connections listing, search and pull use, one each (the pusher
     /// has its own).
     lanes: Arc<lanes::Lanes>,
+    /// How long listing, search and each statement wait for the server.
+    waits: lanes::Waits,
     /// Which conversations other agentds changed (LISTEN/NOTIFY).
     listener: listen::Listener,
     /// The conversation store pulls write into.
@@ -268,14 +270,18 @@ pub struct Remote {
 impl Remote {
     /// Reads `remote_url` and starts the pusher, which pushes what
     /// `changes` announces of `store`. `None`: remote keeping is off. A URL that cannot be used is reported by [`Remote::state`] and
-    /// logged (redacted); agentd goes on locally.
+    /// logged (redacted); agentd goes on locally. `env` (agentd's
+    /// environment) gives `AGENTX_REMOTE_URL`, libpq's variables, the
+    /// machine's name and the waits.
     pub fn start(
         profile_dir: &Path,
         (store, sessions_dir): (Arc<Store>, PathBuf),
         config_file: &Path,
         changes: mpsc::UnboundedReceiver<crate::store::Changed>,
+        env: &Environment,
     ) -> Option<Arc<Self>> {
-        let raw = match agentx_shared::config::remote_url(config_file) {
+        let var = |k: &str| env.var(k).map(str::to_owned);
+        let raw = match agentx_shared::config::remote_url(config_file, var) {
             Ok(Some(raw)) => raw,
             Ok(None) => return None,
             Err(e) => {
@@ -285,10 +291,12 @@ impl Remote {
                 return None;
             }
         };
-        let url = RemoteUrl::parse(&raw, url::Env::from_process()).map_err(|e| e.to_string());
+        let url =
+            RemoteUrl::parse(&raw, url::Env::from_environment(env)).map_err(|e| e.to_string());
         let remote = Arc::new(Self {
             url,
-            machine: project::machine_name(),
+            machine: project::machine_name(env),
+            waits: lanes::Waits::from_environment(env),
             sessions_dir,
             pushed_dir: profile_dir.join("remote").join("pushed"),
             inner: Mutex::new(Inner::default()),
@@ -320,6 +328,12 @@ impl Remote {
 
     pub fn machine(&self) -> &str {
         &self.machine
+    }
+
+    /// How long listing and search wait for the remote before answering
+    /// with this machine's conversations only.
+    pub fn list_wait(&self) -> Duration {
+        self.waits.list
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> Option<T> {

@@ -5,6 +5,8 @@
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
+use crate::environment::Environment;
+
 /// What a `.pgpass` line is matched against.
 pub struct Wanted<'a> {
     /// The host name, or `localhost` for a Unix socket (as libpq does).
@@ -14,12 +16,12 @@ pub struct Wanted<'a> {
     pub user: &'a str,
 }
 
-/// The file libpq would read: `PGPASSFILE`, else `~/.pgpass`.
-pub fn default_path() -> Option<PathBuf> {
-    if let Some(file) = std::env::var_os("PGPASSFILE").filter(|f| !f.is_empty()) {
+/// The file libpq would read: `PGPASSFILE`, else `~/.pgpass` (from `env`).
+pub fn default_path(env: &Environment) -> Option<PathBuf> {
+    if let Some(file) = env.var_os("PGPASSFILE").filter(|f| !f.is_empty()) {
         return Some(PathBuf::from(file));
     }
-    std::env::var_os("HOME")
+    env.var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(|h| PathBuf::from(h).join(".pgpass"))
 }

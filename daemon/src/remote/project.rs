@@ -5,10 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-/// This machine's name: `AGENTX_MACHINE`, else the kernel's hostname.
-pub fn machine_name() -> String {
-    std::env::var("AGENTX_MACHINE")
-        .ok()
+use crate::environment::Environment;
+
+/// This machine's name: `AGENTX_MACHINE` in `env`, else the kernel's hostname.
+pub fn machine_name(env: &Environment) -> String {
+    env.var("AGENTX_MACHINE")
         .map(|m| m.trim().to_owned())
         .filter(|m| !m.is_empty())
         .or_else(|| {

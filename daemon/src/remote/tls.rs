@@ -70,18 +70,15 @@ pub fn decide(
     Ok(Tls::On { verify, roots })
 }
 
-/// `sslrootcert` as libpq finds it: the URL's, `PGSSLROOTCERT`, else
-/// `~/.postgresql/root.crt` when it exists; `system` means the system's.
-pub fn root_file(from_url: Option<&str>) -> Option<PathBuf> {
-    let given = from_url
-        .map(str::to_owned)
-        .or_else(|| std::env::var("PGSSLROOTCERT").ok())
-        .filter(|v| !v.is_empty());
-    match given.as_deref() {
+/// `sslrootcert` as libpq finds it: `given` (the URL's, else
+/// `PGSSLROOTCERT`), else `~/.postgresql/root.crt` under `home` when it
+/// exists; `system` means the system's.
+pub fn root_file(given: Option<&str>, home: Option<&Path>) -> Option<PathBuf> {
+    match given.filter(|v| !v.is_empty()) {
         Some("system") => None,
         Some(path) => Some(PathBuf::from(path)),
-        None => std::env::var_os("HOME")
-            .map(|h| PathBuf::from(h).join(".postgresql").join("root.crt"))
+        None => home
+            .map(|h| h.join(".postgresql").join("root.crt"))
             .filter(|p| p.is_file()),
     }
 }

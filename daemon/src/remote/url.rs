@@ -11,6 +11,7 @@ use tokio_postgres::config::{Host, SslMode};
 use super::RemoteError;
 use super::pgpass;
 use super::tls::{self, Tls};
+use crate::environment::Environment;
 
 /// A usable remote URL: the connection settings and how to show them.
 #[derive(Clone)]
@@ -39,16 +40,22 @@ pub struct Env {
     pub pgpass: Option<PathBuf>,
     pub sslmode: Option<String>,
     pub sslrootcert: Option<String>,
+    /// The user when the URL names none: `PGUSER`, else `USER`.
+    pub user: Option<String>,
+    /// `HOME`, where `~/.postgresql/root.crt` is looked for.
+    pub home: Option<PathBuf>,
 }
 
 impl Env {
-    pub fn from_process() -> Self {
-        let var = |name| std::env::var(name).ok().filter(|v| !v.is_empty());
+    /// What `env` (agentd's environment) says of these.
+    pub fn from_environment(env: &Environment) -> Self {
         Self {
-            pgpassword: var("PGPASSWORD"),
-            pgpass: pgpass::default_path(),
-            sslmode: var("PGSSLMODE"),
-            sslrootcert: var("PGSSLROOTCERT"),
+            pgpassword: env.non_empty("PGPASSWORD"),
+            pgpass: pgpass::default_path(env),
+            sslmode: env.non_empty("PGSSLMODE"),
+            sslrootcert: env.non_empty("PGSSLROOTCERT"),
+            user: env.non_empty("PGUSER").or_else(|| env.non_empty("USER")),
+            home: env.path("HOME"),
         }
     }
 }
@@ -73,7 +80,7 @@ impl RemoteUrl {
                 scrub(&secrets, &e.to_string())
             ))
         })?;
-        fill_defaults(&mut config);
+        fill_defaults(&mut config, env.user.as_deref());
         if config.get_password().is_none()
             && let Some(p) = env
                 .pgpassword
@@ -96,7 +103,10 @@ impl RemoteUrl {
         let local = hosts.iter().all(is_local);
         let unix = hosts.iter().all(|h| matches!(h, Host::Unix(_)));
         let sslmode = ssl.sslmode.or(env.sslmode);
-        let roots = tls::root_file(ssl.sslrootcert.or(env.sslrootcert).as_deref());
+        let roots = tls::root_file(
+            ssl.sslrootcert.or(env.sslrootcert).as_deref(),
+            env.home.as_deref(),
+        );
         let tls = tls::decide(sslmode.as_deref(), local, unix, roots)
             .map_err(|e| RemoteError::Config(format!("remote_url {shown}: {e}")))?;
         config.ssl_mode(if tls == Tls::Off {
@@ -129,16 +139,12 @@ fn scrub(secrets: &[String], text: &str) -> String {
     redact_text(&text)
 }
 
-/// User (`PGUSER`, `USER`, else `postgres`), database (the user's name)
-/// and host (`localhost`) when the URL leaves them out, as libpq does.
-fn fill_defaults(config: &mut tokio_postgres::Config) {
+/// User (`user`: `PGUSER` or `USER`, else `postgres`), database (the
+/// user's name) and host (`localhost`) when the URL leaves them out, as
+/// libpq does.
+fn fill_defaults(config: &mut tokio_postgres::Config, user: Option<&str>) {
     if config.get_user().is_none() {
-        let user = std::env::var("PGUSER")
-            .ok()
-            .filter(|u| !u.is_empty())
-            .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
-            .unwrap_or_else(|| "postgres".to_owned());
-        config.user(user);
+        config.user(user.unwrap_or("postgres"));
     }
     if config.get_dbname().is_none()
         && let Some(user) = config.get_user().map(str::to_owned)
@@ -479,7 +485,7 @@ mod tests {
             url.tls,
             Tls::On {
                 verify: Verify::Full,
-                roots: tls::root_file(None),
+                roots: tls::root_file(None, None),
             }
         );
         assert_eq!(url.config.get_ssl_mode(), SslMode::Require);
@@ -525,7 +531,7 @@ mod tests {
         // An IP literal is not local because it is a literal.
         let verified = Tls::On {
             verify: Verify::Full,
-            roots: tls::root_file(None),
+            roots: tls::root_file(None, None),
         };
         for host in [
             "192.0.2.7",
@@ -563,6 +569,44 @@ mod tests {
             "postgresql://a:***@c/d".to_owned()
         );
         assert_eq!(percent_decode("a%2Fb%zz%"), "a/b%zz%");
+    }
+
+    #[test]
+    fn libpq_variables_come_from_agentds_environment_as_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let roots = tmp.path().join(".postgresql").join("root.crt");
+        std::fs::create_dir_all(roots.parent().unwrap()).unwrap();
+        std::fs::write(&roots, "").unwrap();
+        let read = |pairs: &[(&str, &std::ffi::OsStr)]| {
+            let env = Environment::from_pairs(pairs.iter().copied());
+            RemoteUrl::parse("postgresql://db.example.com", Env::from_environment(&env)).unwrap()
+        };
+        let home = tmp.path().as_os_str();
+        // The user (and so the database): PGUSER, else USER, else postgres.
+        let url = read(&[("USER", "alice".as_ref()), ("HOME", home)]);
+        assert_eq!(url.config.get_user(), Some("alice"));
+        assert_eq!(url.config.get_dbname(), Some("alice"));
+        // ~/.postgresql/root.crt under the environment's HOME.
+        assert_eq!(
+            url.tls,
+            Tls::On {
+                verify: Verify::Full,
+                roots: Some(roots.clone()),
+            }
+        );
+        let url = read(&[("PGUSER", "bob".as_ref()), ("USER", "alice".as_ref())]);
+        assert_eq!(url.config.get_user(), Some("bob"));
+        assert_eq!(read(&[]).config.get_user(), Some("postgres"));
+        // PGPASSFILE, else ~/.pgpass under HOME.
+        let env = Environment::from_pairs([("HOME", "/h"), ("PGPASSWORD", "")]);
+        let libpq = Env::from_environment(&env);
+        assert_eq!(libpq.pgpass, Some(PathBuf::from("/h/.pgpass")));
+        assert_eq!(libpq.pgpassword, None);
+        let env = Environment::from_pairs([("HOME", "/h"), ("PGPASSFILE", "/p")]);
+        assert_eq!(
+            Env::from_environment(&env).pgpass,
+            Some(PathBuf::from("/p"))
+        );
     }
 
     #[test]

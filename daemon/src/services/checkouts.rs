@@ -13,11 +13,10 @@ use super::{status_of, summary};
 use crate::remote::Remote;
 use crate::store::{GroupHandle, OpenTarget, Opened, Store, elsewhere};
 
-/// The project key of `folder` as the remote store groups it (computed
-/// the same way when no remote store is configured).
-fn project_of(folder: &str, remote: Option<&Remote>) -> String {
-    let machine = remote.map_or_else(crate::remote::machine_name, |r| r.machine().to_owned());
-    crate::remote::project_key(Path::new(folder), &machine)
+/// The project key of `folder` on `machine` as the remote store groups it
+/// (computed the same way when no remote store is configured).
+fn project_of(folder: &str, machine: &str) -> String {
+    crate::remote::project_key(Path::new(folder), machine)
 }
 
 /// `agent`'s conversations this profile keeps in other checkouts of
@@ -50,10 +49,11 @@ pub async fn listed_elsewhere(
 /// `agentx resume ID` in `folder` of a conversation this profile keeps in
 /// another folder: forked here when that folder is another checkout of the
 /// same project (the original stays there, untouched), else refused with
-/// where it is. `None`: this profile keeps no conversation `id`.
+/// where it is (projects keyed as on `machine`, this one). `None`: this
+/// profile keeps no conversation `id`.
 pub async fn open_elsewhere(
     store: &Arc<Store>,
-    remote: Option<&Remote>,
+    machine: &str,
     group: &GroupHandle,
     folder: &str,
     agent: &str,
@@ -91,7 +91,7 @@ pub async fn open_elsewhere(
             held.agent, held.folder, held.agent
         )));
     }
-    if project_of(&held.folder, remote) != project_of(folder, remote) {
+    if project_of(&held.folder, machine) != project_of(folder, machine) {
         return Err(Status::not_found(format!(
             "conversation {id} lives in {there}, which is not a checkout of this folder's \
              project; resume it there (agentx -C {} resume {id})",

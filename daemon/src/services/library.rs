@@ -67,7 +67,7 @@ impl LibraryService {
             let hits = remote.search(&query, key, &local, limit).await?;
             Ok::<_, RemoteError>((hits, profile))
         };
-        match tokio::time::timeout(crate::remote::list_wait(), searching).await {
+        match tokio::time::timeout(remote.list_wait(), searching).await {
             Ok(Ok((hits, profile))) => Ok(hits
                 .into_iter()
                 .map(|h| {
@@ -84,7 +84,7 @@ impl LibraryService {
             )),
             Err(_) => Err(format!(
                 "the remote store was not reached within {} ms; showing this machine's matches only",
-                crate::remote::list_wait().as_millis()
+                remote.list_wait().as_millis()
             )),
         }
     }

@@ -30,6 +30,9 @@ pub struct SessionsService {
     remote: Option<Arc<Remote>>,
     engine: Arc<crate::turn::Engine>,
     search: Option<Arc<crate::search::SearchIndex>>,
+    /// This machine's name, as the remote store knows it (the remote's
+    /// own when it is on).
+    machine: String,
 }
 
 impl SessionsService {
@@ -39,6 +42,7 @@ impl SessionsService {
         remote: Option<Arc<Remote>>,
         engine: Arc<crate::turn::Engine>,
         search: Option<Arc<crate::search::SearchIndex>>,
+        machine: String,
     ) -> Self {
         Self {
             store,
@@ -46,6 +50,7 @@ impl SessionsService {
             remote,
             engine,
             search,
+            machine,
         }
     }
 
@@ -116,11 +121,8 @@ impl SessionsService {
             local.sort_by_key(|s| std::cmp::Reverse(s.updated_at.map_or(0, |t| t.unix_ms)));
         }
         let project = crate::remote::project_key(std::path::Path::new(folder), remote.machine());
-        let listed = match tokio::time::timeout(
-            crate::remote::list_wait(),
-            remote.list(&project, agent),
-        )
-        .await
+        let listed = match tokio::time::timeout(remote.list_wait(), remote.list(&project, agent))
+            .await
         {
             Ok(Ok(listed)) => listed,
             Ok(Err(e)) => {
@@ -137,7 +139,7 @@ impl SessionsService {
                     local,
                     format!(
                         "the remote store was not reached within {} ms; showing this machine's conversations only",
-                        crate::remote::list_wait().as_millis()
+                        remote.list_wait().as_millis()
                     ),
                     0,
                 );
@@ -328,7 +330,7 @@ impl Sessions for SessionsService {
                 let scope = super::Scope::try_from(req.scope.as_ref())?;
                 match super::checkouts::open_elsewhere(
                     &self.store,
-                    self.remote.as_deref(),
+                    &self.machine,
                     &group,
                     &scope.folder,
                     &scope.agent,

@@ -17,6 +17,7 @@ use agentx_shared::proto::{
 };
 
 use super::{group_for, session_arg, status_of};
+use crate::environment::Environment;
 use crate::runner::{Runner, Start};
 use crate::snapshot::service::Snapshots;
 use crate::store::{Store, StoreError};
@@ -52,15 +53,15 @@ pub struct Tuning {
 }
 
 impl Tuning {
-    pub fn from_env() -> Self {
+    /// The knobs `env` sets, the defaults for the rest.
+    pub fn from_environment(env: &Environment) -> Self {
         let ms = |name: &str, default: u64| {
-            std::env::var(name)
-                .ok()
+            env.var(name)
                 .and_then(|v| v.parse::<u64>().ok())
                 .map_or(Duration::from_millis(default), Duration::from_millis)
         };
-        let max_answer = std::env::var("AGENTX_MAX_ANSWER_BYTES")
-            .ok()
+        let max_answer = env
+            .var("AGENTX_MAX_ANSWER_BYTES")
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|n| *n > 0)
             .unwrap_or(crate::turn::provider::MAX_ANSWER);
@@ -512,4 +513,34 @@ fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
         }
     };
     TurnEvent { event: Some(event) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timing_knobs_come_from_the_environment_given() {
+        let env = Environment::from_pairs([
+            ("AGENTX_RETRY_BASE_MS", "5"),
+            ("AGENTX_STREAM_IDLE_MS", "300"),
+            ("AGENTX_HEADERS_TIMEOUT_MS", "200"),
+            ("AGENTX_MAX_ANSWER_BYTES", "1024"),
+        ]);
+        let tuning = Tuning::from_environment(&env);
+        assert_eq!(tuning.retry_base, Duration::from_millis(5));
+        assert_eq!(tuning.limits.idle, Duration::from_millis(300));
+        assert_eq!(tuning.limits.headers, Duration::from_millis(200));
+        assert_eq!(tuning.limits.max_answer, 1024);
+        // Unset, unparsable or (the answer) zero: the defaults.
+        let env = Environment::from_pairs([
+            ("AGENTX_RETRY_BASE_MS", " 5"),
+            ("AGENTX_MAX_ANSWER_BYTES", "0"),
+        ]);
+        let tuning = Tuning::from_environment(&env);
+        assert_eq!(tuning.retry_base, Duration::from_millis(500));
+        assert_eq!(tuning.limits.idle, Duration::from_secs(120));
+        assert_eq!(tuning.limits.headers, Duration::from_secs(60));
+        assert_eq!(tuning.limits.max_answer, crate::turn::provider::MAX_ANSWER);
+    }
 }

@@ -34,6 +34,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::durable;
+use crate::environment::Environment;
 use blobs::Blobs;
 pub(crate) use blobs::parse_index;
 #[cfg(test)]
@@ -232,6 +233,8 @@ pub struct SnapshotStore {
     refs_loaded: bool,
     home: Option<PathBuf>,
     config: PathBuf,
+    /// agentd's environment, which overlays `config` as it does for agentx.
+    env: Arc<Environment>,
     watch: watch::Watchers,
     /// After idle work failed (a full disk, say): none before this instant,
     /// so a failure costs one attempt a minute, not one a second.
@@ -256,16 +259,19 @@ fn folder_dir_name(folder: &str) -> String {
 }
 
 impl SnapshotStore {
-    pub fn open(root: &Path, home: Option<PathBuf>, config: PathBuf) -> Result<Self, SnapError> {
+    /// The store in `root`, scanning with the excludes of `config` and the
+    /// home directory and watcher settings `env` gives.
+    pub fn open(root: &Path, config: PathBuf, env: Arc<Environment>) -> Result<Self, SnapError> {
         agentx_shared::profile::create_private_dir(&root.join("folders"))?;
         Ok(Self {
             root: root.to_path_buf(),
             blobs: Blobs::open(&root.join("packs"))?,
             folders: HashMap::new(),
             refs_loaded: false,
-            home,
+            home: env.path("HOME"),
             config,
-            watch: watch::Watchers::new(watch::WatchConfig::from_env()),
+            watch: watch::Watchers::new(watch::WatchConfig::from_environment(&env)),
+            env,
             idle_paused_until: None,
         })
     }
@@ -452,9 +458,10 @@ impl SnapshotStore {
     /// What scans leave out: `snapshot_exclude` names from config.toml
     /// (read at each scan, so an edit applies at once) and agentd's profile.
     fn extra_excludes(&self) -> scan::Excludes {
-        let names = agentx_shared::config::Config::load(&self.config)
-            .map(|c| c.snapshot_exclude)
-            .unwrap_or_default();
+        let names =
+            agentx_shared::config::Config::load_with(&self.config, |k| self.env.non_empty(k))
+                .map(|c| c.snapshot_exclude)
+                .unwrap_or_default();
         let paths = self
             .root
             .parent()

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use tokio::sync::oneshot;
 
 use super::{Owner, Snap, SnapError, SnapshotStore};
+use crate::environment::Environment;
 
 type Work = Box<dyn FnOnce(&mut Result<SnapshotStore, Failure>) + Send>;
 
@@ -104,13 +105,14 @@ impl Drop for BusyGuard {
 }
 
 impl Snapshots {
-    /// Starts the actor; the store opens on its thread.
-    pub fn start(root: PathBuf, home: Option<PathBuf>, config: PathBuf) -> std::io::Result<Self> {
+    /// Starts the actor; the store opens on its thread (see
+    /// [`SnapshotStore::open`]).
+    pub fn start(root: PathBuf, config: PathBuf, env: Arc<Environment>) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("snapshots".into())
             .spawn(move || {
-                let mut store = SnapshotStore::open(&root, home, config).map_err(Arc::new);
+                let mut store = SnapshotStore::open(&root, config, env).map_err(Arc::new);
                 let mut backlog: VecDeque<Job> = VecDeque::new();
                 loop {
                     let job = match backlog.pop_front() {

@@ -127,7 +127,12 @@ fn random_edit(root: &Path, rng: &mut Rng) {
 }
 
 fn store(dir: &Path) -> SnapshotStore {
-    SnapshotStore::open(&dir.join("checkpoints"), None, dir.join("config.toml")).unwrap()
+    SnapshotStore::open(
+        &dir.join("checkpoints"),
+        dir.join("config.toml"),
+        Arc::default(),
+    )
+    .unwrap()
 }
 
 fn owner(session: &str, phase: Phase, pair: &str) -> Owner {
@@ -469,8 +474,8 @@ fn the_profile_inside_the_folder_is_never_snapshotted() {
     std::fs::write(root.join("a"), "a").unwrap();
     let mut s = SnapshotStore::open(
         &profile.join("checkpoints"),
-        None,
         profile.join("config.toml"),
+        Arc::default(),
     )
     .unwrap();
     let snap = s.take(&root, vec![]).unwrap();

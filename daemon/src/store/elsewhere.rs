@@ -239,6 +239,7 @@ mod tests {
         let store = Store::new(
             root.path().join("sessions"),
             crate::store::Commits::default(),
+            crate::store::DEFAULT_IDLE_GROUPS,
         );
         let own = keep(&store, "/w/clone2", "default", 1);
         let old = keep(&store, "/w/clone1", "default", 2);

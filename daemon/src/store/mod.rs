@@ -19,6 +19,8 @@ pub use group::{Change, GroupHandle, OpenTarget, Opened, Recent, RollbackTarget,
 
 use agentx_shared::folder::{check_component, folder_key};
 
+use crate::environment::Environment;
+
 pub use agentx_shared::conversation::is_conversation_id;
 
 /// Why a store request failed; mapped to a gRPC status at the edge.
@@ -77,6 +79,14 @@ impl StoreError {
 /// `AGENTX_MAX_IDLE_GROUPS` says otherwise.
 const DEFAULT_IDLE_GROUPS: usize = 64;
 
+/// How many idle group actors to keep: `AGENTX_MAX_IDLE_GROUPS` in `env`,
+/// else [`DEFAULT_IDLE_GROUPS`].
+pub fn max_idle_groups(env: &Environment) -> usize {
+    env.var("AGENTX_MAX_IDLE_GROUPS")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_IDLE_GROUPS)
+}
+
 /// Registry of group actors, one per `<folder-key>/<agent>` directory
 /// (colliding real folders share it: one writer per file), created on
 /// first use and released when idle.
@@ -109,12 +119,9 @@ struct Registry {
 }
 
 impl Store {
-    /// The store of `sessions_dir`, announcing its commits on `commits`.
-    pub fn new(sessions_dir: PathBuf, commits: Commits) -> Arc<Self> {
-        let max_idle = std::env::var("AGENTX_MAX_IDLE_GROUPS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DEFAULT_IDLE_GROUPS);
+    /// The store of `sessions_dir`, announcing its commits on `commits`,
+    /// keeping `max_idle` idle groups loaded (see [`max_idle_groups`]).
+    pub fn new(sessions_dir: PathBuf, commits: Commits, max_idle: usize) -> Arc<Self> {
         Arc::new(Self {
             sessions_dir,
             commits,

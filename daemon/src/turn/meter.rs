@@ -22,7 +22,7 @@ impl Engine {
     /// Asks the turn's server for its window (once per run), after an
     /// overflow that named none: whether it said.
     async fn ask_window(&self, spec: &TurnSpec) -> bool {
-        let proxy = std::sync::Arc::new(provider::ProxyVars::of(&spec.env));
+        let proxy = std::sync::Arc::new(provider::ProxyVars::of(&spec.env, &self.own_proxy));
         let Ok(client) = self.clients.get(&proxy) else {
             return false;
         };

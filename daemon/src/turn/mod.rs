@@ -167,6 +167,8 @@ pub struct TurnSpec {
 /// instructions file is.
 pub struct Engine {
     clients: provider::Clients,
+    /// agentd's own proxy settings, from its environment at start.
+    own_proxy: provider::ProxyVars,
     models: std::sync::Arc<window::Models>,
     profile: PathBuf,
     /// agentd's stop: running turns end with a record when it begins.
@@ -176,13 +178,17 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// `own_proxy`: agentd's own proxy settings, for turns whose caller
+    /// sent no environment.
     pub fn new(
         profile: PathBuf,
         models: std::sync::Arc<window::Models>,
         shutdown: crate::shutdown::Shutdown,
+        own_proxy: provider::ProxyVars,
     ) -> Self {
         Self {
             clients: provider::Clients::default(),
+            own_proxy,
             models,
             profile,
             tools: shell::Tools::new(shutdown.clone()),

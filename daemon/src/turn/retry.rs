@@ -155,7 +155,10 @@ impl Turn<'_> {
                 let _ = events.try_send(Event::TextDelta(delta.to_owned()));
             }
         };
-        let proxy = std::sync::Arc::new(provider::ProxyVars::of(&self.spec.env));
+        let proxy = std::sync::Arc::new(provider::ProxyVars::of(
+            &self.spec.env,
+            &self.engine.own_proxy,
+        ));
         let client = self.engine.clients.get(&proxy)?;
         let http = provider::Http { client, proxy };
         let (settings, limits) = (&self.spec.settings, &self.spec.limits);

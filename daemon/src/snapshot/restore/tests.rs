@@ -58,7 +58,12 @@ fn tree(root: &Path) -> (BTreeMap<String, State>, Vec<Vec<String>>) {
 }
 
 fn store(dir: &Path) -> SnapshotStore {
-    SnapshotStore::open(&dir.join("checkpoints"), None, dir.join("config.toml")).unwrap()
+    SnapshotStore::open(
+        &dir.join("checkpoints"),
+        dir.join("config.toml"),
+        std::sync::Arc::default(),
+    )
+    .unwrap()
 }
 
 fn folder(tmp: &Path) -> PathBuf {

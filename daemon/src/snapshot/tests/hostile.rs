@@ -70,8 +70,8 @@ fn home_folder_and_above_are_refused() {
     std::fs::create_dir(&home).unwrap();
     let mut s = SnapshotStore::open(
         &tmp.path().join("cp"),
-        Some(home.clone()),
         tmp.path().join("c.toml"),
+        with_home(&home),
     )
     .unwrap();
     assert!(matches!(s.take(&home, vec![]), Err(SnapError::Home(_))));
@@ -84,6 +84,13 @@ fn home_folder_and_above_are_refused() {
 }
 
 /// Takes a before/after pair for `session` around `edit`.
+/// agentd's environment with `home` as its HOME.
+fn with_home(home: &Path) -> Arc<crate::environment::Environment> {
+    Arc::new(crate::environment::Environment::from_pairs([(
+        "HOME", home,
+    )]))
+}
+
 fn message(s: &mut SnapshotStore, root: &Path, session: &str, pair: &str, edit: impl FnOnce()) {
     s.take(root, vec![owner(session, Phase::Before, pair)])
         .unwrap();
@@ -484,8 +491,8 @@ fn a_home_reached_through_a_symlink_is_refused() {
     symlink(&real, &link).unwrap();
     let mut s = SnapshotStore::open(
         &tmp.path().join("cp"),
-        Some(link),
         tmp.path().join("c.toml"),
+        with_home(&link),
     )
     .unwrap();
     assert!(matches!(s.take(&real, vec![]), Err(SnapError::Home(_))));

@@ -12,8 +12,8 @@ use super::*;
 fn store(profile: &Path) -> SnapshotStore {
     let mut s = SnapshotStore::open(
         &profile.join("checkpoints"),
-        None,
         profile.join("config.toml"),
+        std::sync::Arc::default(),
     )
     .unwrap();
     let cfg = s.watch.config_mut();

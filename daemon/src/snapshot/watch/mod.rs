@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::scan::Excludes;
+use crate::environment::Environment;
 
 mod folder;
 mod mounts;
@@ -27,7 +28,7 @@ use folder::FolderWatch;
 pub use folder::{Filled, Filler};
 use mounts::MountTable;
 
-/// Limits and knobs, read from agentd's environment at start.
+/// Limits and knobs, from agentd's environment as read at start.
 #[derive(Debug, Clone)]
 pub struct WatchConfig {
     /// `AGENTX_WATCH=off` turns the watcher off (every snapshot scans).
@@ -46,22 +47,18 @@ pub struct WatchConfig {
 }
 
 impl WatchConfig {
-    pub fn from_env() -> Self {
-        let num = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        };
+    /// The settings `env` asks for (`AGENTX_WATCH`, `AGENTX_WATCH_MAX_FOLDERS`,
+    /// `AGENTX_WATCH_MAX_DIRS`, `AGENTX_WATCH_IDLE_SECS`,
+    /// `AGENTX_WATCH_VERIFY_EVERY`), the defaults for the rest.
+    pub fn from_environment(env: &Environment) -> Self {
+        let num = |name: &str| env.var(name).and_then(|v| v.trim().parse::<u64>().ok());
         // Leave most of the user's inotify watches to editors and tools.
         let system = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
             .ok()
             .and_then(|s| s.trim().parse::<usize>().ok())
             .unwrap_or(8192);
         Self {
-            enabled: !matches!(
-                std::env::var("AGENTX_WATCH").as_deref(),
-                Ok("off" | "0" | "false" | "no")
-            ),
+            enabled: !matches!(env.var("AGENTX_WATCH"), Some("off" | "0" | "false" | "no")),
             max_folders: num("AGENTX_WATCH_MAX_FOLDERS").map_or(16, |n| n as usize),
             max_dirs: num("AGENTX_WATCH_MAX_DIRS").map_or(system / 4, |n| n as usize),
             idle: Duration::from_secs(num("AGENTX_WATCH_IDLE_SECS").unwrap_or(30 * 60)),
@@ -425,5 +422,39 @@ impl Watchers {
         self.folders
             .get(folder)
             .is_some_and(|w| w.last_dirty.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_settings_come_from_the_environment_given_not_the_process() {
+        // Whatever the process's own environment says, only the snapshot
+        // counts: off in one, on (the default) in an empty one.
+        let env = Environment::from_pairs([
+            ("AGENTX_WATCH", "off"),
+            ("AGENTX_WATCH_MAX_FOLDERS", " 3 "),
+            ("AGENTX_WATCH_IDLE_SECS", "7"),
+            ("AGENTX_WATCH_VERIFY_EVERY", "not a number"),
+        ]);
+        let cfg = WatchConfig::from_environment(&env);
+        assert!(!cfg.enabled);
+        assert_eq!(cfg.max_folders, 3);
+        assert_eq!(cfg.idle, Duration::from_secs(7));
+        assert_eq!(cfg.verify_every, 20);
+        let defaults = WatchConfig::from_environment(&Environment::default());
+        assert!(defaults.enabled);
+        assert_eq!(defaults.max_folders, 16);
+        assert_eq!(defaults.idle, Duration::from_secs(30 * 60));
+        for (value, enabled) in [("0", false), ("false", false), ("no", false), ("on", true)] {
+            let env = Environment::from_pairs([("AGENTX_WATCH", value)]);
+            assert_eq!(
+                WatchConfig::from_environment(&env).enabled,
+                enabled,
+                "{value}"
+            );
+        }
     }
 }

@@ -38,10 +38,15 @@ impl ProxyVars {
         }
     }
 
-    /// From a turn's environment (agentd's own when it is empty).
-    pub fn of(env: &crate::turn::shell::Environment) -> Self {
+    /// From `env`, agentd's environment as read at start.
+    pub fn from_environment(env: &crate::environment::Environment) -> Self {
+        Self::from_lookup(|name| env.var(name).map(str::to_owned))
+    }
+
+    /// From a turn's environment (agentd's own, `own`, when it is empty).
+    pub fn of(env: &crate::turn::shell::Environment, own: &Self) -> Self {
         if env.vars.is_empty() {
-            return Self::from_lookup(|name| std::env::var(name).ok());
+            return own.clone();
         }
         Self::from_lookup(|name| {
             env.vars
