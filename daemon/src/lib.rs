@@ -34,7 +34,7 @@
 //!   thread, `query`, `health` and `garbled`: a damaged index is rebuilt).
 //! - `remote`: the PostgreSQL copy. `url` (parsing, redaction), `pgpass`,
 //!   `tls`, `project` keys, `schema` migrations, `lanes` (connections for
-//!   listing, search and pull), `listen` (LISTEN/NOTIFY), `search`,
+//!   listing, search, pull and the pusher), `listen` (LISTEN/NOTIFY), `search`,
 //!   `pusher` (`outbox`, `send`), `pull` over `copy` and `line`, `rule`
 //!   (the fork rule as a pure function), `clear`.
 //! - `turn`: the engine of one turn. `mod` = its steps, `tools` (approvals

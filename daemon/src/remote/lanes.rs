@@ -1,9 +1,9 @@
-//! Connections of their own for listing, search and pull, so one slow
+//! Connections of their own for listing, search, pull and the pusher, so one slow
 //! query never holds up the others; each statement bounded on the server and cancelled there.
 //!
 //! A lane keeps one idle connection. A caller takes it for itself (another
 //! caller meanwhile opens a second one) and gives it back when done. Every
-//! statement is bounded by the server (`statement_timeout`), and a caller
+//! statement but a push is bounded by the server (`statement_timeout`), and a caller
 //! that stops waiting (its timeout fired and its future was dropped) does not
 //! leave its query running: the query is cancelled with the connection's
 //! cancel key and the connection closed — at once for callers that say when
@@ -30,6 +30,8 @@ pub(super) enum Lane {
     Search,
     /// Opening a remote-only conversation, the pre-turn pull, settling.
     Pull,
+    /// The background pusher.
+    Push,
 }
 
 impl Lane {
@@ -38,19 +40,21 @@ impl Lane {
             Lane::List => 0,
             Lane::Search => 1,
             Lane::Pull => 2,
+            Lane::Push => 3,
         }
     }
 
     /// The longest one statement may run on the server: a few times what
     /// its caller waits, so only a query its caller gave up on is stopped.
-    fn statement_bound(self, waits: &Waits) -> Duration {
-        if let Some(bound) = waits.statement {
-            return bound;
-        }
-        match self {
+    /// A push has no bound: nobody waits on it, and a large message must
+    /// go through however slow the server.
+    fn statement_bound(self, waits: &Waits) -> Option<Duration> {
+        let usual = match self {
             Lane::List | Lane::Search => Duration::from_secs(5),
             Lane::Pull => Duration::from_secs(60),
-        }
+            Lane::Push => return None,
+        };
+        Some(waits.statement.unwrap_or(usual))
     }
 }
 
@@ -88,7 +92,7 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 /// The idle connection of each lane.
 #[derive(Default)]
 pub(super) struct Lanes {
-    idle: [Mutex<Option<Arc<Client>>>; 3],
+    idle: [Mutex<Option<Arc<Client>>>; 4],
 }
 
 impl Lanes {
@@ -133,6 +137,8 @@ enum Ending {
     Unmarked,
     /// Done: the connection goes back to its lane.
     Done,
+    /// Not to be used again: closed, with no query to cancel.
+    Discarded,
 }
 
 /// A lane's connection, held by one caller at a time.
@@ -142,6 +148,8 @@ pub(super) struct LaneClient {
     lane: Lane,
     tls: Tls,
     ending: Ending,
+    /// Taken from the lane, not connected (so not migrated) just now.
+    reused: bool,
 }
 
 impl LaneClient {
@@ -149,6 +157,24 @@ impl LaneClient {
     /// goes back to its lane for the next caller.
     pub(super) fn done(mut self) {
         self.ending = Ending::Done;
+    }
+
+    /// The connection must not be used again (it is idle): it is closed.
+    pub(super) fn discard(mut self) {
+        self.ending = Ending::Discarded;
+    }
+
+    /// Whether the connection was kept from an earlier caller rather than
+    /// made (and its schema migrated and checked) for this one.
+    pub(super) fn reused(&self) -> bool {
+        self.reused
+    }
+
+    /// The connection for statements that need it to themselves (a
+    /// transaction). Its holder is its only user, so it always is.
+    pub(super) fn exclusive(&mut self) -> Result<&mut Client, RemoteError> {
+        Arc::get_mut(&mut self.client)
+            .ok_or_else(|| RemoteError::local("the remote connection is shared"))
     }
 }
 
@@ -163,7 +189,7 @@ impl Deref for LaneClient {
 impl Drop for LaneClient {
     fn drop(&mut self) {
         let client = Arc::clone(&self.client);
-        if client.is_closed() {
+        if client.is_closed() || self.ending == Ending::Discarded {
             return;
         }
         if self.ending == Ending::Done {
@@ -237,9 +263,9 @@ impl Remote {
             .url
             .as_ref()
             .map_err(|e| RemoteError::Config(e.clone()))?;
-        let client = match self.lanes.take(lane) {
-            Some(c) => c,
-            None => Arc::new(open(url, lane, &self.waits).await?),
+        let (client, reused) = match self.lanes.take(lane) {
+            Some(c) => (c, true),
+            None => (Arc::new(open(url, lane, &self.waits).await?), false),
         };
         Ok(LaneClient {
             client,
@@ -247,18 +273,21 @@ impl Remote {
             lane,
             tls: url.tls.clone(),
             ending,
+            reused,
         })
     }
 }
 
-/// A new connection for `lane`, its statements bounded on the server.
+/// A new connection for `lane`, its statements bounded on the server
+/// (when the lane has a bound).
 async fn open(url: &RemoteUrl, lane: Lane, waits: &Waits) -> Result<Client, RemoteError> {
     let client = Remote::connect(url).await?;
-    let bound = lane.statement_bound(waits).as_millis();
-    client
-        .batch_execute(&format!("SET statement_timeout = {bound}"))
-        .await
-        .map_err(|e| RemoteError::db(e).redacted(url))?;
+    if let Some(bound) = lane.statement_bound(waits) {
+        client
+            .batch_execute(&format!("SET statement_timeout = {}", bound.as_millis()))
+            .await
+            .map_err(|e| RemoteError::db(e).redacted(url))?;
+    }
     Ok(client)
 }
 
@@ -275,18 +304,36 @@ mod tests {
         let waits = Waits::from_environment(&env);
         assert_eq!(waits.list, Duration::from_millis(40));
         for lane in [Lane::List, Lane::Search, Lane::Pull] {
-            assert_eq!(lane.statement_bound(&waits), Duration::from_millis(700));
+            assert_eq!(
+                lane.statement_bound(&waits),
+                Some(Duration::from_millis(700))
+            );
         }
         let env = Environment::from_pairs([("AGENTX_REMOTE_WAIT_MS", "soon")]);
         let defaults = Waits::from_environment(&env);
         assert_eq!(defaults.list, Duration::from_millis(900));
         assert_eq!(
             Lane::List.statement_bound(&defaults),
-            Duration::from_secs(5)
+            Some(Duration::from_secs(5))
         );
         assert_eq!(
             Lane::Pull.statement_bound(&defaults),
-            Duration::from_secs(60)
+            Some(Duration::from_secs(60))
         );
+    }
+
+    #[test]
+    fn only_a_push_has_no_statement_bound() {
+        let env = Environment::from_pairs([("AGENTX_REMOTE_STATEMENT_MS", "700")]);
+        let unset = Environment::from_pairs([("HOME", "/home/someone")]);
+        for waits in [
+            Waits::from_environment(&env),
+            Waits::from_environment(&unset),
+        ] {
+            assert_eq!(Lane::Push.statement_bound(&waits), None);
+            for lane in [Lane::List, Lane::Search, Lane::Pull] {
+                assert!(lane.statement_bound(&waits).is_some(), "{lane:?}");
+            }
+        }
     }
 }

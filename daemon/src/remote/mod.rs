@@ -251,8 +251,7 @@ pub struct Remote {
     now: Notify,
     /// The start number of the last finished pass.
     passes: watch::Sender<u64>,
-    /// The connections listing, search and pull use, one each (the pusher
-    /// has its own).
+    /// The connections listing, search, pull and the pusher use, one each.
     lanes: Arc<lanes::Lanes>,
     /// How long listing, search and each statement wait for the server.
     waits: lanes::Waits,

@@ -16,7 +16,7 @@ use super::status::{search_status, task_failed};
 use super::{group_for, session_arg, status_of, summary};
 use crate::remote::{Remote, RemoteError};
 use crate::search::SearchIndex;
-use crate::store::{Change, Store, fork};
+use crate::store::{Change, SettingsChange, Store, fork};
 
 pub struct LibraryService {
     store: Arc<Store>,
@@ -199,10 +199,10 @@ impl Library for LibraryService {
         let doc = group
             .commit(
                 &doc.id,
-                Change {
+                Change::settings(SettingsChange {
                     title: Some(title),
-                    ..Change::default()
-                },
+                    ..SettingsChange::default()
+                }),
             )
             .await
             .map_err(status_of)?;

@@ -22,7 +22,9 @@ use crate::remote::clear::Deleted;
 use crate::snapshot::service::Snapshots;
 use crate::store::session::ShellRun;
 use crate::store::session::{Marker, SessionDoc};
-use crate::store::{Change, OpenTarget, Recent, RollbackTarget, Store};
+use crate::store::{
+    Change, OpenTarget, Recent, RollbackTarget, SettingsChange, ShellChange, Store, Update,
+};
 
 pub struct SessionsService {
     store: Arc<Store>,
@@ -520,18 +522,18 @@ impl Sessions for SessionsService {
             .commit(
                 &id,
                 match crate::store::session::process_start(req.client_pid) {
-                    Some(started) if req.client_pid != 0 => Change {
-                        add_shell_run: Some(ShellRun {
+                    Some(started) if req.client_pid != 0 => Change::shell(ShellChange {
+                        add_run: Some(ShellRun {
                             pid: req.client_pid,
                             started,
                             text: req.transcript,
                         }),
-                        ..Change::default()
-                    },
-                    _ => Change {
-                        add_pending_shell: Some(req.transcript),
-                        ..Change::default()
-                    },
+                        ..ShellChange::default()
+                    }),
+                    _ => Change::shell(ShellChange {
+                        add_pending: Some(req.transcript),
+                        ..ShellChange::default()
+                    }),
                 },
             )
             .await
@@ -560,10 +562,10 @@ impl Sessions for SessionsService {
                 .map(|d| d.id)
                 .ok_or_else(|| Status::not_found("this folder has no conversation yet"))?,
         };
-        let change = Change {
-            model: Some(Some(model).filter(|m| !m.is_empty())),
-            ..Change::default()
-        };
+        let change = Change::settings(SettingsChange {
+            model: Update::set_or_clear(Some(model).filter(|m| !m.is_empty())),
+            ..SettingsChange::default()
+        });
         let doc = group.commit(&id, change).await.map_err(status_of)?;
         let mut status = session_status(Some(&doc));
         let folder = std::path::PathBuf::from(folder);

@@ -9,21 +9,25 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
-use agentx_shared::conversation::{Item, PendingCall, Usage};
+use agentx_shared::conversation::Item;
 
 use super::StoreError;
 use super::commits::Commits;
 use super::session::{
-    Checkpoint, Fill, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc,
-    ShellRun, title_from,
+    Checkpoint, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc,
 };
 use crate::durable;
 
+mod change;
 mod files;
 mod handle;
 mod rollback;
 mod turns;
 
+pub use change::{
+    AccountingChange, Change, NewCheckpoint, SettingsChange, ShellChange, TranscriptChange,
+    TurnChange, Update,
+};
 pub use handle::*;
 
 /// What a group actor keeps.
@@ -456,77 +460,18 @@ impl Group {
 
     fn commit(&mut self, folder: &str, id: &str, change: Change) -> Result<SessionDoc, StoreError> {
         let now = agentx_shared::time::now_ms();
+        let rename_only = change.renames_only();
         let session = self.session(folder, id)?;
-        session.append(&change.append, now)?;
+        session.append(&change.transcript.append, now)?;
         let doc = &mut session.doc;
-        if let Some(response_id) = change.response_id {
-            doc.response_id = response_id;
-        }
-        if let Some(usage) = change.add_usage {
-            doc.usage.add(&usage);
-        }
-        if let Some(text) = change.last_user {
-            if doc.title.is_empty() {
-                doc.title = title_from(&text);
-            }
-            doc.last_user = text;
-        }
-        if let Some(text) = change.last_assistant {
-            doc.last_assistant = text;
-        }
-        if let Some(calls) = change.pending_calls {
-            doc.pending_calls = calls;
-        }
-        if change.clear_pending_shell {
-            doc.pending_shell.clear();
-        }
-        if let Some(text) = change.add_pending_shell {
-            doc.pending_shell.push_str(&text);
-        }
-        // Runs are only appended meanwhile, so the positions still hold.
-        let mut n = 0;
-        doc.pending_shell_runs.retain(|_| {
-            n += 1;
-            !change.take_shell_runs.contains(&(n - 1))
-        });
-        doc.pending_shell_runs.extend(change.add_shell_run);
-        if change.turn_completed {
-            doc.turns += 1;
-        }
-        if let Some(all) = change.approve_all {
-            doc.approve_all = all;
-        }
-        if let Some(unsent) = change.unsent {
-            doc.unsent = unsent;
-        }
-        if let Some(open) = change.turn_open {
-            doc.turn_open = open;
-        }
-        if let Some(marker) = change.interrupted {
-            doc.interrupted = marker;
-        }
-        if let Some(marker) = change.failed {
-            doc.failed = marker;
-        }
-        if let Some(marker) = change.cut_short {
-            doc.cut_short = marker;
-        }
-        if let Some(fill) = change.context {
-            doc.context = fill;
-        }
-        if let Some(model) = change.model {
-            doc.model = model;
-        }
-        if change.checkpoint {
+        let checkpoint = change::apply(change, doc);
+        let checkpointed = checkpoint.is_some();
+        if let Some(NewCheckpoint { note }) = checkpoint {
             let mut cp = doc.checkpoint(now);
-            cp.note = change.checkpoint_note;
+            cp.note = note;
             doc.checkpoints.push(cp);
             let excess = doc.checkpoints.len().saturating_sub(MAX_CHECKPOINTS);
             doc.checkpoints.drain(..excess);
-        }
-        let rename_only = change.append.is_empty() && change.title.is_some();
-        if let Some(title) = change.title {
-            doc.title = title;
         }
         if !rename_only {
             doc.updated_at = now.max(doc.updated_at);
@@ -534,7 +479,7 @@ impl Group {
         session.save()?;
         let doc = session.doc.clone();
         self.index_hook(id);
-        if change.checkpoint {
+        if checkpointed {
             self.write_shared(&doc)?;
         }
         Ok(doc)

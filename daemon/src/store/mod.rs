@@ -15,7 +15,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-pub use group::{Change, GroupHandle, OpenTarget, Opened, Recent, RollbackTarget, TurnLease};
+pub use group::{
+    AccountingChange, Change, GroupHandle, NewCheckpoint, OpenTarget, Opened, Recent,
+    RollbackTarget, SettingsChange, ShellChange, TranscriptChange, TurnChange, TurnLease, Update,
+};
 
 use agentx_shared::folder::{check_component, folder_key};
 

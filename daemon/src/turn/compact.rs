@@ -8,7 +8,10 @@ use agentx_shared::conversation::{Item, Usage};
 use super::context;
 use super::provider::{self, ModelReply, ProviderError};
 use super::tokens::Counter;
-use super::{Change, Event, Stop, Turn};
+use super::{
+    AccountingChange, Change, Event, NewCheckpoint, Stop, TranscriptChange, Turn, TurnChange,
+    Update,
+};
 use crate::store::session::Fill;
 
 /// Why a compaction ran.
@@ -408,18 +411,27 @@ impl Turn<'_> {
             estimated: true,
         };
         self.commit(Change {
-            append: vec![record],
-            response_id: Some(None),
-            add_usage: Some(usage),
-            unsent: Some(Vec::new()),
-            context: Some(Some(fill)),
-            failed: Some(None),
-            checkpoint: between_turns,
-            checkpoint_note: Some(
-                Item::compaction_line(before, after)
-                    .trim_matches([' ', '—'])
-                    .to_owned(),
-            ),
+            transcript: TranscriptChange {
+                append: vec![record],
+                unsent: Some(Vec::new()),
+                response_id: Update::Clear,
+                ..TranscriptChange::default()
+            },
+            turn: TurnChange {
+                failed: Update::Clear,
+                ..TurnChange::default()
+            },
+            accounting: AccountingChange {
+                usage: Some(usage),
+                context: Update::Set(fill),
+            },
+            checkpoint: between_turns.then(|| NewCheckpoint {
+                note: Some(
+                    Item::compaction_line(before, after)
+                        .trim_matches([' ', '—'])
+                        .to_owned(),
+                ),
+            }),
             ..Change::default()
         })
         .await?;

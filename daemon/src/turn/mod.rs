@@ -24,7 +24,10 @@ use tokio::sync::{mpsc, watch};
 use agentx_shared::conversation::{CallState, Item, PendingCall, Usage};
 
 use crate::store::session::{Marker, SessionDoc};
-use crate::store::{Change, GroupHandle, RollbackTarget, StoreError, TurnLease};
+use crate::store::{
+    AccountingChange, Change, GroupHandle, NewCheckpoint, RollbackTarget, ShellChange, StoreError,
+    TranscriptChange, TurnChange, TurnLease, Update,
+};
 use provider::{Limits, ModelReply, Settings};
 
 pub const DEFAULT_INSTRUCTIONS: &str = "You are agentx, a coding agent working in the user's folder \
@@ -353,11 +356,7 @@ impl Turn<'_> {
                     at: agentx_shared::time::now_ms(),
                     retryable: true,
                 };
-                let change = Change {
-                    turn_open: Some(false),
-                    interrupted: Some(Some(marker)),
-                    ..Change::default()
-                };
+                let change = Change::turn(TurnChange::interrupted(marker));
                 if let Err(e) = self.group.commit(&self.session, change).await {
                     tracing::warn!("could not record the interrupted turn: {e}");
                 }
@@ -375,11 +374,7 @@ impl Turn<'_> {
                     at: agentx_shared::time::now_ms(),
                     retryable: false,
                 };
-                let change = Change {
-                    turn_open: Some(false),
-                    failed: Some(Some(marker)),
-                    ..Change::default()
-                };
+                let change = Change::turn(TurnChange::failed(marker));
                 if let Err(e) = self.group.commit(&self.session, change).await {
                     tracing::warn!("could not record the overflowing turn: {e}");
                 }
@@ -393,11 +388,7 @@ impl Turn<'_> {
                     at: agentx_shared::time::now_ms(),
                     retryable,
                 };
-                let change = Change {
-                    turn_open: Some(false),
-                    failed: Some(Some(marker)),
-                    ..Change::default()
-                };
+                let change = Change::turn(TurnChange::failed(marker));
                 if let Err(e) = self.group.commit(&self.session, change).await {
                     tracing::warn!("could not record the failed turn: {e}");
                 }
@@ -488,15 +479,21 @@ impl Turn<'_> {
         append.push(Item::User { text });
         self.unsent.extend(append.iter().cloned());
         self.commit(Change {
-            append,
-            unsent: Some(self.unsent.clone()),
-            pending_calls: Some(Vec::new()),
-            last_user: Some(message.to_owned()),
-            clear_pending_shell: true,
-            take_shell_runs: taken,
-            turn_open: Some(true),
-            interrupted: Some(None),
-            failed: Some(None),
+            transcript: TranscriptChange {
+                append,
+                unsent: Some(self.unsent.clone()),
+                last_user: Some(message.to_owned()),
+                ..TranscriptChange::default()
+            },
+            turn: TurnChange {
+                calls: Some(Vec::new()),
+                ..TurnChange::started()
+            },
+            shell: ShellChange {
+                clear_pending: true,
+                take_runs: taken,
+                ..ShellChange::default()
+            },
             ..Change::default()
         })
         .await?;
@@ -515,13 +512,15 @@ impl Turn<'_> {
         // What status shows of the answer; the transcript keeps it whole.
         let shown = (!reply.text.is_empty()).then(|| last_answer(&reply.text));
         self.cut_short = reply.incomplete.clone();
-        let cut_short = done.then(|| {
-            reply.incomplete.as_ref().map(|reason| Marker {
+        let cut_short = if done {
+            Update::set_or_clear(reply.incomplete.as_ref().map(|reason| Marker {
                 message: format!("the answer was cut short by the model server ({reason})"),
                 at: agentx_shared::time::now_ms(),
                 retryable: true,
-            })
-        });
+            }))
+        } else {
+            Update::Keep
+        };
         let ModelReply {
             id,
             text,
@@ -545,17 +544,25 @@ impl Turn<'_> {
         self.unsent.clear();
         self.fill = Some(fill);
         self.commit(Change {
-            context: Some(Some(fill)),
-            append: items,
-            response_id: Some(Some(id)),
-            add_usage: Some(usage),
-            last_assistant: shown,
-            cut_short,
-            pending_calls: Some(pending.to_vec()),
-            unsent: Some(Vec::new()),
-            turn_completed: done,
-            turn_open: done.then_some(false),
-            checkpoint: done,
+            transcript: TranscriptChange {
+                append: items,
+                unsent: Some(Vec::new()),
+                response_id: Update::Set(id),
+                last_assistant: shown,
+                ..TranscriptChange::default()
+            },
+            turn: TurnChange {
+                calls: Some(pending.to_vec()),
+                completed: done,
+                open: done.then_some(false),
+                cut_short,
+                ..TurnChange::default()
+            },
+            accounting: AccountingChange {
+                usage: Some(usage),
+                context: Update::Set(fill),
+            },
+            checkpoint: done.then(NewCheckpoint::default),
             ..Change::default()
         })
         .await?;
@@ -590,11 +597,7 @@ impl Turn<'_> {
             }
             let outputs = self.run_tools(pending, false).await?;
             self.unsent = outputs;
-            self.commit(Change {
-                unsent: Some(self.unsent.clone()),
-                ..Change::default()
-            })
-            .await?;
+            self.commit(Change::unsent(self.unsent.clone())).await?;
             // Between tool steps: compact when the next request would pass
             // the threshold (never twice in one turn).
             let next = self.fill.map_or(0, |f| f.tokens) + self.counter.items(&self.unsent);

@@ -1,7 +1,10 @@
 //! How a turn that settles an earlier one starts: the last message again,
 //! the failed request again (or on a new chain), or an interrupted turn finished.
 
-use super::{Change, Event, RollbackTarget, SessionDoc, Stop, Turn, TurnLease, first_line};
+use super::{
+    Change, Event, RollbackTarget, SessionDoc, Stop, TranscriptChange, Turn, TurnChange, TurnLease,
+    Update, first_line,
+};
 
 impl Turn<'_> {
     /// Back to the last checkpoint, then the last message sent again.
@@ -38,11 +41,7 @@ impl Turn<'_> {
     ) -> Result<(), Stop> {
         if new_chain {
             self.response_id = None;
-            self.commit(Change {
-                response_id: Some(None),
-                ..Change::default()
-            })
-            .await?;
+            self.commit(Change::new_chain()).await?;
         }
         let outputs = Self::answer_unrun_calls(&doc.pending_calls);
         if outputs.is_empty() && self.unsent.is_empty() {
@@ -59,12 +58,15 @@ impl Turn<'_> {
         }
         self.unsent.extend(outputs.iter().cloned());
         self.commit(Change {
-            append: outputs,
-            unsent: Some(self.unsent.clone()),
-            pending_calls: Some(Vec::new()),
-            turn_open: Some(true),
-            failed: Some(None),
-            interrupted: Some(None),
+            transcript: TranscriptChange {
+                append: outputs,
+                unsent: Some(self.unsent.clone()),
+                ..TranscriptChange::default()
+            },
+            turn: TurnChange {
+                calls: Some(Vec::new()),
+                ..TurnChange::started()
+            },
             ..Change::default()
         })
         .await?;
@@ -80,11 +82,11 @@ impl Turn<'_> {
             // Interrupted after its last request had been answered and
             // recorded: nothing is left to run or send. Settle the marker so
             // the conversation simply goes on.
-            self.commit(Change {
-                turn_open: Some(false),
-                interrupted: Some(None),
-                ..Change::default()
-            })
+            self.commit(Change::turn(TurnChange {
+                open: Some(false),
+                interrupted: Update::Clear,
+                ..TurnChange::default()
+            }))
             .await?;
             self.emit(Event::Notice(
                 "the interrupted turn had nothing left to run or send".to_owned(),
@@ -92,21 +94,11 @@ impl Turn<'_> {
             .await;
             return Ok(false);
         }
-        self.commit(Change {
-            turn_open: Some(true),
-            interrupted: Some(None),
-            failed: Some(None),
-            ..Change::default()
-        })
-        .await?;
+        self.commit(Change::turn(TurnChange::started())).await?;
         if !doc.pending_calls.is_empty() {
             let outputs = self.run_tools(doc.pending_calls.clone(), true).await?;
             self.unsent.extend(outputs);
-            self.commit(Change {
-                unsent: Some(self.unsent.clone()),
-                ..Change::default()
-            })
-            .await?;
+            self.commit(Change::unsent(self.unsent.clone())).await?;
         }
         Ok(true)
     }

@@ -26,11 +26,7 @@ impl Turn<'_> {
                 Err(e) if e.lost_response_id() && chained && !self.rechained => {
                     self.rechained = true;
                     self.response_id = None;
-                    self.commit(Change {
-                        response_id: Some(None),
-                        ..Change::default()
-                    })
-                    .await?;
+                    self.commit(Change::new_chain()).await?;
                     self.emit(Event::Notice(
                         "the server no longer knows this conversation's last response; \
                          starting a new chain from the saved conversation"

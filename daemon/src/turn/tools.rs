@@ -6,7 +6,7 @@ use agentx_shared::conversation::{CallState, Item, PendingCall};
 use serde_json::Value;
 
 use super::{Decision, Event, Input, Policy, Stop, Turn, context, head, shell};
-use crate::store::Change;
+use crate::store::{Change, SettingsChange, TranscriptChange, TurnChange};
 
 impl Turn<'_> {
     /// Outputs for calls an earlier turn left open, without running anything.
@@ -62,11 +62,7 @@ impl Turn<'_> {
             pending[i].state = CallState::Finished;
             pending[i].exit_code = exit_code;
             pending[i].output = output.clone();
-            self.commit(Change {
-                pending_calls: Some(pending.clone()),
-                ..Change::default()
-            })
-            .await?;
+            self.commit(Change::calls(pending.clone())).await?;
             self.emit(Event::ToolResult {
                 call_id: call.call_id.clone(),
                 exit_code,
@@ -85,8 +81,14 @@ impl Turn<'_> {
             })
             .collect();
         self.commit(Change {
-            append: outputs.clone(),
-            pending_calls: Some(Vec::new()),
+            transcript: TranscriptChange {
+                append: outputs.clone(),
+                ..TranscriptChange::default()
+            },
+            turn: TurnChange {
+                calls: Some(Vec::new()),
+                ..TurnChange::default()
+            },
             ..Change::default()
         })
         .await?;
@@ -135,11 +137,7 @@ impl Turn<'_> {
             });
         }
         pending[i].state = CallState::Running;
-        self.commit(Change {
-            pending_calls: Some(pending.to_vec()),
-            ..Change::default()
-        })
-        .await?;
+        self.commit(Change::calls(pending.to_vec())).await?;
         // Its output goes to the client as it comes, for display.
         let (progress, mut pieces) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
         let events = self.io.events.clone();
@@ -177,11 +175,7 @@ impl Turn<'_> {
                 pending[i].state = CallState::Finished;
                 pending[i].exit_code = o.exit_code;
                 pending[i].output = o.for_model_when(self.client_gone());
-                self.commit(Change {
-                    pending_calls: Some(pending.to_vec()),
-                    ..Change::default()
-                })
-                .await?;
+                self.commit(Change::calls(pending.to_vec())).await?;
                 Err(Stop::Cancelled)
             }
             Ok(o) => Ok(Ran {
@@ -243,10 +237,10 @@ impl Turn<'_> {
                         Decision::No => Ok(false),
                         Decision::Always => {
                             self.approve_all = true;
-                            self.commit(Change {
+                            self.commit(Change::settings(SettingsChange {
                                 approve_all: Some(true),
-                                ..Change::default()
-                            })
+                                ..SettingsChange::default()
+                            }))
                             .await?;
                             Ok(true)
                         }

@@ -471,3 +471,55 @@ fn a_server_at_a_non_loopback_ip_literal_is_asked_for_tls_and_loopback_is_not() 
         assert_eq!(first[4..], [0, 3, 0, 0], "{host}: {first:?}");
     }
 }
+
+/// agentd's statements in database `db` that have waited on a lock for
+/// longer than `secs` seconds.
+fn agentd_waiting_longer_than(pg: &Cluster, db: &str, secs: u32) -> i64 {
+    pg.count(
+        db,
+        &format!(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE pid <> pg_backend_pid() AND state = 'active'
+                AND datname = current_database()
+                AND application_name = 'agentd'
+                AND wait_event_type = 'Lock'
+                AND now() - query_start > interval '{secs} seconds'"
+        ),
+    )
+}
+
+#[test]
+fn a_push_held_up_on_the_server_is_not_bounded_like_a_listing_and_goes_through() {
+    let Some(pg) = shared() else { return };
+    pg.create_db("s_push_wait");
+    let mut a = machine("machine-a", ORIGIN, &pg.url("s_push_wait"));
+    // Listing, search and pull statements may run half a second.
+    a.extra_env
+        .push(("AGENTX_REMOTE_STATEMENT_MS".into(), "500".into()));
+    let model = FakeModel::start();
+    assert_code(&a.chat(&model, ["--approval", "never"], "first\n"), 0);
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
+    let (before, _, _) = records(pg, "s_push_wait", &id);
+
+    // The push of the next turn waits on the locked records table, far
+    // past the other lanes' bound, without the server stopping it.
+    let (release, holder) = lock_records(pg.url("s_push_wait"));
+    assert_code(&a.chat(&model, ["--approval", "never"], "second\n"), 0);
+    assert!(
+        eventually(Duration::from_secs(20), || agentd_waiting_longer_than(
+            pg,
+            "s_push_wait",
+            3
+        ) == 1),
+        "no push waited on the server past 3 s: {:?}",
+        agentd_active(pg)
+    );
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    let synced = a.sync();
+    assert_eq!(synced["reached"], true, "{synced}");
+    let (after, _, _) = records(pg, "s_push_wait", &id);
+    assert!(after > before, "{before} records before, {after} after");
+    assert_eq!(a.status()["remote"]["state"], "synced");
+}

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_postgres::Client;
 
+use super::lanes::{Lane, LaneClient};
 use super::{Remote, RemoteError};
 use outbox::{Push, RetryLater, read_push, scan};
 pub(super) use outbox::{Pushed, current_hash, load_pushed, save_pushed};
@@ -51,7 +51,6 @@ pub(super) async fn run(
             forward.mark(changed.doc());
         }
     });
-    let mut client: Option<Client> = None;
     let mut backoff = BACKOFF_MIN;
     // `agentx sync` asked: refused conversations are tried again now.
     let mut forced = false;
@@ -62,7 +61,7 @@ pub(super) async fn run(
         }) else {
             return;
         };
-        let result = pass(&remote, &mut client, forced).await;
+        let result = pass(&remote, forced).await;
         let ok = result.is_ok();
         remote.with(|i| {
             i.attempted = true;
@@ -92,9 +91,6 @@ pub(super) async fn run(
                 () = sleep_until(retry) => false,
             };
         } else {
-            if client.as_ref().is_some_and(Client::is_closed) {
-                client = None;
-            }
             forced = tokio::select! {
                 () = tokio::time::sleep(backoff) => false,
                 () = remote.now.notified() => true,
@@ -113,26 +109,21 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 /// One pass over everything pending (refused conversations only once
-/// their backoff ended, or when `forced`).
-async fn pass(
-    remote: &Arc<Remote>,
-    client: &mut Option<Client>,
-    forced: bool,
-) -> Result<(), RemoteError> {
+/// their backoff ended, or when `forced`), on the push lane's connection.
+async fn pass(remote: &Arc<Remote>, forced: bool) -> Result<(), RemoteError> {
     let url = remote
         .url
         .as_ref()
         .map_err(|e| RemoteError::Config(e.clone()))?;
-    if client.as_ref().is_none_or(Client::is_closed) {
-        // Connecting migrates, and refuses a schema newer than ours.
-        *client = Some(Remote::connect(url).await?);
-    } else if let Some(c) = client.as_ref()
-        && let Err(e) = super::schema::check(c).await
+    // Connecting migrates, and refuses a schema newer than ours.
+    let mut client = remote.lane(Lane::Push).await?;
+    if client.reused()
+        && let Err(e) = super::schema::check(&client).await
     {
         // Migrated by a newer agentd while connected: push nothing more
         // (connecting again checks again), and listing, search and pull
         // connect again too and learn it there.
-        *client = None;
+        client.discard();
         return Err(match e {
             e @ RemoteError::Server { .. } => e.redacted(url),
             other => {
@@ -141,9 +132,20 @@ async fn pass(
             }
         });
     }
-    if let Some(c) = client.as_ref() {
-        super::clear::flush(remote, c).await?;
-    }
+    let result = pass_on(remote, &mut client, forced).await;
+    // Every statement of the pass was answered: the connection is idle and
+    // kept for the next pass (unless it closed).
+    client.done();
+    result
+}
+
+/// [`pass`] once it holds a connection.
+async fn pass_on(
+    remote: &Arc<Remote>,
+    client: &mut LaneClient,
+    forced: bool,
+) -> Result<(), RemoteError> {
+    super::clear::flush(remote, client).await?;
     // A conflict settled in the first round leaves new work (the fork, the
     // rest of ours) for a second one.
     for _round in 0..2 {
@@ -160,7 +162,7 @@ async fn pass(
 /// Pushes each of `todo`; `true` when a conflict was settled on the way.
 async fn push_all(
     remote: &Arc<Remote>,
-    client: &mut Option<Client>,
+    client: &mut LaneClient,
     todo: Vec<PathBuf>,
     forced: bool,
 ) -> Result<bool, RemoteError> {
@@ -170,9 +172,6 @@ async fn push_all(
         .map_err(|e| RemoteError::Config(e.clone()))?;
     let mut settled = false;
     for doc_path in todo {
-        let Some(c) = client.as_mut() else {
-            return Ok(settled);
-        };
         let waiting = remote.with(|i| {
             i.refused
                 .get(&doc_path)
@@ -185,7 +184,7 @@ async fn push_all(
         let Some(push) = read_pending(remote, &doc_path).await? else {
             continue;
         };
-        match send(c, &remote.machine, &push).await {
+        match send(client.exclusive()?, &remote.machine, &push).await {
             Ok(Sent::Pushed) => {}
             Ok(Sent::Conflict) => {
                 // Another machine changed it since: bring theirs in (a
@@ -205,14 +204,11 @@ async fn push_all(
                 settled = true;
                 continue;
             }
-            Err(RemoteError::Refused(e)) if !c.is_closed() => {
+            Err(RemoteError::Refused(e)) if !client.is_closed() => {
                 refuse(remote, &doc_path, &push.id, url.redact(&e));
                 continue;
             }
             Err(e) => {
-                if c.is_closed() {
-                    *client = None;
-                }
                 return Err(RemoteError::server_because(url.redact(&e.to_string()), e));
             }
         }

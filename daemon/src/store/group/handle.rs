@@ -1,4 +1,4 @@
-//! The request side of a group actor: what callers send (`Msg`, `Change`,
+//! The request side of a group actor: what callers send (`Msg`,
 //! targets), the handle that sends it, and the lease a running turn holds.
 
 use super::*;
@@ -43,41 +43,6 @@ pub struct Opened {
     /// The last few exchanges (and compaction lines among them), oldest first.
     pub recent: Vec<Recent>,
     pub notices: Vec<String>,
-}
-
-/// A set of field updates applied (and made durable) in one step.
-#[derive(Default, Debug)]
-pub struct Change {
-    pub append: Vec<Item>,
-    pub response_id: Option<Option<String>>,
-    pub add_usage: Option<Usage>,
-    pub last_user: Option<String>,
-    pub last_assistant: Option<String>,
-    pub pending_calls: Option<Vec<PendingCall>>,
-    pub clear_pending_shell: bool,
-    pub add_pending_shell: Option<String>,
-    pub add_shell_run: Option<ShellRun>,
-    /// Positions in `pending_shell_runs` a message took (sent).
-    pub take_shell_runs: Vec<usize>,
-    pub turn_completed: bool,
-    pub approve_all: Option<bool>,
-    pub unsent: Option<Vec<Item>>,
-    pub turn_open: Option<bool>,
-    pub interrupted: Option<Option<Marker>>,
-    pub failed: Option<Option<Marker>>,
-    /// The answer was (Some) or was not (None) cut short by the server.
-    pub cut_short: Option<Option<Marker>>,
-    /// Record a checkpoint of the resulting state (a successful turn) and
-    /// make it the folder+agent's shared checkpoint.
-    pub checkpoint: bool,
-    /// A new title (a rename; does not move the conversation in the list).
-    pub title: Option<String>,
-    /// How full the model's context is now.
-    pub context: Option<Option<Fill>>,
-    /// The conversation's own model (`/model`).
-    pub model: Option<Option<String>>,
-    /// Said by the checkpoint this change records (a compaction's sizes).
-    pub checkpoint_note: Option<String>,
 }
 
 pub enum RollbackTarget {
