@@ -4,19 +4,15 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
-use agentx_shared::conversation::{Item, PendingCall, Usage};
+use agentx_shared::conversation::Item;
 
 use super::StoreError;
 use super::commits::Commits;
-use super::session::{
-    Checkpoint, Fill, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc,
-    ShellRun, title_from,
-};
+use super::session::{LoadError, MAX_CHECKPOINTS, Session, SessionDoc, title_from};
 use crate::durable;
 
 mod files;
