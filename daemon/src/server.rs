@@ -135,6 +135,7 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
     Routes::new(DaemonServer::new(DaemonService::new(
         Arc::clone(info),
         remote.clone(),
+        search.clone(),
     )))
     .add_service(SessionsServer::new(SessionsService::new(
         Arc::clone(&store),

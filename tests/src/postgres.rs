@@ -239,6 +239,12 @@ impl Cluster {
         self.execute("postgres", &format!("CREATE DATABASE \"{db}\""));
     }
 
+    /// Creates database `db`; its URL, as agentd is given it.
+    pub fn new_db(&self, db: &str) -> String {
+        self.create_db(db);
+        self.url(db)
+    }
+
     /// The harness's own connections go through the Unix socket, so that
     /// `pg_hba.conf` rules for TCP (what agentd uses) never lock it out.
     fn admin_url(&self, db: &str) -> String {

@@ -132,6 +132,7 @@ pub fn open_and_search(files: &[(String, Vec<u8>)]) -> Result<usize, String> {
         sessions: AtomicU64::new(0),
         jobs,
         rebuild_asked: AtomicBool::new(false),
+        note: health::RebuildNote::default(),
     };
     let mut hits = 0;
     for query in QUERIES {
@@ -191,5 +192,46 @@ mod tests {
         assert!(open_and_search(&files).is_ok());
         // Untouched, the sample is found.
         assert!(matches!(open_and_search(&garble(&[])), Ok(n) if n > 0));
+    }
+
+    /// Starting on a damaged index says so in that index's own note (what
+    /// `daemon status` shows); an index started on a sound copy has none.
+    #[tokio::test]
+    async fn starting_on_a_damaged_index_notes_the_rebuild_on_that_index() {
+        let mut dirs = Vec::new();
+        let mut start = |what: &str, layout: &[u8]| {
+            let dir = scratch(what);
+            std::fs::create_dir_all(&dir).unwrap();
+            for (name, bytes) in sample() {
+                std::fs::write(dir.join(name), bytes).unwrap();
+            }
+            std::fs::write(dir.join("LAYOUT"), layout).unwrap();
+            let sessions = scratch("sessions");
+            std::fs::create_dir_all(&sessions).unwrap();
+            dirs.extend([dir.clone(), sessions.clone()]);
+            let (_, rx) = tokio::sync::mpsc::unbounded_channel();
+            super::super::start(dir, sessions, rx).unwrap()
+        };
+        let damaged = start("damaged", b"\0 not a layout");
+        let sound = start("sound", super::super::LAYOUT.as_bytes());
+        let note = damaged.rebuild_note().unwrap_or_default();
+        assert!(note.starts_with("rebuilt at "), "{note:?}");
+        assert!(
+            note.ends_with("(the index was damaged: its LAYOUT file is garbled)"),
+            "{note:?}"
+        );
+        assert_eq!(sound.rebuild_note(), None);
+        // The indexers write into the directories until they caught up.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while damaged.progress().0 || sound.progress().0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the indexers never caught up"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        for dir in dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }

@@ -11,25 +11,28 @@ use tantivy::{Index, IndexReader, ReloadPolicy};
 use super::{LAYOUT, SearchError};
 
 /// The last rebuild of a damaged index: when and why (for `daemon status`).
-static NOTE: Mutex<String> = Mutex::new(String::new());
+#[derive(Default)]
+pub(super) struct RebuildNote(Mutex<String>);
 
-/// One line on the last time a damaged index was rebuilt, if it was.
-pub fn note() -> Option<String> {
-    let note = NOTE.lock().map(|n| n.clone()).unwrap_or_default();
-    (!note.is_empty()).then_some(note)
-}
+impl RebuildNote {
+    /// One line on the last time a damaged index was rebuilt, if it was.
+    pub(super) fn get(&self) -> Option<String> {
+        let note = self.0.lock().map(|n| n.clone()).unwrap_or_default();
+        (!note.is_empty()).then_some(note)
+    }
 
-/// Logs and keeps (for `daemon status`) one line saying the index was
-/// damaged and is rebuilt, and why.
-pub(super) fn record_rebuild(why: &str) {
-    let why = why.split_whitespace().collect::<Vec<_>>().join(" ");
-    let line = format!(
-        "rebuilt at {} (the index was damaged: {why})",
-        agentx_shared::time::rfc3339(std::time::SystemTime::now())
-    );
-    tracing::warn!("search index damaged, rebuilding it from the conversations: {why}");
-    if let Ok(mut note) = NOTE.lock() {
-        *note = line;
+    /// Logs and keeps (for `daemon status`) one line saying the index was
+    /// damaged and is rebuilt, and why.
+    pub(super) fn record(&self, why: &str) {
+        let why = why.split_whitespace().collect::<Vec<_>>().join(" ");
+        let line = format!(
+            "rebuilt at {} (the index was damaged: {why})",
+            agentx_shared::time::rfc3339(std::time::SystemTime::now())
+        );
+        tracing::warn!("search index damaged, rebuilding it from the conversations: {why}");
+        if let Ok(mut note) = self.0.lock() {
+            *note = line;
+        }
     }
 }
 
@@ -126,4 +129,26 @@ pub(super) fn create(dir: &Path, schema: &Schema) -> Result<Live, SearchError> {
     let index = guarded(|| Ok(Index::create_in_dir(dir, schema.clone())?))?;
     std::fs::write(dir.join("LAYOUT"), LAYOUT)?;
     Live::of(index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A note is empty until its index is rebuilt, then one line saying
+    /// when and why (the reason's whitespace folded); another stays empty.
+    #[test]
+    fn a_rebuild_note_says_when_and_why_and_is_its_own() {
+        let damaged = RebuildNote::default();
+        let other = RebuildNote::default();
+        assert_eq!(damaged.get(), None);
+        damaged.record("2 damaged file(s),\n   meta.json among them");
+        let note = damaged.get().unwrap_or_default();
+        assert!(note.starts_with("rebuilt at 20"), "{note:?}");
+        assert!(
+            note.ends_with("(the index was damaged: 2 damaged file(s), meta.json among them)"),
+            "{note:?}"
+        );
+        assert_eq!(other.get(), None);
+    }
 }

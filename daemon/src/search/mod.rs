@@ -27,7 +27,6 @@ pub(crate) mod garbled;
 mod health;
 mod query;
 
-pub use health::note as rebuild_note;
 pub use query::Hit;
 
 /// Bumped when the schema or what goes into it changes: forces a rebuild.
@@ -96,6 +95,8 @@ pub struct SearchIndex {
     jobs: Sender<Job>,
     /// A rebuild is asked for and not yet done.
     rebuild_asked: AtomicBool,
+    /// The last rebuild of a damaged index, for `daemon status`.
+    note: health::RebuildNote,
 }
 
 /// What the indexer thread is asked to do.
@@ -110,6 +111,11 @@ enum Job {
 }
 
 impl SearchIndex {
+    /// One line on the last time a damaged index was rebuilt, if it was.
+    pub fn rebuild_note(&self) -> Option<String> {
+        self.note.get()
+    }
+
     /// Drops cleared conversation `id` of `dir` from the index and purges
     /// the index files that still held its text; returns once that is on
     /// disk (bounded, so a stuck indexer cannot hold up a clear: the
@@ -139,8 +145,9 @@ pub fn start(
 ) -> Result<Arc<SearchIndex>, SearchError> {
     let (schema, f) = schema();
     let (live, why) = health::open_or_create(&index_dir, &schema)?;
+    let note = health::RebuildNote::default();
     if let Some(why) = why {
-        health::record_rebuild(&why);
+        note.record(&why);
     }
     let writer = health::guarded(|| Ok(writer_of(&live)?))?;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -152,6 +159,7 @@ pub fn start(
         sessions: AtomicU64::new(0),
         jobs: tx.clone(),
         rebuild_asked: AtomicBool::new(false),
+        note,
     });
     let touched = tx;
     tokio::spawn(async move {
@@ -349,7 +357,7 @@ impl SearchIndex {
         why: &str,
         sessions: &Path,
     ) {
-        health::record_rebuild(why);
+        self.note.record(why);
         // The writer holds the directory's lock and files: let go first.
         drop(writer.take());
         let (schema, _) = schema();

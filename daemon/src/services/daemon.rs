@@ -13,6 +13,8 @@ use agentx_shared::proto::{
 };
 use agentx_shared::version::PROTOCOL;
 
+use crate::search::SearchIndex;
+
 /// Longest delay a diagnostic Ping may ask for.
 const MAX_PING_DELAY: Duration = Duration::from_secs(10);
 
@@ -33,11 +35,20 @@ pub struct DaemonInfo {
 pub struct DaemonService {
     info: Arc<DaemonInfo>,
     remote: Option<Arc<crate::remote::Remote>>,
+    search: Option<Arc<SearchIndex>>,
 }
 
 impl DaemonService {
-    pub fn new(info: Arc<DaemonInfo>, remote: Option<Arc<crate::remote::Remote>>) -> Self {
-        Self { info, remote }
+    pub fn new(
+        info: Arc<DaemonInfo>,
+        remote: Option<Arc<crate::remote::Remote>>,
+        search: Option<Arc<SearchIndex>>,
+    ) -> Self {
+        Self {
+            info,
+            remote,
+            search,
+        }
     }
 }
 
@@ -95,7 +106,11 @@ impl Daemon for DaemonService {
                 .unwrap_or_default(),
             rpcs_served: info.served.load(Ordering::Relaxed),
             remote: Some(super::remote_state(self.remote.as_deref())),
-            search_note: crate::search::rebuild_note().unwrap_or_default(),
+            search_note: self
+                .search
+                .as_ref()
+                .and_then(|s| s.rebuild_note())
+                .unwrap_or_default(),
         }))
     }
 

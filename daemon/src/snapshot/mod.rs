@@ -27,7 +27,9 @@ mod timeline;
 mod undo;
 pub mod watch;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+#[cfg(test)]
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -44,7 +46,7 @@ use manifest::{Hash, Kind};
 use manifest::{Manifest, Stored};
 use restore::{Action, Op, Planned};
 pub(crate) use timeline::parse_timeline;
-use timeline::*;
+use timeline::{Timeline, chains, load_manifest, read_timeline};
 
 /// Message snapshots (before/after a message, before a restore) kept per folder.
 pub const KEEP: usize = 50;

@@ -3,24 +3,21 @@
 //!
 //! So nothing is written outside the folder and no symlink is followed.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::io::Write as _;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::{AT_FDCWD, OFlag, openat};
-use nix::sys::stat::{Mode, UtimensatFlags, fchmod, fstatat, futimens, mkdirat, utimensat};
+use nix::sys::stat::{Mode, UtimensatFlags, fstatat, mkdirat, utimensat};
 use nix::sys::time::TimeSpec;
-use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
-
-use std::collections::{HashMap, HashSet};
 
 use super::blobs::Blobs;
-use super::manifest::{Entry, Kind, Manifest, why};
+use super::manifest::{Entry, Kind};
 use super::scan::{MAX_FILE, TEMP_PREFIX};
 
 mod durable;
@@ -31,7 +28,7 @@ mod put;
 
 use durable::{Devices, make_durable};
 pub use path_error::PathError;
-pub use plan::*;
+pub use plan::{Action, Op, Planned, Suspects, describe, escape, plan_rewind, plan_undo};
 use put::put;
 
 /// Refuses paths that could leave the folder.

@@ -6,10 +6,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::incremental::Scanned;
+use super::incremental::{self, Scanned};
 use super::manifest::{Manifest, Stored};
-use super::timeline::*;
-use super::*;
+use super::timeline::{chains, next_id, remember, save_timeline};
+use super::{
+    COMPACT_DEPTH, KEEP, KEEP_MANUAL, MAX_DELTA_DEPTH, Owner, Snap, SnapError, SnapshotStore, scan,
+    summary, watch,
+};
 use crate::durable;
 
 impl SnapshotStore {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{PermissionsExt as _, symlink};
 use std::path::{Path, PathBuf};
 
+use super::timeline::manifest_base;
 use super::*;
 
 mod hostile;

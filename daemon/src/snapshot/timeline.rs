@@ -1,7 +1,15 @@
 //! A folder's timeline on disk (`timeline.json`: its snapshots, oldest
 //! first) and its manifests (whole or delta, chained) as files.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::manifest::{self, Manifest, Stored};
+use super::{FolderState, MAX_DELTA_DEPTH, Snap, SnapError, SnapshotStore};
+use crate::durable;
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Timeline {

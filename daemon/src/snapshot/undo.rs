@@ -1,7 +1,18 @@
 //! Undo and rewind: which message an undo takes back, the plans shown
 //! first, and the restore itself after a pre-restore snapshot.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::manifest::{self, Manifest};
+use super::restore::{self, Op};
+use super::timeline::{load_manifest, remember, save_timeline};
+use super::{
+    Message, Owner, Phase, Plan, RestoreJournal, RestoreReport, RewindTo, Snap, SnapError,
+    SnapshotStore, describe_message, scan, watch,
+};
+use crate::durable;
 
 /// Whether the directory at a relative path of `folder` is a mount point
 /// now (the mount table is read once, when first asked).

@@ -4,7 +4,6 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
@@ -13,9 +12,7 @@ use agentx_shared::conversation::Item;
 
 use super::StoreError;
 use super::commits::Commits;
-use super::session::{
-    Checkpoint, LoadError, MAX_CHECKPOINTS, Marker, RollbackBackup, Session, SessionDoc,
-};
+use super::session::{LoadError, MAX_CHECKPOINTS, Session, SessionDoc};
 use crate::durable;
 
 mod change;

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use agentx_shared::conversation::{CallState, Item, PendingCall, Usage};
+use agentx_shared::conversation::{Item, PendingCall, Usage};
 
 use crate::durable;
 

@@ -15,12 +15,8 @@ use agentx_tests::{TEST_KEY, TestEnv, assert_code, json_out, stderr, stdout, wai
 #[test]
 fn turns_are_pushed_with_their_metadata_and_a_repush_adds_no_duplicate() {
     let Some(pg) = shared() else { return };
-    pg.create_db("t_push");
-    let env = machine(
-        "machine-a",
-        "git@github.com:acme/app.git",
-        &pg.url("t_push"),
-    );
+    let url = pg.new_db("t_push");
+    let env = machine("machine-a", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
     let out = env.chat(
         &model,
@@ -88,12 +84,8 @@ fn turns_are_pushed_with_their_metadata_and_a_repush_adds_no_duplicate() {
 #[test]
 fn turns_succeed_while_the_server_is_down_and_are_pushed_once_it_is_back() {
     let Some(pg) = Cluster::start() else { return };
-    pg.create_db("t_down");
-    let env = machine(
-        "machine-a",
-        "https://github.com/acme/app",
-        &pg.url("t_down"),
-    );
+    let url = pg.new_db("t_down");
+    let env = machine("machine-a", "https://github.com/acme/app", &url);
     let model = FakeModel::start();
     assert_code(
         &env.chat(&model, ["--approval", "never"], "before the outage\n"),
@@ -160,8 +152,7 @@ fn turns_succeed_while_the_server_is_down_and_are_pushed_once_it_is_back() {
 #[test]
 fn a_second_machine_lists_the_first_machines_conversation_as_remote() {
     let Some(pg) = shared() else { return };
-    pg.create_db("t_list");
-    let url = pg.url("t_list");
+    let url = pg.new_db("t_list");
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let b = machine("machine-b", "https://github.com/acme/app.git", &url);
     // Another project on the same server stays out of the listing.
@@ -494,8 +485,7 @@ fn tls_is_used_and_checked_as_sslmode_says() {
 #[test]
 fn search_finds_remote_only_conversations_of_the_project_marked_remote() {
     let Some(pg) = shared() else { return };
-    pg.create_db("t_search");
-    let url = pg.url("t_search");
+    let url = pg.new_db("t_search");
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let b = machine("machine-b", "https://github.com/acme/app", &url);
     let other = machine("machine-c", "git@github.com:acme/other.git", &url);
@@ -639,8 +629,7 @@ fn id_titled(env: &TestEnv, prefix: &str) -> String {
 #[test]
 fn a_large_message_of_varied_words_is_pushed_and_found_and_holds_up_nothing() {
     let Some(pg) = shared() else { return };
-    pg.create_db("t_large");
-    let url = pg.url("t_large");
+    let url = pg.new_db("t_large");
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "warm up\n"), 0);
@@ -722,12 +711,8 @@ fn a_large_message_of_varied_words_is_pushed_and_found_and_holds_up_nothing() {
 #[test]
 fn a_conversation_the_server_refuses_is_reported_by_id_and_holds_up_no_other() {
     let Some(pg) = shared() else { return };
-    pg.create_db("t_refused");
-    let a = machine(
-        "machine-a",
-        "git@github.com:acme/app.git",
-        &pg.url("t_refused"),
-    );
+    let url = pg.new_db("t_refused");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "warm up\n"), 0);
     assert_eq!(a.sync()["reached"], true);
@@ -872,8 +857,7 @@ fn a_password_in_any_form_of_the_url_is_shown_nowhere() {
 #[test]
 fn remote_rows_whose_ids_name_agentds_own_files_are_neither_listed_nor_pulled() {
     let Some(pg) = shared() else { return };
-    pg.create_db("t_reserved");
-    let url = pg.url("t_reserved");
+    let url = pg.new_db("t_reserved");
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let b = machine("machine-b", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
@@ -924,8 +908,7 @@ fn remote_rows_whose_ids_name_agentds_own_files_are_neither_listed_nor_pulled() 
 #[test]
 fn a_local_fork_and_an_import_are_pushed_like_any_conversation() {
     let Some(pg) = shared() else { return };
-    pg.create_db("t_fork_import");
-    let url = pg.url("t_fork_import");
+    let url = pg.new_db("t_fork_import");
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let b = machine("machine-b", "https://github.com/acme/app.git", &url);
     let model = FakeModel::start();

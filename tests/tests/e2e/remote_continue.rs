@@ -23,8 +23,7 @@ fn set_url(env: &mut TestEnv, url: &str) {
 #[test]
 fn a_conversation_started_on_a_continues_on_b_with_its_whole_context_and_back_on_a() {
     let Some(pg) = shared() else { return };
-    pg.create_db("c_continue");
-    let url = pg.url("c_continue");
+    let url = pg.new_db("c_continue");
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let b = machine("machine-b", "https://github.com/acme/app", &url);
     let model_a = FakeModel::start();
@@ -117,8 +116,7 @@ fn a_conversation_started_on_a_continues_on_b_with_its_whole_context_and_back_on
 #[test]
 fn two_machines_going_on_from_one_point_make_exactly_one_fork() {
     let Some(pg) = shared() else { return };
-    pg.create_db("c_fork");
-    let url = pg.url("c_fork");
+    let url = pg.new_db("c_fork");
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let mut b = machine("machine-b", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
@@ -236,8 +234,7 @@ fn two_machines_going_on_from_one_point_make_exactly_one_fork() {
 #[test]
 fn agentd_killed_mid_push_loses_nothing_and_duplicates_nothing() {
     let Some(pg) = shared() else { return };
-    pg.create_db("c_kill");
-    let url = pg.url("c_kill");
+    let url = pg.new_db("c_kill");
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "one\n"), 0);
@@ -301,12 +298,8 @@ fn agentd_killed_mid_push_loses_nothing_and_duplicates_nothing() {
 #[test]
 fn fifty_one_shots_with_the_remote_on_behave_as_before_and_stay_local() {
     let Some(pg) = shared() else { return };
-    pg.create_db("c_oneshots");
-    let a = machine(
-        "machine-a",
-        "git@github.com:acme/app.git",
-        &pg.url("c_oneshots"),
-    );
+    let url = pg.new_db("c_oneshots");
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "interactive\n"), 0);
     assert_eq!(a.sync()["reached"], true);
@@ -340,8 +333,7 @@ fn fifty_one_shots_with_the_remote_on_behave_as_before_and_stay_local() {
 #[test]
 fn clear_deletes_the_remote_copy_too_and_says_so() {
     let Some(pg) = shared() else { return };
-    pg.create_db("c_clear");
-    let url = pg.url("c_clear");
+    let url = pg.new_db("c_clear");
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "doomed\n"), 0);
@@ -391,8 +383,7 @@ fn clear_deletes_the_remote_copy_too_and_says_so() {
 fn a_repl_still_on_the_conversation_continues_the_fork_and_says_so_once() {
     use std::io::{BufRead as _, Write as _};
     let Some(pg) = shared() else { return };
-    pg.create_db("c_redirect");
-    let url = pg.url("c_redirect");
+    let url = pg.new_db("c_redirect");
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let mut b = machine("machine-b", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
@@ -456,12 +447,8 @@ fn a_repl_still_on_the_conversation_continues_the_fork_and_says_so_once() {
 #[test]
 fn a_turn_on_a_remote_conversation_goes_on_locally_when_the_server_is_silent() {
     let Some(pg) = shared() else { return };
-    pg.create_db("c_silent");
-    let mut a = machine(
-        "machine-a",
-        "git@github.com:acme/app.git",
-        &pg.url("c_silent"),
-    );
+    let url = pg.new_db("c_silent");
+    let mut a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "kept\n"), 0);
     assert_eq!(a.sync()["reached"], true);
@@ -494,8 +481,7 @@ fn a_turn_on_a_remote_conversation_goes_on_locally_when_the_server_is_silent() {
 #[test]
 fn a_remote_failure_while_resuming_exits_1_and_names_the_remote_store() {
     let Some(pg) = shared() else { return };
-    pg.create_db("c_resume_fails");
-    let url = pg.url("c_resume_fails");
+    let url = pg.new_db("c_resume_fails");
     let a = machine("machine-a", "git@github.com:acme/fails.git", &url);
     let b = machine("machine-b", "https://github.com/acme/fails", &url);
     let model = FakeModel::start();

@@ -35,8 +35,7 @@ fn say(env: &TestEnv, model: &FakeModel, text: &str) -> String {
 #[test]
 fn a_rollback_on_one_machine_and_a_turn_on_another_make_a_fork_never_an_interleaved_line() {
     let Some(pg) = shared() else { return };
-    pg.create_db("l_rollback");
-    let url = pg.url("l_rollback");
+    let url = pg.new_db("l_rollback");
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let b = machine("machine-b", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
@@ -83,8 +82,7 @@ fn a_rollback_on_one_machine_and_a_turn_on_another_make_a_fork_never_an_interlea
 #[test]
 fn a_turn_still_running_on_another_machine_is_not_pulled_as_if_finished() {
     let Some(pg) = shared() else { return };
-    pg.create_db("l_running");
-    let url = pg.url("l_running");
+    let url = pg.new_db("l_running");
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let b = machine("machine-b", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();
@@ -134,8 +132,7 @@ fn a_turn_still_running_on_another_machine_is_not_pulled_as_if_finished() {
 /// A's request must carry B's turn: the model sees three turns.
 fn the_model_sees_the_pulled_turn(db: &str, provider: Option<&str>) {
     let Some(pg) = shared() else { return };
-    pg.create_db(db);
-    let url = pg.url(db);
+    let url = pg.new_db(db);
     let mut a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let mut b = machine("machine-b", "git@github.com:acme/app.git", &url);
     if let Some(provider) = provider {
@@ -186,8 +183,7 @@ fn after_a_pull_the_model_sees_what_was_pulled_chat_completions() {
 #[test]
 fn a_pull_reads_the_row_and_its_records_as_one_snapshot() {
     let Some(pg) = shared() else { return };
-    pg.create_db("l_torn");
-    let url = pg.url("l_torn");
+    let url = pg.new_db("l_torn");
     let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     let b = machine("machine-b", "git@github.com:acme/app.git", &url);
     let model = FakeModel::start();

@@ -185,8 +185,8 @@ fn a_turn_after_the_listener_was_dropped_still_brings_in_the_other_machines_turn
 fn a_listing_past_1000_remote_conversations_says_how_many_more_there_are() {
     let Some(pg) = shared() else { return };
     let db = "l_listing";
-    pg.create_db(db);
-    let a = machine("machine-a", "git@github.com:acme/app.git", &pg.url(db));
+    let url = pg.new_db(db);
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
     // Start agentd so that it makes the schema.
     assert_eq!(a.sync()["reached"], true);
     pg.execute(

@@ -71,8 +71,7 @@ fn eventually(within: Duration, ok: impl Fn() -> bool) -> bool {
 /// Machine A with one pushed conversation ("the walrus plan"), and
 /// machine B of the same project with `env` added; A's conversation id.
 fn two_machines(pg: &Cluster, db: &str, env: &[(&str, &str)]) -> (TestEnv, TestEnv, String) {
-    pg.create_db(db);
-    let url = pg.url(db);
+    let url = pg.new_db(db);
     let a = machine("machine-a", ORIGIN, &url);
     let mut b = machine("machine-b", ORIGIN, &url);
     for (k, v) in env {
@@ -324,8 +323,8 @@ fn a_conversation_with_a_50_mb_record_is_found_quickly_and_resumed() {
 #[test]
 fn a_schema_migrated_by_a_newer_agentd_meanwhile_stops_the_pushes_with_a_clear_error() {
     let Some(pg) = shared() else { return };
-    pg.create_db("s_newer");
-    let a = machine("machine-a", ORIGIN, &pg.url("s_newer"));
+    let url = pg.new_db("s_newer");
+    let a = machine("machine-a", ORIGIN, &url);
     let model = FakeModel::start();
     assert_code(&a.chat(&model, ["--approval", "never"], "first\n"), 0);
     assert_eq!(a.sync()["reached"], true);

@@ -1,7 +1,17 @@
 //! Making a restore durable: the touched files and directories synced,
 //! one device at a time (syncfs) or each path, whichever is cheaper.
 
-use super::*;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt as _;
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::Mode;
+
+use super::path_error::PathError;
+use super::{SYNC_EACH_MAX, open_dir, with_parent};
 
 /// The file systems a restore wrote to: the folder's, and one directory fd
 /// on each other one met on the way (a mount inside the folder), so that

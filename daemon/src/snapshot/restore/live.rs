@@ -10,7 +10,18 @@
 //! (same inode), so a mount or a replaced directory on the way is caught
 //! too. Any difference is reported, never written over.
 
-use super::*;
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::sys::stat::fstatat;
+
+use super::path_error::PathError;
+use super::plan::Op;
+use super::{components, libc_s_ifmt};
+use crate::snapshot::manifest::{Entry, Kind, Manifest};
 use crate::snapshot::scan;
 
 /// A parent directory opened for the check, with its inode.

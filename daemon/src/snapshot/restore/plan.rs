@@ -1,8 +1,11 @@
 //! Restore plans: what an undo or a rewind would change, path by path,
 //! and what it leaves alone (conflicts, paths it cannot capture or follow).
 
-use super::*;
-use crate::snapshot::manifest::aligned;
+use std::collections::{HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::snapshot::manifest::{Entry, Kind, Manifest, aligned, why};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,7 +1,22 @@
 //! Putting one path back as a snapshot has it: a directory in place, a file
 //! or symlink through a temp name renamed over it, owner and mode restored.
 
-use super::*;
+use std::ffi::OsStr;
+use std::io::Write as _;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt as _;
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::{Mode, fchmod, fstatat, futimens, mkdirat};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
+
+use super::durable::Devices;
+use super::path_error::PathError;
+use super::{libc_s_ifdir, libc_s_ifmt, open_dir, temp_name, too_big_now, with_parent};
+use crate::snapshot::blobs::Blobs;
+use crate::snapshot::manifest::{Entry, Kind};
 
 /// The mode to set after giving `fd` (at `name` in `dir` when it is a
 /// symlink) the snapshot's owner: as root the owner and group are put back;

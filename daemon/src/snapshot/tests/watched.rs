@@ -385,7 +385,7 @@ fn watcher_snapshots_equal_full_scans_after_random_edits() {
         take_exact(&mut s, &root);
         let mut rng = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         for step in 0..80u64 {
-            for k in 0..=rng.below(3) as u64 {
+            for k in 0..=rng.below(3) {
                 edit(&mut rng, &root, &outside, step * 10 + k);
             }
             take_exact(&mut s, &root);

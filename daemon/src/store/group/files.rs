@@ -1,9 +1,14 @@
 //! The directory's files as the actor reads and writes them: loading its
 //! conversations (rebuilt or quarantined when corrupt) and the pointer files.
 
-use std::path::Path;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 
-use super::*;
+use super::handle::SharedCheckpoint;
+use super::{CurrentFile, Group, SharedFile};
+use crate::durable;
+use crate::store::StoreError;
+use crate::store::session::{LoadError, Marker, Session, SessionDoc};
 
 /// A state document that did not load: (its path, the path the error
 /// names, why).

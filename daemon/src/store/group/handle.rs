@@ -1,7 +1,16 @@
 //! The request side of a group actor: what callers send (`Msg`,
 //! targets), the handle that sends it, and the lease a running turn holds.
 
-use super::*;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+
+use agentx_shared::conversation::Item;
+
+use super::change::Change;
+use crate::store::StoreError;
+use crate::store::session::{Checkpoint, SessionDoc};
 
 /// A fresh conversation id: time-ordered, unique, safe as a file name.
 pub(in crate::store) fn new_id() -> String {

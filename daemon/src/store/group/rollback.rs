@@ -1,8 +1,12 @@
 //! Rolling a conversation back to a checkpoint (or undoing the last
 //! rollback): the transcript cut, the backup kept, the shared checkpoint moved.
 
-use super::*;
-use crate::store::session::MAX_ROLLBACK_BACKUPS;
+use super::Group;
+use super::handle::{RollbackBy, RollbackTarget};
+use crate::store::StoreError;
+use crate::store::session::{
+    Checkpoint, MAX_ROLLBACK_BACKUPS, RollbackBackup, Session, SessionDoc,
+};
 
 impl Group {
     /// Rolls conversation `id` back to `target` (or undoes the last

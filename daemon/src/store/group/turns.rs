@@ -1,7 +1,13 @@
 //! One turn at a time per conversation: starting a turn (or queueing the
 //! caller behind the running one) and handing it to the next waiter at its end.
 
-use super::*;
+use std::collections::VecDeque;
+
+use tokio::sync::oneshot;
+
+use super::Group;
+use crate::store::StoreError;
+use crate::store::session::SessionDoc;
 
 impl Group {
     pub(super) fn begin_turn(

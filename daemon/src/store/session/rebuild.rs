@@ -1,7 +1,16 @@
 //! A state document rebuilt from its journal when `<id>.json` is
 //! unreadable: what the transcript still tells, and the torn tail kept aside.
 
-use super::*;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use agentx_shared::conversation::{CallState, Item, PendingCall};
+
+use super::{
+    Entry, LoadError, MAX_CHECKPOINTS, Marker, OpenGuard, Session, SessionDoc, SessionPaths,
+    title_from,
+};
+use crate::durable;
 
 /// The header a turn puts before the user's message when `!command`
 /// transcripts ran since the last one (see the turn engine).

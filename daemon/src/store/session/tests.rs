@@ -1,6 +1,8 @@
 //! Tests of one conversation on disk: appends, the commit point, branches,
 //! rebuilding from the journal, and corrupt files.
 
+use agentx_shared::conversation::CallState;
+
 use super::rebuild::SHELL_HEADER;
 use super::*;
 

@@ -9,7 +9,8 @@ use std::time::Duration;
 use futures_util::{Stream, StreamExt as _};
 
 use super::super::sse::{self, Event};
-use super::*;
+use super::error::{ProviderError, retry_after};
+use super::{Limits, Settings};
 
 /// Proxy settings of one turn: `http_proxy`, `https_proxy`, `all_proxy`
 /// and `no_proxy` (lowercase first, then uppercase), from the caller's
