@@ -8,21 +8,21 @@ use std::path::Path;
 
 use crate::snapshot;
 use crate::snapshot::manifest::{Manifest, Stored};
-use crate::store::{fork, session};
+use crate::store::{conversation, fork};
 use crate::turn::{chat, responses, sse};
 
 /// The file name [`session_doc`] reads its bytes as: only a document whose
 /// id is `s` gets past the name check.
 pub const SESSION_DOC_PATH: &str = "/fuzz/s.json";
 
-/// A conversation's state document (`<id>.json`), as `Session::load` reads
+/// A conversation's state document (`<id>.json`), as `Conversation::load` reads
 /// it. A document that loads must survive being written and read again.
 pub fn session_doc(data: &[u8]) -> Result<(), String> {
     let path = Path::new(SESSION_DOC_PATH);
-    let (doc, _paths) = session::parse_doc(data, path).map_err(|e| e.to_string())?;
+    let (doc, _paths) = conversation::parse_doc(data, path).map_err(|e| e.to_string())?;
     let _ = doc.checkpoint(0);
     let written = serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?;
-    match session::parse_doc(&written, path) {
+    match conversation::parse_doc(&written, path) {
         Ok((again, _)) => assert_eq!(again, doc, "the document changed when written and read"),
         Err(e) => panic!("a written document does not load: {e}"),
     }
@@ -46,7 +46,7 @@ pub fn import(data: &[u8]) -> Result<(), String> {
         &offsets,
     );
     let path = Path::new("/fuzz/s.jsonl");
-    match session::parse_journal(journal.as_slice(), journal.len() as u64, path) {
+    match conversation::parse_journal(journal.as_slice(), journal.len() as u64, path) {
         Ok(items) => assert_eq!(
             items.len(),
             c.transcript.len(),
@@ -55,7 +55,7 @@ pub fn import(data: &[u8]) -> Result<(), String> {
         Err(e) => panic!("an imported journal does not read back: {e}"),
     }
     let written = serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?;
-    if let Err(e) = session::parse_doc(&written, Path::new(SESSION_DOC_PATH)) {
+    if let Err(e) = conversation::parse_doc(&written, Path::new(SESSION_DOC_PATH)) {
         panic!("an imported document does not load: {e}");
     }
     Ok(())
@@ -78,7 +78,7 @@ pub fn journal(data: &[u8]) -> Result<usize, String> {
         Some((&b, rest)) => (u64::from(b & 0x7f) * rest.len() as u64 / 0x7f, rest),
         None => (0, data),
     };
-    session::parse_journal(body, committed, Path::new("/fuzz/s.jsonl"))
+    conversation::parse_journal(body, committed, Path::new("/fuzz/s.jsonl"))
         .map(|items| items.len())
         .map_err(|e| e.to_string())
 }

@@ -17,8 +17,9 @@
 //!   `environment` (agentd's environment, read once in [`run`] and handed
 //!   on; the others take typed settings parsed from it).
 //! - `store`: conversations on disk. One actor per folder key and agent
-//!   (`group`, with `handle` for requests, `files`, `rollback` and `turns`:
-//!   one turn at a time per conversation); `session` = state document +
+//!   (`group`, with `handle` for requests, `change` (what a commit changes),
+//!   `files`, `rollback` and `turns`:
+//!   one turn at a time per conversation); `conversation` = state document +
 //!   journal (`rebuild` when the document is corrupt); `oneshot` =
 //!   isolated one-shot states; `fork` (forks and imports); `pulled`
 //!   (another machine's copy applied); `commits` (the `Changed` event sent

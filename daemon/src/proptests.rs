@@ -13,7 +13,7 @@ use agentx_shared::conversation::Item;
 
 use crate::fuzzing;
 use crate::snapshot::manifest::{Entry, Hash, Kind, Manifest, Stored};
-use crate::store::session::{Session, SessionDoc};
+use crate::store::conversation::{Conversation, ConversationDoc};
 
 const MAX_INPUT: usize = 64 * 1024;
 
@@ -178,7 +178,7 @@ fn item() -> impl Strategy<Value = Item> {
 }
 
 fn valid_doc() -> Vec<u8> {
-    let doc = SessionDoc::new("s".into(), "/tmp/p".into(), "default".into(), 1);
+    let doc = ConversationDoc::new("s".into(), "/tmp/p".into(), "default".into(), 1);
     serde_json::to_vec_pretty(&doc).unwrap_or_default()
 }
 
@@ -421,20 +421,20 @@ proptest! {
     ) {
         let fail = |e: &dyn std::fmt::Display| TestCaseError::fail(e.to_string());
         let dir = tempfile::tempdir().map_err(|e| fail(&e))?;
-        let mut session = Session::create(dir.path(), doc).map_err(|e| fail(&e))?;
+        let mut session = Conversation::create(dir.path(), doc).map_err(|e| fail(&e))?;
         let mut all = Vec::new();
         for (n, items) in batches.iter().enumerate() {
             session.append(items, n as i64).map_err(|e| fail(&e))?;
             all.extend(items.iter().cloned());
         }
         session.save().map_err(|e| fail(&e))?;
-        let loaded = Session::load(&session.paths.doc).map_err(|e| fail(&e))?;
+        let loaded = Conversation::load(&session.paths.doc).map_err(|e| fail(&e))?;
         prop_assert_eq!(&loaded.doc, &session.doc);
         prop_assert_eq!(loaded.transcript().map_err(|e| fail(&e))?, all);
     }
 }
 
-fn doc_fields() -> impl Strategy<Value = SessionDoc> {
+fn doc_fields() -> impl Strategy<Value = ConversationDoc> {
     (
         "[a-z0-9-]{1,20}",
         text(),
@@ -454,7 +454,7 @@ fn doc_fields() -> impl Strategy<Value = SessionDoc> {
                 (input, total, turns, approve),
                 (user, asst, unsent),
             )| {
-                let mut doc = SessionDoc::new(id, folder, agent, now);
+                let mut doc = ConversationDoc::new(id, folder, agent, now);
                 doc.title = title;
                 doc.usage.input_tokens = input;
                 doc.usage.total_tokens = total;

@@ -9,8 +9,8 @@ use tokio_postgres::Client;
 use agentx_shared::conversation::{Item, Usage};
 
 use super::RemoteError;
+use crate::store::conversation::{Checkpoint, ConversationDoc};
 use crate::store::pulled::{Pulled, PulledMeta};
-use crate::store::session::{Checkpoint, SessionDoc};
 
 /// One transcript record: time (ms) and the item.
 #[derive(Debug, Clone, PartialEq)]
@@ -278,7 +278,7 @@ pub fn pulled(
 
 /// The turn count of the first `items` records of `doc` (its last
 /// checkpoint within them).
-pub fn turns_at(doc: &SessionDoc, items: u64) -> u32 {
+pub fn turns_at(doc: &ConversationDoc, items: u64) -> u32 {
     doc.checkpoints
         .iter()
         .filter(|cp| cp.journal_items <= items)

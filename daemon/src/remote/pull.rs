@@ -15,7 +15,7 @@ use super::copy::{self, RemoteCopy};
 use super::pusher::{Pushed, current_hash, load_pushed, save_pushed};
 use super::rule::{Settle, decide};
 use super::{Remote, RemoteError};
-use crate::store::session::{SessionDoc, SessionPaths};
+use crate::store::conversation::{ConversationDoc, ConversationPaths};
 use crate::store::{GroupHandle, Store, StoreError, TurnLease};
 
 /// How long a turn waits for the remote before going on locally.
@@ -96,7 +96,7 @@ pub(super) async fn reader(remote: &Remote) -> Result<super::lanes::LaneClient, 
 /// Records what is now known to be on the server for `doc`: the pusher
 /// pushes from there. `hash`: the document as pushed ("" when its
 /// metadata still has to go); `head`: the chain of the server's line.
-fn remember(remote: &Remote, doc: &SessionDoc, at: (u64, u64), head: &str, hash: String) {
+fn remember(remote: &Remote, doc: &ConversationDoc, at: (u64, u64), head: &str, hash: String) {
     let state = Pushed {
         hash,
         items: at.0,
@@ -111,7 +111,7 @@ fn remember(remote: &Remote, doc: &SessionDoc, at: (u64, u64), head: &str, hash:
 }
 
 fn doc_hash(dir: &Path, id: &str) -> String {
-    current_hash(&SessionPaths::new(dir, id).doc).unwrap_or_default()
+    current_hash(&ConversationPaths::new(dir, id).doc).unwrap_or_default()
 }
 
 /// `agentx resume ID` of a conversation this machine does not have: pulls
@@ -123,7 +123,7 @@ pub async fn open_remote(
     folder: &str,
     agent: &str,
     id: &str,
-) -> Result<SessionDoc, RemoteError> {
+) -> Result<ConversationDoc, RemoteError> {
     if !crate::store::is_conversation_id(id) {
         return Err(RemoteError::NotFound(format!(
             "no conversation {id} here, and {id} is not a conversation id"
@@ -154,7 +154,7 @@ pub async fn open_remote(
     }
     let dir = store.group_dir(folder, agent);
     let pulled = copy::pulled(&[], 0, &copy)?;
-    let mut doc = SessionDoc::new(
+    let mut doc = ConversationDoc::new(
         id.to_owned(),
         folder.to_owned(),
         agent.to_owned(),
@@ -179,7 +179,7 @@ pub async fn open_remote(
         )));
     }
     agentx_shared::profile::create_private_dir(&dir).map_err(RemoteError::local)?;
-    crate::durable::write_atomic(&SessionPaths::new(&dir, id).journal, &pulled.lines)
+    crate::durable::write_atomic(&ConversationPaths::new(&dir, id).journal, &pulled.lines)
         .map_err(RemoteError::local)?;
     group.adopt(doc.clone()).await.map_err(local)?;
     remember(
@@ -267,7 +267,7 @@ pub async fn before_turn(
 async fn fetch(
     remote: &Remote,
     client: &Client,
-    doc: &SessionDoc,
+    doc: &ConversationDoc,
 ) -> Result<Option<RemoteCopy>, RemoteError> {
     let known = load_pushed(&remote.pushed_dir, &doc.id);
     let Some((records, head)) = copy::remote_line(client, &doc.id).await? else {
@@ -301,7 +301,7 @@ pub(super) async fn reconcile(
     group: &GroupHandle,
     lease: &TurnLease,
     mut copy: RemoteCopy,
-) -> Result<Option<SessionDoc>, RemoteError> {
+) -> Result<Option<ConversationDoc>, RemoteError> {
     let local_err = |e: StoreError| RemoteError::local(e);
     let doc = group
         .get(Some(lease.doc.id.clone()))
@@ -309,7 +309,7 @@ pub(super) async fn reconcile(
         .map_err(local_err)?
         .ok_or_else(|| RemoteError::local(format!("conversation {} is gone", lease.doc.id)))?;
     let dir = remote.store.group_dir(&doc.folder, &doc.agent);
-    let paths = SessionPaths::new(&dir, &doc.id);
+    let paths = ConversationPaths::new(&dir, &doc.id);
     let local = copy::read_local(&paths.journal, doc.journal_bytes).map_err(RemoteError::local)?;
     if copy.from > local.len() as u64 {
         // The local journal no longer holds the line the read started
@@ -346,7 +346,7 @@ pub(super) async fn reconcile(
         let fork = crate::store::fork::keep_as_fork(group, &dir, &doc, turn, title.clone())
             .await
             .map_err(local_err)?;
-        remote.mark(SessionPaths::new(&dir, &fork.id).doc);
+        remote.mark(ConversationPaths::new(&dir, &fork.id).doc);
         group.repoint(&doc.id, &fork.id).await.map_err(local_err)?;
         let note = ForkNote {
             from: doc.id.clone(),
@@ -383,7 +383,7 @@ pub(super) async fn reconcile_for_pusher(
     doc_path: &Path,
 ) -> Result<(), RemoteError> {
     let store = &remote.store;
-    let doc: SessionDoc = match std::fs::read(doc_path)
+    let doc: ConversationDoc = match std::fs::read(doc_path)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
     {

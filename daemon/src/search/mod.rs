@@ -302,7 +302,7 @@ impl SearchIndex {
             } else if let Some(w) = writer.as_mut() {
                 let indexed = health::guarded(|| {
                     for path in &batch {
-                        self.index_session(w, path);
+                        self.index_conversation(w, path);
                     }
                     self.commit(w)?;
                     if !forgotten.is_empty() {
@@ -453,7 +453,7 @@ impl SearchIndex {
         }
         let mut on_disk = HashSet::new();
         let mut changed = 0usize;
-        for path in session_docs(sessions) {
+        for path in conversation_docs(sessions) {
             let key = path.to_string_lossy().into_owned();
             let Some(head) = DocHead::read(&path) else {
                 continue;
@@ -465,7 +465,7 @@ impl SearchIndex {
             if indexed.get(&key) == Some(&head.stamp()) {
                 continue;
             }
-            self.index_session(writer, &path);
+            self.index_conversation(writer, &path);
             changed += 1;
             if changed.is_multiple_of(1000) {
                 self.commit(writer)?;
@@ -480,7 +480,7 @@ impl SearchIndex {
     }
 
     /// Replaces everything indexed for the conversation whose document is `path`.
-    fn index_session(&self, writer: &IndexWriter<TantivyDocument>, path: &Path) {
+    fn index_conversation(&self, writer: &IndexWriter<TantivyDocument>, path: &Path) {
         let f = self.f;
         let key = path.to_string_lossy().into_owned();
         writer.delete_term(Term::from_field_text(f.key, &key));
@@ -541,7 +541,7 @@ impl SearchIndex {
 
 /// `<sessions>/<folder-key>/<agent>/<id>.json` of every conversation (one-shot
 /// states live deeper and are left out).
-fn session_docs(sessions: &Path) -> Vec<PathBuf> {
+fn conversation_docs(sessions: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let dirs = |p: &Path| -> Vec<PathBuf> {
         std::fs::read_dir(p)

@@ -16,7 +16,7 @@ use tonic::Status;
 
 use agentx_shared::proto::{self, SessionSummary};
 
-use crate::store::session::SessionDoc;
+use crate::store::conversation::ConversationDoc;
 use crate::store::{GroupHandle, Store};
 pub use status::status_of;
 
@@ -107,7 +107,7 @@ pub fn group_for(
     Ok((group, scope.folder))
 }
 
-/// Session ids in requests: empty means "current"; otherwise a safe name.
+/// Conversation ids in requests: empty means "current"; otherwise a safe name.
 pub fn session_arg(id: &str) -> Result<Option<String>, Status> {
     if id.is_empty() {
         return Ok(None);
@@ -116,7 +116,7 @@ pub fn session_arg(id: &str) -> Result<Option<String>, Status> {
     Ok(Some(id.to_owned()))
 }
 
-pub fn summary(doc: &SessionDoc) -> SessionSummary {
+pub fn summary(doc: &ConversationDoc) -> SessionSummary {
     SessionSummary {
         id: doc.id.clone(),
         title: doc.title.clone(),

@@ -20,8 +20,8 @@ use super::{group_for, session_arg, status_of, summary};
 use crate::remote::Remote;
 use crate::remote::clear::Deleted;
 use crate::snapshot::service::Snapshots;
-use crate::store::session::ShellRun;
-use crate::store::session::{Marker, SessionDoc};
+use crate::store::conversation::ShellRun;
+use crate::store::conversation::{ConversationDoc, Marker};
 use crate::store::{
     Change, OpenTarget, Recent, RollbackTarget, SettingsChange, ShellChange, Store, Update,
 };
@@ -62,7 +62,7 @@ impl SessionsService {
         &self,
         status: &mut SessionStatus,
         group: &crate::store::GroupHandle,
-        doc: &SessionDoc,
+        doc: &ConversationDoc,
         provider: Option<&ProviderSettings>,
         folder: &std::path::Path,
     ) {
@@ -222,7 +222,7 @@ fn marker(m: &Marker) -> FailedResponse {
     }
 }
 
-fn checkpoint(index: usize, cp: &crate::store::session::Checkpoint) -> Checkpoint {
+fn checkpoint(index: usize, cp: &crate::store::conversation::Checkpoint) -> Checkpoint {
     Checkpoint {
         index: u32::try_from(index).unwrap_or(u32::MAX),
         response_id: cp.response_id.clone().unwrap_or_default(),
@@ -250,7 +250,7 @@ fn shown_call(call: &agentx_shared::conversation::PendingCall) -> PendingToolCal
     shown
 }
 
-pub fn session_status(doc: Option<&SessionDoc>) -> SessionStatus {
+pub fn session_status(doc: Option<&ConversationDoc>) -> SessionStatus {
     let Some(doc) = doc else {
         return SessionStatus::default();
     };
@@ -429,7 +429,7 @@ impl Sessions for SessionsService {
             let (folder, id) = (std::path::PathBuf::from(&folder), doc.id.clone());
             if let Err(e) = self
                 .snapshots
-                .call(move |s| s.forget_session(&folder, &id))
+                .call(move |s| s.forget_conversation(&folder, &id))
                 .await
             {
                 tracing::debug!("no snapshot labels to forget: {e}");
@@ -521,7 +521,7 @@ impl Sessions for SessionsService {
         let doc = group
             .commit(
                 &id,
-                match crate::store::session::process_start(req.client_pid) {
+                match crate::store::conversation::process_start(req.client_pid) {
                     Some(started) if req.client_pid != 0 => Change::shell(ShellChange {
                         add_run: Some(ShellRun {
                             pid: req.client_pid,

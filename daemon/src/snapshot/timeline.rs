@@ -137,7 +137,7 @@ impl SnapshotStore {
     /// Conversation `session` was cleared: its snapshots stay (the folder's
     /// history is the folder's), but their labels, which quote its
     /// messages, no longer do.
-    pub fn forget_session(&mut self, folder: &Path, session: &str) -> Result<(), SnapError> {
+    pub fn forget_conversation(&mut self, folder: &Path, session: &str) -> Result<(), SnapError> {
         let fs = self.folder(folder)?;
         let mut changed = false;
         for owner in fs

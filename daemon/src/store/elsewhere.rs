@@ -5,8 +5,8 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use super::conversation::{ConversationDoc, ConversationPaths, parse_doc};
 use super::fork::ForkOrigin;
-use super::session::{SessionDoc, SessionPaths, parse_doc};
 use super::{GroupHandle, Store, StoreError, group};
 use crate::durable;
 
@@ -32,7 +32,7 @@ pub fn subdirs(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The document at `path`, when it reads and names itself.
-fn read_doc(path: &Path) -> Option<SessionDoc> {
+fn read_doc(path: &Path) -> Option<ConversationDoc> {
     let bytes = std::fs::read(path).ok()?;
     parse_doc(&bytes, path).ok().map(|(doc, _)| doc)
 }
@@ -66,7 +66,7 @@ pub(super) fn kept_beside(group_dir: &Path, id: &str) -> bool {
         && subdirs(sessions).iter().any(|folder_dir| {
             subdirs(folder_dir)
                 .iter()
-                .any(|dir| SessionPaths::new(dir, id).doc.exists())
+                .any(|dir| ConversationPaths::new(dir, id).doc.exists())
         })
 }
 
@@ -79,7 +79,7 @@ impl Store {
         }
         for folder_dir in subdirs(&self.sessions_dir) {
             for dir in subdirs(&folder_dir) {
-                let path = SessionPaths::new(&dir, id).doc;
+                let path = ConversationPaths::new(&dir, id).doc;
                 if !path.exists() {
                     continue;
                 }
@@ -104,7 +104,7 @@ impl Store {
         folder: &str,
         agent: &str,
         same: impl Fn(&str) -> bool,
-    ) -> Vec<SessionDoc> {
+    ) -> Vec<ConversationDoc> {
         let own = self.group_dir(folder, agent);
         let mut docs = Vec::new();
         for folder_dir in subdirs(&self.sessions_dir) {
@@ -144,7 +144,7 @@ pub async fn fork_into(
     to: &GroupHandle,
     to_dir: &Path,
     folder: &str,
-) -> Result<SessionDoc, StoreError> {
+) -> Result<ConversationDoc, StoreError> {
     let parent = from
         .get(Some(id.to_owned()))
         .await?
@@ -160,13 +160,13 @@ pub async fn fork_into(
         .map_or((0, 0), |c| (c.journal_items, c.journal_bytes));
     let mut prefix = Vec::new();
     if bytes > 0 {
-        std::fs::File::open(SessionPaths::new(from_dir, &parent.id).journal)?
+        std::fs::File::open(ConversationPaths::new(from_dir, &parent.id).journal)?
             .take(bytes)
             .read_to_end(&mut prefix)?;
     }
     if prefix.len() as u64 != bytes {
         return Err(StoreError::Damaged {
-            path: SessionPaths::new(from_dir, &parent.id).journal,
+            path: ConversationPaths::new(from_dir, &parent.id).journal,
             message: format!(
                 "the journal of {} is shorter than its checkpoint",
                 parent.id
@@ -176,12 +176,12 @@ pub async fn fork_into(
     agentx_shared::profile::create_private_dir(to_dir)?;
     let new_id = loop {
         let candidate = group::new_id();
-        let paths = SessionPaths::new(to_dir, &candidate);
+        let paths = ConversationPaths::new(to_dir, &candidate);
         if !paths.doc.exists() && !paths.journal.exists() {
             break candidate;
         }
     };
-    let to_paths = SessionPaths::new(to_dir, &new_id);
+    let to_paths = ConversationPaths::new(to_dir, &new_id);
     durable::write_atomic(&to_paths.journal, &prefix)?;
     // A rollback while we copied may have rewritten the journal.
     let again = from.get(Some(parent.id.clone())).await?;
@@ -193,7 +193,7 @@ pub async fn fork_into(
         )));
     }
     let now = agentx_shared::time::unix_ms(SystemTime::now());
-    let mut doc = SessionDoc::new(new_id, folder.to_owned(), parent.agent.clone(), now);
+    let mut doc = ConversationDoc::new(new_id, folder.to_owned(), parent.agent.clone(), now);
     doc.title = parent.title.clone();
     doc.journal_items = items;
     doc.journal_bytes = bytes;
@@ -226,9 +226,9 @@ mod tests {
         let id = group::new_id();
         let dir = store.group_dir(folder, agent);
         std::fs::create_dir_all(&dir).unwrap();
-        let mut doc = SessionDoc::new(id.clone(), folder.into(), agent.into(), updated_at);
+        let mut doc = ConversationDoc::new(id.clone(), folder.into(), agent.into(), updated_at);
         doc.updated_at = updated_at;
-        let path = SessionPaths::new(&dir, &id).doc;
+        let path = ConversationPaths::new(&dir, &id).doc;
         std::fs::write(path, serde_json::to_vec(&doc).unwrap()).unwrap();
         id
     }

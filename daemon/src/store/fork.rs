@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use agentx_shared::conversation::Item;
 use agentx_shared::export::{self, Document};
 
-use super::session::{Checkpoint, SessionDoc, SessionPaths, read_journal};
+use super::conversation::{Checkpoint, ConversationDoc, ConversationPaths, read_journal};
 use super::{GroupHandle, StoreError, group};
 use crate::durable;
 
@@ -24,7 +24,7 @@ pub struct ForkOrigin {
 fn free_id(dir: &Path) -> String {
     loop {
         let id = group::new_id();
-        let paths = SessionPaths::new(dir, &id);
+        let paths = ConversationPaths::new(dir, &id);
         if !paths.doc.exists() && !paths.journal.exists() {
             return id;
         }
@@ -37,7 +37,7 @@ pub async fn fork(
     dir: &Path,
     session: Option<String>,
     n: u32,
-) -> Result<SessionDoc, StoreError> {
+) -> Result<ConversationDoc, StoreError> {
     let parent = group
         .get(session)
         .await?
@@ -62,8 +62,8 @@ pub async fn fork(
     let keep = count - n + 1;
     let cp = parent.checkpoints[keep - 1].clone();
     let id = free_id(dir);
-    let from = SessionPaths::new(dir, &parent.id);
-    let to = SessionPaths::new(dir, &id);
+    let from = ConversationPaths::new(dir, &parent.id);
+    let to = ConversationPaths::new(dir, &id);
     let mut prefix = Vec::new();
     if cp.journal_bytes > 0 {
         std::fs::File::open(&from.journal)?
@@ -86,7 +86,7 @@ pub async fn fork(
         ));
     }
     let now = agentx_shared::time::now_ms();
-    let mut doc = SessionDoc::new(id, parent.folder.clone(), parent.agent.clone(), now);
+    let mut doc = ConversationDoc::new(id, parent.folder.clone(), parent.agent.clone(), now);
     doc.title = parent.title.clone();
     doc.response_id = cp.response_id.clone();
     doc.usage = cp.usage;
@@ -103,10 +103,14 @@ pub async fn fork(
     adopt(group, dir, doc).await
 }
 
-async fn adopt(group: &GroupHandle, dir: &Path, doc: SessionDoc) -> Result<SessionDoc, StoreError> {
+async fn adopt(
+    group: &GroupHandle,
+    dir: &Path,
+    doc: ConversationDoc,
+) -> Result<ConversationDoc, StoreError> {
     let id = doc.id.clone();
     if let Err(e) = group.adopt(doc.clone()).await {
-        let _ = std::fs::remove_file(SessionPaths::new(dir, &id).journal);
+        let _ = std::fs::remove_file(ConversationPaths::new(dir, &id).journal);
         return Err(e);
     }
     Ok(doc)
@@ -124,7 +128,10 @@ pub async fn export(
         .ok_or_else(|| StoreError::NotFound("this folder has no conversation to export".into()))?;
     let items = group.transcript(&doc.id).await?;
     // Times per item come from the journal lines (the parent's, for a base).
-    let times = journal_times(&SessionPaths::new(dir, &doc.id).journal, doc.journal_bytes);
+    let times = journal_times(
+        &ConversationPaths::new(dir, &doc.id).journal,
+        doc.journal_bytes,
+    );
     let skip = items.len().saturating_sub(times.len());
     let transcript = items
         .into_iter()
@@ -200,7 +207,7 @@ pub async fn import(
     folder: &str,
     agent: &str,
     text: &str,
-) -> Result<(SessionDoc, Option<String>), StoreError> {
+) -> Result<(ConversationDoc, Option<String>), StoreError> {
     let document = Document::parse(text).map_err(|e| StoreError::Invalid(e.to_string()))?;
     let c = document.conversation;
     agentx_shared::profile::create_private_dir(dir)?;
@@ -217,8 +224,8 @@ pub async fn import(
 async fn import_id(group: &GroupHandle, dir: &Path, wanted: &str) -> (String, Option<String>) {
     let taken = !super::is_conversation_id(wanted)
         || group.get(Some(wanted.to_owned())).await.is_ok()
-        || SessionPaths::new(dir, wanted).doc.exists()
-        || SessionPaths::new(dir, wanted).journal.exists()
+        || ConversationPaths::new(dir, wanted).doc.exists()
+        || ConversationPaths::new(dir, wanted).journal.exists()
         || super::elsewhere::kept_beside(dir, wanted);
     if taken {
         (free_id(dir), Some(wanted.to_owned()))
@@ -253,10 +260,10 @@ pub(crate) fn imported_doc(
     agent: &str,
     journal_bytes: u64,
     offsets: &[u64],
-) -> SessionDoc {
+) -> ConversationDoc {
     let offset = |items: u64| offsets.get(items as usize).copied().unwrap_or(0);
     let ms = |t: &str| export::ms_of(t).unwrap_or(0);
-    let mut doc = SessionDoc::new(id, folder.to_owned(), agent.to_owned(), ms(&c.created_at));
+    let mut doc = ConversationDoc::new(id, folder.to_owned(), agent.to_owned(), ms(&c.created_at));
     doc.updated_at = agentx_shared::time::now_ms();
     doc.title = imported_title(c);
     // The server-side chain may not exist for this profile: the first turn
@@ -331,11 +338,11 @@ fn imported_title(c: &export::Conversation) -> String {
 /// `items` transcript items it came from (else removes it).
 fn write_imported_journal(
     dir: &Path,
-    doc: &SessionDoc,
+    doc: &ConversationDoc,
     journal: &[u8],
     items: usize,
 ) -> Result<(), StoreError> {
-    let to = SessionPaths::new(dir, &doc.id);
+    let to = ConversationPaths::new(dir, &doc.id);
     durable::write_atomic(&to.journal, journal)?;
     let back = read_journal(&to.journal, doc.journal_bytes).map_err(StoreError::unreadable)?;
     if back.len() != items {
@@ -356,10 +363,10 @@ fn write_imported_journal(
 pub async fn keep_as_fork(
     group: &GroupHandle,
     dir: &Path,
-    parent: &SessionDoc,
+    parent: &ConversationDoc,
     turn: u32,
     title: String,
-) -> Result<SessionDoc, StoreError> {
+) -> Result<ConversationDoc, StoreError> {
     let made = group.list().await?.into_iter().find(|d| {
         d.forked_from.as_ref().is_some_and(|f| f.id == parent.id)
             && d.title == title
@@ -370,8 +377,8 @@ pub async fn keep_as_fork(
         return Ok(doc);
     }
     let id = free_id(dir);
-    let from = SessionPaths::new(dir, &parent.id);
-    let to = SessionPaths::new(dir, &id);
+    let from = ConversationPaths::new(dir, &parent.id);
+    let to = ConversationPaths::new(dir, &id);
     let mut journal = Vec::new();
     if parent.journal_bytes > 0 {
         std::fs::File::open(&from.journal)?

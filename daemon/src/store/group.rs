@@ -12,7 +12,7 @@ use agentx_shared::conversation::Item;
 
 use super::StoreError;
 use super::commits::Commits;
-use super::session::{LoadError, MAX_CHECKPOINTS, Session, SessionDoc};
+use super::conversation::{Conversation, ConversationDoc, LoadError, MAX_CHECKPOINTS};
 use crate::durable;
 
 mod change;
@@ -80,7 +80,7 @@ pub fn spawn_private(dir: PathBuf, folder: String, agent: String) -> GroupHandle
 }
 
 /// A conversation nothing was said in yet, with nothing waiting in it.
-fn is_empty(doc: &SessionDoc) -> bool {
+fn is_empty(doc: &ConversationDoc) -> bool {
     doc.journal_items == 0
         && doc.title.is_empty()
         && doc.base.is_none()
@@ -118,13 +118,13 @@ struct Group {
     commits: Commits,
     loaded: bool,
     /// Every conversation of the directory, whatever its real folder.
-    sessions: HashMap<String, Session>,
+    sessions: HashMap<String, Conversation>,
     /// The current conversation per real folder.
     current: HashMap<String, String>,
     /// Notices for the next open: (real folder, or every folder; text).
     notices: Vec<(Option<String>, String)>,
     running: HashSet<String>,
-    waiting: HashMap<String, VecDeque<oneshot::Sender<Result<SessionDoc, StoreError>>>>,
+    waiting: HashMap<String, VecDeque<oneshot::Sender<Result<ConversationDoc, StoreError>>>>,
 }
 
 impl Group {
@@ -207,7 +207,7 @@ impl Group {
         &mut self,
         folder: &str,
         session: Option<String>,
-    ) -> Result<Option<SessionDoc>, StoreError> {
+    ) -> Result<Option<ConversationDoc>, StoreError> {
         match session {
             Some(id) => self.session(folder, &id).map(|s| Some(s.doc.clone())),
             None => Ok(self
@@ -223,7 +223,7 @@ impl Group {
         folder: &str,
         id: &str,
         pulled: super::pulled::Pulled,
-    ) -> Result<SessionDoc, StoreError> {
+    ) -> Result<ConversationDoc, StoreError> {
         let doc = self.session(folder, id).and_then(|s| {
             super::pulled::apply(s, pulled)?;
             Ok(s.doc.clone())
@@ -242,7 +242,7 @@ impl Group {
     }
 
     /// Takes in `doc` as a new conversation of `folder`.
-    fn adopt(&mut self, folder: &str, doc: SessionDoc) -> Result<(), StoreError> {
+    fn adopt(&mut self, folder: &str, doc: ConversationDoc) -> Result<(), StoreError> {
         if doc.folder != folder {
             return Err(StoreError::Invalid(format!(
                 "conversation {} belongs to {}, not {folder}",
@@ -250,7 +250,7 @@ impl Group {
             )));
         }
         let session = agentx_shared::profile::create_private_dir(&self.dir)
-            .and_then(|()| Session::create(&self.dir, doc))?;
+            .and_then(|()| Conversation::create(&self.dir, doc))?;
         let id = session.doc.id.clone();
         self.sessions.insert(id.clone(), session);
         self.index_hook(&id);
@@ -273,9 +273,9 @@ impl Group {
     /// `folder`'s conversations, newest first.
     /// `folder`'s conversations, newest first; an empty one only while it
     /// is the folder's current one (`/new` and `/clear` leave none behind).
-    fn newest_first(&self, folder: &str) -> Vec<&SessionDoc> {
+    fn newest_first(&self, folder: &str) -> Vec<&ConversationDoc> {
         let current = self.current.get(folder);
-        let mut docs: Vec<&SessionDoc> = self
+        let mut docs: Vec<&ConversationDoc> = self
             .sessions
             .values()
             .map(|s| &s.doc)
@@ -298,7 +298,7 @@ impl Group {
     }
 
     /// Conversation `id` of `folder` (another real folder's is not found).
-    fn session(&mut self, folder: &str, id: &str) -> Result<&mut Session, StoreError> {
+    fn session(&mut self, folder: &str, id: &str) -> Result<&mut Conversation, StoreError> {
         self.sessions
             .get_mut(id)
             .filter(|s| s.doc.folder == folder)
@@ -357,13 +357,13 @@ impl Group {
         while self.sessions.contains_key(&id) {
             id = new_id();
         }
-        let doc = SessionDoc::new(
+        let doc = ConversationDoc::new(
             id.clone(),
             folder.to_owned(),
             self.agent.clone(),
             agentx_shared::time::now_ms(),
         );
-        let session = Session::create(&self.dir, doc)?;
+        let session = Conversation::create(&self.dir, doc)?;
         self.sessions.insert(id.clone(), session);
         Ok(id)
     }
@@ -406,7 +406,11 @@ impl Group {
         })
     }
 
-    fn clear(&mut self, folder: &str, session: Option<String>) -> Result<SessionDoc, StoreError> {
+    fn clear(
+        &mut self,
+        folder: &str,
+        session: Option<String>,
+    ) -> Result<ConversationDoc, StoreError> {
         let id = session.or_else(|| self.current_id(folder)).ok_or_else(|| {
             StoreError::NotFound("this folder has no conversation to clear".into())
         })?;
@@ -455,7 +459,12 @@ impl Group {
         Ok(self.session(folder, &fresh)?.doc.clone())
     }
 
-    fn commit(&mut self, folder: &str, id: &str, change: Change) -> Result<SessionDoc, StoreError> {
+    fn commit(
+        &mut self,
+        folder: &str,
+        id: &str,
+        change: Change,
+    ) -> Result<ConversationDoc, StoreError> {
         let now = agentx_shared::time::now_ms();
         let rename_only = change.renames_only();
         let session = self.session(folder, id)?;
@@ -485,7 +494,7 @@ impl Group {
 
 /// The last `n` exchanges from the transcript, with the compaction lines
 /// that fall among them.
-fn recent_exchanges(session: &Session, n: usize) -> Vec<Recent> {
+fn recent_exchanges(session: &Conversation, n: usize) -> Vec<Recent> {
     let Ok(items) = session.transcript() else {
         return Vec::new();
     };

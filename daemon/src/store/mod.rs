@@ -7,9 +7,9 @@ pub mod fork;
 mod group;
 
 pub use commits::{Changed, Commits};
+pub mod conversation;
 pub mod oneshot;
 pub mod pulled;
-pub mod session;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -47,7 +47,7 @@ pub enum StoreError {
     /// A stored transcript did not read back (the source says where and
     /// why): report it; retrying does not help.
     #[error("storage error: {0}")]
-    Unreadable(#[source] std::sync::Arc<session::LoadError>),
+    Unreadable(#[source] std::sync::Arc<conversation::LoadError>),
     /// A record could not be written as JSON (a bug, not the disk): report
     /// it; nothing was written.
     #[error("storage error: {0}")]
@@ -73,7 +73,7 @@ impl StoreError {
     }
 
     /// Reading a stored transcript back failed.
-    pub fn unreadable(e: session::LoadError) -> Self {
+    pub fn unreadable(e: conversation::LoadError) -> Self {
         Self::Unreadable(std::sync::Arc::new(e))
     }
 }
@@ -178,7 +178,7 @@ impl Store {
                 }
                 tracing::debug!(
                     actors = registry.live.len(),
-                    loaded_conversations = session::open_sessions(),
+                    loaded_conversations = conversation::open_conversations(),
                     "started a group actor"
                 );
                 tx
@@ -224,7 +224,7 @@ mod id_tests {
 
 #[cfg(test)]
 mod error_tests {
-    use super::session::{LoadError, parse_journal};
+    use super::conversation::{LoadError, parse_journal};
     use super::*;
 
     #[test]

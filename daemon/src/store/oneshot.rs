@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::session::{BaseRef, SessionDoc};
+use super::conversation::{BaseRef, ConversationDoc};
 use super::{GroupHandle, Store, StoreError, group};
 use crate::durable;
 
@@ -16,7 +16,7 @@ pub struct OneshotInfo {
     pub reason: String,
     pub created_at: i64,
     pub prompt: String,
-    pub doc: Option<SessionDoc>,
+    pub doc: Option<ConversationDoc>,
 }
 
 /// A one-shot being run.
@@ -80,7 +80,7 @@ impl Store {
             .ok_or(StoreError::Internal("no free one-shot id"))??;
         durable::fsync_dir(&parent)?;
 
-        let mut doc = SessionDoc::new(id.clone(), folder.to_owned(), agent.to_owned(), stamp);
+        let mut doc = ConversationDoc::new(id.clone(), folder.to_owned(), agent.to_owned(), stamp);
         doc.title = prompt
             .lines()
             .next()
@@ -151,7 +151,7 @@ impl Store {
     }
 
     fn describe(&self, dir: &Path, id: &str) -> OneshotInfo {
-        let doc: Option<SessionDoc> = std::fs::read(dir.join(format!("{id}.json")))
+        let doc: Option<ConversationDoc> = std::fs::read(dir.join(format!("{id}.json")))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
         let (status, reason) = match &doc {
@@ -206,10 +206,11 @@ impl Store {
         }
         let info = self.describe(&dir, id);
         let transcript = match &info.doc {
-            Some(doc) => {
-                super::session::read_journal(&dir.join(format!("{id}.jsonl")), doc.journal_bytes)
-                    .map_err(StoreError::unreadable)?
-            }
+            Some(doc) => super::conversation::read_journal(
+                &dir.join(format!("{id}.jsonl")),
+                doc.journal_bytes,
+            )
+            .map_err(StoreError::unreadable)?,
             None => Vec::new(),
         };
         Ok((info, transcript))

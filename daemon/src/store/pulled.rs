@@ -4,7 +4,7 @@
 
 use agentx_shared::conversation::Usage;
 
-use super::session::{Checkpoint, Session, SessionDoc};
+use super::conversation::{Checkpoint, Conversation, ConversationDoc};
 
 /// What to make of a local conversation so it equals the remote's copy.
 #[derive(Debug, Clone, Default)]
@@ -34,7 +34,7 @@ pub struct PulledMeta {
 
 impl PulledMeta {
     /// Puts this metadata on `doc`; the latest of both update times stays.
-    pub fn apply_to(self, doc: &mut SessionDoc) {
+    pub fn apply_to(self, doc: &mut ConversationDoc) {
         doc.title = self.title;
         doc.response_id = self.response_id;
         doc.usage = self.usage;
@@ -49,7 +49,7 @@ impl PulledMeta {
 /// Applies `pulled` to `session` durably: the document is saved with the
 /// shorter length before the journal is cut, as a rollback does, so a crash
 /// at any point leaves a consistent conversation.
-pub(super) fn apply(session: &mut Session, pulled: Pulled) -> std::io::Result<()> {
+pub(super) fn apply(session: &mut Conversation, pulled: Pulled) -> std::io::Result<()> {
     if pulled.keep_bytes < session.doc.journal_bytes {
         let doc = &mut session.doc;
         doc.journal_bytes = pulled.keep_bytes;

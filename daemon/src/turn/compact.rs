@@ -12,7 +12,7 @@ use super::{
     AccountingChange, Change, Event, NewCheckpoint, Stop, TranscriptChange, Turn, TurnChange,
     Update,
 };
-use crate::store::session::Fill;
+use crate::store::conversation::Fill;
 
 /// Why a compaction ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

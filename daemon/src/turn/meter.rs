@@ -7,7 +7,7 @@ use agentx_shared::conversation::{Item, Usage};
 use super::compact::Reason;
 use super::window::{Source, WARN_SHARE, Window};
 use super::{Engine, Event, Mode, Stop, Turn, TurnSpec, context, provider};
-use crate::store::session::{Fill, SessionDoc};
+use crate::store::conversation::{ConversationDoc, Fill};
 use crate::store::{RollbackTarget, TurnLease};
 
 impl Engine {
@@ -85,7 +85,7 @@ impl Turn<'_> {
     /// kept, not sent), and compacts first when it would pass the threshold.
     pub(super) async fn fit_message(
         &mut self,
-        doc: &SessionDoc,
+        doc: &ConversationDoc,
         message: &str,
     ) -> Result<(), Stop> {
         let instructions = self.counter.text(&self.spec.instructions);
@@ -266,7 +266,7 @@ pub struct Standing {
 pub async fn standing(
     engine: &Engine,
     group: &crate::store::GroupHandle,
-    doc: &SessionDoc,
+    doc: &ConversationDoc,
     settings: &provider::Settings,
     prefs: &super::window::Prefs,
     folder: &std::path::Path,

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 
 use agentx_shared::conversation::{CallState, Item, PendingCall, Usage};
 
-use crate::store::session::{Marker, SessionDoc};
+use crate::store::conversation::{ConversationDoc, Marker};
 use crate::store::{
     AccountingChange, Change, GroupHandle, NewCheckpoint, RollbackTarget, ShellChange, StoreError,
     TranscriptChange, TurnChange, TurnLease, Update,
@@ -253,7 +253,7 @@ struct Turn<'a> {
     counter: tokens::Counter,
     window: window::Window,
     /// How full the model's context is (`None`: not known yet).
-    fill: Option<crate::store::session::Fill>,
+    fill: Option<crate::store::conversation::Fill>,
     /// This turn compacted already: it never does twice.
     compacted: bool,
     /// Tokens of the items the request in flight adds to the context.
@@ -412,7 +412,7 @@ impl Turn<'_> {
         *self.io.cancel.borrow()
     }
 
-    async fn commit(&self, change: Change) -> Result<SessionDoc, Stop> {
+    async fn commit(&self, change: Change) -> Result<ConversationDoc, Stop> {
         Ok(self.group.commit(&self.session, change).await?)
     }
 
@@ -423,7 +423,7 @@ impl Turn<'_> {
         }
     }
 
-    async fn drive(&mut self, doc: SessionDoc, lease: &TurnLease) -> Result<String, Stop> {
+    async fn drive(&mut self, doc: ConversationDoc, lease: &TurnLease) -> Result<String, Stop> {
         if self.cancelled() {
             return Err(Stop::Cancelled);
         }
@@ -456,10 +456,10 @@ impl Turn<'_> {
     }
 
     /// Records the user message (and answers calls an interrupted turn left).
-    async fn start_message(&mut self, doc: &SessionDoc, message: &str) -> Result<(), Stop> {
+    async fn start_message(&mut self, doc: &ConversationDoc, message: &str) -> Result<(), Stop> {
         let mut append = Self::answer_unrun_calls(&doc.pending_calls);
         let mut shell = doc.pending_shell.clone();
-        let me = crate::store::session::process_start(self.spec.client_pid);
+        let me = crate::store::conversation::process_start(self.spec.client_pid);
         let mut taken = Vec::new();
         for (i, run) in doc.pending_shell_runs.iter().enumerate() {
             if run.is_of(self.spec.client_pid, me) || !run.owner_alive() {

@@ -2,15 +2,15 @@
 //! the failed request again (or on a new chain), or an interrupted turn finished.
 
 use super::{
-    Change, Event, RollbackTarget, SessionDoc, Stop, TranscriptChange, Turn, TurnChange, TurnLease,
-    Update, first_line,
+    Change, ConversationDoc, Event, RollbackTarget, Stop, TranscriptChange, Turn, TurnChange,
+    TurnLease, Update, first_line,
 };
 
 impl Turn<'_> {
     /// Back to the last checkpoint, then the last message sent again.
     pub(super) async fn retry_message(
         &mut self,
-        doc: SessionDoc,
+        doc: ConversationDoc,
         lease: &TurnLease,
     ) -> Result<(), Stop> {
         if doc.last_user.is_empty() {
@@ -36,7 +36,7 @@ impl Turn<'_> {
     /// calls are answered without running, then everything unsent goes.
     pub(super) async fn retry_request(
         &mut self,
-        doc: &SessionDoc,
+        doc: &ConversationDoc,
         new_chain: bool,
     ) -> Result<(), Stop> {
         if new_chain {
@@ -74,7 +74,10 @@ impl Turn<'_> {
     }
     /// Finishes an interrupted turn's pending calls; whether anything is
     /// left to send to the model.
-    pub(super) async fn continue_interrupted(&mut self, doc: &SessionDoc) -> Result<bool, Stop> {
+    pub(super) async fn continue_interrupted(
+        &mut self,
+        doc: &ConversationDoc,
+    ) -> Result<bool, Stop> {
         if doc.pending_calls.is_empty() && self.unsent.is_empty() {
             if doc.interrupted.is_none() && !doc.turn_open {
                 return Err(Self::failed("there is no interrupted turn to continue"));

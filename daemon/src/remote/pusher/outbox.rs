@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::remote::project::project_key;
 use crate::remote::{Remote, line};
-use crate::store::session::{Checkpoint, SessionDoc};
+use crate::store::conversation::{Checkpoint, ConversationDoc};
 
 /// What was last pushed of one conversation (or pulled: what is known to
 /// be on the server).
@@ -29,7 +29,7 @@ pub(in crate::remote) struct Pushed {
 pub(super) struct Push {
     pub(super) id: String,
     pub(super) hash: String,
-    pub(super) doc: SessionDoc,
+    pub(super) doc: ConversationDoc,
     pub(super) project: String,
     /// Start over: the journal was rewritten (rollback) since the last push.
     pub(super) reset: bool,
@@ -97,7 +97,7 @@ impl Push {
 
 /// Where the finished part of `doc`'s line ends: all of it, unless a turn
 /// is running or was left unfinished; then its last checkpoint.
-fn finished_end(doc: &SessionDoc) -> Position {
+fn finished_end(doc: &ConversationDoc) -> Position {
     let all = Position {
         items: doc.journal_items,
         bytes: doc.journal_bytes,
@@ -150,7 +150,7 @@ pub(super) fn read_push(remote: &Remote, doc_path: &Path) -> Result<Option<Push>
         return Ok(None);
     };
     let hash = blake3::hash(&bytes).to_hex().to_string();
-    let Ok(doc) = serde_json::from_slice::<SessionDoc>(&bytes) else {
+    let Ok(doc) = serde_json::from_slice::<ConversationDoc>(&bytes) else {
         tracing::warn!(
             "remote: {} is not a conversation document; not pushed",
             doc_path.display()
@@ -193,7 +193,7 @@ pub(super) fn read_push(remote: &Remote, doc_path: &Path) -> Result<Option<Push>
     // rewritten what we read: check the document still says the same.
     match std::fs::read(doc_path)
         .ok()
-        .and_then(|b| serde_json::from_slice::<SessionDoc>(&b).ok())
+        .and_then(|b| serde_json::from_slice::<ConversationDoc>(&b).ok())
     {
         Some(now) if now.rollbacks == doc.rollbacks && now.journal_bytes >= end.bytes => {}
         _ => return Err(RetryLater),

@@ -3,7 +3,7 @@
 
 use agentx_shared::conversation::{Item, PendingCall, Usage};
 
-use crate::store::session::{Fill, Marker, SessionDoc, ShellRun, title_from};
+use crate::store::conversation::{ConversationDoc, Fill, Marker, ShellRun, title_from};
 
 /// What to do with a field that can be set or emptied.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -208,7 +208,7 @@ impl TurnChange {
 }
 
 impl TranscriptChange {
-    fn apply(self, doc: &mut SessionDoc) {
+    fn apply(self, doc: &mut ConversationDoc) {
         self.response_id.apply(&mut doc.response_id);
         if let Some(text) = self.last_user {
             if doc.title.is_empty() {
@@ -226,7 +226,7 @@ impl TranscriptChange {
 }
 
 impl TurnChange {
-    fn apply(self, doc: &mut SessionDoc) {
+    fn apply(self, doc: &mut ConversationDoc) {
         if let Some(calls) = self.calls {
             doc.pending_calls = calls;
         }
@@ -243,7 +243,7 @@ impl TurnChange {
 }
 
 impl ShellChange {
-    fn apply(self, doc: &mut SessionDoc) {
+    fn apply(self, doc: &mut ConversationDoc) {
         if self.clear_pending {
             doc.pending_shell.clear();
         }
@@ -261,7 +261,7 @@ impl ShellChange {
 }
 
 impl SettingsChange {
-    fn apply(self, doc: &mut SessionDoc) {
+    fn apply(self, doc: &mut ConversationDoc) {
         if let Some(all) = self.approve_all {
             doc.approve_all = all;
         }
@@ -273,7 +273,7 @@ impl SettingsChange {
 }
 
 impl AccountingChange {
-    fn apply(self, doc: &mut SessionDoc) {
+    fn apply(self, doc: &mut ConversationDoc) {
         if let Some(usage) = self.usage {
             doc.usage.add(&usage);
         }
@@ -283,7 +283,7 @@ impl AccountingChange {
 
 /// Applies every part but the journal append and the checkpoint to `doc`;
 /// returns the checkpoint to record, taken of the resulting state.
-pub(super) fn apply(change: Change, doc: &mut SessionDoc) -> Option<NewCheckpoint> {
+pub(super) fn apply(change: Change, doc: &mut ConversationDoc) -> Option<NewCheckpoint> {
     let Change {
         transcript,
         turn,

@@ -8,7 +8,7 @@ use super::handle::SharedCheckpoint;
 use super::{CurrentFile, Group, SharedFile};
 use crate::durable;
 use crate::store::StoreError;
-use crate::store::session::{LoadError, Marker, Session, SessionDoc};
+use crate::store::conversation::{Conversation, ConversationDoc, LoadError, Marker};
 
 /// A state document that did not load: (its path, the path the error
 /// names, why).
@@ -105,7 +105,7 @@ impl Group {
     }
 
     /// Makes `doc`'s current state its folder+agent's shared checkpoint.
-    pub(super) fn write_shared(&mut self, doc: &SessionDoc) -> Result<(), StoreError> {
+    pub(super) fn write_shared(&mut self, doc: &ConversationDoc) -> Result<(), StoreError> {
         if !self.shares_checkpoint {
             return Ok(());
         }
@@ -129,7 +129,7 @@ impl Group {
     /// Reads every conversation of the directory (all real folders of its
     /// key). A conversation whose state document is unreadable is rebuilt
     /// from its transcript when that is readable (see
-    /// [`Session::rebuild`]); otherwise both files are quarantined.
+    /// [`Conversation::rebuild`]); otherwise both files are quarantined.
     /// `requester`: the folder whose request caused the load.
     pub(super) fn load(&mut self, requester: &str) {
         self.loaded = true;
@@ -182,7 +182,7 @@ impl Group {
             {
                 continue;
             }
-            match Session::load(&path) {
+            match Conversation::load(&path) {
                 Ok(mut session) => {
                     if session.doc.turn_open {
                         self.close_stopped_turn(&mut session, &path);
@@ -210,7 +210,7 @@ impl Group {
 
     /// Marks the turn agentd died during as interrupted (what it recorded
     /// stands) and saves `session`, at `path`.
-    fn close_stopped_turn(&mut self, session: &mut Session, path: &Path) {
+    fn close_stopped_turn(&mut self, session: &mut Conversation, path: &Path) {
         session.doc.turn_open = false;
         session.doc.interrupted = Some(Marker {
             message: "agentd stopped during the turn".into(),
@@ -307,8 +307,8 @@ impl Group {
         folder: &str,
         rollbacks: u64,
         reason: &str,
-    ) -> Result<Session, String> {
-        let rebuilt = Session::rebuild(&self.dir, id, folder, &self.agent, rollbacks)
+    ) -> Result<Conversation, String> {
+        let rebuilt = Conversation::rebuild(&self.dir, id, folder, &self.agent, rollbacks)
             .map_err(|e| e.to_string())?;
         // Copy first, then replace: a crash in between leaves the bad
         // document in place (rebuilt again next time), never no document.

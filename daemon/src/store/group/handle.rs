@@ -10,7 +10,7 @@ use agentx_shared::conversation::Item;
 
 use super::change::Change;
 use crate::store::StoreError;
-use crate::store::session::{Checkpoint, SessionDoc};
+use crate::store::conversation::{Checkpoint, ConversationDoc};
 
 /// A fresh conversation id: time-ordered, unique, safe as a file name.
 pub(in crate::store) fn new_id() -> String {
@@ -48,7 +48,7 @@ pub enum Recent {
 
 /// What opening a conversation returns.
 pub struct Opened {
-    pub doc: SessionDoc,
+    pub doc: ConversationDoc,
     /// The last few exchanges (and compaction lines among them), oldest first.
     pub recent: Vec<Recent>,
     pub notices: Vec<String>,
@@ -87,28 +87,28 @@ pub enum RollbackBy {
 }
 
 pub(in crate::store) enum Msg {
-    List(oneshot::Sender<Vec<SessionDoc>>),
+    List(oneshot::Sender<Vec<ConversationDoc>>),
     Open(OpenTarget, oneshot::Sender<Result<Opened, StoreError>>),
     Get(
         Option<String>,
-        oneshot::Sender<Result<Option<SessionDoc>, StoreError>>,
+        oneshot::Sender<Result<Option<ConversationDoc>, StoreError>>,
     ),
     Clear(
         Option<String>,
-        oneshot::Sender<Result<SessionDoc, StoreError>>,
+        oneshot::Sender<Result<ConversationDoc, StoreError>>,
     ),
     BeginTurn(
         Option<String>,
-        oneshot::Sender<Result<SessionDoc, StoreError>>,
+        oneshot::Sender<Result<ConversationDoc, StoreError>>,
     ),
     EndTurn(String),
     Commit(
         String,
         Box<Change>,
-        oneshot::Sender<Result<SessionDoc, StoreError>>,
+        oneshot::Sender<Result<ConversationDoc, StoreError>>,
     ),
     Transcript(String, oneshot::Sender<Result<Vec<Item>, StoreError>>),
-    /// The checkpoints and the conversation's head (`SessionDoc::head`).
+    /// The checkpoints and the conversation's head (`ConversationDoc::head`).
     Checkpoints(
         Option<String>,
         oneshot::Sender<Result<(Vec<Checkpoint>, String), StoreError>>,
@@ -119,21 +119,24 @@ pub(in crate::store) enum Msg {
         RollbackTarget,
         Option<String>,
         RollbackBy,
-        oneshot::Sender<Result<SessionDoc, StoreError>>,
+        oneshot::Sender<Result<ConversationDoc, StoreError>>,
     ),
     Shared(oneshot::Sender<Option<SharedCheckpoint>>),
-    Adopt(Box<SessionDoc>, oneshot::Sender<Result<(), StoreError>>),
+    Adopt(
+        Box<ConversationDoc>,
+        oneshot::Sender<Result<(), StoreError>>,
+    ),
     /// Like `BeginTurn` for one conversation, but never waits: `None` when
     /// a turn runs on it.
     TryBeginTurn(
         String,
-        oneshot::Sender<Result<Option<SessionDoc>, StoreError>>,
+        oneshot::Sender<Result<Option<ConversationDoc>, StoreError>>,
     ),
     /// Makes a conversation equal the remote's copy (asked under its lease).
     Absorb(
         String,
         Box<crate::store::pulled::Pulled>,
-        oneshot::Sender<Result<SessionDoc, StoreError>>,
+        oneshot::Sender<Result<ConversationDoc, StoreError>>,
     ),
     /// Makes `to` current where `from` is.
     Repoint(String, String, oneshot::Sender<Result<(), StoreError>>),
@@ -157,7 +160,7 @@ pub struct GroupHandle {
 /// The right to run a turn on one conversation; dropping it lets the next
 /// waiting turn start.
 pub struct TurnLease {
-    pub doc: SessionDoc,
+    pub doc: ConversationDoc,
     handle: GroupHandle,
 }
 
@@ -185,7 +188,7 @@ impl GroupHandle {
     }
 
     /// Conversations of this folder and agent, newest first.
-    pub async fn list(&self) -> Result<Vec<SessionDoc>, StoreError> {
+    pub async fn list(&self) -> Result<Vec<ConversationDoc>, StoreError> {
         self.ask(Msg::List).await
     }
 
@@ -194,12 +197,15 @@ impl GroupHandle {
     }
 
     /// The named conversation, or the current one (`None` when there is none).
-    pub async fn get(&self, session: Option<String>) -> Result<Option<SessionDoc>, StoreError> {
+    pub async fn get(
+        &self,
+        session: Option<String>,
+    ) -> Result<Option<ConversationDoc>, StoreError> {
         self.ask(|tx| Msg::Get(session, tx)).await?
     }
 
     /// Deletes a conversation's files and returns the fresh one replacing it.
-    pub async fn clear(&self, session: Option<String>) -> Result<SessionDoc, StoreError> {
+    pub async fn clear(&self, session: Option<String>) -> Result<ConversationDoc, StoreError> {
         self.ask(|tx| Msg::Clear(session, tx)).await?
     }
 
@@ -213,7 +219,11 @@ impl GroupHandle {
     }
 
     /// Applies a change; returns once it is on disk.
-    pub async fn commit(&self, session: &str, change: Change) -> Result<SessionDoc, StoreError> {
+    pub async fn commit(
+        &self,
+        session: &str,
+        change: Change,
+    ) -> Result<ConversationDoc, StoreError> {
         self.ask(|tx| Msg::Commit(session.to_owned(), Box::new(change), tx))
             .await?
     }
@@ -238,7 +248,7 @@ impl GroupHandle {
         session: Option<String>,
         target: RollbackTarget,
         expect_head: Option<String>,
-    ) -> Result<SessionDoc, StoreError> {
+    ) -> Result<ConversationDoc, StoreError> {
         self.ask(|tx| Msg::Rollback(session, target, expect_head, RollbackBy::Client, tx))
             .await?
     }
@@ -248,14 +258,14 @@ impl GroupHandle {
         &self,
         lease: &TurnLease,
         target: RollbackTarget,
-    ) -> Result<SessionDoc, StoreError> {
+    ) -> Result<ConversationDoc, StoreError> {
         let id = Some(lease.doc.id.clone());
         self.ask(|tx| Msg::Rollback(id, target, None, RollbackBy::HoldingTurn, tx))
             .await?
     }
 
     /// Makes a prepared conversation document durable in this group.
-    pub async fn adopt(&self, doc: SessionDoc) -> Result<(), StoreError> {
+    pub async fn adopt(&self, doc: ConversationDoc) -> Result<(), StoreError> {
         self.ask(|tx| Msg::Adopt(Box::new(doc), tx)).await?
     }
 
@@ -276,7 +286,7 @@ impl GroupHandle {
         &self,
         lease: &TurnLease,
         pulled: crate::store::pulled::Pulled,
-    ) -> Result<SessionDoc, StoreError> {
+    ) -> Result<ConversationDoc, StoreError> {
         let id = lease.doc.id.clone();
         self.ask(|tx| Msg::Absorb(id, Box::new(pulled), tx)).await?
     }

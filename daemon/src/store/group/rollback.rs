@@ -4,8 +4,8 @@
 use super::Group;
 use super::handle::{RollbackBy, RollbackTarget};
 use crate::store::StoreError;
-use crate::store::session::{
-    Checkpoint, MAX_ROLLBACK_BACKUPS, RollbackBackup, Session, SessionDoc,
+use crate::store::conversation::{
+    Checkpoint, Conversation, ConversationDoc, MAX_ROLLBACK_BACKUPS, RollbackBackup,
 };
 
 impl Group {
@@ -18,7 +18,7 @@ impl Group {
         target: RollbackTarget,
         expect_head: Option<&str>,
         by: RollbackBy,
-    ) -> Result<SessionDoc, StoreError> {
+    ) -> Result<ConversationDoc, StoreError> {
         if by == RollbackBy::Client && self.running.contains(id) {
             return Err(StoreError::Invalid(
                 "a turn is running on this conversation; wait for it or cancel it first".into(),
@@ -44,7 +44,7 @@ impl Group {
     }
 }
 
-impl Session {
+impl Conversation {
     /// How many checkpoints a rollback to `target` keeps, and the
     /// checkpoint it returns to (an empty one for the origin).
     fn rollback_checkpoint(
@@ -75,7 +75,8 @@ impl Session {
                 }),
             _ => Ok((
                 0,
-                SessionDoc::new(String::new(), String::new(), String::new(), now).checkpoint(now),
+                ConversationDoc::new(String::new(), String::new(), String::new(), now)
+                    .checkpoint(now),
             )),
         }
     }
@@ -177,7 +178,7 @@ impl Session {
 
 /// The backup of `doc`'s state before a rollback to `rolled_back_to`
 /// (pending calls, unsent items and markers are moved into it).
-fn take_backup(doc: &mut SessionDoc, rolled_back_to: u64, now: i64) -> RollbackBackup {
+fn take_backup(doc: &mut ConversationDoc, rolled_back_to: u64, now: i64) -> RollbackBackup {
     RollbackBackup {
         response_id: doc.response_id.clone(),
         usage: doc.usage,

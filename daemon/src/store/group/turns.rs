@@ -7,14 +7,14 @@ use tokio::sync::oneshot;
 
 use super::Group;
 use crate::store::StoreError;
-use crate::store::session::SessionDoc;
+use crate::store::conversation::ConversationDoc;
 
 impl Group {
     pub(super) fn begin_turn(
         &mut self,
         folder: &str,
         session: Option<String>,
-        reply: oneshot::Sender<Result<SessionDoc, StoreError>>,
+        reply: oneshot::Sender<Result<ConversationDoc, StoreError>>,
     ) {
         let id = match session.or_else(|| self.current_id(folder)) {
             Some(id) => id,
@@ -49,7 +49,7 @@ impl Group {
         &mut self,
         folder: &str,
         id: String,
-    ) -> Result<Option<SessionDoc>, StoreError> {
+    ) -> Result<Option<ConversationDoc>, StoreError> {
         let doc = self.session(folder, &id).map(|s| s.doc.clone())?;
         if self.running.contains(&id) {
             return Ok(None);

@@ -6,10 +6,10 @@ use agentx_shared::conversation::CallState;
 use super::rebuild::SHELL_HEADER;
 use super::*;
 
-fn new_session(dir: &Path) -> Session {
-    Session::create(
+fn new_conversation(dir: &Path) -> Conversation {
+    Conversation::create(
         dir,
-        SessionDoc::new("abc".into(), "/f".into(), "default".into(), 1),
+        ConversationDoc::new("abc".into(), "/f".into(), "default".into(), 1),
     )
     .unwrap()
 }
@@ -17,7 +17,7 @@ fn new_session(dir: &Path) -> Session {
 #[test]
 fn appended_items_survive_a_reload() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = new_session(dir.path());
+    let mut s = new_conversation(dir.path());
     s.append(
         &[
             Item::User { text: "hi".into() },
@@ -27,7 +27,7 @@ fn appended_items_survive_a_reload() {
     )
     .unwrap();
     s.save().unwrap();
-    let loaded = Session::load(&s.paths.doc).unwrap();
+    let loaded = Conversation::load(&s.paths.doc).unwrap();
     assert_eq!(loaded.doc.journal_items, 2);
     assert_eq!(
         loaded.transcript().unwrap(),
@@ -41,7 +41,7 @@ fn appended_items_survive_a_reload() {
 #[test]
 fn bytes_appended_but_never_committed_are_cut_off() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = new_session(dir.path());
+    let mut s = new_conversation(dir.path());
     s.append(
         &[Item::User {
             text: "kept".into(),
@@ -58,7 +58,7 @@ fn bytes_appended_but_never_committed_are_cut_off() {
         3,
     )
     .unwrap();
-    let mut loaded = Session::load(&s.paths.doc).unwrap();
+    let mut loaded = Conversation::load(&s.paths.doc).unwrap();
     assert_eq!(
         loaded.transcript().unwrap(),
         vec![Item::User {
@@ -74,7 +74,7 @@ fn bytes_appended_but_never_committed_are_cut_off() {
         )
         .unwrap();
     loaded.save().unwrap();
-    let again = Session::load(&s.paths.doc).unwrap();
+    let again = Conversation::load(&s.paths.doc).unwrap();
     assert_eq!(
         again.transcript().unwrap(),
         vec![
@@ -91,7 +91,7 @@ fn bytes_appended_but_never_committed_are_cut_off() {
 #[test]
 fn a_branch_reads_its_base_until_the_base_is_rolled_back() {
     let dir = tempfile::tempdir().unwrap();
-    let mut base = new_session(dir.path());
+    let mut base = new_conversation(dir.path());
     base.append(
         &[Item::User {
             text: "base".into(),
@@ -102,14 +102,14 @@ fn a_branch_reads_its_base_until_the_base_is_rolled_back() {
     base.save().unwrap();
     let branch_dir = dir.path().join("oneshot");
     std::fs::create_dir(&branch_dir).unwrap();
-    let mut doc = SessionDoc::new("branch".into(), "/f".into(), "default".into(), 3);
+    let mut doc = ConversationDoc::new("branch".into(), "/f".into(), "default".into(), 3);
     doc.base = Some(BaseRef {
         journal: base.paths.journal.clone(),
         bytes: base.doc.journal_bytes,
         items: base.doc.journal_items,
         rollbacks: base.doc.rollbacks,
     });
-    let mut branch = Session::create(&branch_dir, doc).unwrap();
+    let mut branch = Conversation::create(&branch_dir, doc).unwrap();
     branch
         .append(&[Item::User { text: "own".into() }], 4)
         .unwrap();
@@ -133,7 +133,7 @@ fn a_branch_reads_its_base_until_the_base_is_rolled_back() {
 #[test]
 fn a_document_is_rebuilt_from_the_journal_up_to_its_last_good_record() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = new_session(dir.path());
+    let mut s = new_conversation(dir.path());
     let turn = |q: &str, a: &str| {
         vec![
             Item::User { text: q.into() },
@@ -192,7 +192,7 @@ fn a_document_is_rebuilt_from_the_journal_up_to_its_last_good_record() {
     bytes.extend_from_slice(b"{\"at\":6,\"type\":\"function_out");
     std::fs::write(&s.paths.journal, &bytes).unwrap();
 
-    let rebuilt = Session::rebuild(dir.path(), "abc", "/f", "default", 7).unwrap();
+    let rebuilt = Conversation::rebuild(dir.path(), "abc", "/f", "default", 7).unwrap();
     let doc = &rebuilt.session.doc;
     assert_eq!(rebuilt.cut_tail, b"{\"at\":6,\"type\":\"function_out");
     assert_eq!(doc.title, "first line");
@@ -221,7 +221,7 @@ fn a_document_is_rebuilt_from_the_journal_up_to_its_last_good_record() {
 
     std::fs::write(&s.paths.journal, b"garbage\n").unwrap();
     assert!(matches!(
-        Session::rebuild(dir.path(), "abc", "/f", "default", 0),
+        Conversation::rebuild(dir.path(), "abc", "/f", "default", 0),
         Err(LoadError::Corrupt { .. })
     ));
 }
@@ -229,17 +229,17 @@ fn a_document_is_rebuilt_from_the_journal_up_to_its_last_good_record() {
 #[test]
 fn garbage_and_truncated_files_are_reported_corrupt() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = new_session(dir.path());
+    let mut s = new_conversation(dir.path());
     s.append(&[Item::User { text: "hi".into() }], 2).unwrap();
     s.save().unwrap();
     std::fs::write(&s.paths.journal, b"").unwrap();
     assert!(matches!(
-        Session::load(&s.paths.doc),
+        Conversation::load(&s.paths.doc),
         Err(LoadError::Corrupt { .. })
     ));
     std::fs::write(&s.paths.doc, b"{\"format\":1,\"id\":").unwrap();
     assert!(matches!(
-        Session::load(&s.paths.doc),
+        Conversation::load(&s.paths.doc),
         Err(LoadError::Corrupt { .. })
     ));
 }

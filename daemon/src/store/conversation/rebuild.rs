@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use agentx_shared::conversation::{CallState, Item, PendingCall};
 
 use super::{
-    Entry, LoadError, MAX_CHECKPOINTS, Marker, OpenGuard, Session, SessionDoc, SessionPaths,
-    title_from,
+    Conversation, ConversationDoc, ConversationPaths, Entry, LoadError, MAX_CHECKPOINTS, Marker,
+    OpenGuard, title_from,
 };
 use crate::durable;
 
@@ -25,9 +25,9 @@ fn user_words(text: &str) -> &str {
     }
 }
 
-/// A conversation rebuilt from its journal by [`Session::rebuild`].
+/// A conversation rebuilt from its journal by [`Conversation::rebuild`].
 pub struct Rebuilt {
-    pub session: Session,
+    pub session: Conversation,
     /// Journal bytes past the last good record (cut off; the caller keeps
     /// them aside with [`Rebuilt::keep_cut_tail`]).
     pub cut_tail: Vec<u8>,
@@ -57,7 +57,7 @@ impl Rebuilt {
     }
 }
 
-impl Session {
+impl Conversation {
     /// Rebuilds the state document of conversation `id` in `dir` from its
     /// journal, for when `<id>.json` is unreadable but the transcript is not.
     ///
@@ -94,7 +94,7 @@ impl Session {
         agent: &str,
         rollbacks: u64,
     ) -> Result<Rebuilt, LoadError> {
-        let paths = SessionPaths::new(dir, id);
+        let paths = ConversationPaths::new(dir, id);
         let bytes = match std::fs::read(&paths.journal) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
@@ -111,7 +111,8 @@ impl Session {
 
         let first_at = records.first().map_or(0, |r| r.0);
         let last_at = records.last().map_or(0, |r| r.0);
-        let mut doc = SessionDoc::new(id.to_owned(), folder.to_owned(), agent.to_owned(), first_at);
+        let mut doc =
+            ConversationDoc::new(id.to_owned(), folder.to_owned(), agent.to_owned(), first_at);
         doc.updated_at = last_at.max(first_at);
         doc.rollbacks = rollbacks;
         doc.journal_items = records.len() as u64;
@@ -167,7 +168,7 @@ struct Replay {
 
 /// Replays `records` into `doc`: title, last messages, turn count and a
 /// checkpoint at every turn boundary.
-fn replay(doc: &mut SessionDoc, records: &[Record]) -> Replay {
+fn replay(doc: &mut ConversationDoc, records: &[Record]) -> Replay {
     let mut open_calls: Vec<PendingCall> = Vec::new();
     let mut boundary = 0usize;
     let mut after_reply = 0usize;
@@ -237,7 +238,7 @@ fn replay(doc: &mut SessionDoc, records: &[Record]) -> Replay {
 
 /// Marks the unfinished last turn: its open calls pending, its unanswered
 /// user messages and tool outputs unsent, the turn interrupted.
-fn mark_unfinished(doc: &mut SessionDoc, records: &[Record], replay: Replay, last_at: i64) {
+fn mark_unfinished(doc: &mut ConversationDoc, records: &[Record], replay: Replay, last_at: i64) {
     doc.pending_calls = replay.open_calls;
     doc.unsent = records[replay.after_reply.max(replay.boundary)..]
         .iter()

@@ -20,7 +20,7 @@ pub const FORMAT: u32 = 1;
 
 /// The state document. Small and bounded: it never holds the transcript.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SessionDoc {
+pub struct ConversationDoc {
     pub format: u32,
     pub id: String,
     /// The real folder path; distinct folders can share a directory key.
@@ -203,7 +203,7 @@ pub struct RollbackBackup {
 /// Rollbacks that can be undone one by one (the newest kept).
 pub const MAX_ROLLBACK_BACKUPS: usize = MAX_CHECKPOINTS;
 
-impl SessionDoc {
+impl ConversationDoc {
     /// What the conversation looks like now, as one opaque token: a client
     /// that chose a checkpoint from a listing sends it back, and agentd
     /// refuses the rollback when the conversation moved since (a turn, a
@@ -227,7 +227,7 @@ impl Checkpoint {
     }
 }
 
-impl SessionDoc {
+impl ConversationDoc {
     pub fn new(id: String, folder: String, agent: String, now_ms: i64) -> Self {
         Self {
             format: FORMAT,
@@ -303,14 +303,14 @@ struct Entry {
 
 /// Paths of one conversation's files.
 #[derive(Debug, Clone)]
-pub struct SessionPaths {
+pub struct ConversationPaths {
     pub doc: PathBuf,
     pub journal: PathBuf,
     /// The journal tail cut by a rollback whose backup names no file.
     pub rollback_tail: PathBuf,
 }
 
-impl SessionPaths {
+impl ConversationPaths {
     /// Where `backup`'s cut journal tail is kept.
     pub fn tail_of(&self, backup: &RollbackBackup) -> PathBuf {
         match (&backup.tail, self.doc.parent()) {
@@ -320,7 +320,7 @@ impl SessionPaths {
     }
 }
 
-impl SessionPaths {
+impl ConversationPaths {
     pub fn new(dir: &Path, id: &str) -> Self {
         Self {
             doc: dir.join(format!("{id}.json")),
@@ -330,15 +330,15 @@ impl SessionPaths {
     }
 }
 
-/// Conversations loaded in memory right now (see [`open_sessions`]).
-static OPEN_SESSIONS: AtomicUsize = AtomicUsize::new(0);
+/// Conversations loaded in memory right now (see [`open_conversations`]).
+static OPEN_CONVERSATIONS: AtomicUsize = AtomicUsize::new(0);
 
 /// How many conversations agentd holds loaded now. They hold no file open:
 /// the journal is opened for each append and closed again, so idle
 /// conversations cost memory only, and their group actors are released
 /// when idle (see `Store::group`).
-pub fn open_sessions() -> usize {
-    OPEN_SESSIONS.load(Ordering::Relaxed)
+pub fn open_conversations() -> usize {
+    OPEN_CONVERSATIONS.load(Ordering::Relaxed)
 }
 
 /// Counts one loaded conversation for as long as it lives.
@@ -346,21 +346,21 @@ struct OpenGuard;
 
 impl OpenGuard {
     fn new() -> Self {
-        OPEN_SESSIONS.fetch_add(1, Ordering::Relaxed);
+        OPEN_CONVERSATIONS.fetch_add(1, Ordering::Relaxed);
         Self
     }
 }
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
-        OPEN_SESSIONS.fetch_sub(1, Ordering::Relaxed);
+        OPEN_CONVERSATIONS.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 /// A loaded conversation. Its journal is opened only while appending.
-pub struct Session {
-    pub doc: SessionDoc,
-    pub paths: SessionPaths,
+pub struct Conversation {
+    pub doc: ConversationDoc,
+    pub paths: ConversationPaths,
     _open: OpenGuard,
 }
 
@@ -376,10 +376,10 @@ pub enum LoadError {
     Branch(String),
 }
 
-impl Session {
+impl Conversation {
     /// Creates a new conversation and makes it durable.
-    pub fn create(dir: &Path, doc: SessionDoc) -> io::Result<Self> {
-        let paths = SessionPaths::new(dir, &doc.id);
+    pub fn create(dir: &Path, doc: ConversationDoc) -> io::Result<Self> {
+        let paths = ConversationPaths::new(dir, &doc.id);
         let mut session = Self {
             doc,
             paths,
@@ -463,7 +463,7 @@ impl Session {
 
     /// Moves the committed journal end back to `bytes`/`items`, saving the
     /// cut tail to the rollback file first. The document must be saved by
-    /// the caller before [`Session::truncate_journal`] runs.
+    /// the caller before [`Conversation::truncate_journal`] runs.
     pub fn save_tail_from(&mut self, bytes: u64, to: &Path) -> io::Result<()> {
         let tail = if self.doc.journal_bytes > bytes {
             let mut file = File::open(&self.paths.journal)?;
@@ -502,7 +502,7 @@ impl Session {
     pub fn transcript(&self) -> Result<Vec<Item>, LoadError> {
         let mut items = match &self.doc.base {
             Some(base) => {
-                let base_doc: Option<SessionDoc> =
+                let base_doc: Option<ConversationDoc> =
                     std::fs::read(base.journal.with_extension("json"))
                         .ok()
                         .and_then(|b| serde_json::from_slice(&b).ok());
@@ -536,14 +536,17 @@ impl Session {
 }
 
 /// The state document read from `doc_path`, checked against its file name
-/// (the part of [`Session::load`] that does not touch the disk).
-pub fn parse_doc(bytes: &[u8], doc_path: &Path) -> Result<(SessionDoc, SessionPaths), LoadError> {
-    let doc: SessionDoc = serde_json::from_slice(bytes).map_err(|e| LoadError::Corrupt {
+/// (the part of [`Conversation::load`] that does not touch the disk).
+pub fn parse_doc(
+    bytes: &[u8],
+    doc_path: &Path,
+) -> Result<(ConversationDoc, ConversationPaths), LoadError> {
+    let doc: ConversationDoc = serde_json::from_slice(bytes).map_err(|e| LoadError::Corrupt {
         path: doc_path.to_path_buf(),
         reason: e.to_string(),
     })?;
     let dir = doc_path.parent().unwrap_or(Path::new("."));
-    let paths = SessionPaths::new(dir, &doc.id);
+    let paths = ConversationPaths::new(dir, &doc.id);
     if paths.doc != doc_path {
         return Err(LoadError::Corrupt {
             path: doc_path.to_path_buf(),
