@@ -374,7 +374,7 @@ fn reap_in_background(mut child: Child) {
     });
 }
 
-/// ": <last line of agentd.stderr>" when there is one, for start-up errors.
+/// `": <last line of agentd.stderr>"` when there is one, for start-up errors.
 fn last_error_line(log_dir: &Path) -> String {
     std::fs::read_to_string(log_dir.join("agentd.stderr"))
         .ok()

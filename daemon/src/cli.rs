@@ -14,7 +14,7 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
 
-    /// Where logs go: `auto` is stderr under systemd or in a terminal, else <profile>/log/agentd.log.
+    /// Where logs go: `auto` is stderr under systemd or in a terminal, else `<profile>/log/agentd.log`.
     #[arg(long, value_enum, default_value_t = LogTarget::Auto)]
     pub log: LogTarget,
 

@@ -62,7 +62,7 @@ pub fn import(data: &[u8]) -> Result<(), String> {
 }
 
 /// The search index with its files garbled by `data` (see
-/// [`crate::search::garbled::garble`]), opened and searched as agentd
+/// `search::garbled::garble`), opened and searched as agentd
 /// does: damage must lead to a rebuild, never to a panic out of agentd's
 /// code or a failing search after the rebuild. tantivy's own panics are
 /// caught, so under libFuzzer replace its abort-on-panic hook first.
