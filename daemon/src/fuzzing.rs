@@ -83,6 +83,55 @@ pub fn journal(data: &[u8]) -> Result<usize, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Valid manifest files for the `manifest` target's corpus
+/// (`fuzz/corpus/manifest/valid-*`): a full manifest with every kind of
+/// entry, the bare entry list it wraps, and a delta against it. Without
+/// them the fuzzer rarely gets past the magic and the zstd frame.
+pub fn manifest_seeds() -> Vec<Stored> {
+    use crate::snapshot::manifest::{Entry, Kind, why};
+    let entry = |path: &str, kind: Kind, target: &[u8]| Entry {
+        path: path.as_bytes().to_vec(),
+        kind,
+        mode: if kind == Kind::Dir { 0o755 } else { 0o644 },
+        size: if kind == Kind::File { 12 } else { 0 },
+        mtime_ns: 1_700_000_000_123_456_789,
+        ctime_ns: 1_700_000_000_987_654_321,
+        ino: 4242,
+        racy: false,
+        hash: if kind == Kind::File { [7; 32] } else { [0; 32] },
+        target: target.to_vec(),
+        uid: 1000,
+        gid: 1000,
+        nlink: 1,
+    };
+    let mut linked = entry("src/lib.rs", Kind::File, b"");
+    linked.nlink = 2;
+    linked.racy = true;
+    let mut twin = linked.clone();
+    twin.path = b"src/lib_link.rs".to_vec();
+    let full = Manifest::from_entries(vec![
+        entry("README.md", Kind::File, b""),
+        entry("big.bin", Kind::Skipped, why::OVERSIZED),
+        entry("link", Kind::Symlink, b"README.md"),
+        entry("src", Kind::Dir, b""),
+        linked,
+        twin,
+        entry("target", Kind::Skipped, why::EXCLUDED),
+    ]);
+    let mut changed = entry("README.md", Kind::File, b"");
+    changed.size = 40;
+    changed.hash = [9; 32];
+    vec![
+        Stored::Full(full),
+        Stored::Full(Manifest::default()),
+        Stored::Delta {
+            base: "0000000000000001-0001".to_owned(),
+            upserts: vec![changed, entry("new.txt", Kind::File, b"")],
+            removed: vec![b"link".to_vec()],
+        },
+    ]
+}
+
 /// A manifest file (full or delta). One that decodes must encode to bytes
 /// that decode to the same thing.
 pub fn manifest(data: &[u8]) -> Result<(), String> {
@@ -208,4 +257,52 @@ pub fn chat_events<'a>(events: impl IntoIterator<Item = &'a str>) -> Result<(), 
         }
     }
     reader.finish().map(drop).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn corpus() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/manifest")
+    }
+
+    /// The seeds kept in the corpus still decode to what [`manifest_seeds`]
+    /// builds: a format change that leaves them stale (the fuzzer then
+    /// stuck at the magic again) fails here. `AGENTX_WRITE_FUZZ_SEEDS=1`
+    /// writes them anew.
+    #[test]
+    fn the_manifest_seeds_in_the_corpus_are_valid_manifest_files() {
+        let seeds = manifest_seeds();
+        for (i, seed) in seeds.iter().enumerate() {
+            let path = corpus().join(format!("valid-{i}"));
+            if std::env::var_os("AGENTX_WRITE_FUZZ_SEEDS").is_some() {
+                std::fs::write(&path, seed.encode().unwrap()).unwrap();
+            }
+            let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e} (AGENTX_WRITE_FUZZ_SEEDS=1 writes it)",
+                    path.display()
+                )
+            });
+            assert_eq!(
+                Stored::decode(&bytes).ok().as_ref(),
+                Some(seed),
+                "{} is stale (AGENTX_WRITE_FUZZ_SEEDS=1 writes it anew)",
+                path.display()
+            );
+            manifest(&bytes).unwrap();
+            // The bare entry list a full manifest file wraps.
+            if let Stored::Full(m) = seed {
+                let path = corpus().join(format!("valid-{i}-entries"));
+                if std::env::var_os("AGENTX_WRITE_FUZZ_SEEDS").is_some() {
+                    std::fs::write(&path, m.encode().unwrap()).unwrap();
+                }
+                let bytes = std::fs::read(&path).unwrap();
+                assert_eq!(Manifest::decode(&bytes).ok().as_ref(), Some(m));
+            }
+        }
+    }
 }
