@@ -220,11 +220,12 @@ impl Manifest {
         self.iter().filter(|e| e.kind == Kind::File).count() as u64
     }
 
+    /// The files' total size; a damaged manifest's sizes cannot overflow
+    /// it (saturates at `u64::MAX`).
     pub fn bytes(&self) -> u64 {
         self.iter()
             .filter(|e| e.kind == Kind::File)
-            .map(|e| e.size)
-            .sum()
+            .fold(0u64, |total, e| total.saturating_add(e.size))
     }
 
     /// Whether two manifests describe the same tree with the same stat data
@@ -498,6 +499,31 @@ mod tests {
         std::io::copy(&mut std::io::Read::take(std::io::repeat(0), n), &mut enc).unwrap();
         enc.finish().unwrap();
         out
+    }
+
+    /// Found by the fuzzer once it had valid manifests to start from: a
+    /// damaged manifest's file sizes overflowed the total (a panic in a
+    /// debug build, a wrapped number in a release one).
+    #[test]
+    fn the_total_size_of_huge_files_saturates() {
+        let file = |path: &str| Entry {
+            path: path.as_bytes().to_vec(),
+            kind: Kind::File,
+            mode: 0o644,
+            size: u64::MAX / 2 + 1,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            ino: 1,
+            racy: false,
+            hash: [1; 32],
+            target: Vec::new(),
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+        };
+        let m = Manifest::from_entries(vec![file("a"), file("b")]);
+        assert_eq!(m.bytes(), u64::MAX);
+        assert_eq!(m.files(), 2);
     }
 
     #[test]
