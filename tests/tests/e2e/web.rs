@@ -142,8 +142,10 @@ fn a_request_without_the_token_gets_nothing() {
         "{head}"
     );
     assert!(!head.contains("access-control-allow"), "no CORS: {head}");
-    // A wrong cookie is no cookie.
-    let wrong = format!("agentx_web_{}=0{}", web.port, &web.token[1..]);
+    // A wrong cookie is no cookie (one character changed: not "0" when the
+    // token starts with "0", which once made the wrong cookie the right one).
+    let first = if web.token.starts_with('0') { '1' } else { '0' };
+    let wrong = format!("agentx_web_{}={first}{}", web.port, &web.token[1..]);
     let (status, _, body) = http(
         web.port,
         "GET /api/sessions",
