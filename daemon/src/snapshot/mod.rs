@@ -150,6 +150,19 @@ struct RestoreJournal {
     paths: Vec<Vec<u8>>,
 }
 
+impl RestoreJournal {
+    /// Where a folder's journal is kept, in its snapshot directory.
+    fn path(dir: &Path) -> PathBuf {
+        dir.join("restore.json")
+    }
+
+    /// Makes the journal durable before the first path is touched.
+    fn write(&self, dir: &Path) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        durable::write_atomic(&Self::path(dir), &bytes)
+    }
+}
+
 struct FolderState {
     dir: PathBuf,
     timeline: Timeline,
@@ -371,7 +384,7 @@ impl SnapshotStore {
         let Some(fs) = self.folders.get(&key) else {
             return Ok(());
         };
-        let journal_path = fs.dir.join("restore.json");
+        let journal_path = RestoreJournal::path(&fs.dir);
         let Ok(bytes) = std::fs::read(&journal_path) else {
             return Ok(());
         };

@@ -453,17 +453,13 @@ fn a_restore_cut_short_is_finished_by_the_next_operation() {
         want_manifest: snap.manifest.clone(),
         paths: vec![b"extra".to_vec(), b"keep".to_vec()],
     };
-    std::fs::write(
-        dir.join("restore.json"),
-        serde_json::to_vec(&journal).unwrap(),
-    )
-    .unwrap();
+    journal.write(&dir).unwrap();
     drop(s);
     let mut s = store(tmp.path());
     s.list(&root).unwrap();
     assert_eq!(std::fs::read(root.join("keep")).unwrap(), b"v1");
     assert!(!root.join("extra").exists());
-    assert!(!dir.join("restore.json").exists());
+    assert!(!RestoreJournal::path(&dir).exists());
 }
 
 #[test]

@@ -457,12 +457,9 @@ impl SnapshotStore {
             want_manifest: want_manifest.to_owned(),
             paths: apply.iter().map(|o| o.path.clone()).collect(),
         };
-        let journal_path = fs.dir.join("restore.json");
         let dir = fs.dir.clone();
-        durable::write_atomic(
-            &journal_path,
-            &serde_json::to_vec(&journal).map_err(std::io::Error::other)?,
-        )?;
+        let journal_path = RestoreJournal::path(&dir);
+        journal.write(&dir)?;
         let failed = restore::apply(folder, &apply, &self.blobs);
         std::fs::remove_file(&journal_path)?;
         durable::fsync_dir(&dir)?;

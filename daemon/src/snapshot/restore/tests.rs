@@ -187,16 +187,12 @@ fn a_large_restore_cut_short_before_its_final_sync_is_finished_by_the_journal() 
         want_manifest: snap.manifest.clone(),
         paths,
     };
-    std::fs::write(
-        dir.join("restore.json"),
-        serde_json::to_vec(&journal).unwrap(),
-    )
-    .unwrap();
+    journal.write(&dir).unwrap();
     drop(s);
     let mut s = store(tmp.path());
     s.list(&root).unwrap();
     assert_eq!(tree(&root), want);
-    assert!(!dir.join("restore.json").exists());
+    assert!(!RestoreJournal::path(&dir).exists());
 }
 
 /// The reasons the restore matches on are typed: a missing parent makes a

@@ -436,11 +436,7 @@ fn restore_temp_files_are_never_captured_and_recovery_removes_them() {
         want_manifest: snap.manifest.clone(),
         paths: vec![b"keep".to_vec()],
     };
-    std::fs::write(
-        dir.join("restore.json"),
-        serde_json::to_vec(&journal).unwrap(),
-    )
-    .unwrap();
+    journal.write(&dir).unwrap();
     drop(s);
     let mut s = store(tmp.path());
     let snap = s.take(&root, vec![]).unwrap();
