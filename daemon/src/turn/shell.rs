@@ -5,6 +5,7 @@
 //! all it started when agentd dies, stops, or gives up on it.
 
 mod output;
+mod spawner;
 mod supervisor;
 
 use output::Bounded;
@@ -106,7 +107,8 @@ impl Tools {
         if stop.stopping() {
             return Ok(Outcome::not_run_stopping());
         }
-        let (status_pipe, pipe, mut kill) = spawn_supervised(command, cwd, env, stop.clone())?;
+        let (status_pipe, pipe, mut kill) =
+            spawn_supervised(command, cwd, env, stop.clone()).await?;
         let ended = watch_command(
             (status_pipe, pipe),
             &mut kill,
@@ -230,7 +232,7 @@ async fn watch_command(
 /// Starts the command under its supervisor, which is then owned by a task
 /// of its own: the supervisor's status pipe, the output pipe, and the
 /// switch that kills the command.
-fn spawn_supervised(
+async fn spawn_supervised(
     command: &str,
     cwd: &Path,
     env: &Environment,
@@ -242,12 +244,9 @@ fn spawn_supervised(
 )> {
     let (reader, writer) = std::io::pipe()?;
     let cmd = spawn_command(command, cwd, env, writer);
-    let mut cmd = tokio::process::Command::from(cmd);
-    let spawned = cmd.spawn();
-    // The command keeps its copy of the pipe's write end: drop it, or the
-    // output never ends.
-    drop(cmd);
-    let mut child = spawned?;
+    // Forked by the one thread that lives as long as agentd: the death
+    // signal below is keyed to the forking thread, not to the process.
+    let mut child = spawner::spawn(cmd).await?;
     let Some(status_pipe) = child.stdout.take() else {
         return Err(std::io::Error::other("the supervisor has no status pipe"));
     };
@@ -313,8 +312,8 @@ fn spawn_command(
     // SAFETY: prctl is async-signal-safe; it only sets a flag of the
     // child. The supervisor catches the signal and kills the command
     // with everything it started: nothing outlives a killed agentd.
-    // (The "parent" is this runtime worker thread, which lives as long
-    // as agentd does.)
+    // (The "parent" is the thread that forks, `spawner`'s, which lives
+    // exactly as long as agentd.)
     unsafe {
         cmd.pre_exec(|| {
             nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)

@@ -129,3 +129,66 @@ fn stopping_agentd_kills_everything_its_tool_started_at_once() {
         stderr(&out)
     );
 }
+
+/// Long commands run to their end however busy agentd is: four one-shots
+/// each run a 30 s command while other clients keep asking for status in
+/// other folders. (A supervisor forked on a tokio thread got its death
+/// signal when that thread retired, 10 s idle, and killed its command.)
+#[test]
+fn long_commands_run_to_their_end_while_agentd_serves_others() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let others: Vec<std::path::PathBuf> = (0..3)
+        .map(|i| {
+            let dir = env.root().join(format!("other{i}"));
+            std::fs::create_dir(&dir).unwrap();
+            dir
+        })
+        .collect();
+    let shots: Vec<Child> = (0..4)
+        .map(|_| {
+            env.chat_command(
+                &model,
+                ["exec", "--auto", "--json", "CALL sleep 30; echo SURVIVED"],
+                "",
+            )
+        })
+        .collect();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let outputs = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                for dir in &others {
+                    let dir = dir.to_str().unwrap();
+                    let out = env
+                        .agentx(["-C", dir, "status", "--json"])
+                        .output()
+                        .unwrap();
+                    assert_code(&out, 0);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let outputs: Vec<_> = shots
+            .into_iter()
+            .map(|shot| shot.wait_with_output().unwrap())
+            .collect();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        outputs
+    });
+    for out in outputs {
+        assert_code(&out, 0);
+        let result = stdout(&out)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|event| event["type"] == "tool_result")
+            .unwrap_or_else(|| panic!("no tool result: {}", stdout(&out)));
+        assert_eq!(result["exit_code"], 0, "{result}");
+        assert!(
+            result["output"]
+                .as_str()
+                .is_some_and(|o| o.contains("SURVIVED")),
+            "{result}"
+        );
+    }
+}

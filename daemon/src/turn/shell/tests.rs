@@ -340,3 +340,40 @@ async fn commands_start_with_a_clean_signal_state_and_report_start_errors() {
     .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
 }
+
+/// The thread that asks for a command may end while the command runs (a
+/// tokio blocking thread retires after its idle time; `block_in_place`
+/// hands workers to that pool): the command must not die with it, since a
+/// death signal follows the thread that forked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_outlives_the_thread_that_asked_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Handle::current();
+    let shutdown = Shutdown::default();
+    let stop = shutdown.tool();
+    let folder = dir.path().to_owned();
+    let started = std::thread::spawn(move || {
+        runtime.block_on(spawn_supervised(
+            "sleep 1; echo SURVIVED",
+            &folder,
+            &Environment::default(),
+            stop,
+        ))
+    })
+    .join()
+    .unwrap();
+    // The asking thread is gone now.
+    let (status_pipe, pipe, mut kill) = started.unwrap();
+    let mut stop = shutdown.tool();
+    let ended = watch_command(
+        (status_pipe, pipe),
+        &mut kill,
+        (no_cancel(), &mut stop),
+        Duration::from_secs(20),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(ended.status, Some(Some(0)));
+    assert_eq!(ended.output.finish(), "SURVIVED\n");
+}
