@@ -82,6 +82,10 @@ pub enum Command {
         /// Print one JSON event per line.
         #[arg(long)]
         json: bool,
+        /// End the turn after N model replies with tool calls (default:
+        /// max_tool_steps in config.toml, else 200).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        max_steps: Option<u32>,
         /// What to ask ('-' reads it from stdin).
         prompt: String,
     },

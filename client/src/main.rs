@@ -111,6 +111,7 @@ async fn run(cli: Cli) -> CliResult<()> {
         }
         (None, Some(prompt)) => Command::Exec {
             json: false,
+            max_steps: None,
             prompt,
         },
         (Some(command), None) => command,
@@ -148,7 +149,11 @@ async fn dispatch(ctx: &Ctx, command: Command) -> CliResult<()> {
         Command::Clear { yes } => commands::clear::run(ctx, yes).await,
         Command::New => repl::run(ctx, Target::New(true)).await,
         Command::Resume { target } => resume(ctx, target).await,
-        Command::Exec { json, prompt } => commands::exec::exec(ctx, prompt, json).await,
+        Command::Exec {
+            json,
+            max_steps,
+            prompt,
+        } => commands::exec::exec(ctx, prompt, json, max_steps).await,
         Command::Checkpoints { json } => commands::checkpoints::checkpoints(ctx, json).await,
         Command::Rollback { index, undo } => {
             commands::checkpoints::rollback_command(ctx, index, undo).await

@@ -252,6 +252,8 @@ impl Chat<'_> {
                 .unwrap_or(0),
             resolve: resolve as i32,
             caller: None,
+            max_calls_per_reply: config.max_tool_calls_per_reply.unwrap_or(0),
+            max_steps: config.max_tool_steps.unwrap_or(0),
         };
         let (finished, ran_on) =
             match turn::run(&self.ctx.channel(), start.clone(), &mut self.ui).await {

@@ -67,6 +67,8 @@ struct File {
     approval: Option<ApprovalMode>,
     instructions: Option<String>,
     shell_timeout_secs: Option<u64>,
+    max_tool_calls_per_reply: Option<u32>,
+    max_tool_steps: Option<u32>,
     tool_output_lines: Option<usize>,
     snapshot_exclude: Option<Vec<String>>,
     /// The remote store (PostgreSQL URL); read by agentd, see [`remote_url`].
@@ -131,6 +133,10 @@ pub struct Config {
     pub approval: Option<ApprovalMode>,
     pub instructions: Option<String>,
     pub shell_timeout_secs: Option<u64>,
+    /// Tool calls run from one model reply (`None`: agentd's default).
+    pub max_tool_calls_per_reply: Option<u32>,
+    /// Tool steps (replies with calls) in one turn (`None`: agentd's default).
+    pub max_tool_steps: Option<u32>,
     /// How many lines of a command's output the chat shows (its head and
     /// tail); `AGENTX_TOOL_OUTPUT_LINES`, else the file, else 8; 0 shows none.
     pub tool_output_lines: usize,
@@ -201,6 +207,8 @@ impl Config {
             approval: file.approval,
             instructions: file.instructions,
             shell_timeout_secs: file.shell_timeout_secs,
+            max_tool_calls_per_reply: file.max_tool_calls_per_reply,
+            max_tool_steps: file.max_tool_steps,
             tool_output_lines: match env("AGENTX_TOOL_OUTPUT_LINES") {
                 Some(n) => n.trim().parse().map_err(|_| {
                     ConfigError::Invalid(format!(

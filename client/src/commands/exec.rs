@@ -17,10 +17,18 @@ use crate::render::exec_events::JsonEvent;
 
 /// Runs one one-shot with `prompt` (`-`: read from stdin) and prints its
 /// events and result.
-pub async fn exec(ctx: &Ctx, prompt: String, as_json: bool) -> CliResult<()> {
+pub async fn exec(
+    ctx: &Ctx,
+    prompt: String,
+    as_json: bool,
+    max_steps: Option<u32>,
+) -> CliResult<()> {
     let from_args = prompt != "-";
     let prompt = read_prompt(prompt)?;
-    let start = turn_start(ctx, prompt, from_args)?;
+    let mut start = turn_start(ctx, prompt, from_args)?;
+    if let Some(steps) = max_steps {
+        start.max_steps = steps;
+    }
     let input = crate::turn::input;
     let (tx, mut events) = crate::turn::open(&ctx.channel(), start, "the one-shot").await?;
     let mut out = Output {
@@ -139,6 +147,8 @@ fn turn_start(ctx: &Ctx, prompt: String, prompt_from_args: bool) -> CliResult<Tu
             .shell_timeout_secs
             .and_then(|s| u32::try_from(s).ok())
             .unwrap_or(0),
+        max_calls_per_reply: config.max_tool_calls_per_reply.unwrap_or(0),
+        max_steps: config.max_tool_steps.unwrap_or(0),
         ..TurnStart::default()
     })
 }

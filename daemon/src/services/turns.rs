@@ -215,6 +215,7 @@ fn turn_spec(
         limits: tuning.limits,
         retry_base: tuning.retry_base,
         prefs: super::prefs_of(start.provider.as_ref()),
+        bounds: crate::turn::Bounds::from_request(start.max_calls_per_reply, start.max_steps),
     }
 }
 

@@ -89,6 +89,14 @@ pub struct ConversationDoc {
     /// client's configured one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Which records of `<id>.calls.jsonl` belong to `pending_calls`
+    /// (see `calls`): each save that folds the log in moves it on.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub calls_epoch: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How many tokens the model's context holds: the last response's reported
@@ -254,6 +262,7 @@ impl ConversationDoc {
             failed: None,
             cut_short: None,
             checkpoints: Vec::new(),
+            calls_epoch: 0,
             rollback: None,
             older_rollbacks: Vec::new(),
             base: None,
@@ -308,6 +317,8 @@ pub struct ConversationPaths {
     pub journal: PathBuf,
     /// The journal tail cut by a rollback whose backup names no file.
     pub rollback_tail: PathBuf,
+    /// Where tool calls stand since the document was last saved.
+    pub calls: PathBuf,
 }
 
 impl ConversationPaths {
@@ -326,6 +337,7 @@ impl ConversationPaths {
             doc: dir.join(format!("{id}.json")),
             journal: dir.join(format!("{id}.jsonl")),
             rollback_tail: dir.join(format!("{id}.rollback.jsonl")),
+            calls: dir.join(format!("{id}.calls.jsonl")),
         }
     }
 }
@@ -361,6 +373,7 @@ impl Drop for OpenGuard {
 pub struct Conversation {
     pub doc: ConversationDoc,
     pub paths: ConversationPaths,
+    calls: CallsLog,
     _open: OpenGuard,
 }
 
@@ -383,6 +396,7 @@ impl Conversation {
         let mut session = Self {
             doc,
             paths,
+            calls: CallsLog::default(),
             _open: OpenGuard::new(),
         };
         session.save()?;
@@ -392,7 +406,8 @@ impl Conversation {
     /// Reads `<id>.json`; a document that does not parse is `Corrupt`.
     pub fn load(doc_path: &Path) -> Result<Self, LoadError> {
         let bytes = std::fs::read(doc_path)?;
-        let (doc, paths) = parse_doc(&bytes, doc_path)?;
+        let (mut doc, paths) = parse_doc(&bytes, doc_path)?;
+        let calls = CallsLog::fold(&paths.calls, &mut doc)?;
         let journal_len = match std::fs::metadata(&paths.journal) {
             Ok(m) => m.len(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
@@ -410,14 +425,33 @@ impl Conversation {
         Ok(Self {
             doc,
             paths,
+            calls,
             _open: OpenGuard::new(),
         })
     }
 
-    /// Writes the state document atomically.
+    /// Writes the state document atomically (with every tool call's latest
+    /// state folded in).
     pub fn save(&mut self) -> io::Result<()> {
+        let folds = self.calls.in_use();
+        if folds {
+            self.doc.calls_epoch += 1;
+        }
         let bytes = serde_json::to_vec_pretty(&self.doc).map_err(io::Error::other)?;
-        durable::write_atomic(&self.paths.doc, &bytes)
+        // On a failure the epoch stays moved on: whether the new document
+        // reached the disk or not, each record says which one it belongs to.
+        durable::write_atomic(&self.paths.doc, &bytes)?;
+        if folds {
+            self.calls.saved(&self.paths.calls);
+        }
+        Ok(())
+    }
+
+    /// Records durably where pending call `index` stands now: one append,
+    /// whatever the number of calls (the document is not rewritten).
+    pub fn update_call(&mut self, index: usize, call: PendingCall) -> io::Result<()> {
+        self.calls
+            .update(&self.paths.calls, &mut self.doc, index, call)
     }
 
     /// Appends items to the journal durably and advances the committed
@@ -598,7 +632,10 @@ pub fn title_from(text: &str) -> String {
     title
 }
 
+mod calls;
 mod rebuild;
+
+use calls::CallsLog;
 
 #[cfg(test)]
 mod tests;

@@ -161,6 +161,12 @@ impl Group {
             Msg::Commit(id, change, reply) => {
                 let _ = reply.send(self.commit(folder, &id, *change));
             }
+            Msg::UpdateCall(id, index, call, reply) => {
+                let result = self
+                    .session(folder, &id)
+                    .and_then(|s| Ok(s.update_call(index, *call)?));
+                let _ = reply.send(result);
+            }
             Msg::Transcript(id, reply) => {
                 let result = self.session(folder, &id).and_then(|s| {
                     s.transcript().map_err(|e| match e {
@@ -428,6 +434,7 @@ impl Group {
         // rollback's cut tail (the text rolled back is the user's too).
         let mut paths = vec![removed.paths.doc.clone(), removed.paths.journal.clone()];
         paths.push(removed.paths.rollback_tail.clone());
+        paths.push(removed.paths.calls.clone());
         let backups = removed.doc.rollback.iter().map(|b| &**b);
         paths.extend(
             backups

@@ -163,6 +163,40 @@ pub struct TurnSpec {
     pub retry_base: Duration,
     /// The window, compaction and model choices the client forwarded.
     pub prefs: window::Prefs,
+    /// How much tool work the turn may do.
+    pub bounds: Bounds,
+}
+
+/// How much tool work one turn may do: calls run from one model reply
+/// (the rest are answered as not run), and replies with calls (steps)
+/// before the turn ends with a line naming the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    pub calls_per_reply: usize,
+    pub steps: usize,
+}
+
+impl Bounds {
+    pub const DEFAULT_CALLS_PER_REPLY: usize = 50;
+    pub const DEFAULT_STEPS: usize = 200;
+
+    /// The bounds a request asks for; 0 takes the default.
+    pub fn from_request(calls_per_reply: u32, steps: u32) -> Self {
+        let or = |n: u32, default: usize| match n {
+            0 => default,
+            n => usize::try_from(n).unwrap_or(default),
+        };
+        Self {
+            calls_per_reply: or(calls_per_reply, Self::DEFAULT_CALLS_PER_REPLY),
+            steps: or(steps, Self::DEFAULT_STEPS),
+        }
+    }
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self::from_request(0, 0)
+    }
 }
 
 /// Runs turns; holds one HTTP client per proxy setting turns came with,
@@ -507,6 +541,7 @@ impl Turn<'_> {
         &mut self,
         reply: ModelReply,
         pending: &[PendingCall],
+        refused: Vec<Item>,
     ) -> Result<String, Stop> {
         let done = pending.is_empty();
         // What status shows of the answer; the transcript keeps it whole.
@@ -539,14 +574,17 @@ impl Turn<'_> {
             arguments: c.arguments.clone(),
         }));
         let fill = self.fill_after(&usage, &items);
+        // Calls over the bound are answered at once: the next request
+        // carries their outputs with those of the calls that ran.
+        items.extend(refused.iter().cloned());
         self.usage.add(&usage);
         self.response_id = Some(id.clone());
-        self.unsent.clear();
+        self.unsent = refused;
         self.fill = Some(fill);
         self.commit(Change {
             transcript: TranscriptChange {
                 append: items,
-                unsent: Some(Vec::new()),
+                unsent: Some(self.unsent.clone()),
                 response_id: Update::Set(id),
                 last_assistant: shown,
                 ..TranscriptChange::default()
@@ -571,6 +609,7 @@ impl Turn<'_> {
 
     /// Requests until the model answers without calling a tool.
     async fn model_loop(&mut self) -> Result<String, Stop> {
+        let mut steps = 0;
         loop {
             if self.cancelled() {
                 return Err(Stop::Cancelled);
@@ -580,9 +619,21 @@ impl Turn<'_> {
             let before = self.fill.map_or(0, |f| f.tokens);
             self.sending = sent;
             let reply = self.call_model(&send).await?;
-            let pending = pending_calls(&reply);
+            let (pending, refused) = bound_calls(&reply, self.spec.bounds.calls_per_reply);
             let done = pending.is_empty();
-            let answer = self.record_reply(reply, &pending).await?;
+            let asked = reply.calls.len();
+            let answer = self.record_reply(reply, &pending, refused).await?;
+            if asked > pending.len() {
+                self.emit(Event::Notice(format!(
+                    "the model asked for {asked} tool calls in one reply: the first {} were \
+                     taken, the other {} answered as not run (the limit: \
+                     max_tool_calls_per_reply = {} in config.toml)",
+                    pending.len(),
+                    asked - pending.len(),
+                    self.spec.bounds.calls_per_reply,
+                )))
+                .await;
+            }
             self.emit(Event::Usage(self.usage)).await;
             self.warn_when_filling(before).await;
             if done {
@@ -596,8 +647,19 @@ impl Turn<'_> {
                 return Ok(answer);
             }
             let outputs = self.run_tools(pending, false).await?;
-            self.unsent = outputs;
+            self.unsent.extend(outputs);
             self.commit(Change::unsent(self.unsent.clone())).await?;
+            steps += 1;
+            if steps >= self.spec.bounds.steps {
+                return Err(Stop::Failed {
+                    message: format!(
+                        "the turn stopped after {steps} tool steps, its limit (max_tool_steps \
+                         in config.toml; exec --max-steps): send a message to go on, or retry \
+                         to let it run {steps} more"
+                    ),
+                    retryable: true,
+                });
+            }
             // Between tool steps: compact when the next request would pass
             // the threshold (never twice in one turn).
             let next = self.fill.map_or(0, |f| f.tokens) + self.counter.items(&self.unsent);
@@ -608,10 +670,28 @@ impl Turn<'_> {
     }
 }
 
-/// The calls of a reply, as pending calls not started yet.
-fn pending_calls(reply: &ModelReply) -> Vec<PendingCall> {
-    reply
+/// The calls of a reply to run (at most `max`), as pending calls not
+/// started yet, and the outputs answering the rest as not run.
+fn bound_calls(reply: &ModelReply, max: usize) -> (Vec<PendingCall>, Vec<Item>) {
+    let total = reply.calls.len();
+    let refused = reply
         .calls
+        .iter()
+        .skip(max)
+        .map(|c| Item::FunctionOutput {
+            call_id: c.call_id.clone(),
+            output: format!(
+                "not run: the reply asked for {total} tool calls and at most {max} run per \
+                 reply; ask again for the ones still needed"
+            ),
+        })
+        .collect();
+    (pending_calls(&reply.calls[..total.min(max)]), refused)
+}
+
+/// Calls as pending calls not started yet.
+fn pending_calls(calls: &[provider::Call]) -> Vec<PendingCall> {
+    calls
         .iter()
         .map(|c| PendingCall {
             call_id: c.call_id.clone(),

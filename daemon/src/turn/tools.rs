@@ -62,7 +62,7 @@ impl Turn<'_> {
             pending[i].state = CallState::Finished;
             pending[i].exit_code = exit_code;
             pending[i].output = output.clone();
-            self.commit(Change::calls(pending.clone())).await?;
+            self.update_call(&pending, i).await?;
             self.emit(Event::ToolResult {
                 call_id: call.call_id.clone(),
                 exit_code,
@@ -93,6 +93,15 @@ impl Turn<'_> {
         })
         .await?;
         Ok(outputs)
+    }
+
+    /// Makes where call `i` stands durable: one append to the calls log,
+    /// whatever the number of pending calls.
+    async fn update_call(&self, pending: &[PendingCall], i: usize) -> Result<(), Stop> {
+        Ok(self
+            .group
+            .update_call(&self.session, i, pending[i].clone())
+            .await?)
     }
 
     /// Runs one call if it may run (approved, well-formed); what it gave.
@@ -137,7 +146,7 @@ impl Turn<'_> {
             });
         }
         pending[i].state = CallState::Running;
-        self.commit(Change::calls(pending.to_vec())).await?;
+        self.update_call(pending, i).await?;
         // Its output goes to the client as it comes, for display.
         let (progress, mut pieces) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
         let events = self.io.events.clone();
@@ -175,7 +184,7 @@ impl Turn<'_> {
                 pending[i].state = CallState::Finished;
                 pending[i].exit_code = o.exit_code;
                 pending[i].output = o.for_model_when(self.client_gone());
-                self.commit(Change::calls(pending.to_vec())).await?;
+                self.update_call(pending, i).await?;
                 Err(Stop::Cancelled)
             }
             Ok(o) => Ok(Ran {

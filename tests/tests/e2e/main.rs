@@ -36,5 +36,6 @@ mod systemd;
 mod tool_env;
 mod tool_processes;
 mod torture;
+mod turn_bounds;
 mod two_checkouts;
 mod web;

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use agentx_shared::conversation::{CallState, Item, PendingCall};
 
 use super::{
-    Conversation, ConversationDoc, ConversationPaths, Entry, LoadError, MAX_CHECKPOINTS, Marker,
-    OpenGuard, title_from,
+    CallsLog, Conversation, ConversationDoc, ConversationPaths, Entry, LoadError, MAX_CHECKPOINTS,
+    Marker, OpenGuard, title_from,
 };
 use crate::durable;
 
@@ -130,6 +130,9 @@ impl Conversation {
             session: Self {
                 doc,
                 paths,
+                // A log left beside the damaged document is cut at the
+                // first append (its length is checked then).
+                calls: CallsLog::default(),
                 _open: OpenGuard::new(),
             },
             cut_tail,

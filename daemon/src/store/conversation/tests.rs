@@ -243,3 +243,96 @@ fn garbage_and_truncated_files_are_reported_corrupt() {
         Err(LoadError::Corrupt { .. })
     ));
 }
+
+fn pending(n: usize) -> Vec<PendingCall> {
+    (0..n)
+        .map(|i| PendingCall {
+            call_id: format!("call_{i}"),
+            name: "shell".into(),
+            arguments: "{}".into(),
+            state: CallState::NotStarted,
+            exit_code: None,
+            output: String::new(),
+        })
+        .collect()
+}
+
+fn finished(call: &PendingCall, output: &str) -> PendingCall {
+    PendingCall {
+        state: CallState::Finished,
+        exit_code: Some(0),
+        output: output.into(),
+        ..call.clone()
+    }
+}
+
+#[test]
+fn a_calls_state_is_one_append_and_survives_a_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = new_conversation(dir.path());
+    s.doc.pending_calls = pending(1000);
+    s.save().unwrap();
+    let doc_bytes = std::fs::read(&s.paths.doc).unwrap();
+    let call = finished(&s.doc.pending_calls[7], "seven");
+    s.update_call(7, call.clone()).unwrap();
+    // The document was not rewritten; one short record was appended.
+    assert_eq!(std::fs::read(&s.paths.doc).unwrap(), doc_bytes);
+    let log = std::fs::metadata(&s.paths.calls).unwrap().len();
+    assert!(log < 200, "{log} bytes for one call");
+    s.update_call(8, finished(&s.doc.pending_calls[8], "eight"))
+        .unwrap();
+    let per_call = std::fs::metadata(&s.paths.calls).unwrap().len() - log;
+    assert!(per_call <= log + 2, "{per_call} vs {log}");
+
+    // A kill -9 now: the load folds the records in.
+    let mut loaded = Conversation::load(&s.paths.doc).unwrap();
+    assert_eq!(loaded.doc.pending_calls[7], call);
+    assert_eq!(loaded.doc.pending_calls[8].output, "eight");
+    assert_eq!(loaded.doc.pending_calls[9].state, CallState::NotStarted);
+
+    // A save folds them into the document, moves on, and empties the log.
+    loaded.save().unwrap();
+    assert_eq!(std::fs::metadata(&s.paths.calls).unwrap().len(), 0);
+    let again = Conversation::load(&s.paths.doc).unwrap();
+    assert_eq!(again.doc.pending_calls[7], call);
+    assert_eq!(again.doc.calls_epoch, 1);
+}
+
+#[test]
+fn stale_and_torn_call_records_are_ignored() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = new_conversation(dir.path());
+    s.doc.pending_calls = pending(3);
+    s.save().unwrap();
+    s.update_call(0, finished(&s.doc.pending_calls[0], "old epoch"))
+        .unwrap();
+    let stale = std::fs::read(&s.paths.calls).unwrap();
+    // The save folds it in; a crash left the old record on disk anyway.
+    s.save().unwrap();
+    std::fs::write(&s.paths.calls, &stale).unwrap();
+    // A new list of calls under the same ids must not take the old state.
+    s.doc.pending_calls = pending(3);
+    s.save().unwrap();
+    std::fs::write(&s.paths.calls, &stale).unwrap();
+    let mut loaded = Conversation::load(&s.paths.doc).unwrap();
+    assert_eq!(loaded.doc.pending_calls[0].state, CallState::NotStarted);
+
+    // A record appended after the stale one counts; a torn one does not.
+    loaded
+        .update_call(1, finished(&loaded.doc.pending_calls[1], "new"))
+        .unwrap();
+    let mut file = durable::open_append(&s.paths.calls).unwrap();
+    file.write_all(br#"{"epoch":"#).unwrap();
+    drop(file);
+    let mut again = Conversation::load(&s.paths.doc).unwrap();
+    assert_eq!(again.doc.pending_calls[0].state, CallState::NotStarted);
+    assert_eq!(again.doc.pending_calls[1].output, "new");
+    // The torn tail is cut before the next record.
+    again
+        .update_call(2, finished(&again.doc.pending_calls[2], "two"))
+        .unwrap();
+    let last = Conversation::load(&s.paths.doc).unwrap();
+    assert_eq!(last.doc.pending_calls[1].output, "new");
+    assert_eq!(last.doc.pending_calls[2].output, "two");
+}

@@ -125,14 +125,6 @@ impl Change {
         }
     }
 
-    /// Where the turn's tool calls stand now.
-    pub fn calls(calls: Vec<PendingCall>) -> Self {
-        Self::turn(TurnChange {
-            calls: Some(calls),
-            ..TurnChange::default()
-        })
-    }
-
     /// The items not acknowledged by a response yet.
     pub fn unsent(unsent: Vec<Item>) -> Self {
         Self {

@@ -348,7 +348,11 @@ impl Group {
         reason: &str,
     ) {
         let mut moved = Vec::new();
-        for path in [doc.to_path_buf(), doc.with_extension("jsonl")] {
+        for path in [
+            doc.to_path_buf(),
+            doc.with_extension("jsonl"),
+            doc.with_extension("calls.jsonl"),
+        ] {
             if path.exists() {
                 match durable::quarantine(&path) {
                     Ok(to) => moved.push(to.display().to_string()),

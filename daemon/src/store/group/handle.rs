@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
-use agentx_shared::conversation::Item;
+use agentx_shared::conversation::{Item, PendingCall};
 
 use super::change::Change;
 use crate::store::StoreError;
@@ -106,6 +106,13 @@ pub(in crate::store) enum Msg {
         String,
         Box<Change>,
         oneshot::Sender<Result<ConversationDoc, StoreError>>,
+    ),
+    /// Where one pending tool call stands now (one append, not a save).
+    UpdateCall(
+        String,
+        usize,
+        Box<PendingCall>,
+        oneshot::Sender<Result<(), StoreError>>,
     ),
     Transcript(String, oneshot::Sender<Result<Vec<Item>, StoreError>>),
     /// The checkpoints and the conversation's head (`ConversationDoc::head`).
@@ -225,6 +232,18 @@ impl GroupHandle {
         change: Change,
     ) -> Result<ConversationDoc, StoreError> {
         self.ask(|tx| Msg::Commit(session.to_owned(), Box::new(change), tx))
+            .await?
+    }
+
+    /// Records durably where pending call `index` stands now; costs one
+    /// append whatever the number of pending calls.
+    pub async fn update_call(
+        &self,
+        session: &str,
+        index: usize,
+        call: PendingCall,
+    ) -> Result<(), StoreError> {
+        self.ask(|tx| Msg::UpdateCall(session.to_owned(), index, Box::new(call), tx))
             .await?
     }
 
