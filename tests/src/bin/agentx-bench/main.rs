@@ -18,6 +18,7 @@ mod oneshots;
 mod remote;
 mod search;
 mod snapshots;
+mod tools;
 mod turns;
 mod web;
 
@@ -33,6 +34,7 @@ fn main() -> anyhow::Result<()> {
             "remote",
             "context",
             "web",
+            "tools",
         ]
     } else {
         args.iter().map(String::as_str).collect()
@@ -50,9 +52,10 @@ fn main() -> anyhow::Result<()> {
                 context_accounting()?;
             }
             "web" => web::bench_web()?,
+            "tools" => tools::bench_tools()?,
             other => {
                 bail!(
-                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web"
+                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools"
                 )
             }
         }
