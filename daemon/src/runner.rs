@@ -75,6 +75,17 @@ impl Runner {
         let Some(lease) = self.lease(&group, session, oneshot.as_ref(), &out).await else {
             return;
         };
+        // Cancelled (or its client gone) while it waited for another turn
+        // of the conversation: it never began, and leaves everything as it
+        // was — no marker, no snapshot pair, nothing for `retry`.
+        if *cancelled.borrow() {
+            drop(lease);
+            if let Some(o) = &oneshot {
+                self.store.finish_oneshot(o, false);
+            }
+            let _ = out.send(Ok(never_began())).await;
+            return;
+        }
         // Other machines' turns first (remote store); may continue a fork.
         let (lease, notes) = match &self.remote {
             Some(remote) => crate::remote::pull::before_turn(remote, &group, lease).await,
@@ -200,6 +211,21 @@ pub fn went_away(cancel: &watch::Sender<bool>, client_gone: &std::sync::atomic::
         client_gone.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     let _ = cancel.send(true);
+}
+
+/// The end of a turn cancelled before it began: nothing was sent or kept.
+fn never_began() -> Event {
+    Event::Finished {
+        status: Status::Interrupted,
+        text: String::new(),
+        error: "cancelled while it waited for another turn of this conversation; nothing was \
+                sent or changed"
+            .to_owned(),
+        response_id: String::new(),
+        usage: Default::default(),
+        cut_short: None,
+        context: None,
+    }
 }
 
 /// Whether the turn's last event says it completed.

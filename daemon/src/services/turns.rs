@@ -290,7 +290,9 @@ async fn pump_inputs(
                     call_id: a.call_id,
                     decision,
                 };
-                let _ = input_tx.send(approval).await;
+                // Never waits: answers nobody asked for must not hold up a
+                // cancel behind them (the turn drains stale ones when it asks).
+                let _ = input_tx.try_send(approval);
             }
             Ok(Some(TurnInput {
                 input: Some(turn_input::Input::Cancel(true)),

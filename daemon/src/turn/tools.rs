@@ -41,6 +41,11 @@ impl Turn<'_> {
             }
         }
         for i in 0..pending.len() {
+            // A client gone or a cancel ends the turn between calls too,
+            // whether or not the calls run.
+            if self.cancelled() {
+                return Err(Stop::Cancelled);
+            }
             let call = pending[i].clone();
             if call.state == CallState::Finished {
                 continue;
@@ -224,6 +229,8 @@ impl Turn<'_> {
             Policy::Ask if self.approve_all => return Ok(true),
             Policy::Ask => {}
         }
+        // Answers sent before this question are not answers to it.
+        while self.io.inputs.try_recv().is_ok() {}
         self.emit(Event::ApprovalRequest {
             call_id: call_id.to_owned(),
             command: command.to_owned(),

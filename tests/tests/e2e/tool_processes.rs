@@ -131,8 +131,8 @@ fn stopping_agentd_kills_everything_its_tool_started_at_once() {
 }
 
 /// Long commands run to their end however busy agentd is: four one-shots
-/// each run a 30 s command while other clients keep asking for status in
-/// other folders. (A supervisor forked on a tokio thread got its death
+/// each run a 30 s command while other clients keep asking for status and
+/// running one-shots in other folders. (A supervisor forked on a tokio thread got its death
 /// signal when that thread retired, 10 s idle, and killed its command.)
 #[test]
 fn long_commands_run_to_their_end_while_agentd_serves_others() {
@@ -155,6 +155,7 @@ fn long_commands_run_to_their_end_while_agentd_serves_others() {
         })
         .collect();
     let done = std::sync::atomic::AtomicBool::new(false);
+    let model_ref = &model;
     let outputs = std::thread::scope(|scope| {
         scope.spawn(|| {
             while !done.load(std::sync::atomic::Ordering::SeqCst) {

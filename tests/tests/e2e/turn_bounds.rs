@@ -164,3 +164,149 @@ fn a_chat_at_the_step_limit_goes_on_with_retry() {
     assert!(sent.contains("step 1"), "{sent}");
     model.assert_schema_clean();
 }
+
+/// The one-shots' states as `oneshots --json` lists them.
+fn oneshot_statuses(env: &TestEnv) -> Vec<String> {
+    let out = env.run(["oneshots", "--json"]);
+    assert_code(&out, 0);
+    agentx_tests::json_out(&out)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["status"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_one_shot_whose_client_is_killed_stops_between_calls_that_do_not_run() {
+    let env = TestEnv::new();
+    std::fs::create_dir_all(&env.home).unwrap();
+    std::fs::set_permissions(
+        &env.home,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    std::fs::write(
+        env.home.join("config.toml"),
+        "max_tool_calls_per_reply = 100000\n",
+    )
+    .unwrap();
+    let model = FakeModel::start();
+    // Calls that never run (no such tool): nothing to kill, only a list
+    // to work through.
+    let calls = (0..100_000)
+        .map(|i| ("no_such_tool".to_owned(), json!({ "n": i })))
+        .collect();
+    model.push(Reply::ToolCalls(calls));
+    let mut client = env.chat_command(&model, ["exec", "--json", "go"], "");
+    // Killed once the list is being worked through.
+    let mut stdout = std::io::BufReader::new(client.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("tool_result") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0,
+            "no tool result"
+        );
+    }
+    client.kill().unwrap();
+    let _ = client.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(4);
+    loop {
+        let statuses = oneshot_statuses(&env);
+        if statuses.iter().all(|s| s != "running") {
+            assert_eq!(statuses, ["interrupted"]);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the one-shot ran on without its client: {statuses:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_turn_cancelled_while_it_waits_for_another_leaves_the_conversation_as_it_was() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    // A's turn holds the conversation for a while.
+    let first = env.chat_command(
+        &model,
+        ["--auto"],
+        "CALL touch started; sleep 3; echo done\n",
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !env.work.join("started").exists() {
+        assert!(std::time::Instant::now() < deadline, "A's tool never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // B's turn on the same conversation (over gRPC, as any client may)
+    // waits for it; B goes away while it waits.
+    let session = env.status()["session_id"].as_str().unwrap().to_owned();
+    send_and_leave(&env, &model, &session, "hello from B");
+    let out = first.wait_with_output().unwrap();
+    assert_code(&out, 0);
+    let snapshots = agentx_tests::json_out(&env.run(["snapshots", "--json"]));
+    let status = env.status();
+    assert!(status["interrupted"].is_null(), "{status}");
+    assert!(status["failed"].is_null(), "{status}");
+    assert_eq!(status["pending_tool_calls"], json!([]), "{status}");
+    // Only A's message went to the model; only A's snapshot pair was taken.
+    let sent: Vec<String> = model
+        .requests()
+        .iter()
+        .map(|r| r.body["input"].to_string())
+        .collect();
+    assert!(!sent.iter().any(|s| s.contains("hello from B")), "{sent:?}");
+    assert_eq!(snapshots.as_array().unwrap().len(), 2, "{snapshots}");
+    // The next message goes through as if B had never been.
+    let out = env.chat(&model, [] as [&str; 0], "next\n");
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("echo: next"), "{}", stdout(&out));
+}
+
+/// Starts a turn with `message` on conversation `session` and goes away
+/// 700 ms later, before it could have begun.
+fn send_and_leave(env: &TestEnv, model: &FakeModel, session: &str, message: &str) {
+    use agentx_shared::proto::turns_client::TurnsClient;
+    use agentx_shared::proto::{
+        ApprovalPolicy, ProviderSettings, Scope, TurnInput, TurnStart, turn_input,
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let channel = agentx_tests::channel(&env.socket()).await;
+        let start = TurnStart {
+            scope: Some(Scope {
+                folder: std::fs::canonicalize(&env.work)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned(),
+                agent: String::new(),
+            }),
+            session_id: session.to_owned(),
+            message: message.to_owned(),
+            approval: ApprovalPolicy::Never as i32,
+            provider: Some(ProviderSettings {
+                base_url: model.base_url(),
+                model: "fake-model".into(),
+                api_key: "sk-test".into(),
+                ..ProviderSettings::default()
+            }),
+            ..TurnStart::default()
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        tx.send(TurnInput {
+            input: Some(turn_input::Input::Start(start)),
+        })
+        .await
+        .unwrap();
+        let events = TurnsClient::new(channel)
+            .run_turn(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+        drop((events, tx));
+    });
+}
