@@ -41,8 +41,7 @@ impl Decoder {
     }
 
     /// Decodes `bytes`, appending the events they complete to `out`. An
-    /// error (a line that is not UTF-8, an event over [`MAX_EVENT`]) ends
-    /// the stream.
+    /// error (an event over [`MAX_EVENT`]) ends the stream.
     pub fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<Event>) -> Result<(), String> {
         if !self.started && !bytes.is_empty() {
             self.started = true;
@@ -82,8 +81,10 @@ impl Decoder {
     }
 
     fn line(&mut self, line: &[u8], out: &mut Vec<Event>) -> Result<(), String> {
-        let line =
-            std::str::from_utf8(line).map_err(|e| format!("the stream is not UTF-8: {e}"))?;
+        // Some local servers cut a multibyte character between tokens: a
+        // bad byte becomes U+FFFD and the answer is kept.
+        let line = String::from_utf8_lossy(line);
+        let line = line.as_ref();
         if line.is_empty() {
             let event = std::mem::take(&mut self.event);
             if !self.data.is_empty() {
@@ -154,10 +155,16 @@ mod tests {
     }
 
     #[test]
-    fn bad_utf8_and_endless_lines_end_the_stream() {
-        let (events, err) = decode(&[b"data: a\n\ndata: \xff\n"]);
-        assert_eq!(events, vec![event("message", "a")]);
-        assert!(err.is_some_and(|e| e.contains("UTF-8")));
+    fn bad_utf8_is_replaced_and_endless_lines_end_the_stream() {
+        let (events, err) = decode(&[b"data: a\n\ndata: b\xff\xe2\x82c\n\n"]);
+        assert_eq!(
+            events,
+            vec![
+                event("message", "a"),
+                event("message", "b\u{fffd}\u{fffd}c")
+            ]
+        );
+        assert!(err.is_none());
         let big = vec![b'a'; 1 << 20];
         let chunks: Vec<&[u8]> = std::iter::repeat_n(&big[..], 17).collect();
         assert!(decode(&chunks).1.is_some_and(|e| e.contains("MiB")));

@@ -18,6 +18,7 @@ mod long_conversations;
 mod oneshot_approval;
 mod oneshots;
 mod pipes;
+mod provider_bounds;
 mod provider_hostile;
 mod provider_quirks;
 mod python_client;

@@ -40,6 +40,14 @@ impl ProviderError {
                  (check HTTPS_PROXY / HTTP_PROXY / ALL_PROXY / NO_PROXY)"
             ));
         }
+        if let Some(reason) = untrusted_certificate(e) {
+            // Another attempt meets the same certificate: said once, not retried.
+            return Self::Protocol(format!(
+                "the model server at {base_url} presented a certificate agentx does not trust \
+                 ({reason}); if your network uses its own certificate authority, point \
+                 SSL_CERT_FILE at its PEM file"
+            ));
+        }
         if e.is_connect() {
             Self::Connect(format!(
                 "cannot reach the model server at {base_url}: {cause} \
@@ -297,6 +305,31 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 
 /// An error and its sources, innermost last, without repeats
 /// ("error sending request: client error (Connect): tcp connect error: Connection refused").
+/// Why a TLS handshake refused the server's certificate, when that is what
+/// `e` comes from.
+fn untrusted_certificate(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use rustls::CertificateError as C;
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        if let Some(rustls::Error::InvalidCertificate(cert)) = err.downcast_ref::<rustls::Error>() {
+            let text = cert.to_string();
+            return Some(match cert {
+                C::UnknownIssuer => "signed by an unknown issuer".to_owned(),
+                C::NotValidForName | C::NotValidForNameContext { .. } => {
+                    "issued for another name".to_owned()
+                }
+                C::Expired | C::ExpiredContext { .. } => "expired".to_owned(),
+                _ if text.contains("CaUsedAsEndEntity") => {
+                    "a certificate authority's certificate used as the server's own".to_owned()
+                }
+                _ => text,
+            });
+        }
+        next = err.source();
+    }
+    None
+}
+
 fn causes(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);

@@ -91,12 +91,21 @@ impl ProxyVars {
             ProviderError::Protocol(format!("the proxy setting {name} is not usable: {e}"))
         };
         // 301/302/303 would turn the POST into a GET: stop and say so;
-        // 307/308 keep the method and are followed.
+        // 307/308 keep the method and are followed within the same origin
+        // only (scheme, host and port): the prompt never goes elsewhere,
+        // nor from https to http.
         let redirects = reqwest::redirect::Policy::custom(|attempt| {
+            let origin = attempt.previous().first().map(reqwest::Url::origin);
             if attempt.previous().len() >= 10 {
                 attempt.error("more than 10 redirects")
             } else if matches!(attempt.status().as_u16(), 301..=303) {
                 attempt.stop()
+            } else if origin.is_some_and(|o| o != attempt.url().origin()) {
+                let to = attempt.url().to_string();
+                attempt.error(format!(
+                    "the model server redirected the request to {to}, another origin; agentx \
+                     does not send a prompt elsewhere (set AGENTX_BASE_URL there if you trust it)"
+                ))
             } else {
                 attempt.follow()
             }
@@ -174,6 +183,9 @@ pub struct EventStream {
     bytes: Bytes,
     decoder: sse::Decoder,
     gunzip: Option<flate2::write::GzDecoder<Vec<u8>>>,
+    /// gzip input not inflated yet: inflated a slice at a time, only when
+    /// the events of the last slice are taken (see [`GZ_SLICE`]).
+    compressed: VecDeque<u8>,
     queue: VecDeque<Event>,
     done: bool,
     idle: Duration,
@@ -328,6 +340,9 @@ async fn check_content_type(
     Ok(response)
 }
 
+/// gzip input inflated at a time (see `EventStream::inflate_some`).
+const GZ_SLICE: usize = 64;
+
 /// The gzip decoder the stream's content-encoding needs (`None`: identity);
 /// any other encoding is an error.
 fn gunzip_for(
@@ -384,6 +399,7 @@ impl EventStream {
             bytes: Box::pin(response.bytes_stream()),
             decoder: sse::Decoder::with_cap(limits.max_answer.saturating_mul(2)),
             gunzip,
+            compressed: VecDeque::new(),
             queue: VecDeque::new(),
             done: false,
             idle: limits.idle,
@@ -391,20 +407,39 @@ impl EventStream {
     }
 
     fn feed(&mut self, chunk: &[u8]) -> Result<(), ProviderError> {
-        use std::io::Write as _;
+        if self.gunzip.is_some() {
+            self.compressed.extend(chunk);
+            return Ok(());
+        }
         let mut out = Vec::new();
-        let result = match &mut self.gunzip {
-            None => self.decoder.feed(chunk, &mut out),
-            Some(gz) => {
-                gz.write_all(chunk).map_err(|e| {
-                    ProviderError::Protocol(format!("the gzip-encoded stream is corrupt: {e}"))
-                })?;
-                let plain = std::mem::take(gz.get_mut());
-                self.decoder.feed(&plain, &mut out)
-            }
-        };
+        let result = self.decoder.feed(chunk, &mut out);
         self.queue.extend(out);
         result.map_err(unusable)
+    }
+
+    /// Inflates the next slice of buffered gzip input into events; `false`
+    /// when there is none. A slice inflates to at most ~66 KB (deflate's
+    /// ratio is at most 1032:1), so a small bomb costs no more memory than
+    /// the same bytes sent plainly: the stream's caps see every piece.
+    fn inflate_some(&mut self) -> Result<bool, ProviderError> {
+        use std::io::Write as _;
+        let Some(gz) = &mut self.gunzip else {
+            return Ok(false);
+        };
+        if self.compressed.is_empty() {
+            return Ok(false);
+        }
+        let n = self.compressed.len().min(GZ_SLICE);
+        let slice: Vec<u8> = self.compressed.drain(..n).collect();
+        gz.write_all(&slice).map_err(|e| {
+            ProviderError::Protocol(format!("the gzip-encoded stream is corrupt: {e}"))
+        })?;
+        let plain = std::mem::take(gz.get_mut());
+        let mut out = Vec::new();
+        let result = self.decoder.feed(&plain, &mut out);
+        self.queue.extend(out);
+        result.map_err(unusable)?;
+        Ok(true)
     }
 
     /// The next event with data (`None` when the stream ends); a stream
@@ -416,8 +451,22 @@ impl EventStream {
                     return Ok(Some(event));
                 }
             }
+            if self.inflate_some()? {
+                continue;
+            }
             if self.done {
-                return Ok(None);
+                let Some(gz) = self.gunzip.take() else {
+                    return Ok(None);
+                };
+                // Every slice is in: what the decoder still holds.
+                let plain = gz.finish().map_err(|e| {
+                    ProviderError::Protocol(format!("the gzip-encoded stream is corrupt: {e}"))
+                })?;
+                let mut out = Vec::new();
+                let result = self.decoder.feed(&plain, &mut out);
+                self.queue.extend(out);
+                result.map_err(unusable)?;
+                continue;
             }
             let next = tokio::time::timeout(self.idle, self.bytes.next())
                 .await
@@ -428,20 +477,7 @@ impl EventStream {
                     ))
                 })?;
             match next {
-                None => {
-                    self.done = true;
-                    if let Some(gz) = self.gunzip.take() {
-                        let plain = gz.finish().map_err(|e| {
-                            ProviderError::Protocol(format!(
-                                "the gzip-encoded stream is corrupt: {e}"
-                            ))
-                        })?;
-                        let mut out = Vec::new();
-                        let result = self.decoder.feed(&plain, &mut out);
-                        self.queue.extend(out);
-                        result.map_err(unusable)?;
-                    }
-                }
+                None => self.done = true,
                 Some(Err(e)) => return Err(redacted(ProviderError::from_body(&e))),
                 Some(Ok(chunk)) => self.feed(&chunk)?,
             }
