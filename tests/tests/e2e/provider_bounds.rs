@@ -147,3 +147,66 @@ fn a_broken_multibyte_character_is_replaced_and_the_answer_kept() {
     assert_code(&out, 0);
     assert!(stdout(&out).contains("au lait"), "{}", stderr(&out));
 }
+
+#[test]
+fn an_untrusted_certificate_is_named_once_and_not_retried() {
+    let env = TestEnv::new();
+    let dir = env.root().join("tls");
+    std::fs::create_dir(&dir).unwrap();
+    let openssl = |args: &[&str]| {
+        let mut cmd = std::process::Command::new("openssl");
+        cmd.args(args)
+            .current_dir(&dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        cmd
+    };
+    let made = openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "cert.pem",
+    ])
+    .status()
+    .expect("openssl is installed");
+    assert!(made.success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let accept = format!("127.0.0.1:{port}");
+    let mut server = openssl(&[
+        "s_server", "-quiet", "-accept", &accept, "-cert", "cert.pem", "-key", "key.pem",
+    ])
+    .spawn()
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while TcpStream::connect(&accept).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "s_server never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = run_at(&env, &format!("https://{accept}/v1"), &["exec", "hi"]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_code(&out, 1);
+    let err = stderr(&out);
+    assert!(
+        err.contains("does not trust") && err.contains("SSL_CERT_FILE"),
+        "{err}"
+    );
+    assert!(!err.to_lowercase().contains("retry"), "{err}");
+}

@@ -166,6 +166,10 @@ fn long_commands_run_to_their_end_while_agentd_serves_others() {
                         .output()
                         .unwrap();
                     assert_code(&out, 0);
+                    // A turn: the conversation store's actor moves work
+                    // between agentd's threads.
+                    let out = env.chat(model_ref, ["-C", dir, "exec", "hi"], "");
+                    assert_code(&out, 0);
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }

@@ -306,28 +306,26 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 /// An error and its sources, innermost last, without repeats
 /// ("error sending request: client error (Connect): tcp connect error: Connection refused").
 /// Why a TLS handshake refused the server's certificate, when that is what
-/// `e` comes from.
+/// `e` comes from. Read from rustls's message ("invalid peer certificate:
+/// …"), which reaches here wrapped in I/O and hyper errors.
 fn untrusted_certificate(e: &(dyn std::error::Error + 'static)) -> Option<String> {
-    use rustls::CertificateError as C;
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = next {
-        if let Some(rustls::Error::InvalidCertificate(cert)) = err.downcast_ref::<rustls::Error>() {
-            let text = cert.to_string();
-            return Some(match cert {
-                C::UnknownIssuer => "signed by an unknown issuer".to_owned(),
-                C::NotValidForName | C::NotValidForNameContext { .. } => {
-                    "issued for another name".to_owned()
-                }
-                C::Expired | C::ExpiredContext { .. } => "expired".to_owned(),
-                _ if text.contains("CaUsedAsEndEntity") => {
-                    "a certificate authority's certificate used as the server's own".to_owned()
-                }
-                _ => text,
-            });
+    let text = causes(e);
+    let (_, why) = text.split_once("invalid peer certificate: ")?;
+    let why = why.split(" (").next().unwrap_or(why).trim();
+    Some(
+        if why.contains("UnknownIssuer") {
+            "signed by an unknown issuer"
+        } else if why.contains("CaUsedAsEndEntity") {
+            "a certificate authority's own certificate used as the server's"
+        } else if why.contains("NotValidForName") {
+            "issued for another name"
+        } else if why.contains("Expired") {
+            "expired"
+        } else {
+            why
         }
-        next = err.source();
-    }
-    None
+        .to_owned(),
+    )
 }
 
 fn causes(e: &(dyn std::error::Error + 'static)) -> String {
