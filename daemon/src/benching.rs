@@ -1,5 +1,5 @@
-//! What the benchmarks under `benches/` measure in-process: token counting
-//! and composing a compacted context (not a stable API).
+//! What the benchmarks under `benches/` measure in-process: token counting,
+//! composing a compacted context, a tool call's commit (not a stable API).
 
 pub use crate::turn::compact::{Budget, compose};
 pub use crate::turn::tokens::Counter;

@@ -88,7 +88,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pidlock",
         ],
     ),
-    ("benching", &["turn"]),
+    ("benching", &["turn", "store"]),
     ("fuzzing", &["snapshot", "search", "turn", "store"]),
     ("proptests", &["snapshot", "turn", "store", "fuzzing"]),
 ];
