@@ -155,6 +155,29 @@ impl TestEnv {
         self.chat(model, ["--approval", "auto"], stdin)
     }
 
+    /// Writes `<profile>/config.toml` (making the profile, mode 0700).
+    pub fn write_config(&self, text: &str) {
+        std::fs::create_dir_all(&self.home).unwrap();
+        std::fs::set_permissions(
+            &self.home,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        std::fs::write(self.home.join("config.toml"), text).unwrap();
+    }
+
+    /// The peak resident memory the (one) running agentd reached, in MiB.
+    pub fn agentd_peak_mib(&self) -> u64 {
+        let pid = self.daemon_pids()[0];
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        kib >> 10
+    }
+
     /// `agentx status --json`, parsed.
     pub fn status(&self) -> serde_json::Value {
         json_out(&self.run(["status", "--json"]))

@@ -489,7 +489,14 @@ impl Group {
         if !rename_only {
             doc.updated_at = now.max(doc.updated_at);
         }
-        session.save()?;
+        if let Err(e) = session.save() {
+            // Memory must not run ahead of the disk (a full disk, say): the
+            // next request sees what was last written, calls log included.
+            if let Ok(fresh) = Conversation::load(&session.paths.doc) {
+                *session = fresh;
+            }
+            return Err(e.into());
+        }
         let doc = session.doc.clone();
         self.index_hook(id);
         if checkpointed {

@@ -14,18 +14,6 @@ fn writes(stream: &mut TcpStream, bytes: &[u8]) {
     let _ = stream.flush();
 }
 
-/// The peak resident memory agentd reached, in MiB.
-fn agentd_peak_mib(env: &TestEnv) -> u64 {
-    let pid = env.daemon_pids()[0];
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib >> 10
-}
-
 #[test]
 fn a_gzip_bomb_is_inflated_under_the_streams_caps() {
     let env = TestEnv::new();
@@ -55,7 +43,7 @@ fn a_gzip_bomb_is_inflated_under_the_streams_caps() {
     let out = run_at(&env, &format!("{}/v1", server.url()), &["exec", "hi"]);
     assert_code(&out, 0);
     assert_eq!(stdout(&out).trim(), "defused", "{}", stderr(&out));
-    let peak = agentd_peak_mib(&env);
+    let peak = env.agentd_peak_mib();
     assert!(peak < 150, "agentd peaked at {peak} MiB");
 }
 

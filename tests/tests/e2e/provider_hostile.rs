@@ -55,18 +55,6 @@ fn scripted(bodies: Vec<String>) -> RawServer {
     })
 }
 
-/// The peak resident memory agentd reached, in MiB.
-fn agentd_peak_mib(env: &TestEnv) -> u64 {
-    let pid = env.daemon_pids()[0];
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kib >> 10
-}
-
 // 1 -------------------------------------------------------------------------
 
 #[test]
@@ -128,7 +116,7 @@ fn a_huge_body_that_is_not_an_event_stream_is_not_buffered() {
         let status = &head[9..12];
         assert!(err.contains(&format!("answered {status}")), "{err}");
         assert!(err.len() < 2_000, "the body is shown by its head: {err}");
-        let peak = agentd_peak_mib(&env);
+        let peak = env.agentd_peak_mib();
         eprintln!("agentd peak RSS after a 1000 MiB {status} body: {peak} MiB");
         assert!(peak < 200, "agentd peaked at {peak} MiB on a {status} body");
     }

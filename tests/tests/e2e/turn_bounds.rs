@@ -76,17 +76,7 @@ fn a_reply_with_a_thousand_calls_runs_the_first_fifty_and_answers_the_rest() {
 #[test]
 fn the_limit_of_calls_per_reply_is_configurable() {
     let env = TestEnv::new();
-    std::fs::create_dir_all(&env.home).unwrap();
-    std::fs::set_permissions(
-        &env.home,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .unwrap();
-    std::fs::write(
-        env.home.join("config.toml"),
-        "max_tool_calls_per_reply = 2\n",
-    )
-    .unwrap();
+    env.write_config("max_tool_calls_per_reply = 2\n");
     let model = FakeModel::start();
     let calls = (0..5)
         .map(|i| {
@@ -132,13 +122,7 @@ fn a_model_that_never_stops_calling_is_stopped_at_the_step_limit() {
 #[test]
 fn a_chat_at_the_step_limit_goes_on_with_retry() {
     let env = TestEnv::new();
-    std::fs::create_dir_all(&env.home).unwrap();
-    std::fs::set_permissions(
-        &env.home,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .unwrap();
-    std::fs::write(env.home.join("config.toml"), "max_tool_steps = 2\n").unwrap();
+    env.write_config("max_tool_steps = 2\n");
     let model = FakeModel::start();
     for i in 0..3 {
         model.push(Reply::tool_call(
@@ -180,17 +164,7 @@ fn oneshot_statuses(env: &TestEnv) -> Vec<String> {
 #[test]
 fn a_one_shot_whose_client_is_killed_stops_between_calls_that_do_not_run() {
     let env = TestEnv::new();
-    std::fs::create_dir_all(&env.home).unwrap();
-    std::fs::set_permissions(
-        &env.home,
-        std::os::unix::fs::PermissionsExt::from_mode(0o700),
-    )
-    .unwrap();
-    std::fs::write(
-        env.home.join("config.toml"),
-        "max_tool_calls_per_reply = 100000\n",
-    )
-    .unwrap();
+    env.write_config("max_tool_calls_per_reply = 100000\n");
     let model = FakeModel::start();
     // Calls that never run (no such tool): nothing to kill, only a list
     // to work through.
@@ -230,11 +204,11 @@ fn a_one_shot_whose_client_is_killed_stops_between_calls_that_do_not_run() {
 fn a_turn_cancelled_while_it_waits_for_another_leaves_the_conversation_as_it_was() {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    // A's turn holds the conversation for a while.
+    // A's turn holds the conversation until the test releases it.
     let first = env.chat_command(
         &model,
         ["--auto"],
-        "CALL touch started; sleep 3; echo done\n",
+        "CALL touch started; while [ ! -e release ]; do sleep 0.05; done; echo done\n",
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while !env.work.join("started").exists() {
@@ -245,6 +219,8 @@ fn a_turn_cancelled_while_it_waits_for_another_leaves_the_conversation_as_it_was
     // waits for it; B goes away while it waits.
     let session = env.status()["session_id"].as_str().unwrap().to_owned();
     send_and_leave(&env, &model, &session, "hello from B");
+    // B is gone before A could hand the conversation on.
+    std::fs::write(env.work.join("release"), "").unwrap();
     let out = first.wait_with_output().unwrap();
     assert_code(&out, 0);
     let snapshots = agentx_tests::json_out(&env.run(["snapshots", "--json"]));
