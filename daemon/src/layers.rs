@@ -68,6 +68,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "store",
             "environment",
             "shutdown",
+            "peer",
         ],
     ),
     (

@@ -7,6 +7,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Status};
 
+/// The process id of the client that sent `request` (SO_PEERCRED), if the
+/// kernel gave one.
+pub fn pid_of<T>(request: &Request<T>) -> Option<u32> {
+    request
+        .extensions()
+        .get::<UdsConnectInfo>()
+        .and_then(|info| info.peer_cred)
+        .and_then(|cred| cred.pid())
+        .and_then(|pid| u32::try_from(pid).ok())
+}
+
 #[derive(Clone)]
 pub struct PeerCheck {
     uid: u32,

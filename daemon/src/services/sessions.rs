@@ -306,6 +306,7 @@ impl Sessions for SessionsService {
         &self,
         request: Request<OpenSessionRequest>,
     ) -> Result<Response<OpenSessionReply>, Status> {
+        let client = crate::peer::pid_of(&request);
         let req = request.into_inner();
         let (group, _) = group_for(&self.store, req.scope.as_ref())?;
         let target = match req.target {
@@ -325,7 +326,7 @@ impl Sessions for SessionsService {
             OpenTarget::Id(id) => Some(id.clone()),
             _ => None,
         };
-        let opened = match (group.open(target).await, wanted) {
+        let opened = match (group.open_for(target, client).await, wanted) {
             (Err(crate::store::StoreError::NotFound(why)), Some(id)) => {
                 // One id lives in one folder per profile: kept in another
                 // checkout, it is forked here, never pulled a second time.

@@ -62,6 +62,7 @@ pub(super) fn spawn(
         current: HashMap::new(),
         notices: Vec::new(),
         running: HashSet::new(),
+        openers: HashMap::new(),
         waiting: HashMap::new(),
     };
     tokio::spawn(async move {
@@ -124,6 +125,8 @@ struct Group {
     /// Notices for the next open: (real folder, or every folder; text).
     notices: Vec<(Option<String>, String)>,
     running: HashSet<String>,
+    /// The client process that opened each conversation (see `sweep_empty`).
+    openers: HashMap<String, Opener>,
     waiting: HashMap<String, VecDeque<oneshot::Sender<Result<ConversationDoc, StoreError>>>>,
 }
 
@@ -147,8 +150,8 @@ impl Group {
             Msg::List(reply) => {
                 let _ = reply.send(self.newest_first(folder).into_iter().cloned().collect());
             }
-            Msg::Open(target, reply) => {
-                let _ = reply.send(self.open(folder, target));
+            Msg::Open(target, opener, reply) => {
+                let _ = reply.send(self.open(folder, target, opener));
             }
             Msg::Get(session, reply) => {
                 let _ = reply.send(self.get(folder, session));
@@ -312,25 +315,38 @@ impl Group {
     }
 
     fn set_current(&mut self, folder: &str, id: &str) -> Result<(), StoreError> {
-        let left = self.current.insert(folder.to_owned(), id.to_owned());
+        self.current.insert(folder.to_owned(), id.to_owned());
         self.write_current(folder, id)?;
-        // The conversation left behind goes if nothing was ever said in it.
-        if let Some(left) = left.filter(|l| l != id) {
-            self.drop_if_empty(folder, &left);
-        }
+        // Conversations left behind go if nothing was ever said in them.
+        self.sweep_empty(folder);
         Ok(())
     }
 
-    /// Removes conversation `id` of `folder` when it is empty and no turn
-    /// holds it; a failure only leaves it (unlisted) where it was.
-    fn drop_if_empty(&mut self, folder: &str, id: &str) {
-        let empty = self
+    /// Removes `folder`'s conversations in which nothing was ever said,
+    /// except the current one, one a turn holds, and one a client that
+    /// still runs opened (two `agentx new` in one folder both keep theirs);
+    /// a failure only leaves one (unlisted) where it was.
+    fn sweep_empty(&mut self, folder: &str) {
+        let current = self.current.get(folder);
+        let gone: Vec<String> = self
             .sessions
-            .get(id)
-            .is_some_and(|s| s.doc.folder == folder && is_empty(&s.doc));
-        if !empty || self.running.contains(id) {
-            return;
+            .iter()
+            .filter(|(id, s)| {
+                s.doc.folder == folder
+                    && is_empty(&s.doc)
+                    && current != Some(*id)
+                    && !self.running.contains(*id)
+                    && !self.openers.get(*id).is_some_and(Opener::alive)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            self.drop_empty(&id);
         }
+    }
+
+    fn drop_empty(&mut self, id: &str) {
+        self.openers.remove(id);
         let Some(gone) = self.sessions.remove(id) else {
             return;
         };
@@ -374,7 +390,12 @@ impl Group {
         Ok(id)
     }
 
-    fn open(&mut self, folder: &str, target: OpenTarget) -> Result<Opened, StoreError> {
+    fn open(
+        &mut self,
+        folder: &str,
+        target: OpenTarget,
+        opener: Option<Opener>,
+    ) -> Result<Opened, StoreError> {
         let id = match target {
             OpenTarget::Latest => match self.current_id(folder) {
                 Some(id) => id,
@@ -397,6 +418,9 @@ impl Group {
                     })?
             }
         };
+        if let Some(opener) = opener {
+            self.openers.insert(id.clone(), opener);
+        }
         self.set_current(folder, &id)?;
         let (notices, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.notices)
             .into_iter()

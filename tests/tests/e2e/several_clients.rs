@@ -467,3 +467,123 @@ fn ctrl_c_on_a_terminal_shows_one_caret_c() {
     assert!(shown.contains("cancelling the turn"), "{shown}");
     assert_eq!(shown.matches("^C").count(), 1, "{shown}");
 }
+
+/// Two REPLs each started with `agentx new` in one folder: both keep their
+/// own conversation, and each one's message goes to its own. (The second
+/// `new` once removed the first one's conversation, still empty, as left
+/// behind: its message was refused as "cleared elsewhere".)
+#[test]
+fn two_repls_started_with_new_in_one_folder_both_work() {
+    use std::io::Write as _;
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    // A: open, waiting for its message.
+    let mut a = env.agentx(["new"]);
+    a.env("AGENTX_BASE_URL", model.base_url())
+        .env("AGENTX_MODEL", "fake-model")
+        .env("OPENAI_API_KEY", agentx_tests::TEST_KEY)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let before = env.status()["session_id"].clone();
+    let mut a = a.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while env.status()["session_id"] == before {
+        assert!(std::time::Instant::now() < deadline, "A never opened");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // B: another `new`, a message, done.
+    let out = env.chat(&model, ["new"], "from B\n");
+    assert_code(&out, 0);
+    // A's message goes to A's conversation.
+    let mut input = a.stdin.take().unwrap();
+    input.write_all(b"from A\n").unwrap();
+    drop(input);
+    let out = a.wait_with_output().unwrap();
+    assert_code(&out, 0);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("echo: from A [turns seen: 1]"),
+        "{}",
+        stderr(&out)
+    );
+    let listed = json_out(&env.run(["sessions", "--json"]));
+    let titles: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(titles, ["from A", "from B"], "{listed}");
+}
+
+/// Over gRPC: `OpenSession{new}` twice, then a turn on the first id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_opened_new_survives_another_new_while_its_client_runs() {
+    use agentx_shared::proto::turns_client::TurnsClient;
+    use agentx_shared::proto::{
+        ApprovalPolicy, OpenSessionRequest, ProviderSettings, TurnInput, TurnStart,
+        open_session_request, turn_event, turn_input,
+    };
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    // Start agentd.
+    assert_code(&env.run(["daemon", "start"]), 0);
+    let scope = Some(Scope {
+        folder: std::fs::canonicalize(&env.work)
+            .unwrap()
+            .display()
+            .to_string(),
+        agent: String::new(),
+    });
+    let channel = channel(&env.socket()).await;
+    let mut sessions = SessionsClient::new(channel.clone());
+    let mut open_new = async || {
+        sessions
+            .open_session(OpenSessionRequest {
+                scope: scope.clone(),
+                target: Some(open_session_request::Target::New(true)),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .session
+            .unwrap()
+            .id
+    };
+    let first = open_new().await;
+    let second = open_new().await;
+    assert_ne!(first, second);
+    let start = TurnStart {
+        scope: scope.clone(),
+        session_id: first.clone(),
+        message: "to the first".into(),
+        approval: ApprovalPolicy::Never as i32,
+        provider: Some(ProviderSettings {
+            base_url: model.base_url(),
+            model: "fake-model".into(),
+            api_key: "sk-test".into(),
+            ..ProviderSettings::default()
+        }),
+        ..TurnStart::default()
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
+    tx.send(TurnInput {
+        input: Some(turn_input::Input::Start(start)),
+    })
+    .await
+    .unwrap();
+    let mut events = TurnsClient::new(channel)
+        .run_turn(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut finished = None;
+    while let Some(event) = events.message().await.unwrap() {
+        if let Some(turn_event::Event::Finished(f)) = event.event {
+            finished = Some(f);
+        }
+    }
+    let finished = finished.expect("no end of turn");
+    assert!(finished.error.is_empty(), "{finished:?}");
+    assert!(finished.text.contains("to the first"), "{finished:?}");
+}

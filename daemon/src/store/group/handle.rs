@@ -27,6 +27,25 @@ pub(in crate::store) fn new_id() -> String {
     )
 }
 
+/// A client process that opened a conversation, told apart from a later
+/// process with the same pid by its start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opener {
+    pid: u32,
+    started: u64,
+}
+
+impl Opener {
+    /// Process `pid`, if it runs.
+    pub fn of(pid: u32) -> Option<Self> {
+        crate::store::conversation::process_start(pid).map(|started| Self { pid, started })
+    }
+
+    pub fn alive(&self) -> bool {
+        crate::store::conversation::process_start(self.pid) == Some(self.started)
+    }
+}
+
 pub enum OpenTarget {
     Latest,
     /// 1 is the newest.
@@ -88,7 +107,12 @@ pub enum RollbackBy {
 
 pub(in crate::store) enum Msg {
     List(oneshot::Sender<Vec<ConversationDoc>>),
-    Open(OpenTarget, oneshot::Sender<Result<Opened, StoreError>>),
+    /// With the client process that opens it, if known.
+    Open(
+        OpenTarget,
+        Option<Opener>,
+        oneshot::Sender<Result<Opened, StoreError>>,
+    ),
     Get(
         Option<String>,
         oneshot::Sender<Result<Option<ConversationDoc>, StoreError>>,
@@ -200,7 +224,19 @@ impl GroupHandle {
     }
 
     pub async fn open(&self, target: OpenTarget) -> Result<Opened, StoreError> {
-        self.ask(|tx| Msg::Open(target, tx)).await?
+        self.open_for(target, None).await
+    }
+
+    /// Opens a conversation for client process `pid`: while it runs, the
+    /// conversation is never removed for being empty (another client's
+    /// `new` in the same folder leaves it alone).
+    pub async fn open_for(
+        &self,
+        target: OpenTarget,
+        pid: Option<u32>,
+    ) -> Result<Opened, StoreError> {
+        let opener = pid.and_then(Opener::of);
+        self.ask(|tx| Msg::Open(target, opener, tx)).await?
     }
 
     /// The named conversation, or the current one (`None` when there is none).
