@@ -96,7 +96,7 @@ pub async fn connect_or_start(profile: &Profile) -> CliResult<Daemon> {
             "agentx: replacing agentd {} (pid {}) with {VERSION}",
             old.daemon_version, old.pid
         );
-        let pid = request_stop(&channel, "replaced by a client of another version").await?;
+        let pid = replace(&channel, &old).await?;
         wait_pid_exited(pid, profile).await?;
         wait_stopped(profile).await?;
     }
@@ -220,10 +220,36 @@ pub async fn wait_pid_exited(pid: u32, profile: &Profile) -> CliResult<()> {
 }
 
 /// Asks the daemon to stop; returns its pid.
+/// Stops agentd `old` (of another version) unless turns are in flight in
+/// it: those are never ended under their clients; the user is told what
+/// to do instead.
+async fn replace(channel: &Channel, old: &HelloReply) -> CliResult<u32> {
+    let stopped = DaemonClient::new(channel.clone())
+        .shutdown(ShutdownRequest {
+            reason: "replaced by a client of another version".to_owned(),
+            unless_busy: true,
+        })
+        .await;
+    match stopped {
+        Ok(reply) => Ok(reply.into_inner().pid),
+        Err(status) if status.code() == tonic::Code::FailedPrecondition => {
+            Err(CliError::unreachable(format!(
+                "{}; this agentx is {VERSION} and would have to replace it (version {}). Let \
+                 them finish and run this again, or end them now with `agentx daemon restart` \
+                 (they are kept as interrupted)",
+                status.message(),
+                old.daemon_version
+            )))
+        }
+        Err(status) => Err(CliError::from_status("stopping agentd", &status)),
+    }
+}
+
 pub async fn request_stop(channel: &Channel, reason: &str) -> CliResult<u32> {
     DaemonClient::new(channel.clone())
         .shutdown(ShutdownRequest {
             reason: reason.to_owned(),
+            unless_busy: false,
         })
         .await
         .map(|r| r.into_inner().pid)

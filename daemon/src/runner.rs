@@ -72,6 +72,9 @@ impl Runner {
             oneshot,
             client_gone,
         } = start;
+        // Counted from here to its end: a client of another version does
+        // not replace agentd under it.
+        let _held = self.engine.shutdown.turn();
         let Some(lease) = self.lease(&group, session, oneshot.as_ref(), &out).await else {
             return;
         };

@@ -24,6 +24,8 @@ pub struct Shutdown {
     /// One receiver per tool command (or supervisor) still alive; it
     /// carries nothing, it is only counted.
     tools: Arc<watch::Sender<()>>,
+    /// One receiver per turn in flight, counted the same way.
+    turns: Arc<watch::Sender<()>>,
 }
 
 impl Default for Shutdown {
@@ -31,6 +33,7 @@ impl Default for Shutdown {
         Self {
             phase: Arc::new(watch::Sender::new(Phase::Running)),
             tools: Arc::new(watch::Sender::new(())),
+            turns: Arc::new(watch::Sender::new(())),
         }
     }
 }
@@ -75,6 +78,18 @@ impl Shutdown {
         }
     }
 
+    /// What a turn holds from its start to its end (see [`Shutdown::turns`]).
+    pub fn turn(&self) -> TurnHeld {
+        TurnHeld {
+            _alive: self.turns.subscribe(),
+        }
+    }
+
+    /// How many turns are in flight now.
+    pub fn turns(&self) -> usize {
+        self.turns.receiver_count()
+    }
+
     /// Waits (at most `bound`) until every [`ToolStop`] is dropped: `false`
     /// if some were still held at the bound.
     pub async fn tools_gone(&self, bound: Duration) -> bool {
@@ -103,6 +118,11 @@ impl Shutdown {
         // The sender lives as long as `self`: this never fails.
         let _ = rx.wait_for(|phase| *phase >= at_least).await;
     }
+}
+
+/// A turn in flight, counted until dropped.
+pub struct TurnHeld {
+    _alive: watch::Receiver<()>,
 }
 
 /// A tool command's view of the stop; counted as alive until dropped.

@@ -118,7 +118,18 @@ impl Daemon for DaemonService {
         &self,
         request: Request<ShutdownRequest>,
     ) -> Result<Response<ShutdownReply>, Status> {
-        let reason = request.into_inner().reason;
+        let request = request.into_inner();
+        let reason = request.reason;
+        let turns = self.info.stop.turns();
+        if request.unless_busy && turns > 0 {
+            tracing::info!(%reason, turns, "shutdown refused: turns in flight");
+            return Err(Status::failed_precondition(format!(
+                "agentd {} (pid {}) is running {}",
+                self.info.version,
+                self.info.pid,
+                agentx_shared::plural::count(turns, "turn")
+            )));
+        }
         tracing::info!(%reason, "shutdown requested");
         self.info.stop.request();
         Ok(Response::new(ShutdownReply { pid: self.info.pid }))

@@ -442,3 +442,98 @@ fn auto_started_daemon_logs_to_the_profile_log_dir_filtered_by_agentx_log() {
         "info line passed a warn filter: {text}"
     );
 }
+
+/// A client of another version never replaces an agentd with turns in
+/// flight: it says what is running and what to do, the turn finishes, and
+/// once it has, the next client replaces agentd as usual.
+#[test]
+fn a_daemon_of_another_version_with_a_turn_in_flight_is_left_to_finish() {
+    use agentx_shared::proto::turns_client::TurnsClient;
+    use agentx_shared::proto::{
+        ApprovalPolicy, ProviderSettings, Scope, TurnInput, TurnStart, turn_event, turn_input,
+    };
+    let env = TestEnv::new();
+    let model = agentx_tests::fake_model::FakeModel::start();
+    assert_code(&env.run(["daemon", "start"]), 0);
+    assert_code(&env.run(["daemon", "stop"]), 0);
+    let mut old = env
+        .agentd(["--log", "file", "--report-version", "0.0.0-old"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !status_json_running(&env) {
+        assert!(Instant::now() < deadline, "old daemon never came up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A turn of the old agentd's own clients: a tool that runs a while.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (events_tx, events_rx) = std::sync::mpsc::channel();
+    let socket = env.socket();
+    let folder = std::fs::canonicalize(&env.work)
+        .unwrap()
+        .display()
+        .to_string();
+    let base_url = model.base_url();
+    let turn = runtime.spawn(async move {
+        let start = TurnStart {
+            scope: Some(Scope {
+                folder,
+                agent: String::new(),
+            }),
+            message: "CALL touch started; sleep 2; echo done".into(),
+            approval: ApprovalPolicy::Auto as i32,
+            provider: Some(ProviderSettings {
+                base_url,
+                model: "fake-model".into(),
+                api_key: "sk-test".into(),
+                ..ProviderSettings::default()
+            }),
+            ..TurnStart::default()
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        tx.send(TurnInput {
+            input: Some(turn_input::Input::Start(start)),
+        })
+        .await
+        .unwrap();
+        let mut events = TurnsClient::new(agentx_tests::channel(&socket).await)
+            .run_turn(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        while let Ok(Some(event)) = events.message().await {
+            if let Some(turn_event::Event::Finished(f)) = event.event {
+                let _ = events_tx.send(f);
+            }
+        }
+    });
+    while !env.work.join("started").exists() {
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(15),
+            "the tool never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = env.run(["status"]);
+    assert_code(&out, 3);
+    let err = stderr(&out);
+    assert!(
+        err.contains("agentd 0.0.0-old") && err.contains("running 1 turn"),
+        "{err}"
+    );
+    assert!(err.contains("agentx daemon restart"), "{err}");
+    // The turn ran to its end, untouched.
+    let finished = events_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(finished.error.is_empty(), "{finished:?}");
+    runtime.block_on(turn).unwrap();
+    // Now nothing runs: the next client replaces it.
+    let out = env.run(["daemon", "start"]);
+    assert_code(&out, 0);
+    assert!(
+        stderr(&out).contains("replacing agentd 0.0.0-old"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(old.wait().unwrap().success());
+}
