@@ -286,3 +286,85 @@ fn send_and_leave(env: &TestEnv, model: &FakeModel, session: &str, message: &str
         drop((events, tx));
     });
 }
+
+/// Answers nobody asked for (a web view, any gRPC client) never hold up a
+/// cancel: 40 stray approvals during a long command, then Cancel, and the
+/// turn ends at once.
+#[test]
+fn stray_approvals_never_hold_up_a_cancel() {
+    use agentx_shared::proto::turns_client::TurnsClient;
+    use agentx_shared::proto::{
+        ApprovalDecision, ApprovalPolicy, ProviderSettings, Scope, TurnInput, TurnStart,
+        approval_decision, turn_event, turn_input,
+    };
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&env.run(["daemon", "start"]), 0);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let finished = runtime.block_on(async {
+        let start = TurnStart {
+            scope: Some(Scope {
+                folder: std::fs::canonicalize(&env.work)
+                    .unwrap()
+                    .display()
+                    .to_string(),
+                agent: String::new(),
+            }),
+            message: "CALL touch started; sleep 60".into(),
+            approval: ApprovalPolicy::Auto as i32,
+            provider: Some(ProviderSettings {
+                base_url: model.base_url(),
+                model: "fake-model".into(),
+                api_key: "sk-test".into(),
+                ..ProviderSettings::default()
+            }),
+            ..TurnStart::default()
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tx.send(TurnInput {
+            input: Some(turn_input::Input::Start(start)),
+        })
+        .await
+        .unwrap();
+        let mut events = TurnsClient::new(agentx_tests::channel(&env.socket()).await)
+            .run_turn(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        while !env.work.join("started").exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        for i in 0..40 {
+            tx.send(TurnInput {
+                input: Some(turn_input::Input::Approval(ApprovalDecision {
+                    call_id: format!("nobody_asked_{i}"),
+                    decision: approval_decision::Decision::Yes as i32,
+                })),
+            })
+            .await
+            .unwrap();
+        }
+        tx.send(TurnInput {
+            input: Some(turn_input::Input::Cancel(true)),
+        })
+        .await
+        .unwrap();
+        let cancelled = std::time::Instant::now();
+        loop {
+            let event = tokio::time::timeout(std::time::Duration::from_secs(15), events.message())
+                .await
+                .expect("the cancel was not seen within 15 s")
+                .unwrap()
+                .expect("no end of turn");
+            if let Some(turn_event::Event::Finished(f)) = event.event {
+                break (f, cancelled.elapsed());
+            }
+        }
+    });
+    let (finished, took) = finished;
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "the turn ended {took:?} after the cancel"
+    );
+    assert!(!finished.error.is_empty(), "{finished:?}");
+}
