@@ -360,6 +360,28 @@ async fn spawn_and_wait(profile: &Profile) -> CliResult<Daemon> {
     }
 }
 
+/// The variables of this process that hold the provider key (its own
+/// variables, and any other whose value contains it).
+fn key_carriers() -> Vec<std::ffi::OsString> {
+    let keys: Vec<Vec<u8>> = ["OPENAI_API_KEY", "AGENTX_API_KEY"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .map(|k| k.into_encoded_bytes())
+        .filter(|k| !k.is_empty())
+        .collect();
+    std::env::vars_os()
+        .filter(|(name, value)| {
+            let value = value.as_encoded_bytes();
+            name == "OPENAI_API_KEY"
+                || name == "AGENTX_API_KEY"
+                || keys
+                    .iter()
+                    .any(|k| value.windows(k.len()).any(|w| w == k.as_slice()))
+        })
+        .map(|(name, _)| name)
+        .collect()
+}
+
 fn spawn_detached(binary: &Path, log_dir: &Path) -> CliResult<Child> {
     create_private_dir(log_dir).map_err(|err| {
         CliError::unreachable(format!("cannot create {}: {err}", log_dir.display()))
@@ -380,6 +402,12 @@ fn spawn_detached(binary: &Path, log_dir: &Path) -> CliResult<Child> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr);
+    // The provider key travels with each turn and lives in agentd's memory
+    // only: never in its environment (readable in /proc/PID/environ for its
+    // whole life), under its own name or any other.
+    for name in key_carriers() {
+        command.env_remove(name);
+    }
     // SAFETY: setsid is async-signal-safe and touches no memory of ours; it
     // detaches the daemon from our terminal and session.
     unsafe {

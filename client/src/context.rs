@@ -31,6 +31,8 @@ pub struct Setup {
     pub provider: String,
     pub base_url: String,
     pub approval: &'static str,
+    /// Which variables tool commands see (`[shell_environment]`).
+    pub shell_environment: agentx_shared::shell_env::ShellEnvironment,
 }
 
 impl Setup {
@@ -173,6 +175,7 @@ impl Ctx {
             provider: config.provider.as_str().to_owned(),
             base_url: config.base_url.clone(),
             approval,
+            shell_environment: config.shell_environment.clone(),
         })
     }
 

@@ -69,6 +69,8 @@ struct File {
     shell_timeout_secs: Option<u64>,
     max_tool_calls_per_reply: Option<u32>,
     max_tool_steps: Option<u32>,
+    /// What tool commands inherit (Codex's `shell_environment_policy` keys).
+    shell_environment: Option<crate::shell_env::ShellEnvironment>,
     tool_output_lines: Option<usize>,
     snapshot_exclude: Option<Vec<String>>,
     /// The remote store (PostgreSQL URL); read by agentd, see [`remote_url`].
@@ -137,6 +139,8 @@ pub struct Config {
     pub max_tool_calls_per_reply: Option<u32>,
     /// Tool steps (replies with calls) in one turn (`None`: agentd's default).
     pub max_tool_steps: Option<u32>,
+    /// Which variables tool commands see (`[shell_environment]`).
+    pub shell_environment: crate::shell_env::ShellEnvironment,
     /// How many lines of a command's output the chat shows (its head and
     /// tail); `AGENTX_TOOL_OUTPUT_LINES`, else the file, else 8; 0 shows none.
     pub tool_output_lines: usize,
@@ -209,6 +213,7 @@ impl Config {
             shell_timeout_secs: file.shell_timeout_secs,
             max_tool_calls_per_reply: file.max_tool_calls_per_reply,
             max_tool_steps: file.max_tool_steps,
+            shell_environment: file.shell_environment.unwrap_or_default(),
             tool_output_lines: match env("AGENTX_TOOL_OUTPUT_LINES") {
                 Some(n) => n.trim().parse().map_err(|_| {
                     ConfigError::Invalid(format!(

@@ -11,6 +11,7 @@ pub mod profile;
 pub mod proto;
 #[cfg(feature = "test-support")]
 pub mod rng;
+pub mod shell_env;
 pub mod time;
 pub mod transport;
 pub mod version;

@@ -376,6 +376,10 @@ fn conversation(lines: &mut Vec<String>, local: &Local, s: &SessionStatus, verbo
             "model         {model} ({}), approval {}{chosen}",
             setup.provider, setup.approval
         ));
+        lines.push(format!(
+            "tool env      {}",
+            setup.shell_environment.describe()
+        ));
         if verbose {
             lines.push(format!("server        {}", setup.base_url));
         }

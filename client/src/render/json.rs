@@ -68,6 +68,7 @@ pub fn status(local: &Local, s: &SessionStatus) -> Value {
         "instruction_files": s.instruction_files,
         "base_url": setup.map(|s| s.base_url.clone()),
         "approval": setup.map(|s| s.approval),
+        "shell_environment": setup.map(|s| shell_environment(&s.shell_environment)),
         "response_id": if s.response_id.is_empty() { Value::Null } else { json!(s.response_id) },
         "folder": local.folder,
         "agent": local.agent,
@@ -154,5 +155,22 @@ pub fn hit(h: &SearchHit) -> Value {
         "score": h.score,
         "where": super::location(h.r#where()),
         "machine": if h.machine.is_empty() { Value::Null } else { json!(h.machine) },
+    })
+}
+
+/// The tool environment policy in force (`set` by name only: its values
+/// may be secrets the user chose to give tools, not to print).
+fn shell_environment(p: &agentx_shared::shell_env::ShellEnvironment) -> Value {
+    json!({
+        "inherit": p.inherit.as_str(),
+        "default_excludes": if p.ignore_default_excludes {
+            Value::Null
+        } else {
+            json!(agentx_shared::shell_env::DEFAULT_EXCLUDES)
+        },
+        "exclude": p.exclude,
+        "include_only": p.include_only,
+        "set": p.set.keys().collect::<Vec<_>>(),
+        "provider_key": "never",
     })
 }

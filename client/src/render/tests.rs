@@ -18,6 +18,7 @@ fn local() -> Local {
             provider: "responses".into(),
             base_url: "http://127.0.0.1:9/v1".into(),
             approval: "ask",
+            shell_environment: Default::default(),
         }),
         daemon_pid: 42,
         daemon_version: "0.1.0".into(),
@@ -131,6 +132,8 @@ fn a_status_for_people_names_each_part() {
             "conversation  c-1  first",
             "folder        /work/app (agent default)",
             "model         gpt-5 (responses), approval ask",
+            "tool env      inherit all, secrets removed (*KEY* *SECRET* *TOKEN* *PASSWORD* \
+             *CREDENTIAL*), the provider key never",
             "turns         2 (5 transcript items)",
             "usage         0 total = 0 in (0 cached) + 0 out (0 reasoning)",
             "checkpoints   2",
@@ -153,6 +156,8 @@ fn a_status_document_keeps_its_fields() {
     let doc = json::status(&local(), &status());
     assert_eq!(doc["model"], "gpt-5");
     assert_eq!(doc["approval"], "ask");
+    assert_eq!(doc["shell_environment"]["inherit"], "all");
+    assert_eq!(doc["shell_environment"]["default_excludes"][0], "*KEY*");
     assert_eq!(doc["daemon"].to_string(), r#"{"pid":42,"version":"0.1.0"}"#);
     assert_eq!(
         doc["remote"].to_string(),

@@ -23,6 +23,7 @@ use crate::snapshot::service::Snapshots;
 use crate::store::{Store, StoreError};
 use crate::turn::provider::Settings;
 use crate::turn::{Decision, Engine, Event, Input, Mode, Policy, Status as TurnStatus, TurnSpec};
+use agentx_shared::shell_env::ShellEnvironment;
 
 /// Default limit for one shell command.
 const SHELL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -134,11 +135,15 @@ impl Turns for TurnsService {
             None
         };
         let group = oneshot.as_ref().map_or(group, |o| o.group.clone());
+        let shell_env = match start.shell_environment.clone() {
+            None => ShellEnvironment::default(),
+            Some(p) => ShellEnvironment::try_from(p).map_err(Status::invalid_argument)?,
+        };
         let spec = turn_spec(
             start,
             PathBuf::from(folder),
             mode,
-            settings,
+            (settings, shell_env),
             policy,
             self.tuning,
         );
@@ -188,10 +193,18 @@ fn turn_spec(
     start: proto::TurnStart,
     folder: PathBuf,
     mode: Mode,
-    settings: Settings,
+    (settings, shell_env): (Settings, ShellEnvironment),
     policy: Policy,
     tuning: Tuning,
 ) -> TurnSpec {
+    let env = start
+        .caller
+        .map(|c| crate::turn::shell::Environment::from_entries(c.vars, c.umask))
+        .unwrap_or_default();
+    // What tools see: the policy's variables, never the provider key (a
+    // client that sent no environment: agentd's own, filtered the same).
+    let key: Vec<&str> = settings.api_key.as_deref().into_iter().collect();
+    let tool_env = env.clone().filtered(&shell_env, &key);
     TurnSpec {
         folder,
         mode,
@@ -208,10 +221,8 @@ fn turn_spec(
             0 => SHELL_TIMEOUT,
             s => Duration::from_secs(u64::from(s)),
         },
-        env: start
-            .caller
-            .map(|c| crate::turn::shell::Environment::from_entries(c.vars, c.umask))
-            .unwrap_or_default(),
+        env,
+        tool_env,
         limits: tuning.limits,
         retry_base: tuning.retry_base,
         prefs: super::prefs_of(start.provider.as_ref()),

@@ -157,8 +157,11 @@ pub struct TurnSpec {
     pub policy: Policy,
     pub instructions: String,
     pub shell_timeout: Duration,
-    /// The caller's terminal, for tool commands (memory only).
+    /// The caller's terminal (memory only): its proxy settings.
     pub env: shell::Environment,
+    /// What tool commands run with: the caller's umask and the variables
+    /// its `[shell_environment]` lets through, never the provider key.
+    pub tool_env: shell::Environment,
     pub limits: Limits,
     pub retry_base: Duration,
     /// The window, compaction and model choices the client forwarded.

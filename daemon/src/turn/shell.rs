@@ -294,10 +294,8 @@ fn spawn_command(
     // It gets the command's environment, umask and folder, and `sh`
     // inherits them: nothing of agentd's leaks in.
     let mut cmd = supervisor::command(command, std::process::id());
-    if !env.vars.is_empty() {
-        cmd.env_clear()
-            .envs(env.vars.iter().cloned())
-            .env("PWD", cwd);
+    if let Some(vars) = &env.vars {
+        cmd.env_clear().envs(vars.iter().cloned()).env("PWD", cwd);
     }
     if let Some(mask) = env.umask {
         let mask = nix::sys::stat::Mode::from_bits_truncate(mask as nix::libc::mode_t);

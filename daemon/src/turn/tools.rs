@@ -177,7 +177,7 @@ impl Turn<'_> {
             .run_with(
                 &command,
                 &self.spec.folder,
-                &self.spec.env,
+                &self.spec.tool_env,
                 (self.spec.shell_timeout, self.io.cancel.clone()),
                 Some(progress),
             )

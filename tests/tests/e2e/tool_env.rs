@@ -171,3 +171,94 @@ fn concurrent_one_shots_each_run_with_their_own_environment() {
         assert_eq!(mode, 0o666 & !mask, "{name}");
     }
 }
+
+/// The variables a tool sees, one `NAME=value` per line (from `env`).
+fn tool_env(env: &TestEnv, model: &FakeModel, vars: &[(&str, &str)]) -> String {
+    let _ = std::fs::remove_file(env.work.join("env.txt"));
+    let mut cmd = command(
+        env,
+        model,
+        &["exec", "--auto", "CALL env > env.txt"],
+        vars,
+        0o022,
+    );
+    cmd.stdin(Stdio::null());
+    let out = cmd.output().unwrap();
+    assert_code(&out, 0);
+    std::fs::read_to_string(env.work.join("env.txt")).unwrap()
+}
+
+fn names(listing: &str) -> Vec<&str> {
+    listing
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(n, _)| n))
+        .collect()
+}
+
+const SECRETS: &[(&str, &str)] = &[
+    ("GITHUB_TOKEN", "ghp-7"),
+    ("aws_secret_access_key", "aws-7"),
+    ("DB_PASSWORD", "pw-7"),
+    ("GOOGLE_APPLICATION_CREDENTIALS", "/c.json"),
+    ("MY_COPY_OF_THE_KEY_VALUE", TEST_KEY),
+    ("HARMLESS", "kept-7"),
+];
+
+#[test]
+fn a_tool_never_sees_the_provider_key_nor_variables_named_like_secrets() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let seen = tool_env(&env, &model, SECRETS);
+    assert!(
+        !seen.contains(TEST_KEY),
+        "the provider key reached a tool:\n{seen}"
+    );
+    for (name, _) in &SECRETS[..5] {
+        assert!(
+            !names(&seen).contains(name),
+            "{name} reached the tool:\n{seen}"
+        );
+    }
+    assert!(seen.contains("HARMLESS=kept-7"), "{seen}");
+    // agentd, started by that client, keeps no key in its own environment.
+    for pid in env.daemon_pids() {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&environ).contains(TEST_KEY),
+            "the key is in agentd's environment"
+        );
+    }
+}
+
+#[test]
+fn shell_environment_in_config_means_what_codex_says() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    env.write_config(
+        "[shell_environment]\ninherit = \"core\"\nignore_default_excludes = true\n\
+         exclude = [\"USER*\"]\nset = { CI = \"1\", DB_PASSWORD = \"set-by-config\" }\n",
+    );
+    let seen = tool_env(&env, &model, SECRETS);
+    let mut got = names(&seen);
+    got.sort_unstable();
+    // Core variables the test's environment has, minus USER*, plus `set`
+    // (PWD and what sh adds itself aside).
+    for name in ["CI", "DB_PASSWORD", "HOME", "PATH"] {
+        assert!(got.contains(&name), "{name} missing:\n{seen}");
+    }
+    for name in ["HARMLESS", "GITHUB_TOKEN", "USER", "AGENTX_BASE_URL"] {
+        assert!(!got.contains(&name), "{name} got through:\n{seen}");
+    }
+    assert!(seen.contains("DB_PASSWORD=set-by-config"), "{seen}");
+    assert!(!seen.contains(TEST_KEY), "{seen}");
+    // include_only keeps just what it names; the key never, even when named.
+    env.write_config(
+        "[shell_environment]\nignore_default_excludes = true\n\
+         include_only = [\"harm*\", \"MY_COPY_*\", \"GITHUB_TOKEN\"]\n",
+    );
+    let seen = tool_env(&env, &model, SECRETS);
+    let mut got = names(&seen);
+    got.retain(|n| !matches!(*n, "PWD" | "SHLVL" | "_" | "OLDPWD"));
+    got.sort_unstable();
+    assert_eq!(got, ["GITHUB_TOKEN", "HARMLESS"], "{seen}");
+}

@@ -46,12 +46,14 @@ impl ProxyVars {
 
     /// From a turn's environment (agentd's own, `own`, when it is empty).
     pub fn of(env: &crate::turn::shell::Environment, own: &Self) -> Self {
-        if env.vars.is_empty() {
+        let Some(vars) = &env.vars else {
+            return own.clone();
+        };
+        if vars.is_empty() {
             return own.clone();
         }
         Self::from_lookup(|name| {
-            env.vars
-                .iter()
+            vars.iter()
                 .rev()
                 .find(|(k, _)| k.as_os_str() == name)
                 .and_then(|(_, v)| v.to_str().map(str::to_owned))

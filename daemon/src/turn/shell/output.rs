@@ -59,8 +59,9 @@ impl Outcome {
 /// `agentx` that started the turn. Held in memory for the turn only.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Environment {
-    /// Empty: agentd's own environment (a client that sent none).
-    pub vars: Vec<(OsString, OsString)>,
+    /// Every variable the command gets; `None`: agentd's own environment
+    /// (only tests and internal callers: a turn always sets it).
+    pub vars: Option<Vec<(OsString, OsString)>>,
     pub umask: Option<u32>,
 }
 
@@ -79,9 +80,24 @@ impl Environment {
             })
             .collect();
         Self {
-            vars,
+            vars: Some(vars),
             umask: umask.map(|m| m & 0o777),
         }
+    }
+
+    /// The same with only the variables `policy` lets through (`secrets`:
+    /// values no variable may carry).
+    pub fn filtered(
+        mut self,
+        policy: &agentx_shared::shell_env::ShellEnvironment,
+        secrets: &[&str],
+    ) -> Self {
+        let vars = self
+            .vars
+            .take()
+            .unwrap_or_else(|| std::env::vars_os().collect());
+        self.vars = Some(policy.apply(vars, secrets));
+        self
     }
 }
 
