@@ -163,6 +163,37 @@ fn wildcard(pattern: &[u8], text: &[u8]) -> bool {
     pattern[p..].iter().all(|&c| c == b'*')
 }
 
+impl From<&ShellEnvironment> for crate::proto::ShellEnvironmentPolicy {
+    fn from(p: &ShellEnvironment) -> Self {
+        Self {
+            inherit: p.inherit.as_str().to_owned(),
+            ignore_default_excludes: p.ignore_default_excludes,
+            exclude: p.exclude.clone(),
+            include_only: p.include_only.clone(),
+            set: p.set.clone().into_iter().collect(),
+        }
+    }
+}
+
+impl TryFrom<crate::proto::ShellEnvironmentPolicy> for ShellEnvironment {
+    type Error = String;
+
+    fn try_from(p: crate::proto::ShellEnvironmentPolicy) -> Result<Self, Self::Error> {
+        Ok(Self {
+            inherit: Inherit::parse(&p.inherit).ok_or_else(|| {
+                format!(
+                    "shell_environment inherit {:?} is not all, core or none",
+                    p.inherit
+                )
+            })?,
+            ignore_default_excludes: p.ignore_default_excludes,
+            exclude: p.exclude,
+            include_only: p.include_only,
+            set: p.set.into_iter().collect(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,36 +275,5 @@ mod tests {
         assert!(!wildcard(b"A*B*C", b"AXXBYY"));
         assert!(wildcard(b"?", b"X"));
         assert!(!wildcard(b"?", b""));
-    }
-}
-
-impl From<&ShellEnvironment> for crate::proto::ShellEnvironmentPolicy {
-    fn from(p: &ShellEnvironment) -> Self {
-        Self {
-            inherit: p.inherit.as_str().to_owned(),
-            ignore_default_excludes: p.ignore_default_excludes,
-            exclude: p.exclude.clone(),
-            include_only: p.include_only.clone(),
-            set: p.set.clone().into_iter().collect(),
-        }
-    }
-}
-
-impl TryFrom<crate::proto::ShellEnvironmentPolicy> for ShellEnvironment {
-    type Error = String;
-
-    fn try_from(p: crate::proto::ShellEnvironmentPolicy) -> Result<Self, Self::Error> {
-        Ok(Self {
-            inherit: Inherit::parse(&p.inherit).ok_or_else(|| {
-                format!(
-                    "shell_environment inherit {:?} is not all, core or none",
-                    p.inherit
-                )
-            })?,
-            ignore_default_excludes: p.ignore_default_excludes,
-            exclude: p.exclude,
-            include_only: p.include_only,
-            set: p.set.into_iter().collect(),
-        })
     }
 }
