@@ -402,6 +402,9 @@ fn conversation(lines: &mut Vec<String>, local: &Local, s: &SessionStatus, verbo
     if !s.instruction_files.is_empty() {
         lines.push(format!("instructions  {}", s.instruction_files.join(", ")));
     }
+    for skipped in &s.instruction_files_skipped {
+        lines.push(format!("instructions  skipped {skipped}"));
+    }
     if verbose {
         let response = if s.response_id.is_empty() {
             "-"

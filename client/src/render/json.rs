@@ -66,6 +66,7 @@ pub fn status(local: &Local, s: &SessionStatus) -> Value {
         "provider": opt(&s.provider).or_else(|| setup.map(|s| s.provider.clone())),
         "context": s.context.as_ref().map(context),
         "instruction_files": s.instruction_files,
+        "instruction_files_skipped": s.instruction_files_skipped,
         "base_url": setup.map(|s| s.base_url.clone()),
         "approval": setup.map(|s| s.approval),
         "shell_environment": setup.map(|s| shell_environment(&s.shell_environment)),

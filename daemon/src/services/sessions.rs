@@ -90,6 +90,7 @@ impl SessionsService {
             .iter()
             .map(|p| p.display().to_string())
             .collect();
+        status.instruction_files_skipped = standing.instruction_files_skipped;
         status.conversation_model = doc.model.clone().unwrap_or_default();
     }
 

@@ -10,18 +10,21 @@ pub const DEFAULT_FILE: &str = "AGENTS.md";
 /// Bytes read of one instructions file; the rest is left out, and said so.
 const MAX_FILE: u64 = 64 << 10;
 
-/// The instructions a request carries and the files they came from.
+/// The instructions a request carries, the files they came from, and the
+/// files found but not read (each with why).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Instructions {
     pub text: String,
     pub files: Vec<PathBuf>,
+    pub skipped: Vec<String>,
 }
 
-/// The files that apply to `folder`, outermost first: the profile's own,
-/// then from the repository root (the nearest parent with `.git`; the
-/// folder alone outside a repository) down to the folder, so the nearest
-/// comes last and reads as the most specific.
-pub fn files(folder: &Path, profile: &Path, names: &[String]) -> Vec<PathBuf> {
+/// The files that may apply to `folder`, outermost first, each with the
+/// directory it must stay inside: the profile's own, then from the
+/// repository root (the nearest parent with `.git`; the folder alone
+/// outside a repository) down to the folder, so the nearest comes last
+/// and reads as the most specific.
+fn candidates(folder: &Path, profile: &Path, names: &[String]) -> Vec<(PathBuf, PathBuf)> {
     let default = [DEFAULT_FILE.to_owned()];
     let names = if names.is_empty() {
         &default[..]
@@ -37,13 +40,15 @@ pub fn files(folder: &Path, profile: &Path, names: &[String]) -> Vec<PathBuf> {
         .take_while(|dir| dir.starts_with(root))
         .collect();
     dirs.reverse();
-    let mut out = Vec::new();
-    for dir in std::iter::once(profile).chain(dirs) {
+    let mut out: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let places = std::iter::once((profile, profile)).chain(dirs.into_iter().map(|d| (d, root)));
+    for (dir, inside) in places {
         for name in names {
             let path = dir.join(name);
-            // Regular files only: a FIFO or device named AGENTS.md is not read.
-            if std::fs::metadata(&path).is_ok_and(|m| m.is_file()) && !out.contains(&path) {
-                out.push(path);
+            // Anything by that name (a link, a FIFO) is a candidate: what
+            // it is decides whether it is read, and a skip is reported.
+            if std::fs::symlink_metadata(&path).is_ok() && !out.iter().any(|(p, _)| *p == path) {
+                out.push((path, inside.to_path_buf()));
             }
         }
     }
@@ -51,13 +56,20 @@ pub fn files(folder: &Path, profile: &Path, names: &[String]) -> Vec<PathBuf> {
 }
 
 /// `base` followed by every instructions file that applies to `folder`.
+/// Only regular files whose real path lies inside the repository (or the
+/// folder) or the profile are read: a link to `/proc/self/environ`, a
+/// file outside, a FIFO or a device is skipped, and said so in `skipped`.
 pub fn load(base: &str, folder: &Path, profile: &Path, names: &[String]) -> Instructions {
-    let files = files(folder, profile, names);
     let mut text = base.to_owned();
     let mut read = Vec::new();
-    for path in files {
-        let Some(content) = read_bounded(&path) else {
-            continue;
+    let mut skipped = Vec::new();
+    for (path, inside) in candidates(folder, profile, names) {
+        let content = match read_inside(&path, &inside) {
+            Ok(content) => content,
+            Err(why) => {
+                skipped.push(format!("{}: {why}", path.display()));
+                continue;
+            }
         };
         if read.is_empty() {
             text.push_str(
@@ -72,24 +84,64 @@ pub fn load(base: &str, folder: &Path, profile: &Path, names: &[String]) -> Inst
         ));
         read.push(path);
     }
-    Instructions { text, files: read }
+    Instructions {
+        text,
+        files: read,
+        skipped,
+    }
 }
 
-/// The file's text (at most [`MAX_FILE`] bytes, a cut said so), or `None`
-/// when it cannot be read.
-fn read_bounded(path: &Path) -> Option<String> {
-    let file = std::fs::File::open(path).ok()?;
-    let size = file.metadata().ok()?.len();
+/// The text of `path` (at most [`MAX_FILE`] bytes, a cut said so) when it
+/// is a regular file whose real path lies inside `inside`; else why not.
+/// Checked on the real path before opening (nothing outside is opened)
+/// and again on what was opened (a link swapped meanwhile is caught).
+fn read_inside(path: &Path, inside: &Path) -> Result<String, String> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let inside = std::fs::canonicalize(inside).map_err(|e| format!("cannot resolve: {e}"))?;
+    let outside = |real: &Path| {
+        format!(
+            "not read: it resolves to {}, outside {}",
+            real.display(),
+            inside.display()
+        )
+    };
+    let real = std::fs::canonicalize(path).map_err(|e| format!("cannot resolve: {e}"))?;
+    if !real.starts_with(&inside) {
+        return Err(outside(&real));
+    }
+    if !std::fs::metadata(&real).is_ok_and(|m| m.is_file()) {
+        return Err("not read: not a regular file".to_owned());
+    }
+    // Non-blocking: a FIFO put there meanwhile cannot hold the turn up.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(&real)
+        .map_err(|e| format!("cannot open: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err("not read: not a regular file".to_owned());
+    }
+    let opened = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&file)
+    ))
+    .map_err(|e| format!("cannot check: {e}"))?;
+    if !opened.starts_with(&inside) {
+        return Err(outside(&opened));
+    }
     let mut bytes = Vec::new();
-    file.take(MAX_FILE).read_to_end(&mut bytes).ok()?;
+    file.take(MAX_FILE)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
-    if size > MAX_FILE {
+    if meta.len() > MAX_FILE {
         text.push_str(&format!(
             "\n\n[… the rest of this file ({} bytes in all) is left out]",
-            size
+            meta.len()
         ));
     }
-    Some(text)
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -141,5 +193,35 @@ mod tests {
         assert!(got.text.contains("is left out"));
         assert!(got.text.len() < 70 << 10);
         assert_eq!(load("base", dir.path(), &profile, &[]).text, "base");
+    }
+
+    #[test]
+    fn links_out_of_the_repository_and_into_proc_are_skipped_with_a_note() {
+        let home = tempfile::tempdir().unwrap();
+        let profile = home.path().join("profile");
+        let repo = home.path().join("repo");
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::create_dir_all(repo.join("docs")).unwrap();
+        std::fs::create_dir_all(&profile).unwrap();
+        std::fs::write(home.path().join("secret.txt"), "the user's secret").unwrap();
+        std::fs::write(repo.join("docs/agents.md"), "inside, through a link").unwrap();
+        let names: Vec<String> = ["AGENTS.md", "CLAUDE.md", "GEMINI.md", "OK.md"]
+            .map(str::to_owned)
+            .into();
+        std::os::unix::fs::symlink("/proc/self/environ", repo.join("AGENTS.md")).unwrap();
+        std::os::unix::fs::symlink("../secret.txt", repo.join("CLAUDE.md")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", repo.join("GEMINI.md")).unwrap();
+        std::os::unix::fs::symlink("docs/agents.md", repo.join("OK.md")).unwrap();
+        let got = load("base", &repo, &profile, &names);
+        assert_eq!(got.files, vec![repo.join("OK.md")]);
+        assert!(got.text.contains("inside, through a link"));
+        assert!(!got.text.contains("the user's secret"));
+        assert!(
+            !got.text.contains("PATH="),
+            "an environment reached the text"
+        );
+        assert_eq!(got.skipped.len(), 3, "{:?}", got.skipped);
+        assert!(got.skipped[0].contains("outside"), "{:?}", got.skipped);
+        assert!(got.skipped[1].contains("outside"), "{:?}", got.skipped);
     }
 }

@@ -259,6 +259,8 @@ pub struct Standing {
     pub model: String,
     pub meter: Meter,
     pub instruction_files: Vec<std::path::PathBuf>,
+    /// Instruction files found but not read, each with why.
+    pub instruction_files_skipped: Vec<String>,
 }
 
 /// The model a conversation uses now and how full its context is, from the
@@ -297,5 +299,6 @@ pub async fn standing(
         model,
         meter: meter(fill, window, prefs),
         instruction_files: loaded.files,
+        instruction_files_skipped: loaded.skipped,
     }
 }

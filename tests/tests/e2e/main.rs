@@ -11,6 +11,7 @@ mod daemon_lifecycle;
 mod diff;
 mod disk_full;
 mod grpc_surface;
+mod instruction_files;
 mod library;
 mod lifecycle_hostile;
 mod listings;
