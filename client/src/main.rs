@@ -63,7 +63,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             if !err.message.is_empty() {
-                eprintln!("agentx: {}", err.message);
+                // Errors carry text from outside (server messages, paths).
+                eprintln!("agentx: {}", show::terminal_text(&err.message));
             }
             ExitCode::from(err.exit as u8)
         }

@@ -28,6 +28,28 @@ pub fn visible(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Text for the terminal as it came (answers, tool output, messages):
+/// line breaks and tabs stay, every other control character is shown as a
+/// visible escape. The one sanitizer for text from outside that is printed
+/// as prose rather than as a listing.
+pub fn terminal_text(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| is_control(c) && c != '\n' && c != '\t') {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' | '\t' => out.push(c),
+            // A line ending in CR LF is a line ending.
+            '\r' if chars.peek() == Some(&'\n') => {}
+            c if is_control(c) => out.push_str(&format!("\\x{:02x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// Like [`visible`], but line breaks stay line breaks (for multi-line text
 /// such as the exchanges shown when resuming).
 pub fn visible_lines(s: &str) -> String {
@@ -50,6 +72,22 @@ mod tests {
         );
         assert_eq!(visible("one\ntwo"), "one\\x0atwo");
         assert_eq!(visible_lines("one\r\n\x1b[Htwo"), "one\n\\x1b[Htwo");
+    }
+
+    #[test]
+    fn terminal_text_keeps_lines_and_tabs_and_shows_every_other_control() {
+        assert_eq!(terminal_text("a\tb\nc\r\nd"), "a\tb\nc\nd");
+        for (raw, shown) in [
+            ("\x1b]52;c;aGk=\x07", "\\x1b]52;c;aGk=\\x07"),
+            ("\x1b]0;title\x1b\\", "\\x1b]0;title\\x1b\\"),
+            ("\x1b[2J\x1b[H", "\\x1b[2J\\x1b[H"),
+            ("\x1bP+q544e\x1b\\", "\\x1bP+q544e\\x1b\\"),
+            ("\u{9b}31m", "\\x9b31m"),
+            ("over\rwrite", "over\\x0dwrite"),
+            ("nul\0", "nul\\x00"),
+        ] {
+            assert_eq!(terminal_text(raw), shown, "{raw:?}");
+        }
     }
 }
 

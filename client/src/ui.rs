@@ -204,7 +204,7 @@ impl Ui {
         };
         let lines: Vec<&str> = output.lines().collect();
         let tail = &lines[lines.len().saturating_sub(self.tool_lines)..];
-        let mut message = line.clone();
+        let mut message = crate::show::terminal_text(line).into_owned();
         for l in tail {
             let shown: String = crate::show::visible(l).chars().take(200).collect();
             message.push_str(&format!("\n  │ {shown}"));
@@ -221,7 +221,7 @@ impl Ui {
         if let Ok(style) = ProgressStyle::with_template(template) {
             bar.set_style(style);
         }
-        bar.set_message(message.to_owned());
+        bar.set_message(crate::show::terminal_text(message).into_owned());
         bar.enable_steady_tick(Duration::from_millis(80));
         self.spinner = Some(bar);
     }
@@ -241,7 +241,7 @@ impl Ui {
         self.streamed = true;
         self.stop_waiting();
         let mut out = std::io::stdout().lock();
-        let _ = out.write_all(delta.as_bytes());
+        let _ = out.write_all(crate::show::terminal_text(delta).as_bytes());
         let _ = out.flush();
         if !delta.is_empty() {
             self.mid_line = !delta.ends_with('\n');
@@ -254,7 +254,7 @@ impl Ui {
             return;
         }
         let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
+        let _ = out.write_all(crate::show::terminal_text(text).as_bytes());
         if !text.ends_with('\n') {
             let _ = out.write_all(b"\n");
         }
@@ -291,7 +291,7 @@ impl Ui {
     pub fn info(&mut self, line: &str) {
         self.stop_waiting();
         self.end_text();
-        eprintln!("{line}");
+        eprintln!("{}", crate::show::terminal_text(line));
     }
 }
 

@@ -201,15 +201,16 @@ impl Output {
         }
         match event {
             Event::TextDelta(delta) if self.stream => {
-                print!("{delta}");
+                print!("{}", crate::show::terminal_text(delta));
                 let _ = std::io::stdout().flush();
                 self.mid_line = !delta.ends_with('\n');
             }
             Event::ToolCall(c) => {
-                eprintln!("» {}: {}", c.name, crate::turn::shown_call(&c.arguments));
+                let line = format!("» {}: {}", c.name, crate::turn::shown_call(&c.arguments));
+                eprintln!("{}", crate::show::terminal_text(&line));
             }
             Event::ToolResult(r) if !r.not_run.is_empty() => {
-                eprintln!("  ↳ not run: {}", r.not_run);
+                eprintln!("  ↳ not run: {}", crate::show::terminal_text(&r.not_run));
             }
             Event::ToolResult(r) if r.denied => eprintln!("  ↳ declined"),
             Event::ToolResult(r) => {
@@ -221,7 +222,7 @@ impl Output {
                     agentx_shared::plural::count(crate::turn::output_lines(&r.output), "line")
                 );
             }
-            Event::Notice(text) => eprintln!("agentx: {text}"),
+            Event::Notice(text) => eprintln!("agentx: {}", crate::show::terminal_text(text)),
             Event::Compacted(c) => eprintln!("agentx: {}", crate::turn::compaction_line(c)),
             Event::Retry(r) => {
                 if self.mid_line {
@@ -266,13 +267,14 @@ impl Output {
             }
         } else if status == "completed" {
             let mut out = std::io::stdout().lock();
-            let _ = out.write_all(f.text.as_bytes());
+            let _ = out.write_all(crate::show::terminal_text(&f.text).as_bytes());
             if !f.text.ends_with('\n') {
                 let _ = out.write_all(b"\n");
             }
         }
         if !self.as_json && !f.cut_short.is_empty() {
-            eprintln!("{}", crate::turn::cut_short_line(&f.cut_short));
+            let line = crate::turn::cut_short_line(&f.cut_short);
+            eprintln!("{}", crate::show::terminal_text(&line));
         }
         match status {
             "completed" if self.needed_approval > 0 => Err(CliError::failed(format!(

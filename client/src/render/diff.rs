@@ -86,7 +86,8 @@ fn patch(reply: &DiffReply, color: bool) -> String {
             } else {
                 "permissions changed"
             };
-            out.push_str(&paint("1", &format!("{} ({}): {what}", f.path, f.change)));
+            let path = crate::show::visible(&f.path);
+            out.push_str(&paint("1", &format!("{path} ({}): {what}", f.change)));
             continue;
         }
         for line in f.unified.lines() {

@@ -35,6 +35,7 @@ mod resume_replay;
 mod several_clients;
 mod snapshots;
 mod systemd;
+mod terminal_safety;
 mod tool_env;
 mod tool_processes;
 mod torture;
