@@ -12,6 +12,7 @@ pub mod proto;
 #[cfg(feature = "test-support")]
 pub mod rng;
 pub mod shell_env;
+pub mod terminal;
 pub mod time;
 pub mod transport;
 pub mod version;
