@@ -155,6 +155,35 @@ impl TestEnv {
         self.chat(model, ["--approval", "auto"], stdin)
     }
 
+    /// A turn's start as a gRPC client sends it: this env's work folder, the
+    /// default agent, `model` as the provider with a test key.
+    pub fn turn_start(
+        &self,
+        model: &fake_model::FakeModel,
+        message: &str,
+        approval: agentx_shared::proto::ApprovalPolicy,
+    ) -> agentx_shared::proto::TurnStart {
+        use agentx_shared::proto::{ProviderSettings, Scope, TurnStart};
+        TurnStart {
+            scope: Some(Scope {
+                folder: std::fs::canonicalize(&self.work)
+                    .unwrap()
+                    .display()
+                    .to_string(),
+                agent: String::new(),
+            }),
+            message: message.to_owned(),
+            approval: approval as i32,
+            provider: Some(ProviderSettings {
+                base_url: model.base_url(),
+                model: "fake-model".into(),
+                api_key: "sk-test".into(),
+                ..ProviderSettings::default()
+            }),
+            ..TurnStart::default()
+        }
+    }
+
     /// Writes `<profile>/config.toml` (making the profile, mode 0700).
     pub fn write_config(&self, text: &str) {
         std::fs::create_dir_all(&self.home).unwrap();
@@ -462,4 +491,28 @@ pub fn assert_code(out: &Output, code: i32) {
 /// A gRPC channel straight to this env's daemon socket.
 pub async fn channel(socket: &Path) -> tonic::transport::Channel {
     agentx_shared::transport::connect(socket).await.unwrap()
+}
+
+/// Opens a turn over gRPC on `socket` with `start`, as any client would:
+/// the sender for approvals and cancels, and the turn's events.
+pub async fn open_turn(
+    socket: &Path,
+    start: agentx_shared::proto::TurnStart,
+) -> (
+    tokio::sync::mpsc::Sender<agentx_shared::proto::TurnInput>,
+    tonic::Streaming<agentx_shared::proto::TurnEvent>,
+) {
+    use agentx_shared::proto::{TurnInput, turn_input};
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tx.send(TurnInput {
+        input: Some(turn_input::Input::Start(start)),
+    })
+    .await
+    .unwrap();
+    let events = agentx_shared::proto::turns_client::TurnsClient::new(channel(socket).await)
+        .run_turn(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    (tx, events)
 }

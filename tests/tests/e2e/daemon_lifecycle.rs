@@ -448,10 +448,7 @@ fn auto_started_daemon_logs_to_the_profile_log_dir_filtered_by_agentx_log() {
 /// once it has, the next client replaces agentd as usual.
 #[test]
 fn a_daemon_of_another_version_with_a_turn_in_flight_is_left_to_finish() {
-    use agentx_shared::proto::turns_client::TurnsClient;
-    use agentx_shared::proto::{
-        ApprovalPolicy, ProviderSettings, Scope, TurnInput, TurnStart, turn_event, turn_input,
-    };
+    use agentx_shared::proto::{ApprovalPolicy, turn_event};
     let env = TestEnv::new();
     let model = agentx_tests::fake_model::FakeModel::start();
     assert_code(&env.run(["daemon", "start"]), 0);
@@ -470,38 +467,13 @@ fn a_daemon_of_another_version_with_a_turn_in_flight_is_left_to_finish() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (events_tx, events_rx) = std::sync::mpsc::channel();
     let socket = env.socket();
-    let folder = std::fs::canonicalize(&env.work)
-        .unwrap()
-        .display()
-        .to_string();
-    let base_url = model.base_url();
+    let start = env.turn_start(
+        &model,
+        "CALL touch started; sleep 2; echo done",
+        ApprovalPolicy::Auto,
+    );
     let turn = runtime.spawn(async move {
-        let start = TurnStart {
-            scope: Some(Scope {
-                folder,
-                agent: String::new(),
-            }),
-            message: "CALL touch started; sleep 2; echo done".into(),
-            approval: ApprovalPolicy::Auto as i32,
-            provider: Some(ProviderSettings {
-                base_url,
-                model: "fake-model".into(),
-                api_key: "sk-test".into(),
-                ..ProviderSettings::default()
-            }),
-            ..TurnStart::default()
-        };
-        let (tx, rx) = tokio::sync::mpsc::channel(2);
-        tx.send(TurnInput {
-            input: Some(turn_input::Input::Start(start)),
-        })
-        .await
-        .unwrap();
-        let mut events = TurnsClient::new(agentx_tests::channel(&socket).await)
-            .run_turn(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-            .unwrap()
-            .into_inner();
+        let (_tx, mut events) = agentx_tests::open_turn(&socket, start).await;
         while let Ok(Some(event)) = events.message().await {
             if let Some(turn_event::Event::Finished(f)) = event.event {
                 let _ = events_tx.send(f);

@@ -519,10 +519,8 @@ fn two_repls_started_with_new_in_one_folder_both_work() {
 /// Over gRPC: `OpenSession{new}` twice, then a turn on the first id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_opened_new_survives_another_new_while_its_client_runs() {
-    use agentx_shared::proto::turns_client::TurnsClient;
     use agentx_shared::proto::{
-        ApprovalPolicy, OpenSessionRequest, ProviderSettings, TurnInput, TurnStart,
-        open_session_request, turn_event, turn_input,
+        ApprovalPolicy, OpenSessionRequest, TurnStart, open_session_request, turn_event,
     };
     let env = TestEnv::new();
     let model = FakeModel::start();
@@ -554,29 +552,10 @@ async fn a_conversation_opened_new_survives_another_new_while_its_client_runs() 
     let second = open_new().await;
     assert_ne!(first, second);
     let start = TurnStart {
-        scope: scope.clone(),
         session_id: first.clone(),
-        message: "to the first".into(),
-        approval: ApprovalPolicy::Never as i32,
-        provider: Some(ProviderSettings {
-            base_url: model.base_url(),
-            model: "fake-model".into(),
-            api_key: "sk-test".into(),
-            ..ProviderSettings::default()
-        }),
-        ..TurnStart::default()
+        ..env.turn_start(&model, "to the first", ApprovalPolicy::Never)
     };
-    let (tx, rx) = tokio::sync::mpsc::channel(2);
-    tx.send(TurnInput {
-        input: Some(turn_input::Input::Start(start)),
-    })
-    .await
-    .unwrap();
-    let mut events = TurnsClient::new(channel)
-        .run_turn(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
+    let (_tx, mut events) = agentx_tests::open_turn(&env.socket(), start).await;
     let mut finished = None;
     while let Some(event) = events.message().await.unwrap() {
         if let Some(turn_event::Event::Finished(f)) = event.event {

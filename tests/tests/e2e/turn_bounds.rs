@@ -245,43 +245,14 @@ fn a_turn_cancelled_while_it_waits_for_another_leaves_the_conversation_as_it_was
 /// Starts a turn with `message` on conversation `session` and goes away
 /// 700 ms later, before it could have begun.
 fn send_and_leave(env: &TestEnv, model: &FakeModel, session: &str, message: &str) {
-    use agentx_shared::proto::turns_client::TurnsClient;
-    use agentx_shared::proto::{
-        ApprovalPolicy, ProviderSettings, Scope, TurnInput, TurnStart, turn_input,
+    use agentx_shared::proto::{ApprovalPolicy, TurnStart};
+    let start = TurnStart {
+        session_id: session.to_owned(),
+        ..env.turn_start(model, message, ApprovalPolicy::Never)
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let channel = agentx_tests::channel(&env.socket()).await;
-        let start = TurnStart {
-            scope: Some(Scope {
-                folder: std::fs::canonicalize(&env.work)
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned(),
-                agent: String::new(),
-            }),
-            session_id: session.to_owned(),
-            message: message.to_owned(),
-            approval: ApprovalPolicy::Never as i32,
-            provider: Some(ProviderSettings {
-                base_url: model.base_url(),
-                model: "fake-model".into(),
-                api_key: "sk-test".into(),
-                ..ProviderSettings::default()
-            }),
-            ..TurnStart::default()
-        };
-        let (tx, rx) = tokio::sync::mpsc::channel(2);
-        tx.send(TurnInput {
-            input: Some(turn_input::Input::Start(start)),
-        })
-        .await
-        .unwrap();
-        let events = TurnsClient::new(channel)
-            .run_turn(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-            .unwrap()
-            .into_inner();
+        let (tx, events) = agentx_tests::open_turn(&env.socket(), start).await;
         tokio::time::sleep(std::time::Duration::from_millis(700)).await;
         drop((events, tx));
     });
@@ -292,45 +263,16 @@ fn send_and_leave(env: &TestEnv, model: &FakeModel, session: &str, message: &str
 /// turn ends at once.
 #[test]
 fn stray_approvals_never_hold_up_a_cancel() {
-    use agentx_shared::proto::turns_client::TurnsClient;
     use agentx_shared::proto::{
-        ApprovalDecision, ApprovalPolicy, ProviderSettings, Scope, TurnInput, TurnStart,
-        approval_decision, turn_event, turn_input,
+        ApprovalDecision, ApprovalPolicy, TurnInput, approval_decision, turn_event, turn_input,
     };
     let env = TestEnv::new();
     let model = FakeModel::start();
     assert_code(&env.run(["daemon", "start"]), 0);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let finished = runtime.block_on(async {
-        let start = TurnStart {
-            scope: Some(Scope {
-                folder: std::fs::canonicalize(&env.work)
-                    .unwrap()
-                    .display()
-                    .to_string(),
-                agent: String::new(),
-            }),
-            message: "CALL touch started; sleep 60".into(),
-            approval: ApprovalPolicy::Auto as i32,
-            provider: Some(ProviderSettings {
-                base_url: model.base_url(),
-                model: "fake-model".into(),
-                api_key: "sk-test".into(),
-                ..ProviderSettings::default()
-            }),
-            ..TurnStart::default()
-        };
-        let (tx, rx) = tokio::sync::mpsc::channel(64);
-        tx.send(TurnInput {
-            input: Some(turn_input::Input::Start(start)),
-        })
-        .await
-        .unwrap();
-        let mut events = TurnsClient::new(agentx_tests::channel(&env.socket()).await)
-            .run_turn(tokio_stream::wrappers::ReceiverStream::new(rx))
-            .await
-            .unwrap()
-            .into_inner();
+        let start = env.turn_start(&model, "CALL touch started; sleep 60", ApprovalPolicy::Auto);
+        let (tx, mut events) = agentx_tests::open_turn(&env.socket(), start).await;
         while !env.work.join("started").exists() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
