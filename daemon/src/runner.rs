@@ -212,6 +212,7 @@ async fn forward(
 pub fn went_away(cancel: &watch::Sender<bool>, client_gone: &std::sync::atomic::AtomicBool) {
     if !*cancel.borrow() {
         client_gone.store(true, std::sync::atomic::Ordering::SeqCst);
+        tracing::info!("a turn's client went away; the turn is cancelled");
     }
     let _ = cancel.send(true);
 }

@@ -152,6 +152,7 @@ impl Turns for TurnsService {
         let cancel_tx = Arc::new(watch::channel(false).0);
 
         let client_gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let gone = (Arc::clone(&cancel_tx), Arc::clone(&client_gone));
         tokio::spawn(pump_inputs(
             inputs,
             input_tx,
@@ -169,7 +170,7 @@ impl Turns for TurnsService {
         };
         let events = self.runner.start(start, input_rx, cancel_tx);
         let (wire_tx, wire_rx) = mpsc::channel::<Result<TurnEvent, Status>>(512);
-        tokio::spawn(to_client(events, wire_tx, oneshot_id));
+        tokio::spawn(to_client(events, wire_tx, oneshot_id, gone));
         Ok(Response::new(Box::pin(ReceiverStream::new(wire_rx))))
     }
 }
@@ -326,8 +327,21 @@ async fn to_client(
     mut events: mpsc::Receiver<Result<Event, StoreError>>,
     wire_tx: mpsc::Sender<Result<TurnEvent, Status>>,
     oneshot_id: String,
+    (cancel, client_gone): (Arc<watch::Sender<bool>>, Arc<std::sync::atomic::AtomicBool>),
 ) {
-    while let Some(event) = events.recv().await {
+    loop {
+        // A client that goes away is noticed at once, even while the turn
+        // sends nothing (queued behind another turn, a long command).
+        let event = tokio::select! {
+            event = events.recv() => event,
+            () = wire_tx.closed() => {
+                crate::runner::went_away(&cancel, &client_gone);
+                return;
+            }
+        };
+        let Some(event) = event else {
+            return;
+        };
         let wire: Vec<Result<TurnEvent, Status>> = match event {
             Ok(event) => to_wire(event, &oneshot_id).into_iter().map(Ok).collect(),
             Err(e) => vec![Err(status_of(e))],

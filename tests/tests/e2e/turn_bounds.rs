@@ -219,7 +219,19 @@ fn a_turn_cancelled_while_it_waits_for_another_leaves_the_conversation_as_it_was
     // waits for it; B goes away while it waits.
     let session = env.status()["session_id"].as_str().unwrap().to_owned();
     send_and_leave(&env, &model, &session, "hello from B");
-    // B is gone before A could hand the conversation on.
+    // A is released once agentd has seen B go (its log says so): B's turn
+    // is still queued then, whatever the machine's load.
+    let log = env.home.join("log/agentd.log");
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("a turn's client went away")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "agentd never saw B go"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     std::fs::write(env.work.join("release"), "").unwrap();
     let out = first.wait_with_output().unwrap();
     assert_code(&out, 0);
