@@ -12,7 +12,7 @@ def main():
     url, pages, runs = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
     driver = browser.start()
     try:
-        driver.get(url)  # trades the token for the cookie
+        driver.get(url)  # trades the token for the key (this tab's sessionStorage)
         browser.ready(driver, "list")
         origin = url.split("/?")[0]
         out = {}

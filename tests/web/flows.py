@@ -159,6 +159,18 @@ def screenshot(driver, arg):
     return {"saved": arg["path"]}
 
 
+def visit(driver, arg):
+    """Logged in, opens other local servers' pages (they record what the
+    browser sends them), then comes back to the web view."""
+    browser.ready(driver, "list")
+    home = driver.current_url
+    for url in arg["urls"]:
+        driver.get(url)
+    driver.get(home)
+    browser.ready(driver, "list")
+    return {"back": driver.current_url}
+
+
 def main():
     flow, url, arg = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     driver = browser.start(width=arg.get("width", 1200), height=arg.get("height", 900))

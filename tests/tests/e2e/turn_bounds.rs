@@ -163,8 +163,12 @@ fn oneshot_statuses(env: &TestEnv) -> Vec<String> {
 
 #[test]
 fn a_one_shot_whose_client_is_killed_stops_between_calls_that_do_not_run() {
-    let env = TestEnv::new();
+    let mut env = TestEnv::new();
     env.write_config("max_tool_calls_per_reply = 100000\n");
+    // A 100,000-call reply takes the fake server a while to stream on a
+    // loaded machine: not a stall.
+    env.extra_env
+        .push(("AGENTX_STREAM_IDLE_MS".into(), "120000".into()));
     let model = FakeModel::start();
     // Calls that never run (no such tool): nothing to kill, only a list
     // to work through.
@@ -178,10 +182,10 @@ fn a_one_shot_whose_client_is_killed_stops_between_calls_that_do_not_run() {
     let mut line = String::new();
     while !line.contains("tool_result") {
         line.clear();
-        assert!(
-            std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0,
-            "no tool result"
-        );
+        if std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() == 0 {
+            let out = client.wait_with_output().unwrap();
+            panic!("no tool result: {}", agentx_tests::stderr(&out));
+        }
     }
     client.kill().unwrap();
     let _ = client.wait();

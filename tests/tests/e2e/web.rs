@@ -45,8 +45,21 @@ impl WebView {
         }
     }
 
-    fn cookie(&self) -> String {
-        format!("agentx_web_{}={}", self.port, self.token)
+    /// Logs in with the printed URL (once) and returns the API key the
+    /// page would keep.
+    fn login(&self) -> String {
+        let (status, head, body) = http(
+            self.port,
+            &format!("GET /?token={}", self.token),
+            &[("Host", &self.host())],
+            "",
+        );
+        assert_eq!(status, 303, "{head}{body}");
+        head.lines()
+            .find_map(|l| l.strip_prefix("location: /#key="))
+            .unwrap_or_else(|| panic!("no key in {head}"))
+            .trim()
+            .to_owned()
     }
 
     fn host(&self) -> String {
@@ -99,40 +112,45 @@ fn conversation(env: &TestEnv, model: &FakeModel, title: &str, command: &str) ->
 }
 
 #[test]
-fn a_request_without_the_token_gets_nothing() {
+fn a_request_without_the_key_gets_nothing() {
     let env = TestEnv::new();
     let model = FakeModel::start();
     conversation(&env, &model, "Secret plans", "true");
     let web = WebView::start(&env, &model, &[]);
     let host = web.host();
-    for path in [
-        "/api/sessions",
-        "/",
-        "/app.js",
-        "/?token=0000",
-        "/api/search?q=Secret",
-    ] {
+    for path in ["/api/sessions", "/?token=0000", "/api/search?q=Secret"] {
         let (status, _, body) = http(web.port, &format!("GET {path}"), &[("Host", &host)], "");
         assert_eq!(status, 401, "{path}: {body}");
         assert!(!body.contains("Secret"), "{path}: {body}");
     }
-    // The printed URL trades the token for an HttpOnly, SameSite=Strict cookie…
+    // The page and its script hold no data.
+    for path in ["/", "/app.js"] {
+        let (status, _, body) = http(web.port, &format!("GET {path}"), &[("Host", &host)], "");
+        assert_eq!(status, 200, "{path}");
+        assert!(!body.contains("Secret"), "{path}: {body}");
+    }
+    // The printed URL trades the token for a key in the fragment, and sets
+    // no cookie (cookies reach every 127.0.0.1 port)…
     let login = format!("GET /?token={}", web.token);
     let (status, head, _) = http(web.port, &login, &[("Host", &host)], "");
     assert_eq!(status, 303, "{head}");
-    let cookie_line = head.lines().find(|l| l.starts_with("set-cookie:")).unwrap();
-    assert!(cookie_line.contains("httponly"), "{cookie_line}");
-    assert!(cookie_line.contains("samesite=strict"), "{cookie_line}");
-    assert!(
-        head.contains("location: /\r\n") || head.ends_with("location: /"),
-        "{head}"
-    );
-    // …which every later call needs; with it the data is there.
-    let cookie = web.cookie();
+    assert!(!head.contains("set-cookie"), "{head}");
+    let key = head
+        .lines()
+        .find_map(|l| l.strip_prefix("location: /#key="))
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_ne!(key, web.token);
+    // …and works once.
+    let (status, _, body) = http(web.port, &login, &[("Host", &host)], "");
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("used already"), "{body}");
+    // Every API call needs the key; with it the data is there.
     let (status, head, body) = http(
         web.port,
         "GET /api/sessions",
-        &[("Host", &host), ("Cookie", &cookie)],
+        &[("Host", &host), ("X-Agentx-Key", &key)],
         "",
     );
     assert_eq!(status, 200, "{body}");
@@ -142,26 +160,27 @@ fn a_request_without_the_token_gets_nothing() {
         "{head}"
     );
     assert!(!head.contains("access-control-allow"), "no CORS: {head}");
-    // A wrong cookie is no cookie (one character changed: not "0" when the
-    // token starts with "0", which once made the wrong cookie the right one).
-    let first = if web.token.starts_with('0') { '1' } else { '0' };
-    let wrong = format!("agentx_web_{}={first}{}", web.port, &web.token[1..]);
-    let (status, _, body) = http(
-        web.port,
-        "GET /api/sessions",
-        &[("Host", &host), ("Cookie", &wrong)],
-        "",
-    );
-    assert_eq!(status, 401, "{body}");
+    // A wrong key is no key, and neither is the login token.
+    let first = if key.starts_with('0') { '1' } else { '0' };
+    let wrong = format!("{first}{}", &key[1..]);
+    for bad in [wrong.as_str(), web.token.as_str()] {
+        let (status, _, body) = http(
+            web.port,
+            "GET /api/sessions",
+            &[("Host", &host), ("X-Agentx-Key", bad)],
+            "",
+        );
+        assert_eq!(status, 401, "{body}");
+    }
 }
 
 #[test]
-fn a_foreign_host_is_refused_even_with_the_cookie() {
+fn a_foreign_host_is_refused_even_with_the_key() {
     let env = TestEnv::new();
     let model = FakeModel::start();
     conversation(&env, &model, "Rebinding target", "true");
     let web = WebView::start(&env, &model, &[]);
-    let cookie = web.cookie();
+    let key = web.login();
     let foreign = format!("attacker.example:{}", web.port);
     let localhost = format!("localhost:{}", web.port);
     let other_port = format!("127.0.0.1:{}", web.port.wrapping_add(1));
@@ -174,7 +193,7 @@ fn a_foreign_host_is_refused_even_with_the_cookie() {
         let (status, _, body) = http(
             web.port,
             "GET /api/sessions",
-            &[("Host", host), ("Cookie", &cookie)],
+            &[("Host", host), ("X-Agentx-Key", &key)],
             "",
         );
         assert_eq!(status, 421, "Host {host}: {body}");
@@ -188,7 +207,7 @@ fn a_cross_origin_post_is_refused() {
     let model = FakeModel::start();
     let id = conversation(&env, &model, "Fork me", "true");
     let web = WebView::start(&env, &model, &[]);
-    let (host, cookie, origin) = (web.host(), web.cookie(), web.origin());
+    let (host, key, origin) = (web.host(), web.login(), web.origin());
     let body = json!({"id": id, "checkpoint": 1}).to_string();
     let count = || {
         json_out(&env.run(["sessions", "--json"]))
@@ -200,7 +219,7 @@ fn a_cross_origin_post_is_refused() {
     for bad in [Some("http://attacker.example"), Some("null"), None] {
         let mut headers = vec![
             ("Host", host.as_str()),
-            ("Cookie", cookie.as_str()),
+            ("X-Agentx-Key", key.as_str()),
             ("Content-Type", "application/json"),
         ];
         if let Some(bad) = bad {
@@ -216,7 +235,7 @@ fn a_cross_origin_post_is_refused() {
         "POST /api/fork",
         &[
             ("Host", &host),
-            ("Cookie", &cookie),
+            ("X-Agentx-Key", &key),
             ("Origin", &origin),
             ("Content-Type", "application/json"),
         ],
@@ -278,12 +297,12 @@ fn flow(python: &PathBuf, web: &WebView, name: &str, arg: Value) -> Value {
     let text = String::from_utf8_lossy(&out.stdout);
     let result: Value = serde_json::from_str(text.lines().last().unwrap_or(""))
         .unwrap_or_else(|e| panic!("{e}: {text}"));
-    // Logged in by the printed URL; the token left the address bar, and
-    // the cookie is out of the page's reach.
+    // Logged in by the printed URL; neither the token nor the key stays in
+    // the address bar, and no cookie was set.
     let url = result["url_after_login"].as_str().unwrap();
     assert!(url.starts_with(&format!("{}/", web.origin())), "{url}");
-    assert!(!url.contains("token"), "{url}");
-    assert_eq!(result["cookie_visible_to_script"], "", "HttpOnly");
+    assert!(!url.contains("token") && !url.contains("key"), "{url}");
+    assert_eq!(result["cookie_visible_to_script"], "", "no cookie");
     result
 }
 
@@ -556,4 +575,98 @@ fn the_suite_takes_the_readme_screenshot() {
         std::fs::create_dir_all(&docs).unwrap();
         std::fs::write(docs.join("web.png"), png).unwrap();
     }
+}
+
+/// A server on another loopback port (reached as 127.0.0.1 and as
+/// localhost) gets nothing from the browser that grants access: whatever
+/// it received, replayed with forged Host and Origin against every API
+/// route, gets 401; and the login URL it might have seen works no more.
+#[test]
+fn another_local_port_gets_nothing_that_grants_access() {
+    let Some(python) = browser_python() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let id = conversation(&env, &model, "Private work", "true");
+    let other = agentx_tests::fake_model::RawServer::start(|stream, _| {
+        let page = "<!doctype html><title>other</title><p>another local server";
+        let _ = stream.write_all(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{page}",
+                page.len()
+            )
+            .as_bytes(),
+        );
+    });
+    let web = WebView::start(&env, &model, &[]);
+    let other_port = other.url().rsplit(':').next().unwrap().to_owned();
+    let urls = [
+        format!("{}/steal", other.url()),
+        format!("http://localhost:{other_port}/steal"),
+    ];
+    flow(&python, &web, "visit", json!({ "urls": urls }));
+    let heads = other.heads();
+    assert!(
+        heads.len() >= 2,
+        "the browser never reached the other server: {heads:?}"
+    );
+    // Everything the browser sent there, as headers to replay.
+    let mut sent: Vec<(String, String)> = Vec::new();
+    for head in &heads {
+        assert!(!head.contains(&web.token), "the login token leaked: {head}");
+        for line in head.lines().skip(1) {
+            if let Some((name, value)) = line.split_once(':') {
+                let name = name.trim().to_ascii_lowercase();
+                if !matches!(
+                    name.as_str(),
+                    "host" | "origin" | "content-length" | "connection"
+                ) {
+                    sent.push((name, value.trim().to_owned()));
+                }
+            }
+        }
+    }
+    let host = web.host();
+    let origin = web.origin();
+    let body = json!({"id": id, "checkpoint": 1, "message": "run id", "turn": "x",
+                      "call_id": "c", "decision": "yes"})
+    .to_string();
+    for (method, path) in [
+        ("GET", "/api/info"),
+        ("GET", "/api/sessions"),
+        ("GET", "/api/search?q=Private"),
+        ("GET", &format!("/api/transcript?id={id}") as &str),
+        ("GET", "/api/snapshots"),
+        ("GET", "/api/diff"),
+        ("POST", "/api/fork"),
+        ("POST", "/api/rollback"),
+        ("POST", "/api/restore/plan"),
+        ("POST", "/api/restore"),
+        ("POST", "/api/turn"),
+        ("POST", "/api/turn/approve"),
+        ("POST", "/api/turn/stop"),
+    ] {
+        let mut headers: Vec<(&str, &str)> = vec![
+            ("Host", &host),
+            ("Origin", &origin),
+            ("Content-Type", "application/json"),
+        ];
+        headers.extend(sent.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+        let (status, _, answer) = http(web.port, &format!("{method} {path}"), &headers, &body);
+        assert_eq!(
+            status, 401,
+            "{method} {path} with what the other port got: {answer}"
+        );
+        assert!(!answer.contains("Private work"), "{answer}");
+    }
+    // The printed URL was used by the browser: it works no more.
+    let (status, _, _) = http(
+        web.port,
+        &format!("GET /?token={}", web.token),
+        &[("Host", &host)],
+        "",
+    );
+    assert_eq!(status, 401);
 }

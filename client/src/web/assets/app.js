@@ -5,6 +5,23 @@
 const main = () => document.getElementById("main");
 let info = null;
 
+// ---- the key ------------------------------------------------------------
+// The login URL `agentx web` printed works once: it sends this tab to
+// `/#key=…`. The key goes into this tab's sessionStorage and out of the
+// address bar; every API call sends it as a header. No cookie: browsers
+// send cookies to every port of 127.0.0.1.
+
+(function takeKey() {
+  const m = location.hash.match(/^#key=([0-9a-f]{64})$/);
+  if (!m) return;
+  sessionStorage.setItem("agentx-key", m[1]);
+  history.replaceState(null, "", "/");
+})();
+
+function withKey(headers) {
+  return Object.assign({ "X-Agentx-Key": sessionStorage.getItem("agentx-key") || "" }, headers || {});
+}
+
 // ---- small helpers ------------------------------------------------------
 
 function el(tag, attrs, ...children) {
@@ -46,14 +63,14 @@ async function api(path, params) {
   for (const [k, v] of Object.entries(params || {})) {
     if (v !== undefined && v !== null && v !== "") q.set(k, v);
   }
-  const res = await fetch("/api/" + path + (q.toString() ? "?" + q : ""));
+  const res = await fetch("/api/" + path + (q.toString() ? "?" + q : ""), { headers: withKey() });
   return answer(res);
 }
 
 async function post(path, body) {
   const res = await fetch("/api/" + path, {
     method: "POST",
-    headers: { "Content-Type": "application/json" },
+    headers: withKey({ "Content-Type": "application/json" }),
     body: JSON.stringify(body),
   });
   return answer(res);
@@ -333,7 +350,7 @@ async function runTurn(data, box, send, stop, live) {
     }
   };
   try {
-    const res = await fetch("/api/turn", { method: "POST", headers: { "Content-Type": "application/json" },
+    const res = await fetch("/api/turn", { method: "POST", headers: withKey({ "Content-Type": "application/json" }),
       body: JSON.stringify({ id: data.id, message, folder: data.folder, agent: data.agent }) });
     if (!res.ok) await answer(res);
     box.value = "";
