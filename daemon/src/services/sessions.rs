@@ -26,6 +26,9 @@ use crate::store::{
     Change, OpenTarget, Recent, RollbackTarget, SettingsChange, ShellChange, Store, Update,
 };
 
+/// How long status waits for the snapshot store before saying what it knew.
+const STATUS_PATIENCE: std::time::Duration = std::time::Duration::from_millis(250);
+
 pub struct SessionsService {
     store: Arc<Store>,
     snapshots: Snapshots,
@@ -395,14 +398,12 @@ impl Sessions for SessionsService {
                 .await;
         }
         // Snapshots are off in the home folder: report none, not an error.
-        if let Ok((count, bytes, watch)) = self
-            .snapshots
-            .call(move |s| Ok((s.count(&folder)?, s.disk_bytes(), s.watch_status(&folder))))
-            .await
-        {
-            status.snapshots = u32::try_from(count).unwrap_or(u32::MAX);
-            status.snapshot_store_bytes = bytes;
-            status.snapshot_watch = watch;
+        // Status never waits long on the snapshot store (a restore or the
+        // folder's first scan may hold it): it says what it knows.
+        if let Some(known) = self.snapshots.standing(&folder, STATUS_PATIENCE).await {
+            status.snapshots = u32::try_from(known.count).unwrap_or(u32::MAX);
+            status.snapshot_store_bytes = known.store_bytes;
+            status.snapshot_watch = known.watch;
         }
         status.remote = Some(self.remote_state());
         status.remote_copy = self
@@ -431,7 +432,9 @@ impl Sessions for SessionsService {
             let (folder, id) = (std::path::PathBuf::from(&folder), doc.id.clone());
             if let Err(e) = self
                 .snapshots
-                .call(move |s| s.forget_conversation(&folder, &id))
+                .call(&folder.clone(), move |s| {
+                    s.forget_conversation(&folder, &id)
+                })
                 .await
             {
                 tracing::debug!("no snapshot labels to forget: {e}");

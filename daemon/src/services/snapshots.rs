@@ -154,7 +154,7 @@ impl SnapshotsApi for SnapshotsService {
         let of = diff_of(&req)?;
         let diff = self
             .snapshots
-            .call(move |s| s.diff(&folder, &of))
+            .call(&folder.clone(), move |s| s.diff(&folder, &of))
             .await
             .map_err(snap_status)?;
         Ok(Response::new(wire_diff(diff)))
@@ -168,7 +168,9 @@ impl SnapshotsApi for SnapshotsService {
         let folder = PathBuf::from(folder);
         let (snaps, bytes) = self
             .snapshots
-            .call(move |s| Ok((s.list(&folder)?, s.disk_bytes())))
+            .call(&folder.clone(), move |s| {
+                Ok((s.list(&folder)?, s.disk_bytes()))
+            })
             .await
             .map_err(snap_status)?;
         Ok(Response::new(ListSnapshotsReply {
@@ -223,12 +225,12 @@ impl SnapshotsApi for SnapshotsService {
         let plan = match what(&req)? {
             What::Undo(session) => {
                 self.snapshots
-                    .call(move |s| s.plan_undo(&folder, &session))
+                    .call(&folder.clone(), move |s| s.plan_undo(&folder, &session))
                     .await
             }
             What::Rewind(to) => {
                 self.snapshots
-                    .call(move |s| s.plan_rewind(&folder, &to))
+                    .call(&folder.clone(), move |s| s.plan_rewind(&folder, &to))
                     .await
             }
         }
@@ -257,7 +259,7 @@ impl SnapshotsApi for SnapshotsService {
         let report = match what(&req)? {
             What::Undo(session) => {
                 self.snapshots
-                    .call(move |s| {
+                    .call(&folder.clone(), move |s| {
                         busy.check(&folder)?;
                         s.undo(&folder, &session, force)
                     })
@@ -265,7 +267,7 @@ impl SnapshotsApi for SnapshotsService {
             }
             What::Rewind(to) => {
                 self.snapshots
-                    .call(move |s| {
+                    .call(&folder.clone(), move |s| {
                         busy.check(&folder)?;
                         s.rewind(&folder, &to)
                     })

@@ -23,7 +23,8 @@ pub fn status_of(e: StoreError) -> Status {
         | StoreError::Damaged { .. }
         | StoreError::Unreadable(_)
         | StoreError::Encode(_)
-        | StoreError::Internal(_) => Status::internal(message),
+        | StoreError::Internal(_)
+        | StoreError::Panicked(_) => Status::internal(message),
         StoreError::Closed => Status::unavailable(message),
     }
 }
@@ -36,7 +37,7 @@ pub fn snap_status(e: Failure) -> Status {
         SnapError::Home(_) | SnapError::Busy(_) => Status::failed_precondition(message),
         SnapError::NotFound(_) => Status::not_found(message),
         SnapError::Closed => Status::unavailable(message),
-        SnapError::Io(_) => Status::internal(message),
+        SnapError::Io(_) | SnapError::Internal(_) => Status::internal(message),
     }
 }
 
@@ -97,6 +98,7 @@ mod tests {
                 Code::FailedPrecondition,
             ),
             (StoreError::Internal("broken"), Code::Internal),
+            (StoreError::Panicked("a bug".into()), Code::Internal),
             // agentx reads UNAVAILABLE as "agentd went away" (exit 3).
             (StoreError::Closed, Code::Unavailable),
         ];

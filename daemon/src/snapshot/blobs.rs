@@ -8,6 +8,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::manifest::Hash;
 use crate::durable;
@@ -50,9 +51,29 @@ impl Hasher for PrefixHasher {
 /// A map keyed by content hash.
 pub type HashKeyed<V> = HashMap<Hash, V, BuildHasherDefault<PrefixHasher>>;
 
+/// Where every stored blob is: shared with scans that run off the store's
+/// thread (they only ask whether a blob is stored; the store's thread is
+/// the only writer, and holds off collecting garbage while they run).
+#[derive(Clone, Default)]
+pub struct Known(Arc<RwLock<HashKeyed<Loc>>>);
+
+impl Known {
+    pub fn contains(&self, hash: &Hash) -> bool {
+        self.read().contains_key(hash)
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, HashKeyed<Loc>> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, HashKeyed<Loc>> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 pub struct Blobs {
     dir: PathBuf,
-    index: HashKeyed<Loc>,
+    index: Known,
     refs: HashKeyed<u32>,
     packs: HashMap<u64, PackStat>,
     next_pack: u64,
@@ -162,7 +183,7 @@ impl Blobs {
         agentx_shared::profile::create_private_dir(dir)?;
         let mut blobs = Self {
             dir: dir.to_path_buf(),
-            index: HashKeyed::default(),
+            index: Known::default(),
             refs: HashKeyed::default(),
             packs: HashMap::new(),
             next_pack: 1,
@@ -192,10 +213,12 @@ impl Blobs {
                 .map(|m| m.len())
                 .unwrap_or(0);
             let mut dead = 0;
+            let index = blobs.index.clone();
+            let mut index = index.write();
             for (hash, loc) in parse_index(&bytes, id, size) {
                 // A blob already indexed from another pack (a compaction cut
                 // short) is dead here: collected at the next GC.
-                match blobs.index.entry(hash) {
+                match index.entry(hash) {
                     std::collections::hash_map::Entry::Occupied(_) => dead += u64::from(loc.len),
                     std::collections::hash_map::Entry::Vacant(v) => {
                         v.insert(loc);
@@ -207,8 +230,9 @@ impl Blobs {
         Ok(blobs)
     }
 
-    pub fn contains(&self, hash: &Hash) -> bool {
-        self.index.contains_key(hash)
+    /// The set of stored blobs, for a scan on another thread.
+    pub fn known(&self) -> &Known {
+        &self.index
     }
 
     pub fn begin(&mut self) -> io::Result<PackWriter> {
@@ -247,9 +271,21 @@ impl Blobs {
                 dead: 0,
             },
         );
+        let mut index = self.index.write();
         for (hash, loc) in pack.written {
             self.candidates.insert(hash);
-            self.index.entry(hash).or_insert(loc);
+            match index.entry(hash) {
+                // Stored meanwhile by a scan that ran beside this one: this
+                // copy is dead weight, reclaimed when its pack is rewritten.
+                std::collections::hash_map::Entry::Occupied(_) => {
+                    if let Some(p) = self.packs.get_mut(&pack.id) {
+                        p.dead += u64::from(loc.len);
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(loc);
+                }
+            }
         }
         Ok(())
     }
@@ -262,7 +298,7 @@ impl Blobs {
 
     /// The uncompressed bytes of a blob.
     pub fn read(&self, hash: &Hash) -> io::Result<Vec<u8>> {
-        let loc = self.index.get(hash).ok_or_else(|| {
+        let loc = self.index.read().get(hash).copied().ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotFound, "blob missing from the store")
         })?;
         // The index's size is untrusted: no stored file is larger than
@@ -273,7 +309,7 @@ impl Blobs {
                 "blob larger than any stored file",
             ));
         }
-        let compressed = self.read_compressed(loc)?;
+        let compressed = self.read_compressed(&loc)?;
         let data =
             zstd::bulk::decompress(&compressed, usize::try_from(loc.raw).unwrap_or(0).max(1))?;
         if blake3::hash(&data).as_bytes() != hash {
@@ -321,23 +357,26 @@ impl Blobs {
     /// since the last one); `everything` checks the whole index (at start,
     /// for what a run killed half-way left behind).
     pub fn collect_garbage(&mut self, everything: bool) -> io::Result<GcReport> {
+        let index = self.index.clone();
         let dead: Vec<(Hash, Loc)> = if everything {
             self.candidates.clear();
-            self.index
+            index
+                .read()
                 .iter()
                 .filter(|(h, _)| !self.refs.contains_key(*h))
                 .map(|(h, l)| (*h, *l))
                 .collect()
         } else {
+            let index = index.read();
             self.candidates
                 .drain()
                 .filter(|h| !self.refs.contains_key(h))
-                .filter_map(|h| self.index.get(&h).map(|l| (h, *l)))
+                .filter_map(|h| index.get(&h).map(|l| (h, *l)))
                 .collect()
         };
         let mut report = GcReport::default();
         for (h, loc) in &dead {
-            self.index.remove(h);
+            index.write().remove(h);
             if let Some(p) = self.packs.get_mut(&loc.pack) {
                 p.dead += u64::from(loc.len);
             }
@@ -354,8 +393,8 @@ impl Blobs {
             if live_estimate >= 8 * 1024 * 1024 && stat.dead * 2 < stat.bytes {
                 continue;
             }
-            let live: Vec<(Hash, Loc)> = self
-                .index
+            let live: Vec<(Hash, Loc)> = index
+                .read()
                 .iter()
                 .filter(|(_, l)| l.pack == id)
                 .map(|(h, l)| (*h, *l))
@@ -371,8 +410,11 @@ impl Blobs {
                     let data = self.read_compressed(l)?;
                     writer.append(*h, &data, l.raw)?;
                 }
-                for (h, _) in &live {
-                    self.index.remove(h);
+                {
+                    let mut index = index.write();
+                    for (h, _) in &live {
+                        index.remove(h);
+                    }
                 }
                 self.finish(writer)?;
             }
@@ -397,7 +439,7 @@ impl Blobs {
     /// Hashes currently stored (for consistency checks).
     #[cfg(test)]
     pub fn stored(&self) -> HashSet<Hash> {
-        self.index.keys().copied().collect()
+        self.index.read().keys().copied().collect()
     }
 
     #[cfg(test)]

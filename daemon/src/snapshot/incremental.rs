@@ -10,7 +10,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
-use super::blobs::{Blobs, PackWriter};
+use super::blobs::{Known, PackWriter};
 use super::manifest::{Entry, Kind, Manifest, aligned};
 use super::scan::{self, Excludes, ScanStats};
 use super::watch::Plan;
@@ -306,7 +306,7 @@ fn find<'a>(m: &'a [Entry], path: &[u8]) -> Option<&'a Entry> {
 
 /// The stat cache for the fresh entries: each file whose stat data match
 /// its previous entry takes that entry's hash; returns the ones to hash.
-fn trust_stat_cache(prev: &Manifest, fresh: &mut [Entry], blobs: &Blobs) -> Vec<usize> {
+fn trust_stat_cache(prev: &Manifest, fresh: &mut [Entry], blobs: &Known) -> Vec<usize> {
     (0..fresh.len())
         .filter(|&i| {
             let e = &mut fresh[i];
@@ -361,7 +361,7 @@ pub fn splice(
     ex: &Excludes,
     prev: &Manifest,
     dirty: &BTreeSet<Vec<u8>>,
-    blobs: &Blobs,
+    blobs: &Known,
     pack: &mut PackWriter,
 ) -> Result<Result<Spliced, Inconsistent>, std::io::Error> {
     let started_ns = scan::now_ns();
@@ -453,7 +453,7 @@ pub struct Scanned {
 }
 
 impl Scanned {
-    fn full(manifest: Manifest, stats: ScanStats) -> Self {
+    pub(super) fn full(manifest: Manifest, stats: ScanStats) -> Self {
         Self {
             manifest,
             stats,
@@ -477,23 +477,24 @@ impl SnapshotStore {
             // A watch just started gets its watches from this scan's walk.
             let filler = self.watch.filler(folder);
             let hook = filler.as_ref().map(|f| f as &dyn scan::DirHook);
-            let scanned = scan::scan_hooked(folder, excludes, previous, &self.blobs, pack, hook);
+            let scanned =
+                scan::scan_hooked(folder, excludes, previous, self.blobs.known(), pack, hook);
             if let Some(f) = filler.map(super::watch::Filler::finish) {
                 self.watch.filled(folder, scanned.is_ok().then_some(f));
             }
             let (m, stats) = scanned?;
             return Ok(Scanned::full(m, stats));
         };
-        let spliced = match splice(folder, excludes, prev, &dirs, &self.blobs, pack)? {
+        let spliced = match splice(folder, excludes, prev, &dirs, self.blobs.known(), pack)? {
             Ok(spliced) => spliced,
             Err(Inconsistent(why)) => {
                 self.watch.reset(folder, &why);
-                let (m, stats) = scan::scan(folder, excludes, previous, &self.blobs, pack)?;
+                let (m, stats) = scan::scan(folder, excludes, previous, self.blobs.known(), pack)?;
                 return Ok(Scanned::full(m, stats));
             }
         };
         if verify {
-            let full = scan::scan(folder, excludes, previous, &self.blobs, pack)?;
+            let full = scan::scan(folder, excludes, previous, self.blobs.known(), pack)?;
             if let Some(diff) = first_difference(&spliced.manifest, &full.0) {
                 self.watch.distrust(folder, &diff);
                 return Ok(Scanned::full(full.0, full.1));

@@ -74,6 +74,9 @@ pub enum SnapError {
     Closed,
     #[error("{0}")]
     Busy(String),
+    /// agentd hit a bug (`0` says where); logged, the store reopened.
+    #[error("snapshot store: {0}")]
+    Internal(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -254,6 +257,10 @@ pub struct SnapshotStore {
     /// After idle work failed (a full disk, say): none before this instant,
     /// so a failure costs one attempt a minute, not one a second.
     idle_paused_until: Option<std::time::Instant>,
+    /// Full scans running off the store's thread (see `begin_take`).
+    away: usize,
+    /// Garbage left for when no scan runs away.
+    gc_deferred: bool,
 }
 
 #[cfg(test)]
@@ -288,6 +295,8 @@ impl SnapshotStore {
             watch: watch::Watchers::new(watch::WatchConfig::from_environment(&env)),
             env,
             idle_paused_until: None,
+            away: 0,
+            gc_deferred: false,
         })
     }
 

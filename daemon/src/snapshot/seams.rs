@@ -2,7 +2,7 @@
 //! writer happen inside production code. Compiled for tests only; production calls are cfg(test).
 
 use std::cell::Cell;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::SnapError;
 
@@ -24,22 +24,22 @@ pub(super) fn after_timeline_save() -> Result<(), SnapError> {
     Ok(())
 }
 
-type ReadHook = Box<dyn FnMut(&[u8]) + Send>;
-static TORN_READ: Mutex<Option<ReadHook>> = Mutex::new(None);
+type ReadHook = Box<dyn Fn(&[u8]) + Send + Sync>;
+static TORN_READ: Mutex<Option<Arc<ReadHook>>> = Mutex::new(None);
 
 /// Runs `hook` with the relative path of every file the scan just read,
 /// before it checks the file did not change meanwhile (`None`: no hook).
 pub fn on_file_read(hook: Option<ReadHook>) {
     if let Ok(mut h) = TORN_READ.lock() {
-        *h = hook;
+        *h = hook.map(Arc::new);
     }
 }
 
-/// The seam in the scan's file read.
+/// The seam in the scan's file read (the hook runs unlocked: it may block
+/// one scan while others go on).
 pub(super) fn file_read(rel: &[u8]) {
-    if let Ok(mut h) = TORN_READ.lock()
-        && let Some(hook) = h.as_mut()
-    {
+    let hook = TORN_READ.lock().ok().and_then(|h| h.clone());
+    if let Some(hook) = hook {
         hook(rel);
     }
 }

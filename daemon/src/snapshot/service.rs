@@ -1,18 +1,27 @@
 //! The snapshot actor: one thread owns the [`SnapshotStore`] (every
-//! timeline's only writer). Snapshot requests for a folder that queue up
-//! while a scan runs are served together by the next scan.
+//! timeline's only writer); full scans run on threads of their own, so one
+//! folder's first snapshot never holds up another folder's requests.
+//!
+//! Requests for a folder whose scan runs wait for it, in order; requests to
+//! snapshot a folder that queue up meanwhile are served together by the next
+//! scan. A request whose caller went away before it started is dropped; a
+//! panic fails only the request that hit it (the store is reopened from
+//! disk).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak, mpsc};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use super::take::{AwayScan, Begun};
 use super::{Owner, Snap, SnapError, SnapshotStore};
 use crate::environment::Environment;
 
 type Work = Box<dyn FnOnce(&mut Result<SnapshotStore, Failure>) + Send>;
+type Reply = oneshot::Sender<Result<Snap, Failure>>;
 
 /// Why a snapshot request failed; shared, since one scan answers everyone
 /// waiting on the same folder.
@@ -22,16 +31,237 @@ enum Job {
     Take {
         folder: PathBuf,
         owner: Owner,
-        reply: oneshot::Sender<Result<Snap, Failure>>,
+        reply: Reply,
     },
-    Other(Work),
+    Other {
+        folder: PathBuf,
+        work: Work,
+        /// Set when the caller stopped waiting.
+        gone: Arc<AtomicBool>,
+    },
+    /// A full scan came back from its thread.
+    Scanned(Box<AwayScan>),
 }
 
-/// Cheap, cloneable address of the snapshot actor.
+impl Job {
+    fn folder(&self) -> &Path {
+        match self {
+            Job::Take { folder, .. } | Job::Other { folder, .. } => folder,
+            Job::Scanned(away) => away.folder(),
+        }
+    }
+}
+
+/// Cheap, cloneable address of the snapshot actor; the actor ends when the
+/// last one is gone and no scan runs.
 #[derive(Clone)]
 pub struct Snapshots {
     tx: mpsc::Sender<Job>,
     busy: Busy,
+    /// What status last learnt per folder, for when the store is busy.
+    standing: Arc<Mutex<HashMap<PathBuf, Standing>>>,
+    _alive: Arc<()>,
+}
+
+/// A folder's snapshots as status shows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Standing {
+    pub count: usize,
+    /// Bytes of the whole store.
+    pub store_bytes: u64,
+    /// The watcher's one line on the folder.
+    pub watch: String,
+}
+
+/// Marks a request abandoned when its caller's future is dropped.
+struct Abandoned(Arc<AtomicBool>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A panic's message, for the log and the caller.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".to_owned())
+}
+
+/// The actor's thread: the store, and the folders whose full scans run.
+struct Actor {
+    store: Result<SnapshotStore, Failure>,
+    open: Box<dyn Fn() -> Result<SnapshotStore, SnapError> + Send>,
+    /// Folders scanning now: who waits for the scan, and what came for the
+    /// folder meanwhile (in order).
+    scanning: HashMap<PathBuf, (Vec<Reply>, VecDeque<Job>)>,
+    backlog: VecDeque<Job>,
+    /// For scan threads to send their result back.
+    tx: mpsc::Sender<Job>,
+}
+
+impl Actor {
+    fn run(mut self, rx: mpsc::Receiver<Job>, alive: Weak<()>) {
+        loop {
+            let job = match self.backlog.pop_front() {
+                Some(job) => job,
+                // Idle: keep the folder watches drained.
+                None => match rx.recv_timeout(Duration::from_secs(1)) {
+                    Ok(job) => job,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        if alive.strong_count() == 0 && self.scanning.is_empty() {
+                            return;
+                        }
+                        self.guarded("idle upkeep", |store| {
+                            if let Ok(s) = store {
+                                s.idle_tick();
+                            }
+                        });
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                },
+            };
+            if !matches!(job, Job::Scanned(_))
+                && let Some((_, parked)) = self.scanning.get_mut(job.folder())
+            {
+                parked.push_back(job);
+                continue;
+            }
+            match job {
+                Job::Other { work, gone, folder } => {
+                    if gone.load(Ordering::SeqCst) {
+                        continue; // nobody waits for it any more
+                    }
+                    self.guarded(&folder.display().to_string(), work);
+                }
+                Job::Take {
+                    folder,
+                    owner,
+                    reply,
+                } => self.take(&rx, folder, owner, reply),
+                Job::Scanned(away) => self.scanned(*away),
+            }
+        }
+    }
+
+    /// Runs `work` on the store; a panic is logged, the store reopened from
+    /// disk, and the request fails (its reply is dropped unanswered).
+    fn guarded(&mut self, what: &str, work: impl FnOnce(&mut Result<SnapshotStore, Failure>)) {
+        let store = &mut self.store;
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(store)))
+        {
+            let cause = panic_text(&*payload);
+            tracing::error!(
+                "a snapshot request panicked ({what}): {cause}; reopening the snapshot store from disk"
+            );
+            self.reopen();
+        }
+    }
+
+    fn reopen(&mut self) {
+        // Scans still running count on the old store's bookkeeping: their
+        // results are dropped (they fail) when they come back.
+        for (_, (replies, parked)) in self.scanning.drain() {
+            for r in replies {
+                let _ = r.send(Err(Arc::new(SnapError::Internal(
+                    "the snapshot store restarted during this scan: try again".into(),
+                ))));
+            }
+            self.backlog.extend(parked);
+        }
+        self.store = (self.open)().map_err(Arc::new);
+    }
+
+    /// Takes (or starts) a snapshot of `folder` for everyone waiting to.
+    fn take(&mut self, rx: &mpsc::Receiver<Job>, folder: PathBuf, owner: Owner, reply: Reply) {
+        // Everyone else waiting to snapshot this folder shares this scan.
+        let mut waiting = vec![(owner, reply)];
+        while let Ok(next) = rx.try_recv() {
+            match next {
+                Job::Take {
+                    folder: f,
+                    owner,
+                    reply,
+                } if f == folder => waiting.push((owner, reply)),
+                other => self.backlog.push_back(other),
+            }
+        }
+        waiting.retain(|(_, reply)| !reply.is_closed());
+        if waiting.is_empty() {
+            return; // every caller went away
+        }
+        let owners = waiting.iter().map(|(o, _)| o.clone()).collect();
+        let replies: Vec<Reply> = waiting.into_iter().map(|(_, r)| r).collect();
+        let store = &mut self.store;
+        let begun = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match store {
+            Ok(s) => s.begin_take(&folder, owners).map_err(Arc::new),
+            Err(e) => Err(e.clone()),
+        }));
+        let result = match begun {
+            Ok(Ok(Begun::Away(mut away))) => {
+                let tx = self.tx.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("snapshot-scan".into())
+                    .spawn(move || {
+                        away.run();
+                        let _ = tx.send(Job::Scanned(away));
+                    });
+                match spawned {
+                    Ok(_) => {
+                        self.scanning.insert(folder, (replies, VecDeque::new()));
+                        return;
+                    }
+                    Err(e) => {
+                        // The scan (and its pack) went with the closure; a
+                        // fresh store forgets it.
+                        self.reopen();
+                        Err(Arc::new(SnapError::Io(e)))
+                    }
+                }
+            }
+            Ok(Ok(Begun::Done(snap))) => Ok(snap),
+            Ok(Err(e)) => Err(e),
+            Err(payload) => {
+                let cause = panic_text(&*payload);
+                tracing::error!(folder = %folder.display(), "a snapshot panicked: {cause}");
+                self.reopen();
+                Err(Arc::new(SnapError::Internal(cause)))
+            }
+        };
+        for r in replies {
+            let _ = r.send(result.clone());
+        }
+    }
+
+    /// A full scan came back: the snapshot is finished and the folder's
+    /// waiting requests go first.
+    fn scanned(&mut self, away: AwayScan) {
+        let folder = away.folder().to_path_buf();
+        let Some((replies, parked)) = self.scanning.remove(&folder) else {
+            return; // the store restarted meanwhile: the scan is dropped
+        };
+        let store = &mut self.store;
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match store {
+            Ok(s) => s.finish_take(away).map_err(Arc::new),
+            Err(e) => Err(e.clone()),
+        }));
+        let result = done.unwrap_or_else(|payload| {
+            let cause = panic_text(&*payload);
+            tracing::error!(folder = %folder.display(), "a snapshot panicked: {cause}");
+            self.reopen();
+            Err(Arc::new(SnapError::Internal(cause)))
+        });
+        for r in replies {
+            let _ = r.send(result.clone());
+        }
+        for job in parked.into_iter().rev() {
+            self.backlog.push_front(job);
+        }
+    }
 }
 
 /// Turns and one-shots in flight, per folder: a restore refuses while one
@@ -109,62 +339,68 @@ impl Snapshots {
     /// [`SnapshotStore::open`]).
     pub fn start(root: PathBuf, config: PathBuf, env: Arc<Environment>) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Job>();
+        let alive = Arc::new(());
+        let weak = Arc::downgrade(&alive);
+        let scans = tx.clone();
         std::thread::Builder::new()
             .name("snapshots".into())
             .spawn(move || {
-                let mut store = SnapshotStore::open(&root, config, env).map_err(Arc::new);
-                let mut backlog: VecDeque<Job> = VecDeque::new();
-                loop {
-                    let job = match backlog.pop_front() {
-                        Some(job) => job,
-                        // Idle: keep the folder watches drained.
-                        None => match rx.recv_timeout(std::time::Duration::from_secs(1)) {
-                            Ok(job) => job,
-                            Err(mpsc::RecvTimeoutError::Timeout) => {
-                                if let Ok(s) = &mut store {
-                                    s.idle_tick();
-                                }
-                                continue;
-                            }
-                            Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                        },
-                    };
-                    match job {
-                        Job::Other(work) => work(&mut store),
-                        Job::Take {
-                            folder,
-                            owner,
-                            reply,
-                        } => {
-                            // Everyone else waiting to snapshot this folder
-                            // shares this scan.
-                            let mut waiting = vec![(owner, reply)];
-                            while let Ok(next) = rx.try_recv() {
-                                match next {
-                                    Job::Take {
-                                        folder: f,
-                                        owner,
-                                        reply,
-                                    } if f == folder => waiting.push((owner, reply)),
-                                    other => backlog.push_back(other),
-                                }
-                            }
-                            let owners = waiting.iter().map(|(o, _)| o.clone()).collect();
-                            let result = match &mut store {
-                                Ok(s) => s.take(&folder, owners).map_err(Arc::new),
-                                Err(e) => Err(e.clone()),
-                            };
-                            for (_, reply) in waiting {
-                                let _ = reply.send(result.clone());
-                            }
-                        }
-                    }
-                }
+                let open = move || SnapshotStore::open(&root, config.clone(), Arc::clone(&env));
+                let actor = Actor {
+                    store: open().map_err(Arc::new),
+                    open: Box::new(open),
+                    scanning: HashMap::new(),
+                    backlog: VecDeque::new(),
+                    tx: scans,
+                };
+                actor.run(rx, weak);
             })?;
         Ok(Self {
             tx,
             busy: Busy::default(),
+            standing: Arc::default(),
+            _alive: alive,
         })
+    }
+
+    /// The folder's snapshots for status, within `patience`: when the
+    /// store is busy longer (a restore, the folder's own first scan), what
+    /// was last known, with the watch line saying so. `None`: nothing known
+    /// (or snapshots are off in the folder).
+    pub async fn standing(&self, folder: &Path, patience: Duration) -> Option<Standing> {
+        let at = folder.to_path_buf();
+        let asked = self.call(folder, move |s| {
+            Ok(Standing {
+                count: s.count(&at)?,
+                store_bytes: s.disk_bytes(),
+                watch: s.watch_status(&at),
+            })
+        });
+        match tokio::time::timeout(patience, asked).await {
+            Ok(Ok(fresh)) => {
+                if let Ok(mut known) = self.standing.lock() {
+                    known.insert(folder.to_path_buf(), fresh.clone());
+                }
+                Some(fresh)
+            }
+            Ok(Err(_)) => None,
+            Err(_) => {
+                let known = self.standing.lock().ok()?.get(folder).cloned();
+                let mut known = known.unwrap_or_default();
+                known.watch = format!(
+                    "(the snapshot store is busy: {}) {}",
+                    if known.count == 0 {
+                        "counts unknown for now"
+                    } else {
+                        "counts as last seen"
+                    },
+                    known.watch
+                )
+                .trim_end()
+                .to_owned();
+                Some(known)
+            }
+        }
     }
 
     /// The registry of turns in flight.
@@ -185,9 +421,11 @@ impl Snapshots {
         rx.await.map_err(|_| Arc::new(SnapError::Closed))?
     }
 
-    /// Runs `f` on the store's thread.
+    /// Runs `f` on the store's thread, after whatever runs for `folder`
+    /// (its scan, say); dropped unrun when the caller stops waiting first.
     pub async fn call<T: Send + 'static>(
         &self,
+        folder: &Path,
         f: impl FnOnce(&mut SnapshotStore) -> Result<T, SnapError> + Send + 'static,
     ) -> Result<T, Failure> {
         let (reply, rx) = oneshot::channel();
@@ -198,9 +436,20 @@ impl Snapshots {
             };
             let _ = reply.send(result);
         });
+        let gone = Arc::new(AtomicBool::new(false));
+        let _abandoned = Abandoned(Arc::clone(&gone));
         self.tx
-            .send(Job::Other(work))
+            .send(Job::Other {
+                folder: folder.to_path_buf(),
+                work,
+                gone,
+            })
             .map_err(|_| Arc::new(SnapError::Closed))?;
-        rx.await.map_err(|_| Arc::new(SnapError::Closed))?
+        rx.await.map_err(|_| {
+            Arc::new(SnapError::Internal(
+                "the snapshot store hit an internal error on this request (see agentd's log)"
+                    .into(),
+            ))
+        })?
     }
 }

@@ -2,23 +2,91 @@
 //! the manifest, append to the timeline, and drop what retention lets go.
 
 use std::collections::HashSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::blobs::{Known, PackWriter};
 use super::incremental::{self, Scanned};
 use super::manifest::{Manifest, Stored};
 use super::timeline::{chains, next_id, remember, save_timeline};
+use super::watch::{Filled, Filler};
 use super::{
     COMPACT_DEPTH, KEEP, KEEP_MANUAL, MAX_DELTA_DEPTH, Owner, Snap, SnapError, SnapshotStore, scan,
     summary, watch,
 };
 use crate::durable;
 
+/// How a snapshot begun by [`SnapshotStore::begin_take`] goes on.
+pub enum Begun {
+    /// Taken already (nothing or little to scan).
+    Done(Snap),
+    /// A full scan: run it anywhere (it only reads the folder and writes
+    /// its own pack), then hand it to [`SnapshotStore::finish_take`].
+    Away(Box<AwayScan>),
+}
+
+/// A full scan of one folder, cut loose from the store so the store's
+/// thread serves other folders meanwhile: the first snapshot of a big tree
+/// takes seconds.
+pub struct AwayScan {
+    folder: PathBuf,
+    owners: Vec<Owner>,
+    excludes: scan::Excludes,
+    latest: Option<(String, Arc<Manifest>, u32)>,
+    known: Known,
+    pack: PackWriter,
+    filler: Option<Filler>,
+    started: Instant,
+    root: Option<[u64; 2]>,
+    outcome: Option<std::io::Result<(Manifest, scan::ScanStats)>>,
+    filled: Option<Filled>,
+}
+
+impl AwayScan {
+    pub fn folder(&self) -> &Path {
+        &self.folder
+    }
+
+    /// Runs the scan (on any thread); a panic in it is an error of this
+    /// snapshot only.
+    pub fn run(&mut self) {
+        let previous = self.latest.as_ref().map(|(_, m, _)| Arc::clone(m));
+        let hook = self.filler.as_ref().map(|f| f as &dyn scan::DirHook);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            scan::scan_hooked(
+                &self.folder,
+                &self.excludes,
+                previous.as_deref(),
+                &self.known,
+                &mut self.pack,
+                hook,
+            )
+        }))
+        .unwrap_or_else(|_| Err(std::io::Error::other("the scan hit an internal error")));
+        self.filled = self.filler.take().map(Filler::finish);
+        self.outcome = Some(outcome);
+    }
+}
+
 impl SnapshotStore {
     /// Scans the folder into a new snapshot for `owners`; returns it once
     /// durable. An unchanged tree reuses the previous manifest.
     pub fn take(&mut self, folder: &Path, owners: Vec<Owner>) -> Result<Snap, SnapError> {
+        match self.begin_take(folder, owners)? {
+            Begun::Done(snap) => Ok(snap),
+            Begun::Away(mut away) => {
+                away.run();
+                self.finish_take(*away)
+            }
+        }
+    }
+
+    /// Starts a snapshot of `folder` for `owners`: done at once when the
+    /// watcher knows what changed, else a full scan to run off this thread.
+    /// Until [`Self::finish_take`], no garbage is collected (the scan may
+    /// count on any stored blob) and nothing else may touch `folder`.
+    pub fn begin_take(&mut self, folder: &Path, owners: Vec<Owner>) -> Result<Begun, SnapError> {
         let started = Instant::now();
         let root = scan::identity(folder);
         let latest = self.latest(folder)?;
@@ -37,10 +105,87 @@ impl SnapshotStore {
             && dirs.is_empty()
             && !self.has_outside_links(folder, base)?
         {
-            return self.take_unchanged(folder, owners, base, started, root);
+            return Ok(Begun::Done(
+                self.take_unchanged(folder, owners, base, started, root)?,
+            ));
+        }
+        if !matches!((&plan, &latest), (watch::Plan::Dirty { .. }, Some(_))) {
+            let pack = self.blobs.begin()?;
+            self.away += 1;
+            return Ok(Begun::Away(Box::new(AwayScan {
+                folder: folder.to_path_buf(),
+                owners,
+                excludes,
+                latest,
+                known: self.blobs.known().clone(),
+                pack,
+                filler: self.watch.filler(folder),
+                started,
+                root,
+                outcome: None,
+                filled: None,
+            })));
         }
         let previous = latest.as_ref().map(|(_, m, _)| Arc::clone(m));
         let scanned = self.scan_durably(folder, &excludes, plan, previous.as_deref())?;
+        Ok(Begun::Done(self.commit_scan(
+            folder, owners, scanned, latest, started, root,
+        )?))
+    }
+
+    /// Ends a snapshot whose full scan ran away from the store's thread.
+    pub fn finish_take(&mut self, away: AwayScan) -> Result<Snap, SnapError> {
+        self.away = self.away.saturating_sub(1);
+        let AwayScan {
+            folder,
+            owners,
+            latest,
+            pack,
+            started,
+            root,
+            outcome,
+            filled,
+            ..
+        } = away;
+        let outcome = outcome.unwrap_or_else(|| Err(std::io::Error::other("the scan never ran")));
+        if let Some(f) = filled {
+            self.watch.filled(&folder, outcome.is_ok().then_some(f));
+        }
+        let done = match outcome {
+            Ok((manifest, stats)) => {
+                self.blobs
+                    .finish(pack)
+                    .map_err(SnapError::from)
+                    .and_then(|()| {
+                        let scanned = Scanned::full(manifest, stats);
+                        self.commit_scan(&folder, owners, scanned, latest, started, root)
+                    })
+            }
+            Err(e) => {
+                self.blobs.abandon(pack);
+                Err(e.into())
+            }
+        };
+        if self.away == 0 && self.gc_deferred {
+            self.gc_deferred = false;
+            if let Err(e) = self.blobs.collect_garbage(false) {
+                tracing::warn!("collecting unused snapshot content failed: {e}");
+            }
+        }
+        done
+    }
+
+    /// Writes what a scan found as the folder's newest snapshot.
+    fn commit_scan(
+        &mut self,
+        folder: &Path,
+        owners: Vec<Owner>,
+        scanned: Scanned,
+        latest: Option<(String, Arc<Manifest>, u32)>,
+        started: Instant,
+        root: Option<[u64; 2]>,
+    ) -> Result<Snap, SnapError> {
+        let previous = latest.as_ref().map(|(_, m, _)| Arc::clone(m));
         let newest = self.folder(folder)?.timeline.snaps.last().cloned();
         let sum = summary::summarize(previous.as_deref().zip(newest.as_ref()), &scanned);
         let now = agentx_shared::time::now_ms();
@@ -260,6 +405,11 @@ impl SnapshotStore {
         }
         durable::fsync_dir(&manifests)?;
         let dropped_us = started.elapsed().as_micros();
+        if self.away > 0 {
+            // A scan running elsewhere may count on a blob that died here.
+            self.gc_deferred = true;
+            return Ok(());
+        }
         let gc = self.blobs.collect_garbage(false)?;
         tracing::debug!(
             manifests = gone.len(),
@@ -318,7 +468,13 @@ impl SnapshotStore {
         let started = Instant::now();
         let excludes = self.extra_excludes();
         let mut pack = self.blobs.begin()?;
-        let full = scan::scan(folder, &excludes, Some(&latest), &self.blobs, &mut pack);
+        let full = scan::scan(
+            folder,
+            &excludes,
+            Some(&latest),
+            self.blobs.known(),
+            &mut pack,
+        );
         self.blobs.abandon(pack);
         let (full, _) = full?;
         if !self.watch.still_quiet(folder) {

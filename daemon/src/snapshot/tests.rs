@@ -10,6 +10,7 @@ use super::timeline::manifest_base;
 use super::*;
 
 mod hostile;
+mod service;
 mod watched;
 
 /// What a path holds, as a restore must reproduce it.

@@ -19,6 +19,8 @@ mod change;
 mod files;
 mod handle;
 mod rollback;
+#[cfg(test)]
+pub(super) mod seams;
 mod turns;
 
 pub use change::{
@@ -52,7 +54,9 @@ pub(super) fn spawn(
         Keeps::OneshotState => (false, Commits::default()),
     };
     let (tx, rx) = mpsc::unbounded_channel();
+    let panic = PanicNote::default();
     let actor = Group {
+        panic: panic.clone(),
         dir,
         agent,
         shares_checkpoint,
@@ -72,7 +76,7 @@ pub(super) fn spawn(
         };
         actor.run(rx).await;
     });
-    tx
+    Mailbox { tx, panic }
 }
 
 /// An actor of its own for `dir` (a one-shot's private state).
@@ -128,6 +132,8 @@ struct Group {
     /// The client process that opened each conversation (see `sweep_empty`).
     openers: HashMap<String, Opener>,
     waiting: HashMap<String, VecDeque<oneshot::Sender<Result<ConversationDoc, StoreError>>>>,
+    /// Where a caught panic's message goes for the request that hit it.
+    panic: PanicNote,
 }
 
 impl Group {
@@ -135,10 +141,43 @@ impl Group {
         while let Some((folder, msg)) = rx.recv().await {
             // File I/O here is short and bounded (one document, one append);
             // block_in_place keeps the runtime's other workers free meanwhile.
-            tokio::task::block_in_place(|| self.handle(&folder, msg));
+            tokio::task::block_in_place(|| self.supervised(&folder, msg));
         }
         // Every handle is gone: the conversations are released (they hold
         // no open file; the next request loads them again).
+    }
+
+    /// Handles one request; a panic (a bug) fails only that request: it is
+    /// logged with the folder and agent, its caller gets INTERNAL naming
+    /// the cause, and what the actor had loaded is read again from disk
+    /// (every change is durable before its reply). Turns that hold a lease
+    /// keep it.
+    fn supervised(&mut self, folder: &str, msg: Msg) {
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            #[cfg(test)]
+            seams::maybe_panic(folder);
+            self.handle(folder, msg)
+        }));
+        let Err(payload) = caught else {
+            return;
+        };
+        let cause = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        tracing::error!(
+            folder,
+            agent = %self.agent,
+            dir = %self.dir.display(),
+            "a conversation request panicked ({cause}); reloading the folder's conversations from disk"
+        );
+        if let Ok(mut note) = self.panic.lock() {
+            *note = Some(cause);
+        }
+        self.loaded = false;
+        self.sessions.clear();
+        self.current.clear();
     }
 
     /// Applies one request for `folder` and sends its reply.

@@ -56,6 +56,13 @@ pub enum StoreError {
     /// restart of agentd clears it.
     #[error("storage error: {0}")]
     Internal(&'static str),
+    /// agentd hit a bug handling the request (`0`: the panic's message):
+    /// logged with the folder; the folder's state was reloaded from disk.
+    #[error(
+        "agentd hit an internal error handling this request ({0}); it is logged, the folder's \
+         conversations were reloaded from disk, and nothing else was affected: try again"
+    )]
+    Panicked(String),
     #[error("agentd is shutting down")]
     Closed,
 }
@@ -244,5 +251,40 @@ mod error_tests {
             matches!(cause, Some(LoadError::Corrupt { path: p, .. }) if p == path),
             "{cause:?}"
         );
+    }
+}
+
+#[cfg(test)]
+mod supervision_tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_fails_only_its_request_and_the_folder_reloads_from_disk() {
+        let root = tempfile::tempdir().unwrap();
+        let store = Store::new(
+            root.path().join("sessions"),
+            Commits::default(),
+            DEFAULT_IDLE_GROUPS,
+        );
+        let a = store.group("/w/a", "default").unwrap();
+        let b = store.group("/w/b", "default").unwrap();
+        let made = a.open(OpenTarget::New).await.unwrap().doc.id;
+        b.open(OpenTarget::New).await.unwrap();
+
+        group::seams::panic_next_request_in(Some("/w/a"));
+        let hit = store.group("/w/a", "default").unwrap().list().await;
+        match hit {
+            Err(StoreError::Panicked(cause)) => assert!(cause.contains("test seam"), "{cause}"),
+            other => panic!("expected INTERNAL naming the panic, got {other:?}"),
+        }
+        // The other folder never noticed.
+        assert_eq!(b.list().await.unwrap().len(), 1);
+        // The hit folder's actor lives on, reloaded: same handle and a new one.
+        let listed = a.list().await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].id, made);
+        let again = store.group("/w/a", "default").unwrap();
+        let opened = again.open(OpenTarget::Latest).await.unwrap();
+        assert_eq!(opened.doc.id, made);
     }
 }

@@ -15,7 +15,7 @@ use nix::fcntl::{AT_FDCWD, AtFlags, OFlag, openat, readlinkat};
 use nix::sys::stat::{Mode, fstatat};
 use rayon::prelude::*;
 
-use super::blobs::{Blobs, PackWriter};
+use super::blobs::{Known, PackWriter};
 use super::manifest::{Entry, Kind, Manifest, why};
 
 mod read;
@@ -305,7 +305,7 @@ pub fn scan(
     root: &Path,
     excludes: &Excludes,
     previous: Option<&Manifest>,
-    blobs: &Blobs,
+    blobs: &Known,
     pack: &mut PackWriter,
 ) -> std::io::Result<(Manifest, ScanStats)> {
     scan_hooked(root, excludes, previous, blobs, pack, None)
@@ -316,7 +316,7 @@ pub fn scan_hooked(
     root: &Path,
     excludes: &Excludes,
     previous: Option<&Manifest>,
-    blobs: &Blobs,
+    blobs: &Known,
     pack: &mut PackWriter,
     hook: Option<&dyn DirHook>,
 ) -> std::io::Result<(Manifest, ScanStats)> {
@@ -358,7 +358,7 @@ pub(super) fn walk_subtree(
 pub(super) fn scan_with(
     root: &Path,
     previous: Option<&Manifest>,
-    blobs: &Blobs,
+    blobs: &Known,
     pack: &mut PackWriter,
     walk: impl FnOnce(&OwnedFd, i64) -> Vec<Entry>,
 ) -> std::io::Result<(Manifest, ScanStats)> {

@@ -11,7 +11,7 @@ use nix::sys::stat::{FileStat, Mode, fstat};
 use rayon::prelude::*;
 
 use super::{MAX_FILE, ScanStats, ns, open_dir_at};
-use crate::snapshot::blobs::{Blobs, PackWriter, compress};
+use crate::snapshot::blobs::{Known, PackWriter, compress};
 use crate::snapshot::manifest::{Entry, Hash, Kind, why};
 
 /// Opens the file at `rel` under `root` for reading, through directory fds
@@ -77,7 +77,7 @@ pub(crate) fn hash_todo(
     root_fd: &OwnedFd,
     entries: &mut [Entry],
     todo: &[usize],
-    blobs: &Blobs,
+    blobs: &Known,
     pack: &mut PackWriter,
 ) -> std::io::Result<ScanStats> {
     // Hash (and compress what is new) in parallel, in bounded batches, and

@@ -408,7 +408,7 @@ fn the_racy_timestamp_rule_rehashes_entries_modified_near_a_scan() {
     let prev = Manifest::from_entries(entries.clone());
     let ex = s.extra_excludes();
     let mut pack = s.blobs.begin().unwrap();
-    let (m, _) = scan::scan(&root, &ex, Some(&prev), &s.blobs, &mut pack).unwrap();
+    let (m, _) = scan::scan(&root, &ex, Some(&prev), s.blobs.known(), &mut pack).unwrap();
     assert_eq!(
         m.get(0).unwrap().hash,
         *blake3::hash(b"new content").as_bytes(),
@@ -416,7 +416,7 @@ fn the_racy_timestamp_rule_rehashes_entries_modified_near_a_scan() {
     );
     entries[0].racy = false;
     let prev = Manifest::from_entries(entries);
-    let (m, _) = scan::scan(&root, &ex, Some(&prev), &s.blobs, &mut pack).unwrap();
+    let (m, _) = scan::scan(&root, &ex, Some(&prev), s.blobs.known(), &mut pack).unwrap();
     assert_eq!(m.get(0).unwrap().hash, stale, "the stat cache was not used");
     s.blobs.abandon(pack);
 }

@@ -38,7 +38,14 @@ fn take_exact(s: &mut SnapshotStore, folder: &Path) -> Arc<Manifest> {
     s.take(folder, manual()).unwrap();
     let (_, got, _) = s.latest(folder).unwrap().unwrap();
     let mut pack = s.blobs.begin().unwrap();
-    let (full, _) = scan::scan(folder, &s.extra_excludes(), None, &s.blobs, &mut pack).unwrap();
+    let (full, _) = scan::scan(
+        folder,
+        &s.extra_excludes(),
+        None,
+        s.blobs.known(),
+        &mut pack,
+    )
+    .unwrap();
     s.blobs.abandon(pack);
     if let Some(diff) = incremental::first_difference(&got, &full) {
         let path = diff.split(' ').next().unwrap_or_default().as_bytes();

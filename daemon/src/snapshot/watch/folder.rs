@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use nix::errno::Errno;
@@ -71,7 +71,7 @@ const REMOTE_FS: &[i64] = &[
 
 /// One watched folder.
 pub(super) struct FolderWatch {
-    pub(super) inotify: Inotify,
+    pub(super) inotify: Arc<Inotify>,
     pub(super) root: PathBuf,
     pub(super) names: Vec<String>,
     pub(super) paths: Vec<PathBuf>,
@@ -105,9 +105,9 @@ pub(super) struct FolderWatch {
 /// it: the scan and the start of the watch are one walk of the tree. The
 /// watch holds from the moment each directory is listed, as when the
 /// watches were put in place by a walk of their own before the scan.
-pub struct Filler<'a> {
-    inotify: &'a Inotify,
-    root: &'a Path,
+pub struct Filler {
+    inotify: Arc<Inotify>,
+    root: PathBuf,
     max_dirs: usize,
     found: Mutex<Vec<(WatchDescriptor, Vec<u8>)>>,
     /// Why the watch cannot be complete, and whether that is a limit.
@@ -120,7 +120,7 @@ pub struct Filled {
     failed: Option<(String, bool)>,
 }
 
-impl Filler<'_> {
+impl Filler {
     fn fail(&self, why: String, limit: bool) {
         if let Ok(mut f) = self.failed.lock() {
             f.get_or_insert((why, limit));
@@ -138,7 +138,7 @@ impl Filler<'_> {
     }
 }
 
-impl crate::snapshot::scan::DirHook for Filler<'_> {
+impl crate::snapshot::scan::DirHook for Filler {
     fn entering(&self, dir: &OwnedFd, rel: &[u8]) {
         if self.failed.lock().map_or(true, |f| f.is_some()) {
             return;
@@ -170,7 +170,7 @@ impl crate::snapshot::scan::DirHook for Filler<'_> {
             Err(e) => {
                 drop(found);
                 self.fail(
-                    format!("cannot watch {}: {e}", short(&join(self.root, rel))),
+                    format!("cannot watch {}: {e}", short(&join(&self.root, rel))),
                     false,
                 );
             }
@@ -251,7 +251,7 @@ impl FolderWatch {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .map_err(Unwatchable::Inotify)?;
         let w = Self {
-            inotify,
+            inotify: Arc::new(inotify),
             root: root.to_path_buf(),
             names: ex.names.clone(),
             paths: ex.paths.clone(),
@@ -273,10 +273,10 @@ impl FolderWatch {
     }
 
     /// The hook of the full scan that fills this watch.
-    pub(super) fn filler(&self) -> Filler<'_> {
+    pub(super) fn filler(&self) -> Filler {
         Filler {
-            inotify: &self.inotify,
-            root: &self.root,
+            inotify: Arc::clone(&self.inotify),
+            root: self.root.clone(),
             max_dirs: self.max_dirs,
             found: Mutex::new(Vec::new()),
             failed: Mutex::new(None),

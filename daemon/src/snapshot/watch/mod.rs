@@ -261,7 +261,7 @@ impl Watchers {
 
     /// The hook for the full scan about to run, when it is to put the
     /// folder's watches in place (a watch just started).
-    pub fn filler(&self, folder: &Path) -> Option<Filler<'_>> {
+    pub fn filler(&self, folder: &Path) -> Option<Filler> {
         self.folders
             .get(folder)
             .filter(|w| !w.filled && w.broken.is_none())
@@ -357,7 +357,8 @@ impl Watchers {
         let expired: Vec<PathBuf> = self
             .folders
             .iter()
-            .filter(|(_, w)| w.last_used.elapsed() >= idle)
+            // A watch being filled belongs to a scan still running.
+            .filter(|(_, w)| w.filled && w.last_used.elapsed() >= idle)
             .map(|(p, _)| p.clone())
             .collect();
         for folder in expired {
@@ -371,7 +372,8 @@ impl Watchers {
                 true,
             );
         }
-        for w in self.folders.values_mut() {
+        // Events of a watch still being filled are the filling scan's.
+        for w in self.folders.values_mut().filter(|w| w.filled) {
             w.drain();
         }
     }

@@ -176,9 +176,46 @@ pub(in crate::store) enum Msg {
 /// A request and the real folder it is about.
 pub(in crate::store) type Envelope = (String, Msg);
 
+/// What the actor's last caught panic said: a request whose reply was
+/// dropped while the actor lives on was the one that hit it.
+pub(in crate::store) type PanicNote = std::sync::Arc<std::sync::Mutex<Option<String>>>;
+
 /// The actor's mailbox; the registry in `Store` keeps weak ones.
-pub(in crate::store) type Mailbox = mpsc::UnboundedSender<Envelope>;
-pub(in crate::store) type WeakMailbox = mpsc::WeakUnboundedSender<Envelope>;
+#[derive(Clone)]
+pub(in crate::store) struct Mailbox {
+    pub(in crate::store) tx: mpsc::UnboundedSender<Envelope>,
+    pub(in crate::store) panic: PanicNote,
+}
+
+/// A mailbox that does not keep its actor alive.
+pub(in crate::store) struct WeakMailbox {
+    tx: mpsc::WeakUnboundedSender<Envelope>,
+    panic: PanicNote,
+}
+
+impl Mailbox {
+    pub(in crate::store) fn downgrade(&self) -> WeakMailbox {
+        WeakMailbox {
+            tx: self.tx.downgrade(),
+            panic: self.panic.clone(),
+        }
+    }
+}
+
+impl WeakMailbox {
+    /// The actor's mailbox, while the actor runs.
+    pub(in crate::store) fn upgrade(&self) -> Option<Mailbox> {
+        let tx = self.tx.upgrade().filter(|tx| !tx.is_closed())?;
+        Some(Mailbox {
+            tx,
+            panic: self.panic.clone(),
+        })
+    }
+
+    pub(in crate::store) fn strong_count(&self) -> usize {
+        self.tx.strong_count()
+    }
+}
 
 /// Cheap, cloneable address of a group actor, for one real folder. While
 /// any handle lives the actor does; the last one dropped ends it.
@@ -208,6 +245,7 @@ impl GroupHandle {
 
     fn send(&self, msg: Msg) -> Result<(), StoreError> {
         self.tx
+            .tx
             .send((self.folder.clone(), msg))
             .map_err(|_| StoreError::Closed)
     }
@@ -215,7 +253,23 @@ impl GroupHandle {
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Msg) -> Result<T, StoreError> {
         let (tx, rx) = oneshot::channel();
         self.send(make(tx))?;
-        rx.await.map_err(|_| StoreError::Closed)
+        rx.await.map_err(|_| self.why_unanswered())
+    }
+
+    /// A request went unanswered: the actor ended (agentd stops), or it
+    /// caught a panic handling this request and lives on.
+    fn why_unanswered(&self) -> StoreError {
+        if self.tx.tx.is_closed() {
+            return StoreError::Closed;
+        }
+        let cause = self
+            .tx
+            .panic
+            .lock()
+            .ok()
+            .and_then(|note| note.clone())
+            .unwrap_or_else(|| "an internal error".to_owned());
+        StoreError::Panicked(cause)
     }
 
     /// Conversations of this folder and agent, newest first.

@@ -1,0 +1,173 @@
+//! The snapshot actor under load from several folders: a full scan runs off
+//! the store's thread, a panic fails one request, abandoned requests never run.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use super::super::service::Snapshots;
+use super::*;
+
+fn actor(tmp: &Path) -> Snapshots {
+    Snapshots::start(
+        tmp.join("checkpoints"),
+        tmp.join("config.toml"),
+        Arc::default(),
+    )
+    .unwrap()
+}
+
+fn project(tmp: &Path, name: &str, files: usize) -> PathBuf {
+    let dir = tmp.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..files {
+        std::fs::write(dir.join(format!("f{i}.txt")), format!("{name} {i}\n")).unwrap();
+    }
+    std::fs::canonicalize(dir).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folders_first_scan_holds_up_no_other_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = actor(tmp.path());
+    let big = project(tmp.path(), "big", 3);
+    std::fs::write(big.join("hold-the-scan-here.txt"), "x").unwrap();
+    let other = project(tmp.path(), "other", 3);
+    // The big folder's scan stops at one file until released.
+    let (entered_tx, entered) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let hook = Mutex::new(Some((entered_tx, released)));
+    seams::on_file_read(Some(Box::new(move |rel: &[u8]| {
+        if rel != b"hold-the-scan-here.txt" {
+            return;
+        }
+        let held = hook.lock().unwrap().take();
+        if let Some((entered, released)) = held {
+            entered.send(()).unwrap();
+            let _ = released.recv_timeout(Duration::from_secs(30));
+        }
+    })));
+    let first = {
+        let (s, big) = (snapshots.clone(), big.clone());
+        tokio::spawn(async move { s.take(&big, owner("a", Phase::Before, "1")).await })
+    };
+    tokio::task::spawn_blocking(move || entered.recv_timeout(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("the big folder's scan reached the held file");
+
+    // Meanwhile another folder is snapshotted, listed and counted.
+    let other_work = async {
+        let snap = snapshots
+            .take(&other, owner("b", Phase::Before, "1"))
+            .await
+            .unwrap();
+        let at = other.clone();
+        let listed = snapshots.call(&other, move |s| s.list(&at)).await.unwrap();
+        (snap, listed)
+    };
+    let (snap, listed) = tokio::time::timeout(Duration::from_secs(10), other_work)
+        .await
+        .expect("another folder was served while the first scan ran");
+    assert_eq!(snap.files, 3);
+    assert_eq!(listed.len(), 1);
+    // The scanning folder's own requests wait for its scan, and status
+    // says what it knows instead of waiting.
+    let standing = snapshots.standing(&big, Duration::from_millis(100)).await;
+    assert!(
+        standing.as_ref().is_some_and(|s| s.watch.contains("busy")),
+        "{standing:?}"
+    );
+    let at = big.clone();
+    let counted = {
+        let s = snapshots.clone();
+        tokio::spawn(async move { s.call(&at.clone(), move |s| s.count(&at)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !counted.is_finished(),
+        "a request for the scanning folder ran before its scan ended"
+    );
+
+    release.send(()).unwrap();
+    seams::on_file_read(None);
+    let snap = first.await.unwrap().unwrap();
+    assert_eq!(snap.files, 4);
+    assert_eq!(counted.await.unwrap().unwrap(), 1);
+    let standing = snapshots
+        .standing(&big, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(standing.count, 1);
+    assert!(!standing.watch.contains("busy"), "{}", standing.watch);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_fails_only_its_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = actor(tmp.path());
+    let a = project(tmp.path(), "a", 2);
+    let b = project(tmp.path(), "b", 2);
+    snapshots
+        .take(&a, owner("a", Phase::Before, "1"))
+        .await
+        .unwrap();
+    let hit = snapshots
+        .call(&b, |_| -> Result<(), SnapError> {
+            panic!("a bug in a request")
+        })
+        .await;
+    match hit {
+        Err(e) => assert!(
+            matches!(&*e, SnapError::Internal(_)),
+            "expected an internal error, got {e}"
+        ),
+        Ok(()) => panic!("a panicking request succeeded"),
+    }
+    // The store was reopened from disk: everything before is still there.
+    let at = a.clone();
+    assert_eq!(snapshots.call(&a, move |s| s.count(&at)).await.unwrap(), 1);
+    let snap = snapshots
+        .take(&b, owner("b", Phase::Before, "1"))
+        .await
+        .unwrap();
+    assert_eq!(snap.files, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_caller_went_away_never_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = actor(tmp.path());
+    let a = project(tmp.path(), "a", 1);
+    // Hold the store's thread.
+    let (release, released) = mpsc::channel::<()>();
+    let holding = {
+        let s = snapshots.clone();
+        let a = a.clone();
+        tokio::spawn(async move {
+            s.call(&a, move |_| {
+                let _ = released.recv_timeout(Duration::from_secs(30));
+                Ok(())
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&ran);
+    let abandoned = snapshots.call(&a, move |_| {
+        flag.store(true, Ordering::SeqCst);
+        Ok(())
+    });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), abandoned)
+            .await
+            .is_err()
+    );
+    release.send(()).unwrap();
+    holding.await.unwrap().unwrap();
+    // A later request runs; the abandoned one, queued before it, did not.
+    let at = a.clone();
+    snapshots.call(&a, move |s| s.count(&at)).await.unwrap();
+    assert!(!ran.load(Ordering::SeqCst), "an abandoned request ran");
+}
