@@ -11,6 +11,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// file must never share a temp file, whatever else serializes them).
 static TEMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// Whether `name` is a temp file [`write_atomic`] of an earlier agentd
+/// left behind (killed between writing and renaming it). Only agentd
+/// writes the profile, one process at a time, so a temp file of another
+/// process is nobody's now.
+pub fn is_stale_temp(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('.') else {
+        return false;
+    };
+    let Some((_, tail)) = rest.rsplit_once(".tmp-") else {
+        return false;
+    };
+    let Some((pid, seq)) = tail.split_once('-') else {
+        return false;
+    };
+    let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    numeric(pid) && numeric(seq) && pid.parse::<u32>().ok() != Some(std::process::id())
+}
+
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the
 /// new content, never a mix; returns once the change is on disk.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -94,6 +112,27 @@ fn quarantine_name(path: &Path) -> PathBuf {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn only_temp_files_of_another_process_are_stale() {
+        let own = std::process::id();
+        let other = own.wrapping_add(1);
+        assert!(is_stale_temp(&format!(".a.json.tmp-{other}-3")));
+        assert!(is_stale_temp(&format!(".x-y.jsonl.tmp-{other}-0")));
+        assert!(!is_stale_temp(&format!(".a.json.tmp-{own}-3")));
+        for kept in [
+            "a.json",
+            ".a.json",
+            "a.json.tmp-1-2",
+            ".a.json.tmp-1",
+            ".a.json.tmp--2",
+            ".a.json.tmp-1-x",
+            ".notes.tmp-12-abc",
+            ".agentx-restore-notes.tmp",
+        ] {
+            assert!(!is_stale_temp(kept), "{kept}");
+        }
+    }
 
     #[test]
     fn atomic_write_replaces_and_leaves_no_temp_file() {

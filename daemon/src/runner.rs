@@ -84,7 +84,7 @@ impl Runner {
         if *cancelled.borrow() {
             drop(lease);
             if let Some(o) = &oneshot {
-                self.store.finish_oneshot(o, false);
+                self.store.finish_oneshot(o, false).await;
             }
             let _ = out.send(Ok(never_began())).await;
             return;
@@ -141,7 +141,7 @@ impl Runner {
             tracing::warn!("snapshot after the turn failed: {e}");
         }
         if let Some(o) = &oneshot {
-            self.store.finish_oneshot(o, completed(&finished));
+            self.store.finish_oneshot(o, completed(&finished)).await;
         }
         let _ = out.send(Ok(finished)).await;
     }
@@ -159,7 +159,7 @@ impl Runner {
             Ok(lease) => Some(lease),
             Err(e) => {
                 if let Some(o) = oneshot {
-                    self.store.finish_oneshot(o, false);
+                    self.store.finish_oneshot(o, false).await;
                 }
                 let _ = out.send(Err(e)).await;
                 None

@@ -235,6 +235,9 @@ struct Inner {
     /// Pending documents the server refused, each retried on its own
     /// backoff while the others are pushed.
     refused: BTreeMap<PathBuf, pusher::Refused>,
+    /// Marks so far: a push may clear a document's pending mark only if
+    /// none came while it looked at the document (outside this lock).
+    marks: u64,
 }
 
 /// The remote store of this agentd.
@@ -340,7 +343,10 @@ impl Remote {
     }
 
     fn mark(&self, doc: PathBuf) {
-        self.with(|inner| inner.pending.insert(doc));
+        self.with(|inner| {
+            inner.marks += 1;
+            inner.pending.insert(doc)
+        });
         self.wake.notify_one();
     }
 

@@ -172,22 +172,37 @@ pub async fn open_remote(
         return Ok(here);
     }
     // One id lives in one folder per profile: never a second local copy.
-    if let Some(held) = store.holder(id) {
+    // (A walk of every folder, and file writes: off the runtime's workers.)
+    let (lookup, wanted, at) = (Arc::clone(&remote.store), id.to_owned(), dir.clone());
+    let lines = pulled.lines;
+    let held = tokio::task::spawn_blocking(move || {
+        if let Some(held) = lookup.holder(&wanted) {
+            return Ok(Some(held));
+        }
+        agentx_shared::profile::create_private_dir(&at)?;
+        crate::durable::write_atomic(&ConversationPaths::new(&at, &wanted).journal, &lines)?;
+        Ok::<_, std::io::Error>(None)
+    })
+    .await
+    .map_err(RemoteError::local)?
+    .map_err(RemoteError::local)?;
+    if let Some(held) = held {
         return Err(RemoteError::WrongScope(format!(
             "conversation {id} is already kept in {} on this machine; resume it there",
             held.dir.display()
         )));
     }
-    agentx_shared::profile::create_private_dir(&dir).map_err(RemoteError::local)?;
-    crate::durable::write_atomic(&ConversationPaths::new(&dir, id).journal, &pulled.lines)
-        .map_err(RemoteError::local)?;
     group.adopt(doc.clone()).await.map_err(local)?;
+    let (at, wanted) = (dir.clone(), id.to_owned());
+    let hash = tokio::task::spawn_blocking(move || doc_hash(&at, &wanted))
+        .await
+        .unwrap_or_default();
     remember(
         remote,
         &doc,
         (doc.journal_items, doc.journal_bytes),
         &copy.head,
-        doc_hash(&dir, id),
+        hash,
     );
     tracing::info!(id, records = doc.journal_items, from = %copy.machine, "pulled a conversation from the remote");
     Ok(doc)

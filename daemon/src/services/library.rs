@@ -145,12 +145,18 @@ const CHUNK: usize = 1024 * 1024;
 
 /// Hands the heap that a big export or import used back to the system:
 /// glibc keeps freed memory in its arenas otherwise, and agentd's RSS
-/// would stay at the document's peak.
-fn release_memory() {
-    // SAFETY: malloc_trim only returns free heap pages; no pointer is given.
-    #[cfg(target_env = "gnu")]
-    unsafe {
-        libc::malloc_trim(0);
+/// would stay at the document's peak. It walks every arena (milliseconds
+/// on a big heap), so it runs on the blocking pool.
+async fn release_memory() {
+    let trimmed = tokio::task::spawn_blocking(|| {
+        // SAFETY: malloc_trim only returns free heap pages; no pointer is given.
+        #[cfg(target_env = "gnu")]
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    });
+    if let Err(e) = trimmed.await {
+        tracing::debug!("returning memory failed: {e}");
     }
 }
 
@@ -168,10 +174,15 @@ impl Library for LibraryService {
         request: Request<ForkRequest>,
     ) -> Result<Response<SessionSummary>, Status> {
         let req = request.into_inner();
-        let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, folder) = group_for(&self.store, req.scope.as_ref()).await?;
         let dir = self.store.group_dir(&folder, &agent_of(req.scope.as_ref()));
-        let doc = fork::fork(&group, &dir, session_arg(&req.session_id)?, req.checkpoint)
-            .await
+        let session = session_arg(&req.session_id)?;
+        // Run to its end: a client gone mid-fork leaves no journal behind.
+        let doc =
+            super::to_the_end(
+                async move { fork::fork(&group, &dir, session, req.checkpoint).await },
+            )
+            .await?
             .map_err(status_of)?;
         Ok(Response::new(summary(&doc)))
     }
@@ -181,7 +192,7 @@ impl Library for LibraryService {
         request: Request<RenameRequest>,
     ) -> Result<Response<SessionSummary>, Status> {
         let req = request.into_inner();
-        let (group, _) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, _) = group_for(&self.store, req.scope.as_ref()).await?;
         let title = req.title.split_whitespace().collect::<Vec<_>>().join(" ");
         if title.is_empty() {
             return Err(Status::invalid_argument("a title needs some text"));
@@ -279,7 +290,7 @@ impl Library for LibraryService {
         request: Request<ExportRequest>,
     ) -> Result<Response<ExportStream>, Status> {
         let req = request.into_inner();
-        let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, folder) = group_for(&self.store, req.scope.as_ref()).await?;
         let dir = self.store.group_dir(&folder, &agent_of(req.scope.as_ref()));
         let document = fork::export(&group, &dir, session_arg(&req.session_id)?)
             .await
@@ -288,7 +299,7 @@ impl Library for LibraryService {
         let pieces = futures_util::stream::unfold((bytes, 0usize), |(bytes, at)| async move {
             if at >= bytes.len() {
                 drop(bytes);
-                release_memory();
+                release_memory().await;
                 return None;
             }
             let end = (at + CHUNK).min(bytes.len());
@@ -319,12 +330,16 @@ impl Library for LibraryService {
         }
         let document = String::from_utf8(document)
             .map_err(|_| Status::invalid_argument("the export is not UTF-8 text"))?;
-        let (group, folder) = group_for(&self.store, scope.as_ref())?;
+        let (group, folder) = group_for(&self.store, scope.as_ref()).await?;
         let agent = agent_of(scope.as_ref());
         let dir = self.store.group_dir(&folder, &agent);
-        let imported = fork::import(&group, &dir, &folder, &agent, &document).await;
-        drop(document);
-        release_memory();
+        // Run to its end: a client gone mid-import leaves no journal behind.
+        let imported = super::to_the_end(async move {
+            let imported = fork::import(&group, &dir, &folder, &agent, document).await;
+            release_memory().await;
+            imported
+        })
+        .await?;
         let (doc, renamed_from) = imported.map_err(status_of)?;
         Ok(Response::new(ImportReply {
             session: Some(summary(&doc)),

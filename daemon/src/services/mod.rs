@@ -50,6 +50,29 @@ pub fn remote_state(remote: Option<&crate::remote::Remote>) -> proto::RemoteStat
     }
 }
 
+/// Runs blocking file-system or CPU-heavy work (reading every one-shot,
+/// parsing a document, writing a journal) on tokio's blocking pool, so the
+/// runtime's workers keep serving every other client; a panic in it is
+/// INTERNAL.
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Status::internal(format!("agentd hit an internal error: {e}")))
+}
+
+/// Runs `work` to its end even if the caller stops waiting (a client that
+/// goes away mid-import must not leave half of what it made): the RPC waits
+/// for it, but dropping the RPC does not cancel it.
+pub(crate) async fn to_the_end<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::spawn(work)
+        .await
+        .map_err(|e| Status::internal(format!("agentd hit an internal error: {e}")))
+}
+
 /// The agent of a request that names none.
 const DEFAULT_AGENT: &str = "default";
 
@@ -89,13 +112,37 @@ impl TryFrom<Option<&proto::Scope>> for Scope {
     }
 }
 
+/// How long a request waits to learn whether its folder exists: a folder
+/// on a hung network or FUSE mount parks the thread that asks.
+const STAT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether `folder` is a directory, asked on the blocking pool and bounded
+/// by [`STAT_PATIENCE`] (a hung mount parks a blocking thread, never one of
+/// the runtime's workers).
+async fn folder_is_dir(folder: &str) -> Result<bool, Status> {
+    let path = std::path::PathBuf::from(folder);
+    match tokio::time::timeout(
+        STAT_PATIENCE,
+        tokio::task::spawn_blocking(move || path.is_dir()),
+    )
+    .await
+    {
+        Ok(Ok(is_dir)) => Ok(is_dir),
+        Ok(Err(e)) => Err(status::task_failed(e)),
+        Err(_) => Err(Status::unavailable(format!(
+            "folder {folder} did not answer within {} s (a hung network or FUSE mount?)",
+            STAT_PATIENCE.as_secs()
+        ))),
+    }
+}
+
 /// The group actor for a request's scope, after validating it.
-pub fn group_for(
+pub async fn group_for(
     store: &Store,
     scope: Option<&proto::Scope>,
 ) -> Result<(GroupHandle, String), Status> {
     let scope = Scope::try_from(scope)?;
-    if !Path::new(&scope.folder).is_dir() {
+    if !folder_is_dir(&scope.folder).await? {
         return Err(Status::failed_precondition(format!(
             "folder {} does not exist",
             scope.folder

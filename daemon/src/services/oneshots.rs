@@ -48,8 +48,8 @@ fn wire_status(status: &str) -> OneshotStatus {
 }
 
 /// Folder and agent of a request, validated.
-fn scope_of(store: &Store, scope: Option<&Scope>) -> Result<(String, String), Status> {
-    let (_, folder) = group_for(store, scope)?;
+async fn scope_of(store: &Store, scope: Option<&Scope>) -> Result<(String, String), Status> {
+    let (_, folder) = group_for(store, scope).await?;
     Ok((folder, super::Scope::try_from(scope)?.agent))
 }
 
@@ -59,10 +59,10 @@ impl Oneshots for OneshotsService {
         &self,
         request: Request<ListOneshotsRequest>,
     ) -> Result<Response<ListOneshotsReply>, Status> {
-        let (folder, agent) = scope_of(&self.store, request.get_ref().scope.as_ref())?;
-        let list = self
-            .store
-            .list_oneshots(&folder, &agent)
+        let (folder, agent) = scope_of(&self.store, request.get_ref().scope.as_ref()).await?;
+        let store = Arc::clone(&self.store);
+        let list = super::blocking(move || store.list_oneshots(&folder, &agent))
+            .await?
             .map_err(status_of)?;
         Ok(Response::new(ListOneshotsReply {
             oneshots: list.iter().map(summary).collect(),
@@ -74,26 +74,29 @@ impl Oneshots for OneshotsService {
         request: Request<ShowOneshotRequest>,
     ) -> Result<Response<ShowOneshotReply>, Status> {
         let req = request.into_inner();
-        let (folder, agent) = scope_of(&self.store, req.scope.as_ref())?;
-        let (info, transcript) = self
-            .store
-            .show_oneshot(&folder, &agent, &req.id)
-            .map_err(status_of)?;
-        let state = serde_json::json!({ "state": info.doc, "transcript": transcript });
-        Ok(Response::new(ShowOneshotReply {
-            oneshot: Some(summary(&info)),
-            state_json: serde_json::to_string_pretty(&state).unwrap_or_default(),
-        }))
+        let (folder, agent) = scope_of(&self.store, req.scope.as_ref()).await?;
+        let store = Arc::clone(&self.store);
+        super::blocking(move || {
+            let (info, transcript) = store
+                .show_oneshot(&folder, &agent, &req.id)
+                .map_err(status_of)?;
+            let state = serde_json::json!({ "state": info.doc, "transcript": transcript });
+            Ok(Response::new(ShowOneshotReply {
+                oneshot: Some(summary(&info)),
+                state_json: serde_json::to_string_pretty(&state).unwrap_or_default(),
+            }))
+        })
+        .await?
     }
 
     async fn prune_oneshots(
         &self,
         request: Request<PruneOneshotsRequest>,
     ) -> Result<Response<PruneOneshotsReply>, Status> {
-        let (folder, agent) = scope_of(&self.store, request.get_ref().scope.as_ref())?;
-        let removed = self
-            .store
-            .prune_oneshots(&folder, &agent)
+        let (folder, agent) = scope_of(&self.store, request.get_ref().scope.as_ref()).await?;
+        let store = Arc::clone(&self.store);
+        let removed = super::blocking(move || store.prune_oneshots(&folder, &agent))
+            .await?
             .map_err(status_of)?;
         Ok(Response::new(PruneOneshotsReply { removed }))
     }

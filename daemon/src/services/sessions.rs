@@ -289,7 +289,7 @@ impl Sessions for SessionsService {
         request: Request<ListSessionsRequest>,
     ) -> Result<Response<ListSessionsReply>, Status> {
         let req = request.into_inner();
-        let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, folder) = group_for(&self.store, req.scope.as_ref()).await?;
         let docs = group.list().await.map_err(status_of)?;
         let local: Vec<SessionSummary> = docs.iter().map(summary).collect();
         let (sessions, remote_note, remote_more) = match (&self.remote, req.include_remote) {
@@ -312,7 +312,7 @@ impl Sessions for SessionsService {
     ) -> Result<Response<OpenSessionReply>, Status> {
         let client = crate::peer::pid_of(&request);
         let req = request.into_inner();
-        let (group, _) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, _) = group_for(&self.store, req.scope.as_ref()).await?;
         let target = match req.target {
             None | Some(Target::Latest(_)) => OpenTarget::Latest,
             Some(Target::New(_)) => OpenTarget::New,
@@ -386,7 +386,7 @@ impl Sessions for SessionsService {
         request: Request<GetStatusRequest>,
     ) -> Result<Response<SessionStatus>, Status> {
         let req = request.into_inner();
-        let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, folder) = group_for(&self.store, req.scope.as_ref()).await?;
         let doc = group
             .get(session_arg(&req.session_id)?)
             .await
@@ -418,7 +418,7 @@ impl Sessions for SessionsService {
         request: Request<ClearSessionRequest>,
     ) -> Result<Response<ClearSessionReply>, Status> {
         let req = request.into_inner();
-        let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, folder) = group_for(&self.store, req.scope.as_ref()).await?;
         let agent = super::Scope::try_from(req.scope.as_ref())?.agent;
         let session = session_arg(&req.session_id)?;
         let cleared = group.get(session.clone()).await.map_err(status_of)?;
@@ -460,7 +460,7 @@ impl Sessions for SessionsService {
         request: Request<ListCheckpointsRequest>,
     ) -> Result<Response<ListCheckpointsReply>, Status> {
         let req = request.into_inner();
-        let (group, _) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, _) = group_for(&self.store, req.scope.as_ref()).await?;
         let (cps, head) = group
             .checkpoints(session_arg(&req.session_id)?)
             .await
@@ -480,7 +480,7 @@ impl Sessions for SessionsService {
         request: Request<RollbackRequest>,
     ) -> Result<Response<RollbackReply>, Status> {
         let req = request.into_inner();
-        let (group, _) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, _) = group_for(&self.store, req.scope.as_ref()).await?;
         let target = match req.target {
             None => RollbackTarget::Index(1),
             Some(rollback_request::Target::Index(n)) => RollbackTarget::Index(n),
@@ -502,7 +502,7 @@ impl Sessions for SessionsService {
         request: Request<AppendShellTranscriptRequest>,
     ) -> Result<Response<SessionStatus>, Status> {
         let req = request.into_inner();
-        let (group, _) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, _) = group_for(&self.store, req.scope.as_ref()).await?;
         let id = session_arg(&req.session_id)?
             .ok_or_else(|| Status::invalid_argument("a session id is required"))?;
         let current = group
@@ -551,7 +551,7 @@ impl Sessions for SessionsService {
         request: Request<SetModelRequest>,
     ) -> Result<Response<SessionStatus>, Status> {
         let req = request.into_inner();
-        let (group, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let (group, folder) = group_for(&self.store, req.scope.as_ref()).await?;
         let model = req.model.trim().to_owned();
         if model.len() > 200 || model.chars().any(char::is_control) {
             return Err(Status::invalid_argument(

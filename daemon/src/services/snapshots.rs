@@ -149,7 +149,7 @@ fn wire_diff(d: crate::snapshot::diff::Diff) -> DiffReply {
 impl SnapshotsApi for SnapshotsService {
     async fn diff(&self, request: Request<DiffRequest>) -> Result<Response<DiffReply>, Status> {
         let req = request.into_inner();
-        let (_, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let (_, folder) = group_for(&self.store, req.scope.as_ref()).await?;
         let folder = PathBuf::from(folder);
         let of = diff_of(&req)?;
         let diff = self
@@ -164,7 +164,7 @@ impl SnapshotsApi for SnapshotsService {
         &self,
         request: Request<ListSnapshotsRequest>,
     ) -> Result<Response<ListSnapshotsReply>, Status> {
-        let (_, folder) = group_for(&self.store, request.get_ref().scope.as_ref())?;
+        let (_, folder) = group_for(&self.store, request.get_ref().scope.as_ref()).await?;
         let folder = PathBuf::from(folder);
         let (snaps, bytes) = self
             .snapshots
@@ -188,7 +188,7 @@ impl SnapshotsApi for SnapshotsService {
         request: Request<TakeSnapshotRequest>,
     ) -> Result<Response<SnapshotInfo>, Status> {
         let req = request.into_inner();
-        let (_, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let (_, folder) = group_for(&self.store, req.scope.as_ref()).await?;
         let label = if req.label.is_empty() {
             "manual".to_owned()
         } else {
@@ -213,7 +213,7 @@ impl SnapshotsApi for SnapshotsService {
         request: Request<RestoreRequest>,
     ) -> Result<Response<RestorePlan>, Status> {
         let req = request.into_inner();
-        let (_, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let (_, folder) = group_for(&self.store, req.scope.as_ref()).await?;
         let folder = PathBuf::from(folder);
         // Refused before any plan is made: a plan of a folder that a turn or
         // one-shot is still changing would show a state that is already gone
@@ -249,7 +249,7 @@ impl SnapshotsApi for SnapshotsService {
         request: Request<RestoreRequest>,
     ) -> Result<Response<RestoreReply>, Status> {
         let req = request.into_inner();
-        let (_, folder) = group_for(&self.store, req.scope.as_ref())?;
+        let (_, folder) = group_for(&self.store, req.scope.as_ref()).await?;
         let folder = PathBuf::from(folder);
         let force = req.force;
         // Checked on the snapshot actor's thread: a turn that registers

@@ -110,7 +110,7 @@ impl Turns for TurnsService {
         let start = first_start(&mut inputs).await?;
         let mode = mode_of(&start)?;
         let settings = settings_of(start.provider.clone().unwrap_or_default())?;
-        let (group, folder) = group_for(&self.store, start.scope.as_ref())?;
+        let (group, folder) = group_for(&self.store, start.scope.as_ref()).await?;
         let mut session = session_arg(&start.session_id)?;
         let mut policy = policy(start.approval);
         let oneshot = if start.oneshot {

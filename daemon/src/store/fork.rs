@@ -2,7 +2,7 @@
 //! the same group), exports and imports; the group actor adopts them.
 
 use std::io::Read as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +18,39 @@ use crate::durable;
 pub struct ForkOrigin {
     pub id: String,
     pub turn: u32,
+}
+
+/// Runs file-system or CPU-heavy work off the runtime's worker threads.
+async fn off_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|_| StoreError::Internal("a blocking task of the store failed"))?
+}
+
+/// Copies the first `bytes` of journal `from` to `to` (durably); `what`
+/// names what says how long it is, for the error when it is shorter.
+fn copy_prefix(
+    from: PathBuf,
+    to: PathBuf,
+    bytes: u64,
+    what: &'static str,
+) -> Result<(), StoreError> {
+    let mut prefix = Vec::new();
+    if bytes > 0 {
+        std::fs::File::open(&from)?
+            .take(bytes)
+            .read_to_end(&mut prefix)?;
+    }
+    if prefix.len() as u64 != bytes {
+        return Err(StoreError::Damaged {
+            message: format!("{} is shorter than {what}", from.display()),
+            path: from,
+        });
+    }
+    durable::write_atomic(&to, &prefix)?;
+    Ok(())
 }
 
 /// A fresh id that names no file in `dir`.
@@ -62,21 +95,10 @@ pub async fn fork(
     let keep = count - n + 1;
     let cp = parent.checkpoints[keep - 1].clone();
     let id = free_id(dir);
-    let from = ConversationPaths::new(dir, &parent.id);
+    let from = ConversationPaths::new(dir, &parent.id).journal;
     let to = ConversationPaths::new(dir, &id);
-    let mut prefix = Vec::new();
-    if cp.journal_bytes > 0 {
-        std::fs::File::open(&from.journal)?
-            .take(cp.journal_bytes)
-            .read_to_end(&mut prefix)?;
-    }
-    if prefix.len() as u64 != cp.journal_bytes {
-        return Err(StoreError::Damaged {
-            message: format!("{} is shorter than its checkpoint", from.journal.display()),
-            path: from.journal,
-        });
-    }
-    durable::write_atomic(&to.journal, &prefix)?;
+    let (journal, bytes) = (to.journal.clone(), cp.journal_bytes);
+    off_runtime(move || copy_prefix(from, journal, bytes, "its checkpoint")).await?;
     // A rollback while we copied may have rewritten the journal: start over.
     let again = group.get(Some(parent.id.clone())).await?;
     if again.is_none_or(|d| d.rollbacks != parent.rollbacks) {
@@ -127,11 +149,19 @@ pub async fn export(
         .await?
         .ok_or_else(|| StoreError::NotFound("this folder has no conversation to export".into()))?;
     let items = group.transcript(&doc.id).await?;
+    let journal = ConversationPaths::new(dir, &doc.id).journal;
+    off_runtime(move || export_document(&doc, items, &journal)).await
+}
+
+/// The export document of `doc` whose transcript is `items` (its journal,
+/// at `journal`, gives each item's time).
+fn export_document(
+    doc: &ConversationDoc,
+    items: Vec<Item>,
+    journal: &Path,
+) -> Result<String, StoreError> {
     // Times per item come from the journal lines (the parent's, for a base).
-    let times = journal_times(
-        &ConversationPaths::new(dir, &doc.id).journal,
-        doc.journal_bytes,
-    );
+    let times = journal_times(journal, doc.journal_bytes);
     let skip = items.len().saturating_sub(times.len());
     let transcript = items
         .into_iter()
@@ -206,32 +236,52 @@ pub async fn import(
     dir: &Path,
     folder: &str,
     agent: &str,
-    text: &str,
+    text: String,
 ) -> Result<(ConversationDoc, Option<String>), StoreError> {
-    let document = Document::parse(text).map_err(|e| StoreError::Invalid(e.to_string()))?;
-    let c = document.conversation;
-    agentx_shared::profile::create_private_dir(dir)?;
-    let (id, renamed_from) = import_id(group, dir, &c.id).await;
-    let (journal, offsets) = journal_of(&c.transcript)?;
-    let doc = imported_doc(&c, id, folder, agent, journal.len() as u64, &offsets);
-    write_imported_journal(dir, &doc, &journal, c.transcript.len())?;
+    let at = dir.to_path_buf();
+    let c = off_runtime(move || {
+        let document = Document::parse(&text).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        drop(text);
+        agentx_shared::profile::create_private_dir(&at)?;
+        Ok(document.conversation)
+    })
+    .await?;
+    let (id, renamed_from) = import_id(group, dir, &c.id).await?;
+    let (at, folder, agent) = (dir.to_path_buf(), folder.to_owned(), agent.to_owned());
+    let doc = off_runtime(move || {
+        let (journal, offsets) = journal_of(&c.transcript)?;
+        let doc = imported_doc(&c, id, &folder, &agent, journal.len() as u64, &offsets);
+        drop(c);
+        write_imported_journal(&at, &doc, &journal, &offsets)?;
+        Ok(doc)
+    })
+    .await?;
     let doc = adopt(group, dir, doc).await?;
     Ok((doc, renamed_from))
 }
 
 /// The id an imported conversation gets: the file's own unless it is not
 /// shaped as agentd's ids ([`super::is_conversation_id`]) or is taken (then a fresh one, and the file's id as second).
-async fn import_id(group: &GroupHandle, dir: &Path, wanted: &str) -> (String, Option<String>) {
-    let taken = !super::is_conversation_id(wanted)
-        || group.get(Some(wanted.to_owned())).await.is_ok()
-        || ConversationPaths::new(dir, wanted).doc.exists()
-        || ConversationPaths::new(dir, wanted).journal.exists()
-        || super::elsewhere::kept_beside(dir, wanted);
-    if taken {
-        (free_id(dir), Some(wanted.to_owned()))
-    } else {
-        (wanted.to_owned(), None)
-    }
+async fn import_id(
+    group: &GroupHandle,
+    dir: &Path,
+    wanted: &str,
+) -> Result<(String, Option<String>), StoreError> {
+    let taken =
+        !super::is_conversation_id(wanted) || group.get(Some(wanted.to_owned())).await.is_ok();
+    let (dir, wanted) = (dir.to_path_buf(), wanted.to_owned());
+    off_runtime(move || {
+        let taken = taken
+            || ConversationPaths::new(&dir, &wanted).doc.exists()
+            || ConversationPaths::new(&dir, &wanted).journal.exists()
+            || super::elsewhere::kept_beside(&dir, &wanted);
+        Ok(if taken {
+            (free_id(&dir), Some(wanted))
+        } else {
+            (wanted, None)
+        })
+    })
+    .await
 }
 
 /// The journal of an exported transcript, in the store's line format, and
@@ -340,12 +390,12 @@ fn write_imported_journal(
     dir: &Path,
     doc: &ConversationDoc,
     journal: &[u8],
-    items: usize,
+    offsets: &[u64],
 ) -> Result<(), StoreError> {
     let to = ConversationPaths::new(dir, &doc.id);
     durable::write_atomic(&to.journal, journal)?;
     let back = read_journal(&to.journal, doc.journal_bytes).map_err(StoreError::unreadable)?;
-    if back.len() != items {
+    if back.len() + 1 != offsets.len() {
         let _ = std::fs::remove_file(&to.journal);
         return Err(StoreError::Damaged {
             message: "the imported transcript did not read back".into(),
@@ -377,24 +427,10 @@ pub async fn keep_as_fork(
         return Ok(doc);
     }
     let id = free_id(dir);
-    let from = ConversationPaths::new(dir, &parent.id);
-    let to = ConversationPaths::new(dir, &id);
-    let mut journal = Vec::new();
-    if parent.journal_bytes > 0 {
-        std::fs::File::open(&from.journal)?
-            .take(parent.journal_bytes)
-            .read_to_end(&mut journal)?;
-    }
-    if journal.len() as u64 != parent.journal_bytes {
-        return Err(StoreError::Damaged {
-            message: format!(
-                "{} is shorter than its document says",
-                from.journal.display()
-            ),
-            path: from.journal,
-        });
-    }
-    durable::write_atomic(&to.journal, &journal)?;
+    let from = ConversationPaths::new(dir, &parent.id).journal;
+    let to = ConversationPaths::new(dir, &id).journal;
+    let bytes = parent.journal_bytes;
+    off_runtime(move || copy_prefix(from, to, bytes, "its document says")).await?;
     let mut doc = parent.clone();
     doc.id = id;
     doc.title = title;

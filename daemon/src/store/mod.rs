@@ -288,3 +288,57 @@ mod supervision_tests {
         assert_eq!(opened.doc.id, made);
     }
 }
+
+#[cfg(test)]
+mod leftovers_tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn loading_a_folder_removes_what_killed_writes_left_and_nothing_else() {
+        let root = tempfile::tempdir().unwrap();
+        let store = Store::new(
+            root.path().join("sessions"),
+            Commits::default(),
+            DEFAULT_IDLE_GROUPS,
+        );
+        let dir = store.group_dir("/w/a", "default");
+        std::fs::create_dir_all(&dir).unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let write = |name: &str, age: Option<std::time::SystemTime>| {
+            let path = dir.join(name);
+            std::fs::write(&path, b"{}\n").unwrap();
+            if let Some(t) = age {
+                std::fs::File::options()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_modified(t)
+                    .unwrap();
+            }
+            path
+        };
+        let orphan_id = group::new_id();
+        let fresh_id = format!("{}0", &orphan_id[..orphan_id.len() - 1]);
+        let stale_temp = write(
+            &format!(".current.json.tmp-{}-7", std::process::id() + 1),
+            None,
+        );
+        let own_temp = write(&format!(".current.json.tmp-{}-7", std::process::id()), None);
+        let orphan = write(&format!("{orphan_id}.jsonl"), Some(old));
+        let fresh = write(&format!("{fresh_id}.jsonl"), None);
+        let user_file = write("notes.jsonl", Some(old));
+        let quarantined = write(&format!("{orphan_id}.jsonl.corrupt-1"), Some(old));
+
+        let group = store.group("/w/a", "default").unwrap();
+        let made = group.open(OpenTarget::New).await.unwrap().doc.id;
+        assert!(!stale_temp.exists(), "a dead agentd's temp file stayed");
+        assert!(
+            !orphan.exists(),
+            "an old journal without a conversation stayed"
+        );
+        for kept in [&own_temp, &fresh, &user_file, &quarantined] {
+            assert!(kept.exists(), "{} was removed", kept.display());
+        }
+        assert!(dir.join(format!("{made}.json")).exists());
+    }
+}

@@ -43,42 +43,48 @@ impl Store {
         prompt: &str,
     ) -> Result<Oneshot, StoreError> {
         let interactive = self.group(folder, agent)?;
-        let shared = interactive.shared().await?.filter(|s| {
+        let shared = interactive.shared().await?;
+        let parent = self.oneshots_dir(folder, agent)?;
+        let group_dir = self.group_dir(folder, agent);
+        let stamp = agentx_shared::time::now_ms();
+        let (f, a) = (folder.to_owned(), agent.to_owned());
+        // Stat, mkdir and fsync: off the runtime's workers.
+        let (shared, id, dir) = tokio::task::spawn_blocking(move || {
             // A branch point naming a conversation that is gone (cleared
             // before agentd reset branch points on clear) is not used: its
             // turns were deleted on purpose.
-            let doc = self
-                .group_dir(folder, agent)
-                .join(format!("{}.json", s.session_id));
-            let there = doc.exists();
-            if !there {
-                tracing::warn!(
-                    "the branch point of {folder} ({agent}) names conversation {}, which is gone: \
-                     one-shots start fresh",
-                    s.session_id
-                );
-            }
-            there
-        });
-        let parent = self.oneshots_dir(folder, agent)?;
-        agentx_shared::profile::create_private_dir(&parent)?;
-        let stamp = agentx_shared::time::now_ms();
-        let (id, dir) = (0..1000)
-            .find_map(|n| {
-                let id = if n == 0 {
-                    format!("oneshot-{pid}-{stamp}")
-                } else {
-                    format!("oneshot-{pid}-{stamp}-{n}")
-                };
-                let dir = parent.join(&id);
-                match std::fs::create_dir(&dir) {
-                    Ok(()) => Some(Ok((id, dir))),
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
-                    Err(e) => Some(Err(e)),
+            let shared = shared.filter(|s| {
+                let there = group_dir.join(format!("{}.json", s.session_id)).exists();
+                if !there {
+                    tracing::warn!(
+                        "the branch point of {f} ({a}) names conversation {}, which is gone: \
+                         one-shots start fresh",
+                        s.session_id
+                    );
                 }
-            })
-            .ok_or(StoreError::Internal("no free one-shot id"))??;
-        durable::fsync_dir(&parent)?;
+                there
+            });
+            agentx_shared::profile::create_private_dir(&parent)?;
+            let (id, dir) = (0..1000)
+                .find_map(|n| {
+                    let id = if n == 0 {
+                        format!("oneshot-{pid}-{stamp}")
+                    } else {
+                        format!("oneshot-{pid}-{stamp}-{n}")
+                    };
+                    let dir = parent.join(&id);
+                    match std::fs::create_dir(&dir) {
+                        Ok(()) => Some(Ok((id, dir))),
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
+                        Err(e) => Some(Err(e)),
+                    }
+                })
+                .ok_or(StoreError::Internal("no free one-shot id"))??;
+            durable::fsync_dir(&parent)?;
+            Ok::<_, StoreError>((shared, id, dir))
+        })
+        .await
+        .map_err(|_| StoreError::Internal("a blocking task of the store failed"))??;
 
         let mut doc = ConversationDoc::new(id.clone(), folder.to_owned(), agent.to_owned(), stamp);
         doc.title = prompt
@@ -109,19 +115,29 @@ impl Store {
 
     /// Ends a one-shot: a success leaves nothing behind; anything else is
     /// kept for diagnosis.
-    pub fn finish_oneshot(&self, oneshot: &Oneshot, success: bool) {
+    pub async fn finish_oneshot(&self, oneshot: &Oneshot, success: bool) {
         if let Ok(mut active) = self.active_oneshots.lock() {
             active.remove(&oneshot.id);
         }
-        if success {
-            if let Err(e) = std::fs::remove_dir_all(&oneshot.dir) {
-                tracing::warn!(
-                    "cannot remove one-shot state {}: {e}",
-                    oneshot.dir.display()
-                );
-            } else if let Some(parent) = oneshot.dir.parent() {
-                let _ = durable::fsync_dir(parent);
+        if !success {
+            return;
+        }
+        let dir = oneshot.dir.clone();
+        // Many files and an fsync: off the runtime's workers.
+        let removed = tokio::task::spawn_blocking(move || {
+            std::fs::remove_dir_all(&dir)?;
+            if let Some(parent) = dir.parent() {
+                durable::fsync_dir(parent)?;
             }
+            Ok::<_, std::io::Error>(())
+        })
+        .await
+        .map_err(std::io::Error::other);
+        if let Ok(Err(e)) | Err(e) = removed {
+            tracing::warn!(
+                "cannot remove one-shot state {}: {e}",
+                oneshot.dir.display()
+            );
         }
     }
 

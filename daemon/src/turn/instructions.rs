@@ -91,6 +91,45 @@ pub fn load(base: &str, folder: &Path, profile: &Path, names: &[String]) -> Inst
     }
 }
 
+/// How long a turn waits for the instruction files: a folder on a hung
+/// network or FUSE mount would otherwise hold the turn (and a worker).
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// [`load`] on the blocking pool, bounded by [`PATIENCE`]: when the files
+/// do not answer in time the request goes without them and `skipped` says
+/// why.
+pub async fn load_bounded(
+    base: &str,
+    folder: &Path,
+    profile: &Path,
+    names: &[String],
+) -> Instructions {
+    let (b, f, p, n) = (
+        base.to_owned(),
+        folder.to_path_buf(),
+        profile.to_path_buf(),
+        names.to_vec(),
+    );
+    let loading = tokio::task::spawn_blocking(move || load(&b, &f, &p, &n));
+    match tokio::time::timeout(PATIENCE, loading).await {
+        Ok(Ok(loaded)) => loaded,
+        Ok(Err(e)) => Instructions {
+            text: base.to_owned(),
+            skipped: vec![format!("instruction files: {e}")],
+            ..Instructions::default()
+        },
+        Err(_) => Instructions {
+            text: base.to_owned(),
+            skipped: vec![format!(
+                "{}: instruction files did not answer within {} s (a hung network mount?)",
+                folder.display(),
+                PATIENCE.as_secs()
+            )],
+            ..Instructions::default()
+        },
+    }
+}
+
 /// The text of `path` (at most [`MAX_FILE`] bytes, a cut said so) when it
 /// is a regular file whose real path lies inside `inside`; else why not.
 /// Checked on the real path before opening (nothing outside is opened)

@@ -279,7 +279,9 @@ pub async fn standing(
         .or_else(|| doc.model.clone())
         .unwrap_or_else(|| settings.model.clone());
     let window = engine.models.window(prefs, &settings.base_url, &model);
-    let loaded = super::instructions::load("", folder, &engine.profile, &prefs.instruction_files);
+    let loaded =
+        super::instructions::load_bounded("", folder, &engine.profile, &prefs.instruction_files)
+            .await;
     let fill = match doc.context {
         Some(fill) => fill,
         None => {

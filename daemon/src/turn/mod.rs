@@ -314,12 +314,13 @@ impl Engine {
         if let Some(model) = spec.prefs.run_model.clone().or_else(|| doc.model.clone()) {
             spec.settings.model = model;
         }
-        let loaded = instructions::load(
+        let loaded = instructions::load_bounded(
             &spec.instructions,
             &spec.folder,
             &self.profile,
             &spec.prefs.instruction_files,
-        );
+        )
+        .await;
         spec.instructions = loaded.text;
         let counter = tokens::Counter::for_model(&spec.settings.model);
         let window = self.window_for(&spec);

@@ -279,10 +279,18 @@ async fn record_pushed(remote: &Remote, doc_path: &Path, push: &Push) {
         // Pushing again later is harmless (records are idempotent).
         tracing::warn!("remote: cannot record the push of {}: {e}", push.id);
     }
+    // Hashed off the runtime and outside the lock status takes; a mark that
+    // comes meanwhile keeps the document pending (pushing again is harmless).
+    let marks = remote.with(|i| i.marks);
+    let path = doc_path.to_path_buf();
+    let now = tokio::task::spawn_blocking(move || current_hash(&path))
+        .await
+        .ok()
+        .flatten();
     remote.with(|i| {
         // A change committed meanwhile marked it again: it stays pending
         // only if the document differs from what was just pushed.
-        if current_hash(doc_path).as_deref() == Some(push.hash.as_str()) {
+        if now.as_deref() == Some(push.hash.as_str()) && marks == Some(i.marks) {
             i.pending.remove(doc_path);
         }
         i.refused.remove(doc_path);

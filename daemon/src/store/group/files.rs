@@ -172,9 +172,25 @@ impl Group {
             }
         };
         let mut bad = Vec::new();
+        let mut journals = Vec::new();
         for entry in entries.flatten() {
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
+            if durable::is_stale_temp(&name) {
+                tracing::info!(
+                    "removing {}, left by an agentd that was killed",
+                    path.display()
+                );
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            if name
+                .strip_suffix(".jsonl")
+                .is_some_and(crate::store::is_conversation_id)
+            {
+                journals.push(path);
+                continue;
+            }
             if !name.ends_with(".json")
                 || name == "current.json"
                 || name == "shared.json"
@@ -205,6 +221,7 @@ impl Group {
                 }
             }
         }
+        remove_orphan_journals(&journals);
         Some(bad)
     }
 
@@ -370,5 +387,33 @@ impl Group {
                 moved.join(", ")
             ),
         ));
+    }
+}
+
+/// How old a journal without a document must be before it is taken for
+/// what a killed fork, import or pull left (they write the journal, then
+/// hand the document to the actor; an RPC runs them to their end).
+const ORPHAN_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Removes the journals in `journals` that have no state document and
+/// were last written more than [`ORPHAN_AGE`] ago: copies (a fork's
+/// prefix, an import, a pulled copy) whose making was cut short by a kill.
+fn remove_orphan_journals(journals: &[PathBuf]) {
+    for journal in journals {
+        if journal.with_extension("json").exists() {
+            continue;
+        }
+        let old = std::fs::metadata(journal)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= ORPHAN_AGE);
+        if old {
+            tracing::info!(
+                "removing {}: a transcript without a conversation, left when making one was cut short",
+                journal.display()
+            );
+            let _ = std::fs::remove_file(journal);
+        }
     }
 }
