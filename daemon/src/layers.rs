@@ -89,7 +89,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pidlock",
         ],
     ),
-    ("benching", &["turn", "store"]),
+    ("benching", &["turn", "store", "search"]),
     ("fuzzing", &["snapshot", "search", "turn", "store"]),
     ("proptests", &["snapshot", "turn", "store", "fuzzing"]),
 ];

@@ -133,6 +133,7 @@ pub fn open_and_search(files: &[(String, Vec<u8>)]) -> Result<usize, String> {
         jobs,
         rebuild_asked: AtomicBool::new(false),
         note: health::RebuildNote::default(),
+        memory: std::sync::Mutex::default(),
     };
     let mut hits = 0;
     for query in QUERIES {

@@ -7,13 +7,19 @@
 //! length, rollbacks, update time, title) with the index and re-indexes what
 //! differs, so a crash between a commit and its indexing loses nothing.
 //! A damaged index (an error or a panic reading it) is rebuilt: see [`health`].
+//! A commit is indexed incrementally: see [`indexing`].
+//!
+//! Clearing a conversation deletes its documents and commits; the indexer
+//! then (nobody waiting) rewrites the segments that held them so the text
+//! leaves the disk: see [`Purge`].
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, RwLock, RwLockReadGuard};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use tantivy::collector::DocSetCollector;
@@ -21,16 +27,17 @@ use tantivy::query::TermQuery;
 use tantivy::schema::{Field, IndexRecordOption, STORED, STRING, Schema, TEXT, Value as _};
 use tantivy::{IndexWriter, TantivyDocument, Term};
 
-use agentx_shared::conversation::Item;
-
 pub(crate) mod garbled;
 mod health;
+mod indexing;
 mod query;
+#[cfg(test)]
+mod tests;
 
 pub use query::Hit;
 
 /// Bumped when the schema or what goes into it changes: forces a rebuild.
-const LAYOUT: &str = "agentx-search-1";
+const LAYOUT: &str = "agentx-search-2";
 /// Indexing memory budget (tantivy's minimum is 15 MB).
 const WRITER_BYTES: usize = 40_000_000;
 
@@ -54,6 +61,8 @@ pub enum SearchError {
 #[derive(Clone, Copy)]
 struct Fields {
     key: Field,
+    /// `<key>#<turn>`: one document (turn 0 is the meta document).
+    turnkey: Field,
     sid: Field,
     folder: Field,
     agent: Field,
@@ -80,6 +89,7 @@ fn schema() -> (Schema, Fields) {
         label: b.add_text_field("label", STORED),
         body: b.add_text_field("body", TEXT | STORED),
         stamp: b.add_text_field("stamp", STORED),
+        turnkey: b.add_text_field("turnkey", STRING),
     };
     (b.build(), f)
 }
@@ -97,14 +107,17 @@ pub struct SearchIndex {
     rebuild_asked: AtomicBool,
     /// The last rebuild of a damaged index, for `daemon status`.
     note: health::RebuildNote,
+    /// How far each conversation was indexed (the indexer's alone).
+    memory: Mutex<indexing::Memory>,
 }
 
 /// What the indexer thread is asked to do.
 enum Job {
     /// Re-index (or drop) the conversation whose document is this path.
     Touched(PathBuf),
-    /// The conversation was cleared: drop it, then rewrite the segments
-    /// that held it so its text leaves the disk; answer when done.
+    /// The conversation was cleared: drop it and answer once that is
+    /// committed; then rewrite the segments that held it so its text leaves
+    /// the disk (nobody waits for that).
     Forget(PathBuf, tokio::sync::oneshot::Sender<()>),
     /// Reading the index failed (the reason): replace it and re-index all.
     Rebuild(String),
@@ -116,10 +129,11 @@ impl SearchIndex {
         self.note.get()
     }
 
-    /// Drops cleared conversation `id` of `dir` from the index and purges
-    /// the index files that still held its text; returns once that is on
-    /// disk (bounded, so a stuck indexer cannot hold up a clear: the
-    /// start-up reconcile drops it then).
+    /// Drops cleared conversation `id` of `dir` from the index; returns
+    /// once that is committed (no search finds it any more), bounded so a
+    /// stuck indexer cannot hold up a clear (the start-up reconcile drops
+    /// it then). The index files that still hold its text are rewritten
+    /// afterwards by the indexer, without anyone waiting for it.
     pub async fn forget(&self, dir: &Path, id: &str) {
         let (done, wait) = tokio::sync::oneshot::channel();
         if self
@@ -160,6 +174,7 @@ pub fn start(
         jobs: tx.clone(),
         rebuild_asked: AtomicBool::new(false),
         note,
+        memory: Mutex::default(),
     });
     let touched = tx;
     tokio::spawn(async move {
@@ -174,6 +189,54 @@ pub fn start(
         .name("search-indexer".into())
         .spawn(move || worker.run(writer, rx, &sessions_dir))?;
     Ok(search)
+}
+
+/// An index whose conversations the caller indexes on its own thread, one
+/// commit at a time as the indexer does (benchmarks and tests).
+pub(crate) struct Direct {
+    search: SearchIndex,
+    writer: IndexWriter<TantivyDocument>,
+}
+
+impl Direct {
+    /// Opens (or creates) the index in `dir`.
+    pub(crate) fn open(dir: &Path) -> Result<Self, SearchError> {
+        let (schema, f) = schema();
+        let (live, _) = health::open_or_create(dir, &schema)?;
+        let writer = writer_of(&live)?;
+        // Nobody runs jobs: a rebuild asked for is not done.
+        let (jobs, _) = std::sync::mpsc::channel();
+        let search = SearchIndex {
+            live: RwLock::new(live),
+            f,
+            dir: dir.to_path_buf(),
+            indexing: AtomicBool::new(false),
+            sessions: AtomicU64::new(0),
+            jobs,
+            rebuild_asked: AtomicBool::new(false),
+            note: health::RebuildNote::default(),
+            memory: Mutex::default(),
+        };
+        Ok(Self { search, writer })
+    }
+
+    /// Indexes the conversation whose document is `path` and commits;
+    /// returns how many documents that added.
+    pub(crate) fn index(&mut self, path: &Path) -> Result<usize, SearchError> {
+        let added = self.search.index_conversation(&self.writer, path);
+        self.search.commit(&mut self.writer)?;
+        Ok(added)
+    }
+
+    /// Forgets how far each conversation was indexed, as a restart does:
+    /// the next commit of each is indexed whole.
+    pub(crate) fn forget_progress(&self) {
+        self.search.forget_progress();
+    }
+
+    pub(crate) fn search(&self) -> &SearchIndex {
+        &self.search
+    }
 }
 
 fn writer_of(live: &health::Live) -> tantivy::Result<IndexWriter<TantivyDocument>> {
@@ -212,50 +275,6 @@ impl DocHead {
     }
 }
 
-#[derive(Deserialize)]
-struct Line {
-    #[serde(default)]
-    at: i64,
-    #[serde(flatten)]
-    item: Item,
-}
-
-/// Turns of a transcript: (time of the user message, text to index).
-fn turns(journal: &Path, committed: u64) -> Vec<(i64, String)> {
-    use std::io::{BufRead as _, Read as _};
-    let Ok(file) = std::fs::File::open(journal) else {
-        return Vec::new();
-    };
-    let mut out: Vec<(i64, String)> = Vec::new();
-    for line in std::io::BufReader::new(file.take(committed)).lines() {
-        let Ok(line) = line else { break };
-        let Ok(line) = serde_json::from_str::<Line>(&line) else {
-            continue;
-        };
-        let text = match line.item {
-            Item::User { text } => {
-                out.push((line.at, String::new()));
-                text
-            }
-            Item::Assistant { text } => text,
-            Item::FunctionCall { arguments, .. } => arguments,
-            Item::FunctionOutput { output, .. } => output,
-            // Its summary repeats what the transcript already holds.
-            Item::Compaction { .. } => continue,
-        };
-        if out.is_empty() {
-            out.push((line.at, String::new()));
-        }
-        if let Some(last) = out.last_mut() {
-            if !last.1.is_empty() {
-                last.1.push('\n');
-            }
-            last.1.push_str(&text);
-        }
-    }
-    out
-}
-
 impl SearchIndex {
     /// The index as it is now (a rebuild waits for readers to let go).
     fn live(&self) -> RwLockReadGuard<'_, health::Live> {
@@ -276,10 +295,40 @@ impl SearchIndex {
         SearchError::Rebuilding
     }
 
+    /// What the indexer remembers of each conversation.
+    fn memory(&self) -> MutexGuard<'_, indexing::Memory> {
+        self.memory
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Forgets how far conversations were indexed: each is indexed whole
+    /// next time (after a failure, the index may not hold what was added).
+    fn forget_progress(&self) {
+        self.memory().clear();
+    }
+
     fn run(&self, writer: IndexWriter<TantivyDocument>, rx: Receiver<Job>, sessions: &Path) {
         let mut writer = Some(writer);
         self.catch_up(&mut writer, sessions);
-        while let Ok(first) = rx.recv() {
+        let mut purge = Purge::default();
+        loop {
+            let first = match purge.next_step() {
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(after) => rx.recv_timeout(after),
+            };
+            let first = match first {
+                Ok(job) => job,
+                Err(RecvTimeoutError::Timeout) => {
+                    // Nothing to index meanwhile: the purge goes on.
+                    if let Some(why) = self.purge_step(&mut writer, &mut purge) {
+                        self.rebuild(&mut writer, &why, sessions);
+                        purge = Purge::default();
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
             let mut batch: HashSet<PathBuf> = HashSet::new();
             let mut forgotten = Vec::new();
             let mut rebuild = None;
@@ -299,30 +348,83 @@ impl SearchIndex {
             if let Some(why) = rebuild {
                 // Re-indexes every conversation: the batch included.
                 self.rebuild(&mut writer, &why, sessions);
+                purge = Purge::default();
             } else if let Some(w) = writer.as_mut() {
                 let indexed = health::guarded(|| {
                     for path in &batch {
                         self.index_conversation(w, path);
                     }
-                    self.commit(w)?;
-                    if !forgotten.is_empty() {
-                        self.purge_deleted(w)?;
-                    }
-                    Ok(())
+                    self.commit(w)
                 });
                 match indexed {
-                    Ok(()) => {}
+                    Ok(()) => {
+                        if !forgotten.is_empty() {
+                            purge.ask();
+                        }
+                    }
                     Err(e @ SearchError::Damaged(_)) => {
                         let why = e.to_string();
                         self.rebuild(&mut writer, &why, sessions);
+                        purge = Purge::default();
                     }
-                    Err(e) => tracing::warn!("search index commit failed: {e}"),
+                    Err(e) => {
+                        self.forget_progress();
+                        tracing::warn!("search index commit failed: {e}");
+                    }
                 }
             }
             for done in forgotten {
                 let _ = done.send(());
             }
             self.indexing.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Moves the purge of deleted text on by one step (start the merge,
+    /// or see whether it ended); returns why the index must be rebuilt
+    /// when it turned out damaged.
+    fn purge_step(
+        &self,
+        writer: &mut Option<IndexWriter<TantivyDocument>>,
+        purge: &mut Purge,
+    ) -> Option<String> {
+        let w = writer.as_mut()?;
+        let stepped = health::guarded(|| {
+            if let Some(merging) = purge.merging.as_mut() {
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                let std::task::Poll::Ready(merged) = merging.as_mut().poll(&mut cx) else {
+                    return Ok(());
+                };
+                purge.merging = None;
+                merged?;
+                self.purged(w)?;
+                purge.failures = 0;
+            } else if std::mem::take(&mut purge.due) {
+                let ids = self.segments_with_deletes()?;
+                if ids.is_empty() {
+                    self.purged(w)?;
+                    purge.failures = 0;
+                } else {
+                    purge.merging = Some(Box::pin(w.merge(&ids)));
+                }
+            }
+            Ok(())
+        });
+        match stepped {
+            Ok(()) => None,
+            Err(e @ SearchError::Damaged(_)) => Some(e.to_string()),
+            Err(e) => {
+                // Most likely a segment was in one of tantivy's own merges.
+                purge.failures += 1;
+                if purge.failures < Purge::ATTEMPTS {
+                    tracing::debug!("purging deleted search text failed, retrying: {e}");
+                    purge.due = true;
+                } else {
+                    tracing::warn!("could not purge deleted text from the search index: {e}");
+                    purge.failures = 0;
+                }
+                None
+            }
         }
     }
 
@@ -344,7 +446,10 @@ impl SearchIndex {
                 let why = e.to_string();
                 self.rebuild(writer, &why, sessions);
             }
-            Err(e) => tracing::warn!("search index reconcile failed: {e}"),
+            Err(e) => {
+                self.forget_progress();
+                tracing::warn!("search index reconcile failed: {e}");
+            }
         }
         self.indexing.store(false, Ordering::SeqCst);
     }
@@ -358,6 +463,7 @@ impl SearchIndex {
         sessions: &Path,
     ) {
         self.note.record(why);
+        self.forget_progress();
         // The writer holds the directory's lock and files: let go first.
         drop(writer.take());
         let (schema, _) = schema();
@@ -391,7 +497,10 @@ impl SearchIndex {
                 secs = started.elapsed().as_secs_f64(),
                 "search index rebuilt"
             ),
-            Err(e) => tracing::warn!("search index rebuild failed: {e}"),
+            Err(e) => {
+                self.forget_progress();
+                tracing::warn!("search index rebuild failed: {e}");
+            }
         }
     }
 
@@ -408,21 +517,23 @@ impl SearchIndex {
         Ok(())
     }
 
-    /// Rewrites every segment holding deleted documents without them and
-    /// removes the old files: deleted text would otherwise stay on disk
-    /// until a merge happened to pick its segment.
-    fn purge_deleted(&self, writer: &mut IndexWriter<TantivyDocument>) -> Result<(), SearchError> {
-        let ids: Vec<_> = self
+    /// The segments holding deleted documents.
+    fn segments_with_deletes(&self) -> Result<Vec<tantivy::index::SegmentId>, SearchError> {
+        Ok(self
             .live()
             .index
             .searchable_segment_metas()?
             .into_iter()
             .filter(|m| m.has_deletes())
             .map(|m| m.id())
-            .collect();
-        if !ids.is_empty() {
-            writer.merge(&ids).wait()?;
-        }
+            .collect())
+    }
+
+    /// After the segments holding deleted documents were rewritten without
+    /// them: removes the old files (deleted text would otherwise stay on
+    /// disk until a merge happened to pick its segment) and lets the
+    /// reader go of them.
+    fn purged(&self, writer: &mut IndexWriter<TantivyDocument>) -> Result<(), SearchError> {
         writer.garbage_collect_files().wait()?;
         self.live().reader.reload()?;
         Ok(())
@@ -473,61 +584,11 @@ impl SearchIndex {
         }
         for key in indexed.keys().filter(|k| !on_disk.contains(*k)) {
             writer.delete_term(Term::from_field_text(self.f.key, key));
+            self.memory().remove(key);
             changed += 1;
         }
         self.commit(writer)?;
         Ok(changed)
-    }
-
-    /// Replaces everything indexed for the conversation whose document is `path`.
-    fn index_conversation(&self, writer: &IndexWriter<TantivyDocument>, path: &Path) {
-        let f = self.f;
-        let key = path.to_string_lossy().into_owned();
-        writer.delete_term(Term::from_field_text(f.key, &key));
-        let Some(head) = DocHead::read(path) else {
-            return; // cleared: nothing to index
-        };
-        if head.base.is_some() {
-            return;
-        }
-        let common = |kind: &str| {
-            let mut d = TantivyDocument::default();
-            d.add_text(f.key, &key);
-            d.add_text(f.sid, &head.id);
-            d.add_text(f.folder, &head.folder);
-            d.add_text(f.agent, &head.agent);
-            d.add_text(f.kind, kind);
-            d
-        };
-        let turns = turns(&path.with_extension("jsonl"), head.journal_bytes);
-        // The default title is the first message's first line, which turn 1
-        // already holds: only a title of its own is worth a hit.
-        let own_title = !turns.first().is_some_and(|(_, first)| {
-            first
-                .trim_start()
-                .starts_with(head.title.trim_end_matches('…'))
-        });
-        let mut meta = common("meta");
-        meta.add_u64(f.turn, 0);
-        meta.add_i64(f.at, head.updated_at);
-        if own_title {
-            meta.add_text(f.title, &head.title);
-        }
-        meta.add_text(f.stamp, head.stamp());
-        let mut docs = vec![meta];
-        for (n, (at, text)) in turns.into_iter().enumerate() {
-            let mut d = common("turn");
-            d.add_u64(f.turn, n as u64 + 1);
-            d.add_i64(f.at, at);
-            d.add_text(f.label, &head.title);
-            d.add_text(f.body, &text);
-            docs.push(d);
-        }
-        for d in docs {
-            if let Err(e) = writer.add_document(d) {
-                tracing::warn!("cannot index {key}: {e}");
-            }
-        }
     }
 
     /// Whether the index is still catching up, and how many conversations it holds.
@@ -536,6 +597,44 @@ impl SearchIndex {
             self.indexing.load(Ordering::SeqCst),
             self.sessions.load(Ordering::SeqCst),
         )
+    }
+}
+
+/// Rewriting the segments that hold deleted documents without them, after a
+/// clear, on the indexer thread: started once no job waits, the merge runs
+/// on tantivy's merge thread while the indexer goes on indexing.
+#[derive(Default)]
+struct Purge {
+    /// Asked for and not started yet.
+    due: bool,
+    /// The merge under way.
+    merging: Option<std::pin::Pin<Box<tantivy::FutureResult<Option<tantivy::SegmentMeta>>>>>,
+    /// Attempts that failed in a row.
+    failures: u32,
+}
+
+impl Purge {
+    /// Attempts before giving up (a segment may be in another merge).
+    const ATTEMPTS: u32 = 20;
+
+    fn ask(&mut self) {
+        self.due = true;
+    }
+
+    /// How long the indexer may wait for a job before the purge's next
+    /// step; None: no purge to move on.
+    fn next_step(&self) -> Option<Duration> {
+        if self.merging.is_some() {
+            Some(Duration::from_millis(20))
+        } else if self.due {
+            Some(Duration::from_millis(if self.failures == 0 {
+                0
+            } else {
+                500
+            }))
+        } else {
+            None
+        }
     }
 }
 

@@ -229,8 +229,8 @@ fn a_one_shot_whose_branch_point_was_cleared_meanwhile_says_so() {
 }
 
 /// After `rollback 2` and `clear --yes`, no file of the profile holds the
-/// conversation's text: not its transcript, not a rollback's cut tail,
-/// not the search index.
+/// conversation's text: not its transcript, not a rollback's cut tail, and
+/// soon after not the search index either.
 #[test]
 fn clear_leaves_none_of_the_conversations_text_in_the_profile() {
     let env = TestEnv::new();
@@ -253,19 +253,40 @@ fn clear_leaves_none_of_the_conversations_text_in_the_profile() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert_code(&env.run(["clear", "--yes"]), 0);
-    let holding: Vec<_> = env
-        .profile_files()
-        .into_iter()
-        .filter(|p| {
-            std::fs::read(p)
-                .unwrap_or_default()
-                .windows(marker.len())
-                .any(|w| w == marker.as_bytes())
-        })
-        .collect();
-    assert!(holding.is_empty(), "still holding the text: {holding:?}");
+    // No search finds it once `clear` returned.
     let hits = json_out(&env.run(["search", "--json", marker]));
     assert_eq!(hits, serde_json::json!([]));
+    let holding = || -> Vec<_> {
+        env.profile_files()
+            .into_iter()
+            .filter(|p| {
+                std::fs::read(p)
+                    .unwrap_or_default()
+                    .windows(marker.len())
+                    .any(|w| w == marker.as_bytes())
+            })
+            .collect()
+    };
+    let index = env.home.join("search");
+    let outside: Vec<_> = holding()
+        .into_iter()
+        .filter(|p| !p.starts_with(&index))
+        .collect();
+    assert!(outside.is_empty(), "still holding the text: {outside:?}");
+    // The index's files are rewritten without it soon after (agentd does
+    // not make `clear` wait for that).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let held = holding();
+        if held.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still holding the text: {held:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// A piped REPL talking to `model`, whose stdin the test writes as it goes.
