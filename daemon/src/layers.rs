@@ -33,6 +33,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("durable", &[]),
     ("listener", &[]),
     ("logging", &["cli", "environment"]),
+    ("memory", &[]),
     ("peer", &[]),
     ("pidlock", &[]),
     ("shutdown", &[]),
@@ -69,6 +70,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "environment",
             "shutdown",
             "peer",
+            "memory",
         ],
     ),
     (

@@ -64,6 +64,7 @@ pub mod fuzzing;
 mod layers;
 mod listener;
 mod logging;
+mod memory;
 mod peer;
 mod pidlock;
 #[cfg(test)]

@@ -129,6 +129,7 @@ impl Runner {
             cancel: cancelled,
             client_gone: Arc::clone(&client_gone),
             tools_gate: Some(gate_rx),
+            live: crate::turn::live::LiveBytes::default(),
         };
         let (finished, ()) = tokio::join!(
             self.engine.run(group, lease, spec, io),

@@ -143,21 +143,10 @@ pub const MAX_IMPORT_BYTES: usize = 128 * 1024 * 1024;
 /// 4 MiB message limit.
 const CHUNK: usize = 1024 * 1024;
 
-/// Hands the heap that a big export or import used back to the system:
-/// glibc keeps freed memory in its arenas otherwise, and agentd's RSS
-/// would stay at the document's peak. It walks every arena (milliseconds
-/// on a big heap), so it runs on the blocking pool.
+/// Hands the heap that a big export or import used back to the system
+/// (agentd's RSS would stay at the document's peak).
 async fn release_memory() {
-    let trimmed = tokio::task::spawn_blocking(|| {
-        // SAFETY: malloc_trim only returns free heap pages; no pointer is given.
-        #[cfg(target_env = "gnu")]
-        unsafe {
-            libc::malloc_trim(0);
-        }
-    });
-    if let Err(e) = trimmed.await {
-        tracing::debug!("returning memory failed: {e}");
-    }
+    crate::memory::trim().await;
 }
 
 type ExportStream =

@@ -32,6 +32,8 @@ const MAX_MESSAGE: usize = agentx_shared::limits::MAX_MESSAGE;
 /// Longest text in one event to agentx (gRPC's default limit is 4 MiB):
 /// longer deltas and answers go in pieces.
 const WIRE_TEXT: usize = 1 << 20;
+/// Events queued for the wire per client.
+const WIRE_QUEUE: usize = 32;
 /// Longest tool-call arguments or command shown to agentx.
 const WIRE_COMMAND: usize = 64 << 10;
 
@@ -169,7 +171,9 @@ impl Turns for TurnsService {
             client_gone,
         };
         let events = self.runner.start(start, input_rx, cancel_tx);
-        let (wire_tx, wire_rx) = mpsc::channel::<Result<TurnEvent, Status>>(512);
+        // Small: what waits here for a slow client is bounded in count, and
+        // live output before it in bytes (see `turn::live`).
+        let (wire_tx, wire_rx) = mpsc::channel::<Result<TurnEvent, Status>>(WIRE_QUEUE);
         tokio::spawn(to_client(events, wire_tx, oneshot_id, gone));
         Ok(Response::new(Box::pin(ReceiverStream::new(wire_rx))))
     }
@@ -336,10 +340,13 @@ async fn to_client(
             event = events.recv() => event,
             () = wire_tx.closed() => {
                 crate::runner::went_away(&cancel, &client_gone);
+                crate::memory::trim_soon();
                 return;
             }
         };
         let Some(event) = event else {
+            // What this stream's events held goes back to the system.
+            crate::memory::trim_soon();
             return;
         };
         let wire: Vec<Result<TurnEvent, Status>> = match event {
@@ -480,7 +487,7 @@ fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
             timed_out,
             not_run: not_run.unwrap_or_default(),
         }),
-        Event::ToolOutput { call_id, text } => W::ToolOutput(proto::ToolOutputEvent {
+        Event::ToolOutput { call_id, text, .. } => W::ToolOutput(proto::ToolOutputEvent {
             call_id,
             text: crate::turn::head(&text, WIRE_COMMAND),
         }),

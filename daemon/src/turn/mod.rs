@@ -5,6 +5,7 @@ pub mod chat;
 pub mod compact;
 pub mod context;
 pub mod instructions;
+pub mod live;
 pub mod meter;
 pub mod provider;
 mod resolve;
@@ -99,6 +100,8 @@ pub enum Event {
     ToolOutput {
         call_id: String,
         text: String,
+        /// Its bytes' place in the live-output bounds, given back once sent.
+        _held: live::Held,
     },
     Notice(String),
     Retry {
@@ -249,6 +252,8 @@ pub struct Io {
     /// Tools wait for this to become `true` (the folder's "before"
     /// snapshot is durable), so undo sees what they change.
     pub tools_gate: Option<watch::Receiver<bool>>,
+    /// The turn's share of the live bytes queued for clients.
+    pub live: live::LiveBytes,
 }
 
 enum Stop {

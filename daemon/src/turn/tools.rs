@@ -156,19 +156,44 @@ impl Turn<'_> {
         let (progress, mut pieces) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
         let events = self.io.events.clone();
         let call_id = call.call_id.clone();
+        let live = self.io.live.clone();
         let forward = tokio::spawn(async move {
-            while let Some(piece) = pieces.recv().await {
-                let text = String::from_utf8_lossy(&piece).into_owned();
+            // Display only: never waits on a slow or gone client, and holds
+            // no more than the live bounds allow; what is dropped is told.
+            let mut dropped = 0usize;
+            let send = |text: String, dropped: &mut usize| {
+                let Some(held) = live.take(text.len()) else {
+                    *dropped += text.len();
+                    return true;
+                };
                 let event = Event::ToolOutput {
                     call_id: call_id.clone(),
                     text,
+                    _held: held,
                 };
-                // Display only: never waits on a slow or gone client.
-                if let Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) =
-                    events.try_send(event)
-                {
+                match events.try_send(event) {
+                    Ok(()) => true,
+                    Err(tokio::sync::mpsc::error::TrySendError::Full(e)) => {
+                        if let Event::ToolOutput { text, .. } = e {
+                            *dropped += text.len();
+                        }
+                        true
+                    }
+                    Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => false,
+                }
+            };
+            while let Some(piece) = pieces.recv().await {
+                let mut text = String::from_utf8_lossy(&piece).into_owned();
+                if dropped > 0 {
+                    text = format!("{}{text}", not_shown(dropped));
+                    dropped = 0;
+                }
+                if !send(text, &mut dropped) {
                     return;
                 }
+            }
+            if dropped > 0 {
+                send(not_shown(dropped), &mut 0);
             }
         });
         let outcome = self
@@ -369,4 +394,12 @@ mod tests {
         let (_, shown) = parse_command(&call(&long, "{}")).unwrap_err();
         assert!(shown.len() < 200, "{}", shown.len());
     }
+}
+
+/// The line that stands for live output a slow client was not sent.
+fn not_shown(bytes: usize) -> String {
+    format!(
+        "\n[{bytes} bytes of output not shown as they came: this client read too slowly; \
+         the command's result holds its output]\n"
+    )
 }

@@ -33,6 +33,7 @@ mod repl_terminal;
 mod resilience;
 mod resume_replay;
 mod several_clients;
+mod slow_readers;
 mod snapshots;
 mod systemd;
 mod terminal_safety;
