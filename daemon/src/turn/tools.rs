@@ -352,6 +352,14 @@ fn parse_command(call: &PendingCall) -> Result<String, (String, String)> {
         })
 }
 
+/// The line that stands for live output a slow client was not sent.
+fn not_shown(bytes: usize) -> String {
+    format!(
+        "\n[{bytes} bytes of output not shown as they came: this client read too slowly; \
+         the command's result holds its output]\n"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,12 +402,4 @@ mod tests {
         let (_, shown) = parse_command(&call(&long, "{}")).unwrap_err();
         assert!(shown.len() < 200, "{}", shown.len());
     }
-}
-
-/// The line that stands for live output a slow client was not sent.
-fn not_shown(bytes: usize) -> String {
-    format!(
-        "\n[{bytes} bytes of output not shown as they came: this client read too slowly; \
-         the command's result holds its output]\n"
-    )
 }
