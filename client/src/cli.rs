@@ -97,6 +97,12 @@ pub enum Command {
         /// Draw forks under the conversation they came from.
         #[arg(long, conflicts_with = "json")]
         tree: bool,
+        /// List at most N (default: all).
+        #[arg(long, value_name = "N", conflicts_with = "tree")]
+        limit: Option<u32>,
+        /// With --limit: which page of N to list (1 = the newest).
+        #[arg(long, value_name = "P", requires = "limit", value_parser = clap::value_parser!(u32).range(1..))]
+        page: Option<u32>,
     },
     /// Push to the remote store now (remote_url), waiting at most --wait-ms.
     Sync {

@@ -128,7 +128,12 @@ async fn run(cli: Cli) -> CliResult<()> {
 /// Runs a command that talks to agentd.
 async fn dispatch(ctx: &Ctx, command: Command) -> CliResult<()> {
     match command {
-        Command::Sessions { json, tree } => commands::sessions::run(ctx, json, tree).await,
+        Command::Sessions {
+            json,
+            tree,
+            limit,
+            page,
+        } => commands::sessions::run(ctx, json, tree, (limit, page)).await,
         Command::Fork { checkpoint } => commands::fork::run(ctx, checkpoint).await,
         Command::Rename { words } => commands::rename::run(ctx, &words).await,
         Command::Search {

@@ -94,10 +94,23 @@ impl Rpc {
     /// The folder's conversations, newest first; with the remote store's
     /// when `include_remote` (and one is configured).
     pub async fn list_sessions(&self, include_remote: bool) -> RpcResult<ListSessionsReply> {
+        self.list_sessions_page(include_remote, 0, 0).await
+    }
+
+    /// [`Self::list_sessions`], at most `limit` (0: all) after the newest
+    /// `offset`.
+    pub async fn list_sessions_page(
+        &self,
+        include_remote: bool,
+        offset: u32,
+        limit: u32,
+    ) -> RpcResult<ListSessionsReply> {
         self.sessions()
             .list_sessions(ListSessionsRequest {
                 scope: self.scope(),
                 include_remote,
+                limit,
+                offset,
             })
             .await
             .map(tonic::Response::into_inner)

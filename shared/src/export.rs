@@ -104,14 +104,30 @@ pub fn ms_of(text: &str) -> Result<i64, ExportError> {
 impl Document {
     /// Parses and validates an export document.
     pub fn parse(text: &str) -> Result<Self, ExportError> {
-        let value: serde_json::Value = serde_json::from_str(text)
-            .map_err(|e| ExportError::Malformed(format!("not JSON: {e}")))?;
-        if value.get("format").and_then(|f| f.as_str()) != Some(FORMAT_NAME) {
+        // The format and version first (a pass that keeps nothing else), so
+        // a newer or foreign file gets its own error; then the document,
+        // parsed once (no intermediate tree: a 100 MB export is not held
+        // twice).
+        #[derive(Deserialize)]
+        struct Head {
+            format: Option<serde_json::Value>,
+            version: Option<serde_json::Value>,
+        }
+        let head = match serde_json::from_str::<Head>(text) {
+            Ok(head) => head,
+            // JSON, but not an object: it has no format field.
+            Err(e) if e.is_data() => Head {
+                format: None,
+                version: None,
+            },
+            Err(e) => return Err(ExportError::Malformed(format!("not JSON: {e}"))),
+        };
+        if head.format.as_ref().and_then(|f| f.as_str()) != Some(FORMAT_NAME) {
             return Err(ExportError::Malformed(format!(
                 "the \"format\" field must be {FORMAT_NAME:?}"
             )));
         }
-        match value.get("version").and_then(serde_json::Value::as_u64) {
+        match head.version.as_ref().and_then(serde_json::Value::as_u64) {
             Some(v) if v > u64::from(VERSION) => {
                 return Err(ExportError::Newer(u32::try_from(v).unwrap_or(u32::MAX)));
             }
@@ -119,7 +135,7 @@ impl Document {
             _ => return Err(ExportError::Malformed("no valid \"version\" field".into())),
         }
         let doc: Document =
-            serde_json::from_value(value).map_err(|e| ExportError::Malformed(e.to_string()))?;
+            serde_json::from_str(text).map_err(|e| ExportError::Malformed(e.to_string()))?;
         doc.validate()?;
         Ok(doc)
     }

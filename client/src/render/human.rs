@@ -62,14 +62,23 @@ pub fn labels(sessions: &[SessionSummary], here: &str) -> Vec<String> {
 
 /// Numbered list, newest first (1 = newest), its columns aligned.
 pub fn list(sessions: &[SessionSummary], here: &str) -> Vec<String> {
+    list_from(sessions, here, 1)
+}
+
+/// [`list`] of a page whose first row is number `first`.
+pub fn list_from(sessions: &[SessionSummary], here: &str, first: usize) -> Vec<String> {
     if sessions.is_empty() {
-        return vec!["no conversations in this folder yet".to_owned()];
+        return vec![if first > 1 {
+            "no conversations on this page".to_owned()
+        } else {
+            "no conversations in this folder yet".to_owned()
+        }];
     }
     let rows: Vec<Vec<String>> = sessions
         .iter()
         .enumerate()
         .map(|(i, s)| {
-            let mut row = vec![(i + 1).to_string()];
+            let mut row = vec![(first + i).to_string()];
             row.extend(cells(s, here));
             row
         })

@@ -299,10 +299,21 @@ impl Sessions for SessionsService {
             }
             _ => (local, String::new(), 0),
         };
+        let total = sessions.len() as u64;
+        let limit = match req.limit {
+            0 => usize::MAX,
+            n => n as usize,
+        };
+        let sessions = sessions
+            .into_iter()
+            .skip(req.offset as usize)
+            .take(limit)
+            .collect();
         Ok(Response::new(ListSessionsReply {
             sessions,
             remote_note,
             remote_more,
+            total,
         }))
     }
 

@@ -532,6 +532,17 @@ impl Conversation {
         Ok(())
     }
 
+    /// The end of the committed transcript, oldest first: read backwards
+    /// until `enough` says so of what was read (newest first), so the cost
+    /// is what is shown, not the conversation's length. A one-shot's
+    /// branch (a base) is read whole.
+    pub fn transcript_tail(&self, enough: impl Fn(&[Item]) -> bool) -> Result<Vec<Item>, LoadError> {
+        if self.doc.base.is_some() {
+            return self.transcript();
+        }
+        tail::read_tail(&self.paths.journal, self.doc.journal_bytes, enough)
+    }
+
     /// Reads the committed transcript, after the base it branched from.
     pub fn transcript(&self) -> Result<Vec<Item>, LoadError> {
         let mut items = match &self.doc.base {
@@ -634,6 +645,7 @@ pub fn title_from(text: &str) -> String {
 
 mod calls;
 mod rebuild;
+mod tail;
 
 use calls::CallsLog;
 

@@ -570,9 +570,17 @@ impl Group {
 }
 
 /// The last `n` exchanges from the transcript, with the compaction lines
-/// that fall among them.
+/// that fall among them: read from the journal's end, as far back as the
+/// exchange before them (a resume costs what it shows).
 fn recent_exchanges(session: &Conversation, n: usize) -> Vec<Recent> {
-    let Ok(items) = session.transcript() else {
+    let enough = |newest_first: &[Item]| {
+        newest_first
+            .iter()
+            .filter(|i| matches!(i, Item::User { .. }))
+            .count()
+            > n
+    };
+    let Ok(items) = session.transcript_tail(enough) else {
         return Vec::new();
     };
     let mut out: Vec<Recent> = Vec::new();

@@ -102,6 +102,7 @@ async fn reflection_lists_every_service_and_health_is_serving() {
         .list_sessions(ListSessionsRequest {
             scope: None,
             include_remote: false,
+            ..ListSessionsRequest::default()
         })
         .await
         .unwrap_err();
@@ -113,6 +114,7 @@ async fn reflection_lists_every_service_and_health_is_serving() {
                 agent: "../up".into(),
             }),
             include_remote: false,
+            ..ListSessionsRequest::default()
         })
         .await
         .unwrap_err();

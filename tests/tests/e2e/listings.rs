@@ -228,3 +228,45 @@ fn snapshots_list_a_message_s_before_and_after_as_one_row() {
         .collect();
     assert_eq!(phases, ["manual", "after", "before"], "{json}");
 }
+
+#[test]
+fn sessions_are_listed_a_page_at_a_time_numbered_as_resume_counts_them() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    for i in 1..=5 {
+        assert_code(
+            &env.chat(&model, ["new", "--approval", "never"], &format!("message {i}\n")),
+            0,
+        );
+    }
+    let all = agentx_tests::json_out(&env.run(["sessions", "--json"]));
+    let ids = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let all = ids(&all);
+    assert_eq!(all.len(), 5);
+    let page = |p: &str| ids(&agentx_tests::json_out(&env.run(["sessions", "--json", "--limit", "2", "--page", p])));
+    assert_eq!(page("1"), all[..2]);
+    assert_eq!(page("2"), all[2..4]);
+    assert_eq!(page("3"), all[4..]);
+    assert!(page("4").is_empty());
+    // In text, rows keep the numbers /resume takes, and the footer says
+    // how to go on.
+    let out = env.run(["sessions", "--limit", "2", "--page", "2"]);
+    assert_code(&out, 0);
+    let text = stdout(&out);
+    let numbers: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" turn"))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(numbers, ["3", "4"], "{text}");
+    assert!(text.contains("4 of 5 shown; --page 3"), "{text}");
+    // --page needs --limit, and starts at 1: usage errors.
+    assert_code(&env.run(["sessions", "--page", "2"]), 2);
+    assert_code(&env.run(["sessions", "--limit", "2", "--page", "0"]), 2);
+}
