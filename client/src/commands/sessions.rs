@@ -16,10 +16,7 @@ pub async fn run(
 ) -> CliResult<()> {
     let limit = limit.unwrap_or(0);
     let offset = page.unwrap_or(1).saturating_sub(1).saturating_mul(limit);
-    let reply = ctx
-        .rpc()
-        .list_sessions_page(!tree, offset, limit)
-        .await?;
+    let reply = ctx.rpc().list_sessions_page(!tree, offset, limit).await?;
     let total = reply.total;
     let (sessions, note, more) = if tree {
         (reply.sessions, String::new(), 0)
@@ -39,7 +36,11 @@ pub async fn run(
             eprintln!("agentx: {}", human::more_line(more));
         }
     } else {
-        render::print(human::list_from(&sessions, &ctx.scope.folder, offset as usize + 1));
+        render::print(human::list_from(
+            &sessions,
+            &ctx.scope.folder,
+            offset as usize + 1,
+        ));
         if more > 0 {
             println!("     {}", human::more_line(more));
         }

@@ -536,7 +536,10 @@ impl Conversation {
     /// until `enough` says so of what was read (newest first), so the cost
     /// is what is shown, not the conversation's length. A one-shot's
     /// branch (a base) is read whole.
-    pub fn transcript_tail(&self, enough: impl Fn(&[Item]) -> bool) -> Result<Vec<Item>, LoadError> {
+    pub fn transcript_tail(
+        &self,
+        enough: impl Fn(&[Item]) -> bool,
+    ) -> Result<Vec<Item>, LoadError> {
         if self.doc.base.is_some() {
             return self.transcript();
         }

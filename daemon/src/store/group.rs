@@ -54,7 +54,7 @@ pub(super) fn spawn(
         Keeps::OneshotState => (false, Commits::default()),
     };
     let (tx, rx) = mpsc::unbounded_channel();
-    let panic = PanicNote::default();
+    let panic = panic_note();
     let actor = Group {
         panic: panic.clone(),
         dir,
@@ -138,10 +138,10 @@ struct Group {
 
 impl Group {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Envelope>) {
-        while let Some((folder, msg)) = rx.recv().await {
+        while let Some((folder, msg, seq)) = rx.recv().await {
             // File I/O here is short and bounded (one document, one append);
             // block_in_place keeps the runtime's other workers free meanwhile.
-            tokio::task::block_in_place(|| self.supervised(&folder, msg));
+            tokio::task::block_in_place(|| self.supervised(&folder, msg, seq));
         }
         // Every handle is gone: the conversations are released (they hold
         // no open file; the next request loads them again).
@@ -152,7 +152,7 @@ impl Group {
     /// the cause, and what the actor had loaded is read again from disk
     /// (every change is durable before its reply). Turns that hold a lease
     /// keep it.
-    fn supervised(&mut self, folder: &str, msg: Msg) {
+    fn supervised(&mut self, folder: &str, msg: Msg, seq: u64) {
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             #[cfg(test)]
             seams::maybe_panic(folder);
@@ -172,9 +172,7 @@ impl Group {
             dir = %self.dir.display(),
             "a conversation request panicked ({cause}); reloading the folder's conversations from disk"
         );
-        if let Ok(mut note) = self.panic.lock() {
-            *note = Some(cause);
-        }
+        self.panic.send_replace((seq, cause));
         self.loaded = false;
         self.sessions.clear();
         self.current.clear();

@@ -266,13 +266,13 @@ mod supervision_tests {
             Commits::default(),
             DEFAULT_IDLE_GROUPS,
         );
-        let a = store.group("/w/a", "default").unwrap();
-        let b = store.group("/w/b", "default").unwrap();
+        let a = store.group("/w/panics-a", "default").unwrap();
+        let b = store.group("/w/panics-b", "default").unwrap();
         let made = a.open(OpenTarget::New).await.unwrap().doc.id;
         b.open(OpenTarget::New).await.unwrap();
 
-        group::seams::panic_next_request_in(Some("/w/a"));
-        let hit = store.group("/w/a", "default").unwrap().list().await;
+        group::seams::panic_next_request_in(Some("/w/panics-a"));
+        let hit = store.group("/w/panics-a", "default").unwrap().list().await;
         match hit {
             Err(StoreError::Panicked(cause)) => assert!(cause.contains("test seam"), "{cause}"),
             other => panic!("expected INTERNAL naming the panic, got {other:?}"),
@@ -283,7 +283,7 @@ mod supervision_tests {
         let listed = a.list().await.unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].id, made);
-        let again = store.group("/w/a", "default").unwrap();
+        let again = store.group("/w/panics-a", "default").unwrap();
         let opened = again.open(OpenTarget::Latest).await.unwrap();
         assert_eq!(opened.doc.id, made);
     }

@@ -235,7 +235,11 @@ fn sessions_are_listed_a_page_at_a_time_numbered_as_resume_counts_them() {
     let model = FakeModel::start();
     for i in 1..=5 {
         assert_code(
-            &env.chat(&model, ["new", "--approval", "never"], &format!("message {i}\n")),
+            &env.chat(
+                &model,
+                ["new", "--approval", "never"],
+                &format!("message {i}\n"),
+            ),
             0,
         );
     }
@@ -249,7 +253,11 @@ fn sessions_are_listed_a_page_at_a_time_numbered_as_resume_counts_them() {
     };
     let all = ids(&all);
     assert_eq!(all.len(), 5);
-    let page = |p: &str| ids(&agentx_tests::json_out(&env.run(["sessions", "--json", "--limit", "2", "--page", p])));
+    let page = |p: &str| {
+        ids(&agentx_tests::json_out(
+            &env.run(["sessions", "--json", "--limit", "2", "--page", p]),
+        ))
+    };
     assert_eq!(page("1"), all[..2]);
     assert_eq!(page("2"), all[2..4]);
     assert_eq!(page("3"), all[4..]);

@@ -174,11 +174,18 @@ pub(in crate::store) enum Msg {
 }
 
 /// A request and the real folder it is about.
-pub(in crate::store) type Envelope = (String, Msg);
+/// A request, the real folder it is about, and its number.
+pub(in crate::store) type Envelope = (String, Msg, u64);
 
-/// What the actor's last caught panic said: a request whose reply was
-/// dropped while the actor lives on was the one that hit it.
-pub(in crate::store) type PanicNote = std::sync::Arc<std::sync::Mutex<Option<String>>>;
+/// The actor's last caught panic: the number of the request it hit and its
+/// message (a request whose reply was dropped while the actor lives on
+/// waits here for its cause).
+pub(in crate::store) type PanicNote = std::sync::Arc<tokio::sync::watch::Sender<(u64, String)>>;
+
+/// A note no request has hit yet.
+pub(in crate::store) fn panic_note() -> PanicNote {
+    std::sync::Arc::new(tokio::sync::watch::Sender::new((0, String::new())))
+}
 
 /// The actor's mailbox; the registry in `Store` keeps weak ones.
 #[derive(Clone)]
@@ -243,33 +250,44 @@ impl GroupHandle {
         Self { tx, folder }
     }
 
-    fn send(&self, msg: Msg) -> Result<(), StoreError> {
+    /// Sends `msg`; returns its number.
+    fn send(&self, msg: Msg) -> Result<u64, StoreError> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let seq = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.tx
             .tx
-            .send((self.folder.clone(), msg))
-            .map_err(|_| StoreError::Closed)
+            .send((self.folder.clone(), msg, seq))
+            .map_err(|_| StoreError::Closed)?;
+        Ok(seq)
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Msg) -> Result<T, StoreError> {
         let (tx, rx) = oneshot::channel();
-        self.send(make(tx))?;
-        rx.await.map_err(|_| self.why_unanswered())
+        let seq = self.send(make(tx))?;
+        match rx.await {
+            Ok(answer) => Ok(answer),
+            Err(_) => Err(self.why_unanswered(seq).await),
+        }
     }
 
-    /// A request went unanswered: the actor ended (agentd stops), or it
-    /// caught a panic handling this request and lives on.
-    fn why_unanswered(&self) -> StoreError {
+    /// Request `seq` went unanswered: the actor ended (agentd stops), or it
+    /// caught a panic handling this request and lives on (its reply is
+    /// dropped while unwinding, a moment before the cause is noted).
+    async fn why_unanswered(&self, seq: u64) -> StoreError {
         if self.tx.tx.is_closed() {
             return StoreError::Closed;
         }
-        let cause = self
-            .tx
-            .panic
-            .lock()
-            .ok()
-            .and_then(|note| note.clone())
-            .unwrap_or_else(|| "an internal error".to_owned());
-        StoreError::Panicked(cause)
+        let mut note = self.tx.panic.subscribe();
+        let noted = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            note.wait_for(|(hit, _)| *hit == seq),
+        )
+        .await;
+        match noted {
+            Ok(Ok(cause)) => StoreError::Panicked(cause.1.clone()),
+            _ if self.tx.tx.is_closed() => StoreError::Closed,
+            _ => StoreError::Panicked("an internal error (see agentd's log)".to_owned()),
+        }
     }
 
     /// Conversations of this folder and agent, newest first.
