@@ -35,7 +35,12 @@ use crate::cli::{Cli, Command};
 use crate::context::Ctx;
 use crate::error::{CliError, CliResult, Exit};
 
+/// When this process started (ms since the Unix epoch): what a command
+/// typed with its argument chosen (`rollback 2`) expects to act on.
+pub static STARTED_MS: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+
 fn main() -> ExitCode {
+    STARTED_MS.get_or_init(agentx_shared::time::now_ms);
     exit_quietly_on_broken_pipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

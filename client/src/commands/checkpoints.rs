@@ -106,6 +106,18 @@ pub enum Pick {
 /// listing's head travels with the request: agentd refuses when the
 /// conversation moved since (two rollbacks at once never stack).
 pub async fn rollback(ctx: &Ctx, session_id: &str, pick: Pick) -> CliResult<Option<SessionStatus>> {
+    rollback_since(ctx, session_id, pick, 0).await
+}
+
+/// [`rollback`], refused unless the conversation stood still since
+/// `since_ms` (0: no such check): a command line's start, when the user
+/// chose N without a listing in front of them.
+async fn rollback_since(
+    ctx: &Ctx,
+    session_id: &str,
+    pick: Pick,
+    since_ms: i64,
+) -> CliResult<Option<SessionStatus>> {
     let listed = list_with_head(ctx, session_id).await?;
     let cps = &listed.checkpoints;
     let index = match pick {
@@ -140,6 +152,7 @@ pub async fn rollback(ctx: &Ctx, session_id: &str, pick: Pick) -> CliResult<Opti
             session_id: session_id.to_owned(),
             target: Some(target),
             expect_head: listed.head,
+            unchanged_since_ms: since_ms,
         })
         .await
         .map_err(|s| CliError::from_status("rollback", &s))?
@@ -174,12 +187,16 @@ pub fn describe(status: &SessionStatus) -> String {
 }
 
 pub async fn rollback_command(ctx: &Ctx, index: Option<u32>, undo: bool) -> CliResult<()> {
-    let pick = match (index, undo) {
-        (_, true) => Pick::Undo,
-        (Some(n), false) => Pick::Index(n),
-        (None, false) => Pick::Choose,
+    // N (or --undo) was chosen when the command was typed: the
+    // conversation must not have moved since (a picker shows what it
+    // chooses from, and its listing's head is checked instead).
+    let started = *crate::STARTED_MS.get_or_init(agentx_shared::time::now_ms);
+    let (pick, since) = match (index, undo) {
+        (_, true) => (Pick::Undo, started),
+        (Some(n), false) => (Pick::Index(n), started),
+        (None, false) => (Pick::Choose, 0),
     };
-    match rollback(ctx, "", pick).await? {
+    match rollback_since(ctx, "", pick, since).await? {
         None => println!("nothing changed"),
         Some(status) if undo => println!("rollback undone: back at turn {}", status.turns),
         Some(status) => {

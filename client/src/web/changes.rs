@@ -62,6 +62,7 @@ pub async fn rollback(State(web): State<Arc<Web>>, Json(body): Json<RollbackBody
             session_id: body.id,
             target: Some(rollback_request::Target::CheckpointId(body.checkpoint_id)),
             expect_head: body.head,
+            ..RollbackRequest::default()
         })
         .await
         .map_err(|s| ApiError::rpc("rolling back", &s))?

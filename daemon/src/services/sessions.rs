@@ -498,7 +498,10 @@ impl Sessions for SessionsService {
             Some(rollback_request::Target::Undo(_)) => RollbackTarget::Undo,
             Some(rollback_request::Target::CheckpointId(id)) => RollbackTarget::Id(id),
         };
-        let expect = Some(req.expect_head).filter(|h| !h.is_empty());
+        let expect = crate::store::Expect {
+            head: Some(req.expect_head).filter(|h| !h.is_empty()),
+            unchanged_since: Some(req.unchanged_since_ms).filter(|t| *t > 0),
+        };
         let doc = group
             .rollback(session_arg(&req.session_id)?, target, expect)
             .await

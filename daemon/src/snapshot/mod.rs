@@ -48,10 +48,13 @@ use restore::{Action, Op, Planned};
 pub(crate) use timeline::parse_timeline;
 use timeline::{Timeline, chains, load_manifest, read_timeline};
 
-/// Message snapshots (before/after a message, before a restore) kept per folder.
+/// Message snapshots (before and after each message) kept per folder.
 pub const KEEP: usize = 50;
 /// Manual snapshots (`agentx snapshot`) kept per folder, on their own.
 pub const KEEP_MANUAL: usize = 20;
+/// Snapshots taken before an undo or rewind kept per folder, on their own:
+/// undoing never pushes out the messages it undoes.
+pub const KEEP_PRE_RESTORE: usize = 20;
 
 /// Delta chain length at which the newest manifest is rewritten whole
 /// when the store is next idle (so no snapshot waits for it).
@@ -128,9 +131,22 @@ pub struct Snap {
 }
 
 impl Snap {
-    /// Taken only on request (`agentx snapshot`): retained on its own cap.
-    fn manual(&self) -> bool {
-        !self.owners.is_empty() && self.owners.iter().all(|o| o.phase == Phase::Manual)
+    /// Taken only for `phase` (and for someone): retained on that phase's cap.
+    fn only(&self, phase: Phase) -> bool {
+        !self.owners.is_empty() && self.owners.iter().all(|o| o.phase == phase)
+    }
+
+    /// How many snapshots of this one's kind a folder keeps: message
+    /// snapshots, manual ones and those before a restore each have their
+    /// own cap, so neither of the others ever pushes a message out.
+    fn cap(&self) -> (usize, usize) {
+        if self.only(Phase::Manual) {
+            (1, KEEP_MANUAL)
+        } else if self.only(Phase::PreRestore) {
+            (2, KEEP_PRE_RESTORE)
+        } else {
+            (0, KEEP)
+        }
     }
 }
 

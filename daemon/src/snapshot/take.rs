@@ -12,8 +12,7 @@ use super::manifest::{Manifest, Stored};
 use super::timeline::{chains, next_id, remember, save_timeline};
 use super::watch::{Filled, Filler};
 use super::{
-    COMPACT_DEPTH, KEEP, KEEP_MANUAL, MAX_DELTA_DEPTH, Owner, Snap, SnapError, SnapshotStore, scan,
-    summary, watch,
+    COMPACT_DEPTH, MAX_DELTA_DEPTH, Owner, Snap, SnapError, SnapshotStore, scan, summary, watch,
 };
 use crate::durable;
 
@@ -326,18 +325,36 @@ impl SnapshotStore {
     fn record(&mut self, folder: &Path, snap: Snap, started: Instant) -> Result<Snap, SnapError> {
         let fs = self.folder(folder)?;
         fs.timeline.snaps.push(snap.clone());
-        // Message and manual snapshots are retained on separate caps, so
-        // `agentx snapshot` never pushes a message out.
-        let (mut messages, mut manual) = (0, 0);
+        // Message, manual and pre-restore snapshots are retained on
+        // separate caps, so neither `agentx snapshot` nor an undo ever
+        // pushes a message out. A message's "after" goes with its "before"
+        // (alone it undoes nothing).
+        let mut counts = [0usize; 3];
         let mut keep = vec![true; fs.timeline.snaps.len()];
         for (i, s) in fs.timeline.snaps.iter().enumerate().rev() {
-            let (count, cap) = if s.manual() {
-                (&mut manual, KEEP_MANUAL)
-            } else {
-                (&mut messages, KEEP)
-            };
-            *count += 1;
-            keep[i] = *count <= cap;
+            let (class, cap) = s.cap();
+            counts[class] += 1;
+            keep[i] = counts[class] <= cap;
+        }
+        let dropped_pairs: HashSet<String> = fs
+            .timeline
+            .snaps
+            .iter()
+            .zip(&keep)
+            .filter(|(_, kept)| !**kept)
+            .flat_map(|(s, _)| s.owners.iter())
+            .filter(|o| o.phase == super::Phase::Before)
+            .map(|o| o.pair.clone())
+            .collect();
+        for (s, kept) in fs.timeline.snaps.iter().zip(keep.iter_mut()) {
+            if *kept
+                && s.owners
+                    .iter()
+                    .all(|o| o.phase == super::Phase::After && dropped_pairs.contains(&o.pair))
+                && !s.owners.is_empty()
+            {
+                *kept = false;
+            }
         }
         let mut dropped = Vec::new();
         let mut flags = keep.into_iter();

@@ -302,13 +302,13 @@ fn retention_keeps_50_and_gc_leaves_no_orphan_and_no_dangling_blob() {
         }
     }
     let list = s.list(&root).unwrap();
-    let manual = list.iter().filter(|s| s.manual()).count();
+    let manual = list.iter().filter(|s| s.only(Phase::Manual)).count();
     // The numbers themselves (not the constants): 50 message snapshots,
     // 20 manual ones.
     assert_eq!(list.len() - manual, 50);
     assert_eq!(manual, 20);
     assert_eq!(
-        list.iter().find(|s| !s.manual()).unwrap().owners[0].pair,
+        list.iter().find(|s| !s.only(Phase::Manual)).unwrap().owners[0].pair,
         "69"
     );
     // The manifest files kept are exactly the snapshots' and the bases
@@ -532,4 +532,42 @@ fn leftovers_of_a_run_killed_mid_snapshot_or_mid_gc_are_cleaned_at_load() {
     std::fs::write(root.join("a"), "changed").unwrap();
     s.rewind(&root, &RewindTo::Index(1)).unwrap();
     assert_eq!(std::fs::read(root.join("a")).unwrap(), b"a");
+}
+
+#[test]
+fn undoing_message_after_message_never_pushes_out_the_messages_left_to_undo() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    let mut s = store(tmp.path());
+    // 30 messages, each writing its own file.
+    for m in 0..30 {
+        let pair = format!("t{m}");
+        s.take(&root, vec![owner("conv", Phase::Before, &pair)])
+            .unwrap();
+        std::fs::write(root.join(format!("m{m}.txt")), format!("message {m}")).unwrap();
+        s.take(&root, vec![owner("conv", Phase::After, &pair)])
+            .unwrap();
+    }
+    // The newest 25 messages (50 snapshots) are kept, and each undoes.
+    for m in (5..30).rev() {
+        let report = s.undo(&root, "conv", false).unwrap_or_else(|e| {
+            panic!("undo of message {m} failed: {e}");
+        });
+        assert!(
+            !root.join(format!("m{m}.txt")).exists(),
+            "message {m}: {report:?}"
+        );
+    }
+    // The rest were let go, and the message says so truthfully.
+    let err = s.undo(&root, "conv", false).unwrap_err().to_string();
+    assert!(err.contains("among the snapshots kept"), "{err}");
+    assert!(root.join("m4.txt").exists());
+    // Pre-restore snapshots stayed within their own cap.
+    let pre = s
+        .list(&root)
+        .unwrap()
+        .iter()
+        .filter(|x| x.only(Phase::PreRestore))
+        .count();
+    assert_eq!(pre, KEEP_PRE_RESTORE);
 }

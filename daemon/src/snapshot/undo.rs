@@ -90,7 +90,11 @@ impl SnapshotStore {
             return Ok(((before, after), passed));
         }
         let why = if passed.is_empty() {
-            "no message of this conversation to undo (the last 50 snapshots have none)".to_owned()
+            format!(
+                "no message of this conversation to undo among the snapshots kept (those of \
+                 the newest {} messages of this folder)",
+                super::KEEP / 2
+            )
         } else {
             format!(
                 "no message of this conversation to undo: the {} left changed nothing",

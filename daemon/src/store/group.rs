@@ -226,7 +226,7 @@ impl Group {
             Msg::Rollback(session, target, expect, by, reply) => {
                 let result = self
                     .resolve(folder, session)
-                    .and_then(|id| self.rollback(folder, &id, target, expect.as_deref(), by));
+                    .and_then(|id| self.rollback(folder, &id, target, &expect, by));
                 let _ = reply.send(result);
             }
             Msg::Shared(reply) => {

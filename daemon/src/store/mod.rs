@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 pub use group::{
-    AccountingChange, Change, GroupHandle, NewCheckpoint, OpenTarget, Opened, Recent,
+    AccountingChange, Change, Expect, GroupHandle, NewCheckpoint, OpenTarget, Opened, Recent,
     RollbackTarget, SettingsChange, ShellChange, TranscriptChange, TurnChange, TurnLease, Update,
 };
 

@@ -106,6 +106,7 @@ async fn a_rollback_chosen_before_the_conversation_moved_is_refused() {
                 listed.checkpoints[1].id.clone(),
             )),
             expect_head: listed.head.clone(),
+            ..RollbackRequest::default()
         })
         .await
         .unwrap_err();
@@ -122,6 +123,7 @@ async fn a_rollback_chosen_before_the_conversation_moved_is_refused() {
             session_id: String::new(),
             target: Some(rollback_request::Target::Undo(true)),
             expect_head: listed.head,
+            ..RollbackRequest::default()
         })
         .await
         .unwrap_err();
@@ -586,4 +588,55 @@ async fn a_conversation_opened_new_survives_another_new_while_its_client_runs() 
     let finished = finished.expect("no end of turn");
     assert!(finished.error.is_empty(), "{finished:?}");
     assert!(finished.text.contains("to the first"), "{finished:?}");
+}
+
+/// Three `agentx rollback 2` started together: exactly one rolls back,
+/// the others say the conversation moved (they never stack).
+#[test]
+fn rollbacks_started_together_never_stack() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    for round in 0..3 {
+        if round > 0 {
+            assert_code(&env.run(["clear", "--yes"]), 0);
+        }
+        assert_code(
+            &env.chat(
+                &model,
+                ["--approval", "never"],
+                "one\ntwo\nthree\nfour\nfive\nsix\n",
+            ),
+            0,
+        );
+        assert_eq!(env.status()["checkpoints"], 6);
+        let children: Vec<_> = (0..3)
+            .map(|_| {
+                env.agentx(["rollback", "2"])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let outs: Vec<_> = children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect();
+        let ok = outs.iter().filter(|o| o.status.success()).count();
+        assert_eq!(
+            ok,
+            1,
+            "round {round}: {:?}",
+            outs.iter().map(agentx_tests::stderr).collect::<Vec<_>>()
+        );
+        for refused in outs.iter().filter(|o| !o.status.success()) {
+            assert!(
+                agentx_tests::stderr(refused).contains("moved"),
+                "{}",
+                agentx_tests::stderr(refused)
+            );
+        }
+        // One rollback to checkpoint 2 of 6: five remain.
+        assert_eq!(env.status()["checkpoints"], 5, "round {round}");
+    }
 }

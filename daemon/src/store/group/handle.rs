@@ -73,6 +73,18 @@ pub struct Opened {
     pub notices: Vec<String>,
 }
 
+/// What a rollback's caller saw of the conversation: refused (as moved)
+/// when it no longer holds. A compare and swap, so rollbacks started
+/// together never stack.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expect {
+    /// The head of the listing the caller chose from.
+    pub head: Option<String>,
+    /// The conversation's line has not moved (a turn, a rollback) since
+    /// this instant (ms): a command line's start.
+    pub unchanged_since: Option<i64>,
+}
+
 pub enum RollbackTarget {
     /// 1 is the newest checkpoint.
     Index(u32),
@@ -144,11 +156,12 @@ pub(in crate::store) enum Msg {
         Option<String>,
         oneshot::Sender<Result<(Vec<Checkpoint>, String), StoreError>>,
     ),
-    /// The head the caller expects (refused when it moved), and who asks.
+    /// What the caller expects of the conversation (refused when it
+    /// moved), and who asks.
     Rollback(
         Option<String>,
         RollbackTarget,
-        Option<String>,
+        Expect,
         RollbackBy,
         oneshot::Sender<Result<ConversationDoc, StoreError>>,
     ),
@@ -374,9 +387,9 @@ impl GroupHandle {
         &self,
         session: Option<String>,
         target: RollbackTarget,
-        expect_head: Option<String>,
+        expect: Expect,
     ) -> Result<ConversationDoc, StoreError> {
-        self.ask(|tx| Msg::Rollback(session, target, expect_head, RollbackBy::Client, tx))
+        self.ask(|tx| Msg::Rollback(session, target, expect, RollbackBy::Client, tx))
             .await?
     }
 
@@ -387,7 +400,7 @@ impl GroupHandle {
         target: RollbackTarget,
     ) -> Result<ConversationDoc, StoreError> {
         let id = Some(lease.doc.id.clone());
-        self.ask(|tx| Msg::Rollback(id, target, None, RollbackBy::HoldingTurn, tx))
+        self.ask(|tx| Msg::Rollback(id, target, Expect::default(), RollbackBy::HoldingTurn, tx))
             .await?
     }
 

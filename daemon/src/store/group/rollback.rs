@@ -2,7 +2,7 @@
 //! rollback): the transcript cut, the backup kept, the shared checkpoint moved.
 
 use super::Group;
-use super::handle::{RollbackBy, RollbackTarget};
+use super::handle::{Expect, RollbackBy, RollbackTarget};
 use crate::store::StoreError;
 use crate::store::conversation::{
     Checkpoint, Conversation, ConversationDoc, MAX_ROLLBACK_BACKUPS, RollbackBackup,
@@ -16,7 +16,7 @@ impl Group {
         folder: &str,
         id: &str,
         target: RollbackTarget,
-        expect_head: Option<&str>,
+        expect: &Expect,
         by: RollbackBy,
     ) -> Result<ConversationDoc, StoreError> {
         if by == RollbackBy::Client && self.running.contains(id) {
@@ -26,10 +26,25 @@ impl Group {
         }
         let now = agentx_shared::time::now_ms();
         let session = self.session(folder, id)?;
-        if expect_head.is_some_and(|h| h != session.doc.head()) {
+        if expect
+            .head
+            .as_ref()
+            .is_some_and(|h| *h != session.doc.head())
+        {
             return Err(StoreError::Moved(
                 "the conversation moved since (another client went on, rolled back or undid a \
                  rollback): run `agentx checkpoints` again"
+                    .into(),
+            ));
+        }
+        if expect
+            .unchanged_since
+            .is_some_and(|since| session.doc.updated_at > since)
+        {
+            return Err(StoreError::Moved(
+                "the conversation moved after this command started (another client went on, \
+                 rolled back or undid a rollback): nothing was rolled back; run `agentx \
+                 checkpoints` to see where it is now"
                     .into(),
             ));
         }
