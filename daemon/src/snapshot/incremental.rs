@@ -59,9 +59,6 @@ fn list_one(
     let full = full_path(root, rel);
     let mut out = Vec::new();
     for name in names {
-        if name.starts_with(scan::TEMP_PREFIX) {
-            continue; // a restore's own temp file
-        }
         out.extend(scan::stat_entry(&dir, &full, rel, &name, ex, started_ns));
     }
     Some(out)

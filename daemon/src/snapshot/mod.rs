@@ -167,6 +167,10 @@ impl Snap {
 struct RestoreJournal {
     want_manifest: String,
     paths: Vec<Vec<u8>>,
+    /// Names the restore's temp files (see `restore::remove_temps`); empty
+    /// in a journal of an older agentd.
+    #[serde(default)]
+    token: String,
 }
 
 impl RestoreJournal {
@@ -438,11 +442,16 @@ impl SnapshotStore {
                     }
                 })
                 .collect();
-            let errors = restore::apply(folder, &ops, &self.blobs);
-            for (path, e) in errors {
+            // Its temp files first: a legacy journal's names are re-made.
+            restore::remove_temps(folder, &journal.paths, &journal.token);
+            let how = restore::Writing {
+                token: &restore::new_token(),
+                recheck: false,
+            };
+            let not_done = restore::apply(folder, &ops, &self.blobs, &how);
+            for (path, e) in not_done.failed.into_iter().chain(not_done.moved) {
                 tracing::warn!("finishing restore: {}: {e}", restore::escape(&path));
             }
-            restore::remove_temps(folder, &journal.paths);
         }
         std::fs::remove_file(&journal_path)?;
         durable::fsync_dir(&dir)?;

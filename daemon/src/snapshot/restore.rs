@@ -18,7 +18,7 @@ use rayon::prelude::*;
 
 use super::blobs::Blobs;
 use super::manifest::{Entry, Kind};
-use super::scan::{MAX_FILE, TEMP_PREFIX};
+use super::scan::MAX_FILE;
 
 mod durable;
 pub mod live;
@@ -84,7 +84,24 @@ fn restore_threads() -> usize {
 /// crash before then re-applies every journaled path on the next start.
 /// Returns the paths that failed, with why (the rest still runs); a path
 /// whose write could not be made durable counts as failed.
-pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<(Vec<u8>, String)> {
+/// What [`apply`] could not do: paths that failed (with why), and paths
+/// that changed while it ran (kept as the user has them: conflicts).
+#[derive(Debug, Default)]
+pub struct NotDone {
+    pub failed: Vec<(Vec<u8>, String)>,
+    pub moved: Vec<(Vec<u8>, String)>,
+}
+
+/// How [`apply`] writes: `token` names its temp files (recorded in the
+/// restore's journal first, so only they are ever removed); `recheck`
+/// compares each path with what the plan believes right before replacing
+/// or removing it (off when an interrupted restore is finished).
+pub struct Writing<'a> {
+    pub token: &'a str,
+    pub recheck: bool,
+}
+
+pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs, how: &Writing<'_>) -> NotDone {
     let root_fd = match openat(
         AT_FDCWD,
         root,
@@ -94,7 +111,10 @@ pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<(Vec<u8>, String)> {
         Ok(fd) => fd,
         Err(e) => {
             let why = format!("cannot open {}: {e}", root.display());
-            return ops.iter().map(|o| (o.path.clone(), why.clone())).collect();
+            return NotDone {
+                failed: ops.iter().map(|o| (o.path.clone(), why.clone())).collect(),
+                moved: Vec::new(),
+            };
         }
     };
     let devices = Devices::new(&root_fd);
@@ -102,29 +122,31 @@ pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<(Vec<u8>, String)> {
         root_fd: &root_fd,
         blobs,
         devices: &devices,
+        how,
         touched: Vec::new(),
         errors: Vec::new(),
+        moved: Vec::new(),
     };
     // Removals deepest first.
     let mut removals: Vec<&Op> = ops.iter().filter(|o| o.action == Action::Remove).collect();
     removals.sort_by(|a, b| b.path.cmp(&a.path));
     for op in removals {
-        let done = remove(&root_fd, &op.path, &devices);
+        let now = how.recheck.then_some(op.now.as_ref());
+        let done = remove(&root_fd, &op.path, &devices, now);
         run.note_outcome(op, done);
     }
     let mut creations: Vec<&Op> = ops.iter().filter(|o| o.want.is_some()).collect();
     creations.sort_by(|a, b| a.path.cmp(&b.path));
     let dirs = run.directories(&creations);
-    // Files and symlinks. Hard links, and names so long that their temp
-    // names could coincide, go one after the other in path order; the rest
-    // in parallel.
+    // Files and symlinks. Hard links go one after the other in path order;
+    // the rest in parallel.
     let (serial, parallel): (Vec<&Op>, Vec<&Op>) = creations
         .into_iter()
         .filter(|o| !is_kind(o, Kind::Dir))
         .partition(|o| {
             o.want
                 .as_ref()
-                .is_some_and(|w| (w.kind == Kind::File && w.nlink > 1) || long_name(&w.path))
+                .is_some_and(|w| w.kind == Kind::File && w.nlink > 1)
         });
     run.one_by_one(serial);
     run.in_parallel(parallel);
@@ -135,10 +157,14 @@ pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs) -> Vec<(Vec<u8>, String)> {
     let Applier {
         touched,
         mut errors,
+        moved,
         ..
     } = run;
     errors.extend(make_durable(&root_fd, &touched, &devices));
-    errors
+    NotDone {
+        failed: errors,
+        moved,
+    }
 }
 
 /// One restore's progress: what it changed (made durable at the end) and
@@ -147,20 +173,34 @@ struct Applier<'a> {
     root_fd: &'a OwnedFd,
     blobs: &'a Blobs,
     devices: &'a Devices,
+    how: &'a Writing<'a>,
     touched: Vec<&'a [u8]>,
     errors: Vec<(Vec<u8>, String)>,
+    moved: Vec<(Vec<u8>, String)>,
 }
 
 impl<'a> Applier<'a> {
     fn note_outcome(&mut self, op: &'a Op, done: Result<(), PathError>) {
         match done {
             Ok(()) => self.touched.push(&op.path),
+            Err(e @ PathError::Moved(_)) => self.moved.push((op.path.clone(), e.to_string())),
             Err(e) => self.errors.push((op.path.clone(), e.to_string())),
         }
     }
 
-    fn put(&self, want: &Entry, link_to: Option<&[u8]>) -> Result<(), PathError> {
-        put(self.root_fd, want, self.blobs, link_to, self.devices)
+    fn put(&self, op: &Op, want: &Entry, link_to: Option<&[u8]>) -> Result<(), PathError> {
+        let tmp = temp_name(self.how.token, &want.path);
+        let how = put::Putting {
+            now: op.now.as_ref(),
+            recheck: self.how.recheck,
+            tmp: &tmp,
+        };
+        let done = put(self.root_fd, want, self.blobs, link_to, self.devices, &how);
+        #[cfg(test)]
+        if done.is_ok() {
+            super::seams::restored(&op.path);
+        }
+        done
     }
 
     /// Directories, parents first, on this thread; returns the ones made.
@@ -168,7 +208,7 @@ impl<'a> Applier<'a> {
         let mut made = Vec::new();
         for op in creations.iter().filter(|o| is_kind(o, Kind::Dir)) {
             let Some(want) = &op.want else { continue };
-            let done = self.put(want, None);
+            let done = self.put(op, want, None);
             if done.is_ok() {
                 made.push(want);
             }
@@ -186,7 +226,7 @@ impl<'a> Applier<'a> {
             let Some(want) = &op.want else { continue };
             let group = want.kind == Kind::File && want.nlink > 1;
             let link_to = group.then(|| linked.get(&want.ino).copied()).flatten();
-            let done = self.put(want, link_to);
+            let done = self.put(op, want, link_to);
             if done.is_ok() && group {
                 linked.entry(want.ino).or_insert(&want.path);
             }
@@ -198,7 +238,7 @@ impl<'a> Applier<'a> {
     fn in_parallel(&mut self, ops: Vec<&'a Op>) {
         let put_one = |op: &&Op| -> Result<(), PathError> {
             match &op.want {
-                Some(want) => self.put(want, None),
+                Some(want) => self.put(op, want, None),
                 None => Ok(()),
             }
         };
@@ -242,15 +282,11 @@ fn is_kind(op: &Op, kind: Kind) -> bool {
     op.want.as_ref().is_some_and(|w| w.kind == kind)
 }
 
-/// A last component long enough that [`temp_name`] truncates it.
-fn long_name(path: &[u8]) -> bool {
-    let name = path.rsplit(|b| *b == b'/').next().unwrap_or(path);
-    name.len() > TEMP_NAME_KEEP
-}
-
 /// Removes what an interrupted restore may have left of its temp files
-/// beside `paths`.
-pub fn remove_temps(root: &Path, paths: &[Vec<u8>]) {
+/// beside `paths`: exactly the names made from its `token` (recorded in
+/// its journal before any was created), never another file. A journal of
+/// an older agentd has no token: its temp names were `.agentx-restore-NAME`.
+pub fn remove_temps(root: &Path, paths: &[Vec<u8>], token: &str) {
     let Ok(root_fd) = openat(
         AT_FDCWD,
         root,
@@ -261,7 +297,11 @@ pub fn remove_temps(root: &Path, paths: &[Vec<u8>]) {
     };
     for path in paths {
         let _ = with_parent(&root_fd, path, false, |dir, name| {
-            let tmp = temp_name(name);
+            let tmp = if token.is_empty() {
+                legacy_temp_name(name)
+            } else {
+                temp_name(token, path)
+            };
             match unlinkat(dir, OsStr::from_bytes(&tmp), UnlinkatFlags::NoRemoveDir) {
                 Ok(()) | Err(Errno::ENOENT) => Ok(()),
                 Err(e) => Err(PathError::Sys(e)),
@@ -312,15 +352,25 @@ fn with_parent<T>(
     f(dir.as_ref().unwrap_or(root), name)
 }
 
-fn remove(root: &OwnedFd, path: &[u8], devices: &Devices) -> Result<(), PathError> {
-    let result = with_parent(root, path, false, |dir, name| {
+/// Removes `path`; with `recheck` (`Some(now)`), only if it still is what
+/// the plan believes (`now`) — gone already is fine.
+fn remove(
+    root: &OwnedFd,
+    path: &[u8],
+    devices: &Devices,
+    recheck: Option<Option<&Entry>>,
+) -> Result<(), PathError> {
+    let result = with_parent(root, path, false, |dir, raw| {
         devices.note(dir);
-        let name = OsStr::from_bytes(name);
+        let name = OsStr::from_bytes(raw);
         let st = match fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => st,
             Err(Errno::ENOENT) => return Ok(()),
             Err(e) => return Err(PathError::Sys(e)),
         };
+        if let Some(now) = recheck {
+            live::still(dir, raw, now)?;
+        }
         if too_big_now(&st) {
             return Err(PathError::OversizedNow);
         }
@@ -356,13 +406,25 @@ const fn libc_s_ifdir() -> u32 {
     0o040000
 }
 
-/// How much of a name its temp name keeps.
-const TEMP_NAME_KEEP: usize = 200;
+/// The temp name a restore whose token is `token` writes `path` under,
+/// beside it: short, and agentd's own beyond doubt (the token is random and
+/// journaled before the first temp file is made).
+pub(super) fn temp_name(token: &str, path: &[u8]) -> Vec<u8> {
+    let hash = blake3::hash(path);
+    format!(".agentx-restore-{token}-{}", &hash.to_hex().as_str()[..16]).into_bytes()
+}
 
-/// A temp name beside `name` in the same directory.
-fn temp_name(name: &[u8]) -> Vec<u8> {
-    let mut t = TEMP_PREFIX.to_vec();
-    t.extend_from_slice(&name[..name.len().min(TEMP_NAME_KEEP)]);
+/// A fresh token for a restore's temp names.
+pub fn new_token() -> String {
+    use std::hash::{BuildHasher as _, RandomState};
+    let seed = (agentx_shared::time::now_ms(), std::process::id());
+    format!("{:016x}", RandomState::new().hash_one(seed))
+}
+
+/// The temp name an older agentd used (`.agentx-restore-` and the name).
+fn legacy_temp_name(name: &[u8]) -> Vec<u8> {
+    let mut t = b".agentx-restore-".to_vec();
+    t.extend_from_slice(&name[..name.len().min(200)]);
     t
 }
 

@@ -35,6 +35,24 @@ pub fn on_file_read(hook: Option<ReadHook>) {
     }
 }
 
+static RESTORED: Mutex<Option<Arc<ReadHook>>> = Mutex::new(None);
+
+/// Runs `hook` with the relative path of every path a restore just put
+/// back or removed (`None`: no hook).
+pub fn on_restored(hook: Option<ReadHook>) {
+    if let Ok(mut h) = RESTORED.lock() {
+        *h = hook.map(Arc::new);
+    }
+}
+
+/// The seam after each path a restore finished.
+pub(super) fn restored(rel: &[u8]) {
+    let hook = RESTORED.lock().ok().and_then(|h| h.clone());
+    if let Some(hook) = hook {
+        hook(rel);
+    }
+}
+
 /// The seam in the scan's file read (the hook runs unlocked: it may block
 /// one scan while others go on).
 pub(super) fn file_read(rel: &[u8]) {

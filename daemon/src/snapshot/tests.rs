@@ -453,6 +453,7 @@ fn a_restore_cut_short_is_finished_by_the_next_operation() {
     let journal = RestoreJournal {
         want_manifest: snap.manifest.clone(),
         paths: vec![b"extra".to_vec(), b"keep".to_vec()],
+        token: String::new(),
     };
     journal.write(&dir).unwrap();
     drop(s);

@@ -460,19 +460,40 @@ impl SnapshotStore {
         let journal = RestoreJournal {
             want_manifest: want_manifest.to_owned(),
             paths: apply.iter().map(|o| o.path.clone()).collect(),
+            token: restore::new_token(),
         };
         let dir = fs.dir.clone();
         let journal_path = RestoreJournal::path(&dir);
         journal.write(&dir)?;
-        let failed = restore::apply(folder, &apply, &self.blobs);
+        let how = restore::Writing {
+            token: &journal.token,
+            recheck: true,
+        };
+        let not_done = restore::apply(folder, &apply, &self.blobs, &how);
         std::fs::remove_file(&journal_path)?;
         durable::fsync_dir(&dir)?;
+        let failed = not_done.failed;
+        // Saved by the user while the restore ran: kept, listed as conflicts.
+        let moved: HashMap<&[u8], &str> = not_done
+            .moved
+            .iter()
+            .map(|(p, why)| (p.as_slice(), why.as_str()))
+            .collect();
         let failed_paths: HashSet<&[u8]> = failed.iter().map(|(p, _)| p.as_slice()).collect();
         let done: Vec<Op> = apply
             .iter()
             .filter(|o| !failed_paths.contains(o.path.as_slice()))
+            .filter(|o| !moved.contains_key(o.path.as_slice()))
             .cloned()
             .collect();
+        let mut skipped = skipped;
+        skipped.extend(apply.iter().filter_map(|o| {
+            let why = moved.get(o.path.as_slice())?;
+            let mut o = o.clone();
+            o.live = Some((*why).to_owned());
+            o.conflict = true;
+            Some(o)
+        }));
         Ok(RestoreReport {
             applied: restore::describe(&done),
             skipped: restore::describe(&skipped),

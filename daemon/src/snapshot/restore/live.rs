@@ -118,6 +118,39 @@ fn check_one(
     }
 }
 
+/// Whether `name` in `dir` is still what the plan believes stands there
+/// (`now`; `None`: nothing), asked right before the restore replaces or
+/// removes it: a save that lands while the restore writes is kept.
+pub(super) fn still(dir: &OwnedFd, name: &[u8], now: Option<&Entry>) -> Result<(), PathError> {
+    let live = match fstatat(
+        dir,
+        OsStr::from_bytes(name),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    ) {
+        Ok(st) => Some(st),
+        Err(Errno::ENOENT) => None,
+        Err(e) => return Err(PathError::Unchecked(e)),
+    };
+    match (now, live) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err(PathError::Moved("something new stands there")),
+        (Some(_), None) => Err(PathError::Moved("it is gone")),
+        (Some(want), Some(st)) => {
+            // Replacing one name of a hard-linked file changes the others'
+            // ctime (their link count): compared without it. A write
+            // through any name still changes the mtime.
+            let mut want = want.clone();
+            if want.nlink > 1 {
+                want.ctime_ns = scan::ns(st.st_ctime, st.st_ctime_nsec);
+            }
+            same(dir, name, &want, &st).map_err(|e| match e {
+                PathError::Changed(why) => PathError::Moved(why),
+                other => other,
+            })
+        }
+    }
+}
+
 fn open_parent(root_fd: &OwnedFd, rel: &[u8]) -> Result<Parent, PathError> {
     let fd = if rel.is_empty() {
         Some(root_fd.try_clone()?)

@@ -30,6 +30,11 @@ pub enum PathError {
     /// never written over; left alone.
     #[error("changed on disk since agentd last looked ({0}): left alone")]
     Changed(&'static str),
+    /// Changed while the restore ran (`0` says how), seen right before it
+    /// was to be replaced or removed: the user's version is kept (a
+    /// conflict, listed).
+    #[error("changed while the restore ran ({0}): your version is kept")]
+    Moved(&'static str),
     /// What stands there could not be read to compare it: left alone.
     #[error("cannot be checked ({0}): left alone")]
     Unchecked(#[source] Errno),

@@ -7,14 +7,15 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt as _;
 
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, openat};
+use nix::fcntl::{OFlag, RenameFlags, openat, renameat2};
 use nix::sys::stat::{Mode, fchmod, fstatat, futimens, mkdirat};
 use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
 use super::durable::Devices;
+use super::live::still;
 use super::path_error::PathError;
-use super::{libc_s_ifdir, libc_s_ifmt, open_dir, temp_name, too_big_now, with_parent};
+use super::{libc_s_ifdir, libc_s_ifmt, open_dir, too_big_now, with_parent};
 use crate::snapshot::blobs::Blobs;
 use crate::snapshot::manifest::{Entry, Kind};
 
@@ -52,12 +53,23 @@ fn restore_owner(dir: &OwnedFd, name: &OsStr, fd: Option<&OwnedFd>, want: &Entry
     if done { want.mode } else { want.mode & !0o6000 }
 }
 
+/// How one path is put back: what the plan believes stands there now
+/// (checked again right before it is replaced, unless `recheck` is off, as
+/// when an interrupted restore is finished), and the temp name to write it
+/// under.
+pub(super) struct Putting<'a> {
+    pub(super) now: Option<&'a Entry>,
+    pub(super) recheck: bool,
+    pub(super) tmp: &'a [u8],
+}
+
 pub(super) fn put(
     root: &OwnedFd,
     want: &Entry,
     blobs: &Blobs,
     link_to: Option<&[u8]>,
     devices: &Devices,
+    how: &Putting<'_>,
 ) -> Result<(), PathError> {
     // Read the content first: never leave a half-written path behind.
     let data = match want.kind {
@@ -65,7 +77,11 @@ pub(super) fn put(
         Kind::Skipped => return Err(PathError::NotCaptured),
         _ => None,
     };
-    with_parent(root, &want.path, true, |dir, name| {
+    // A file's folder is never made here: the plan puts back the folders
+    // it needs first, so a missing one was moved away meanwhile (putting
+    // the file back would make a second copy of the folder).
+    let make_parents = want.kind == Kind::Dir || !how.recheck;
+    let parented = with_parent(root, &want.path, make_parents, |dir, name| {
         devices.note(dir);
         let os_name = OsStr::from_bytes(name);
         let existing = fstatat(dir, os_name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok();
@@ -78,15 +94,18 @@ pub(super) fn put(
             Kind::Skipped => Err(PathError::NotCaptured),
             Kind::Dir => put_dir(dir, name, existing.is_some(), existing_is_dir, want),
             Kind::File | Kind::Symlink => {
+                if how.recheck {
+                    still(dir, name, how.now)?;
+                }
+                let mut expect_nothing = how.now.is_none();
                 if existing_is_dir {
                     // A directory stands where a file belongs: only an empty
                     // one can go (anything in it is not ours to delete).
                     unlinkat(dir, os_name, UnlinkatFlags::RemoveDir)
                         .map_err(PathError::InTheWay)?;
+                    expect_nothing = true;
                 }
-                let tmp = temp_name(name);
-                let tmp_os = OsStr::from_bytes(&tmp);
-                let _ = unlinkat(dir, tmp_os, UnlinkatFlags::NoRemoveDir);
+                let tmp_os = OsStr::from_bytes(how.tmp);
                 if let Some(first) = link_to {
                     // A hard link of a path this restore already put back.
                     with_parent(root, first, false, |odir, oname| {
@@ -105,13 +124,46 @@ pub(super) fn put(
                 } else {
                     write_temp(dir, tmp_os, want, data.as_deref().unwrap_or_default())?;
                 }
-                nix::fcntl::renameat(dir, tmp_os, dir, os_name).map_err(|e| {
+                replace(dir, tmp_os, name, how, expect_nothing).inspect_err(|_| {
                     let _ = unlinkat(dir, tmp_os, UnlinkatFlags::NoRemoveDir);
-                    PathError::Sys(e)
                 })
             }
         }
-    })
+    });
+    match parented {
+        Err(PathError::Missing) if how.recheck => Err(PathError::Moved("its folder is gone")),
+        other => other,
+    }
+}
+
+/// Renames the written temp file over `name`, only if what stands there is
+/// still what the plan believes: checked right before, and where nothing
+/// may stand the rename itself refuses to replace anything.
+fn replace(
+    dir: &OwnedFd,
+    tmp: &OsStr,
+    name: &[u8],
+    how: &Putting<'_>,
+    expect_nothing: bool,
+) -> Result<(), PathError> {
+    let os_name = OsStr::from_bytes(name);
+    if !how.recheck {
+        return nix::fcntl::renameat(dir, tmp, dir, os_name).map_err(PathError::Sys);
+    }
+    if expect_nothing {
+        return match renameat2(dir, tmp, dir, os_name, RenameFlags::RENAME_NOREPLACE) {
+            Ok(()) => Ok(()),
+            Err(Errno::EEXIST) => Err(PathError::Moved("something new stands there")),
+            // File systems without RENAME_NOREPLACE: check, then rename.
+            Err(Errno::EINVAL) => {
+                still(dir, name, None)?;
+                nix::fcntl::renameat(dir, tmp, dir, os_name).map_err(PathError::Sys)
+            }
+            Err(e) => Err(PathError::Sys(e)),
+        };
+    }
+    still(dir, name, how.now)?;
+    nix::fcntl::renameat(dir, tmp, dir, os_name).map_err(PathError::Sys)
 }
 
 /// The directory `name` in `dir` as `want` has it (what is in it is left).

@@ -186,6 +186,7 @@ fn a_large_restore_cut_short_before_its_final_sync_is_finished_by_the_journal() 
     let journal = RestoreJournal {
         want_manifest: snap.manifest.clone(),
         paths,
+        token: String::new(),
     };
     journal.write(&dir).unwrap();
     drop(s);
@@ -219,8 +220,8 @@ fn path_errors_are_matched_by_kind_and_keep_their_text() {
     .unwrap();
     let devices = Devices::new(&fd);
 
-    assert!(remove(&fd, b"gone/f", &devices).is_ok());
-    let through_link = remove(&fd, b"link/f", &devices).unwrap_err();
+    assert!(remove(&fd, b"gone/f", &devices, None).is_ok());
+    let through_link = remove(&fd, b"link/f", &devices, None).unwrap_err();
     assert!(
         matches!(through_link, PathError::ParentNotDir),
         "{through_link:?}"

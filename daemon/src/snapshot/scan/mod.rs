@@ -233,9 +233,6 @@ fn walk_listed(
     let mut out = Vec::new();
     let mut subdirs = Vec::new();
     for name in names {
-        if name.starts_with(TEMP_PREFIX) {
-            continue; // a restore's own temp file
-        }
         let Some(e) = stat_entry(dir, full_dir, rel, &name, ex, started_ns) else {
             continue;
         };
@@ -295,10 +292,6 @@ fn walk_listed(
 pub trait DirHook: Sync {
     fn entering(&self, dir: &OwnedFd, rel: &[u8]);
 }
-
-/// Temp files of a restore start with this; scans never capture them and
-/// the recovery of an interrupted restore removes them.
-pub const TEMP_PREFIX: &[u8] = b".agentx-restore-";
 
 /// Walks `root` and builds its manifest, storing new content in `pack`.
 pub fn scan(

@@ -422,30 +422,62 @@ fn the_racy_timestamp_rule_rehashes_entries_modified_near_a_scan() {
 }
 
 #[test]
-fn restore_temp_files_are_never_captured_and_recovery_removes_them() {
+fn recovery_removes_only_its_own_temp_files_and_user_files_named_alike_are_kept() {
     let tmp = tempfile::tempdir().unwrap();
     let root = folder(tmp.path());
     std::fs::write(root.join("keep"), "v1").unwrap();
+    // The user's own files whose names look like a restore's temp files.
+    std::fs::write(root.join(".agentx-restore-notes.txt"), "mine").unwrap();
+    std::fs::write(root.join(".agentx-restore-keep"), "mine too").unwrap();
     let mut s = store(tmp.path());
     let snap = s.take(&root, vec![]).unwrap();
+    assert_eq!(snap.files, 3, "a user's file is captured whatever its name");
     std::fs::write(root.join("keep"), "v2").unwrap();
     // As if agentd died mid-restore: journal written, a temp file left.
-    std::fs::write(root.join(".agentx-restore-keep"), "half").unwrap();
+    let token = "00112233aabbccdd";
+    let temp = root.join(String::from_utf8(restore::temp_name(token, b"keep")).unwrap());
+    std::fs::write(&temp, "half").unwrap();
     let dir = s.folder(&root).unwrap().dir.clone();
     let journal = RestoreJournal {
         want_manifest: snap.manifest.clone(),
         paths: vec![b"keep".to_vec()],
+        token: token.to_owned(),
     };
     journal.write(&dir).unwrap();
     drop(s);
     let mut s = store(tmp.path());
     let snap = s.take(&root, vec![]).unwrap();
-    assert_eq!(snap.files, 1);
-    assert!(!root.join(".agentx-restore-keep").exists());
+    assert!(!temp.exists(), "the restore's own temp file stayed");
     assert_eq!(std::fs::read(root.join("keep")).unwrap(), b"v1");
-    // A temp name is never captured even when one lingers.
-    std::fs::write(root.join(".agentx-restore-x"), "t").unwrap();
-    assert_eq!(s.take(&root, vec![]).unwrap().files, 1);
+    assert_eq!(snap.files, 3);
+    for mine in [".agentx-restore-notes.txt", ".agentx-restore-keep"] {
+        assert!(root.join(mine).exists(), "{mine} was removed");
+    }
+}
+
+#[test]
+fn an_undo_brings_back_a_directory_named_like_a_temp_file_and_keeps_the_users() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    std::fs::create_dir(root.join(".agentx-restore-dir")).unwrap();
+    std::fs::write(root.join(".agentx-restore-dir/f"), "f").unwrap();
+    std::fs::write(root.join(".agentx-restore-notes.txt"), "mine").unwrap();
+    let mut s = store(tmp.path());
+    message(&mut s, &root, "c", "m", || {
+        std::fs::remove_dir_all(root.join(".agentx-restore-dir")).unwrap();
+        std::fs::write(root.join("notes.txt"), "the model's").unwrap();
+    });
+    let report = s.undo(&root, "c", false).unwrap();
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!(
+        std::fs::read(root.join(".agentx-restore-dir/f")).unwrap(),
+        b"f"
+    );
+    assert_eq!(
+        std::fs::read(root.join(".agentx-restore-notes.txt")).unwrap(),
+        b"mine"
+    );
+    assert!(!root.join("notes.txt").exists());
 }
 
 #[test]
@@ -565,4 +597,83 @@ fn a_file_changing_while_read_is_reread_or_recorded_as_not_captured() {
     let (_, m, _) = s.latest(&root).unwrap().unwrap();
     let e = m.find(b"same.txt").unwrap();
     assert_eq!(e.hash, *blake3::hash(b"version two\n").as_bytes(), "{e:?}");
+}
+
+#[test]
+fn a_save_that_lands_while_undo_writes_is_kept_and_listed_as_a_conflict() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    // Fewer than a parallel restore takes: put back in path order.
+    let names: Vec<String> = (0..20).map(|i| format!("f{i:03}")).collect();
+    for n in &names {
+        std::fs::write(root.join(n), "before").unwrap();
+    }
+    let mut s = store(tmp.path());
+    message(&mut s, &root, "c", "m", || {
+        for n in &names {
+            std::fs::write(root.join(n), "the model's").unwrap();
+        }
+    });
+    // An editor saves the last file as soon as the first one is restored.
+    let last = root.join(names.last().unwrap());
+    let saved = Arc::new(AtomicU32::new(0));
+    let (flag, path) = (Arc::clone(&saved), last.clone());
+    seams::on_restored(Some(Box::new(move |rel: &[u8]| {
+        if rel == b"f000" && flag.fetch_add(1, Ordering::SeqCst) == 0 {
+            std::fs::write(&path, "the user's save").unwrap();
+        }
+    })));
+    let report = s.undo(&root, "c", false);
+    seams::on_restored(None);
+    let report = report.unwrap();
+    assert_eq!(saved.load(Ordering::SeqCst), 1, "the editor never saved");
+    assert_eq!(std::fs::read(&last).unwrap(), b"the user's save");
+    for n in &names[..names.len() - 1] {
+        assert_eq!(std::fs::read(root.join(n)).unwrap(), b"before", "{n}");
+    }
+    assert_eq!(report.applied.len(), names.len() - 1, "{report:?}");
+    assert!(
+        report
+            .skipped
+            .iter()
+            .any(|p| p.path == *names.last().unwrap() && p.conflict),
+        "{report:?}"
+    );
+    assert!(!report.undone);
+}
+
+#[test]
+fn a_folder_renamed_away_while_undo_writes_is_not_made_again() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    std::fs::create_dir(root.join("d")).unwrap();
+    let names: Vec<String> = (0..20).map(|i| format!("d/f{i:03}")).collect();
+    for n in &names {
+        std::fs::write(root.join(n), "before").unwrap();
+    }
+    let mut s = store(tmp.path());
+    message(&mut s, &root, "c", "m", || {
+        for n in &names {
+            std::fs::write(root.join(n), "the model's").unwrap();
+        }
+    });
+    let moved = Arc::new(AtomicU32::new(0));
+    let (flag, r) = (Arc::clone(&moved), root.clone());
+    seams::on_restored(Some(Box::new(move |rel: &[u8]| {
+        if rel == b"d/f000" && flag.fetch_add(1, Ordering::SeqCst) == 0 {
+            std::fs::rename(r.join("d"), r.join("d.real")).unwrap();
+        }
+    })));
+    let report = s.undo(&root, "c", false);
+    seams::on_restored(None);
+    let report = report.unwrap();
+    assert_eq!(moved.load(Ordering::SeqCst), 1);
+    assert!(!root.join("d").exists(), "d/ was made again: {report:?}");
+    assert_eq!(report.applied.len(), 1, "{report:?}");
+    assert_eq!(report.skipped.len(), names.len() - 1, "{report:?}");
+    assert!(report.errors.is_empty(), "{report:?}");
 }
