@@ -132,11 +132,7 @@ impl ShellRun {
 
 /// When process `pid` started (clock ticks since boot), if it runs.
 pub fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces and parens):
-    // state is field 3, starttime field 22.
-    let rest = stat.rsplit_once(") ")?.1;
-    rest.split(' ').nth(19)?.parse().ok()
+    agentx_shared::procfs::start_time(pid)
 }
 
 /// The committed prefix of another conversation's journal that this one
