@@ -192,6 +192,8 @@ pub struct RollbackBackup {
     pub unsent: Vec<Item>,
     pub interrupted: Option<Marker>,
     pub failed: Option<Marker>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_short: Option<Marker>,
     pub checkpoints: Vec<Checkpoint>,
     /// The journal position the rollback went back to.
     pub rolled_back_to: u64,
