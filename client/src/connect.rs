@@ -176,10 +176,7 @@ pub async fn unanswering(channel: Channel, profile: &Profile, what: &str) -> Cli
 
 /// Whether process `pid` is stopped (state `T`, or `t` under a tracer).
 fn process_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with(['T', 't']))
-    })
+    agentx_shared::procfs::stat(pid).is_some_and(|s| s.stopped())
 }
 
 /// The pid of the agentd holding the profile's lock, if one does.
@@ -198,10 +195,10 @@ pub async fn wait_pid_exited(pid: u32, profile: &Profile) -> CliResult<()> {
     let deadline = Instant::now() + STOP_TIMEOUT;
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
     loop {
-        let gone = match std::fs::read_to_string(proc_dir.join("stat")) {
-            Err(_) => true,
-            Ok(stat) => {
-                stat.split(") ").nth(1).is_some_and(|s| s.starts_with('Z'))
+        let gone = match agentx_shared::procfs::stat(pid) {
+            None => true,
+            Some(stat) => {
+                stat.zombie()
                     && std::fs::read_dir(proc_dir.join("task")).map_or(0, |d| d.count()) <= 1
             }
         };

@@ -7,6 +7,7 @@ pub mod conversation;
 pub mod export;
 pub mod folder;
 pub mod plural;
+pub mod procfs;
 pub mod profile;
 pub mod proto;
 #[cfg(feature = "test-support")]

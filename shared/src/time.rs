@@ -29,9 +29,16 @@ pub fn from_wire(t: &Timestamp) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(t.unix_ms).unwrap_or(0))
 }
 
+/// The last instant RFC 3339 can write (four-digit years):
+/// `9999-12-31T23:59:59.999Z`.
+const LAST_WRITABLE: Duration = Duration::from_millis(253_402_300_799_999);
+
 /// RFC 3339 in UTC with millisecond precision, e.g. `2026-12-02T12:00:00.000Z`.
+/// Times past year 9999 (a garbled or hostile timestamp, say in a pulled
+/// copy) are written as the last instant of 9999 rather than failing.
 pub fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
+    let last = UNIX_EPOCH + LAST_WRITABLE;
+    humantime::format_rfc3339_millis(t.min(last)).to_string()
 }
 
 /// RFC 3339 of an optional wire timestamp (`None` → empty string).
@@ -48,5 +55,16 @@ mod tests {
         let t = UNIX_EPOCH + Duration::from_millis(1_764_676_800_123);
         assert_eq!(from_wire(&to_wire(t)), t);
         assert_eq!(rfc3339(t), "2025-12-02T12:00:00.123Z");
+    }
+
+    #[test]
+    fn a_time_past_year_9999_is_written_not_a_panic() {
+        let last = "9999-12-31T23:59:59.999Z";
+        assert_eq!(rfc3339(UNIX_EPOCH + LAST_WRITABLE), last);
+        let year_10000 = UNIX_EPOCH + Duration::from_secs(253_402_300_800);
+        assert_eq!(rfc3339(year_10000), last);
+        let far = Timestamp { unix_ms: i64::MAX };
+        assert_eq!(rfc3339_wire(Some(&far)), last);
+        assert_eq!(crate::export::time_of(i64::MAX), last);
     }
 }

@@ -2,9 +2,10 @@
 //! (`tsvector` columns with GIN indexes, `ts_rank`, `ts_headline`) over the
 //! conversations this machine does not hold, of one project and agent or all.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::{Remote, RemoteError};
+use crate::store::tree;
 
 /// Marks around a match in `ts_headline`'s output (never in real text).
 const START: char = '\u{1}';
@@ -105,26 +106,14 @@ impl Remote {
     /// Ids of the conversations this machine holds: in `group_dir`
     /// (`<sessions>/<folder-key>/<agent>`), or in every group. Blocking.
     pub fn local_ids(&self, group_dir: Option<&Path>) -> Vec<String> {
-        let groups: Vec<PathBuf> = match group_dir {
-            Some(dir) => vec![dir.to_path_buf()],
-            None => crate::store::elsewhere::subdirs(&self.sessions_dir)
-                .iter()
-                .flat_map(|folder| crate::store::elsewhere::subdirs(folder))
-                .collect(),
+        let docs = match group_dir {
+            Some(dir) => tree::docs_in(dir),
+            None => tree::docs(&self.sessions_dir),
         };
-        let mut ids = Vec::new();
-        for group in groups {
-            for entry in std::fs::read_dir(&group).into_iter().flatten().flatten() {
-                let name = entry.file_name();
-                let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
-                    continue;
-                };
-                if !matches!(id, "current" | "shared") && !id.contains('.') {
-                    ids.push(id.to_owned());
-                }
-            }
-        }
-        ids
+        docs.iter()
+            .filter_map(|p| tree::doc_id(p))
+            .map(str::to_owned)
+            .collect()
     }
 
     fn server_error(&self, e: tokio_postgres::Error) -> RemoteError {

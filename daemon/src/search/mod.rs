@@ -641,33 +641,5 @@ impl Purge {
 /// `<sessions>/<folder-key>/<agent>/<id>.json` of every conversation (one-shot
 /// states live deeper and are left out).
 fn conversation_docs(sessions: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let dirs = |p: &Path| -> Vec<PathBuf> {
-        std::fs::read_dir(p)
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| e.path())
-                    .filter(|p| p.is_dir())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    for folder in dirs(sessions) {
-        for agent in dirs(&folder) {
-            let Ok(entries) = std::fs::read_dir(&agent) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.ends_with(".json")
-                    && !name.starts_with('.')
-                    && name != "current.json"
-                    && name != "shared.json"
-                {
-                    out.push(entry.path());
-                }
-            }
-        }
-    }
-    out
+    crate::store::tree::docs(sessions)
 }

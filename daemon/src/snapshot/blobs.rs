@@ -323,6 +323,20 @@ impl Blobs {
 
     fn read_compressed(&self, loc: &Loc) -> io::Result<Vec<u8>> {
         let mut file = File::open(pack_path(&self.dir, loc.pack))?;
+        // Checked at open against the pack's size then, but the pack may
+        // have been cut short since: the length is allocated only once the
+        // pack is known to hold it.
+        let size = file.metadata()?.len();
+        if loc
+            .offset
+            .checked_add(u64::from(loc.len))
+            .is_none_or(|end| end > size)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "blob past the end of its pack",
+            ));
+        }
         file.seek(SeekFrom::Start(loc.offset))?;
         let mut buf = vec![0u8; loc.len as usize];
         file.read_exact(&mut buf)?;
@@ -505,6 +519,32 @@ mod tests {
         )
         .unwrap();
         let err = Blobs::open(tmp.path()).unwrap().read(&hash).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    }
+
+    #[test]
+    fn a_pack_cut_short_after_open_is_an_error_before_any_allocation() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = vec![7u8; 1000];
+        let hash = *blake3::hash(&data).as_bytes();
+        let compressed = zstd::bulk::compress(&data, 1).unwrap();
+        // The index is checked against the pack's size at open: a pack as
+        // large as the (hostile) length claims passes that check…
+        let len = u32::MAX - 1;
+        let pack = File::create(pack_path(tmp.path(), 1)).unwrap();
+        pack.set_len(u64::from(len)).unwrap();
+        let loc = Loc {
+            pack: 1,
+            offset: 0,
+            len,
+            raw: data.len() as u64,
+        };
+        std::fs::write(idx_path(tmp.path(), 1), encode_index(&[(hash, loc)])).unwrap();
+        let blobs = Blobs::open(tmp.path()).unwrap();
+        // …and is cut short before the read: the read must not allocate
+        // the claimed 4 GiB (it would, then fail to fill it).
+        std::fs::write(pack_path(tmp.path(), 1), &compressed).unwrap();
+        let err = blobs.read(&hash).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
     }
 }

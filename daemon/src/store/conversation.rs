@@ -132,11 +132,7 @@ impl ShellRun {
 
 /// When process `pid` started (clock ticks since boot), if it runs.
 pub fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces and parens):
-    // state is field 3, starttime field 22.
-    let rest = stat.rsplit_once(") ")?.1;
-    rest.split(' ').nth(19)?.parse().ok()
+    agentx_shared::procfs::start_time(pid)
 }
 
 /// The committed prefix of another conversation's journal that this one
@@ -196,6 +192,8 @@ pub struct RollbackBackup {
     pub unsent: Vec<Item>,
     pub interrupted: Option<Marker>,
     pub failed: Option<Marker>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_short: Option<Marker>,
     pub checkpoints: Vec<Checkpoint>,
     /// The journal position the rollback went back to.
     pub rolled_back_to: u64,

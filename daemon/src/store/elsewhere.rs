@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use super::conversation::{ConversationDoc, ConversationPaths, parse_doc};
 use super::fork::ForkOrigin;
-use super::{GroupHandle, Store, StoreError, group};
+use super::{GroupHandle, Store, StoreError, group, tree};
 use crate::durable;
 
 /// Where this profile keeps a conversation.
@@ -20,39 +20,10 @@ pub struct Held {
     pub agent: String,
 }
 
-/// The directories directly in `dir` (none when it cannot be read).
-pub fn subdirs(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path())
-        .collect()
-}
-
 /// The document at `path`, when it reads and names itself.
 fn read_doc(path: &Path) -> Option<ConversationDoc> {
     let bytes = std::fs::read(path).ok()?;
     parse_doc(&bytes, path).ok().map(|(doc, _)| doc)
-}
-
-/// The conversation documents in group directory `dir`, by path.
-fn doc_paths(dir: &Path) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_suffix(".json"))
-                .is_some_and(super::is_conversation_id)
-        })
-        .map(|e| e.path())
-        .collect();
-    paths.sort();
-    paths
 }
 
 /// Whether the profile whose group directory is `group_dir`
@@ -63,11 +34,9 @@ pub(super) fn kept_beside(group_dir: &Path, id: &str) -> bool {
         return false;
     };
     super::is_conversation_id(id)
-        && subdirs(sessions).iter().any(|folder_dir| {
-            subdirs(folder_dir)
-                .iter()
-                .any(|dir| ConversationPaths::new(dir, id).doc.exists())
-        })
+        && tree::groups(sessions)
+            .iter()
+            .any(|dir| ConversationPaths::new(dir, id).doc.exists())
 }
 
 impl Store {
@@ -77,20 +46,18 @@ impl Store {
         if !super::is_conversation_id(id) {
             return None;
         }
-        for folder_dir in subdirs(&self.sessions_dir) {
-            for dir in subdirs(&folder_dir) {
-                let path = ConversationPaths::new(&dir, id).doc;
-                if !path.exists() {
-                    continue;
-                }
-                let agent = dir
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .unwrap_or_default()
-                    .to_owned();
-                let folder = read_doc(&path).map(|d| d.folder).unwrap_or_default();
-                return Some(Held { dir, folder, agent });
+        for dir in tree::groups(&self.sessions_dir) {
+            let path = ConversationPaths::new(&dir, id).doc;
+            if !path.exists() {
+                continue;
             }
+            let agent = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_owned();
+            let folder = read_doc(&path).map(|d| d.folder).unwrap_or_default();
+            return Some(Held { dir, folder, agent });
         }
         None
     }
@@ -107,12 +74,12 @@ impl Store {
     ) -> Vec<ConversationDoc> {
         let own = self.group_dir(folder, agent);
         let mut docs = Vec::new();
-        for folder_dir in subdirs(&self.sessions_dir) {
+        for folder_dir in tree::subdirs(&self.sessions_dir) {
             let dir = folder_dir.join(agent);
             if dir == own || !dir.is_dir() {
                 continue;
             }
-            let mut paths = doc_paths(&dir).into_iter();
+            let mut paths = tree::docs_in(&dir).into_iter();
             let Some(first) = paths.by_ref().find_map(|p| read_doc(&p)) else {
                 continue;
             };

@@ -10,6 +10,7 @@ pub use commits::{Changed, Commits};
 pub mod conversation;
 pub mod oneshot;
 pub mod pulled;
+pub mod tree;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;

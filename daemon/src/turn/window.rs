@@ -189,23 +189,22 @@ impl Models {
             return;
         }
         let at = agentx_shared::time::unix_ms(std::time::SystemTime::now());
-        let bytes = {
-            let mut learned = self.learned();
-            let k = key(base_url, model);
-            if learned
-                .get(&k)
-                .is_some_and(|l| l.tokens == tokens && l.source == source)
-            {
-                return;
-            }
-            learned.insert(k, Learned { tokens, source, at });
-            serde_json::to_vec_pretty(&*learned)
-        };
+        // Written under the lock: two learns serialised in one order and
+        // written in the other would leave the file without the later one.
+        let mut learned = self.learned();
+        let k = key(base_url, model);
+        if learned
+            .get(&k)
+            .is_some_and(|l| l.tokens == tokens && l.source == source)
+        {
+            return;
+        }
+        learned.insert(k, Learned { tokens, source, at });
         tracing::info!(
             "learned the context window of {model} at {base_url}: {tokens} tokens ({})",
             source.as_str()
         );
-        if let (Some(path), Ok(bytes)) = (&self.path, bytes)
+        if let (Some(path), Ok(bytes)) = (&self.path, serde_json::to_vec_pretty(&*learned))
             && let Err(e) = crate::durable::write_atomic(path, &bytes)
         {
             tracing::warn!("cannot keep the learned window in {}: {e}", path.display());
@@ -394,6 +393,44 @@ mod tests {
                 source: Source::Overflow
             }
         );
+    }
+
+    #[test]
+    fn concurrent_learns_all_reach_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model-windows.json");
+        let models = Models::open(path.clone());
+        let threads = 6;
+        for round in 0..20 {
+            // Started together, the learns race to write the file: the one
+            // written last must hold them all.
+            let start = std::sync::Barrier::new(threads);
+            std::thread::scope(|s| {
+                for t in 0..threads {
+                    let (models, start) = (&models, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        models.learn(
+                            "http://x/v1",
+                            &format!("m{round}-{t}"),
+                            4096,
+                            Source::Server,
+                        );
+                    });
+                }
+            });
+            let again = Models::open(path.clone());
+            let missing: Vec<String> = (0..threads)
+                .map(|t| format!("m{round}-{t}"))
+                .filter(|m| {
+                    again.window(&Prefs::default(), "http://x/v1", m).source != Source::Server
+                })
+                .collect();
+            assert!(
+                missing.is_empty(),
+                "round {round}: not in the file: {missing:?}"
+            );
+        }
     }
 
     #[test]

@@ -266,37 +266,15 @@ fn read_records(
 /// Every conversation document under the sessions directory whose content
 /// differs from what was last pushed (`<folder-key>/<agent>/<id>.json`).
 pub(super) fn scan(remote: &Remote) -> Vec<PathBuf> {
-    let mut dirty = Vec::new();
-    let Ok(folders) = std::fs::read_dir(&remote.sessions_dir) else {
-        return dirty;
-    };
-    for folder in folders.flatten() {
-        let Ok(agents) = std::fs::read_dir(folder.path()) else {
-            continue;
-        };
-        for agent in agents.flatten() {
-            let Ok(files) = std::fs::read_dir(agent.path()) else {
-                continue;
-            };
-            for file in files.flatten() {
-                let path = file.path();
-                let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-                    continue;
-                };
-                let Some(id) = name.strip_suffix(".json") else {
-                    continue;
-                };
-                if matches!(id, "current" | "shared") || id.contains('.') {
-                    continue;
-                }
-                let pushed = load_pushed(&remote.pushed_dir, id).map(|p| p.hash);
-                if current_hash(&path) != pushed {
-                    dirty.push(path);
-                }
-            }
-        }
-    }
-    dirty
+    crate::store::tree::docs(&remote.sessions_dir)
+        .into_iter()
+        .filter(|path| {
+            let pushed = crate::store::tree::doc_id(path)
+                .and_then(|id| load_pushed(&remote.pushed_dir, id))
+                .map(|p| p.hash);
+            current_hash(path) != pushed
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -182,6 +182,7 @@ impl Conversation {
         doc.unsent = backup.unsent;
         doc.interrupted = backup.interrupted;
         doc.failed = backup.failed;
+        doc.cut_short = backup.cut_short;
         doc.checkpoints = backup.checkpoints;
         doc.rollback = doc.older_rollbacks.pop().map(Box::new);
         doc.updated_at = now.max(doc.updated_at);
@@ -192,7 +193,8 @@ impl Conversation {
 }
 
 /// The backup of `doc`'s state before a rollback to `rolled_back_to`
-/// (pending calls, unsent items and markers are moved into it).
+/// (pending calls, unsent items and markers — interrupted, failed, cut
+/// short — are moved into it: they describe the last turn, which it cuts).
 fn take_backup(doc: &mut ConversationDoc, rolled_back_to: u64, now: i64) -> RollbackBackup {
     RollbackBackup {
         response_id: doc.response_id.clone(),
@@ -206,10 +208,53 @@ fn take_backup(doc: &mut ConversationDoc, rolled_back_to: u64, now: i64) -> Roll
         unsent: std::mem::take(&mut doc.unsent),
         interrupted: doc.interrupted.take(),
         failed: doc.failed.take(),
+        cut_short: doc.cut_short.take(),
         checkpoints: doc.checkpoints.clone(),
         rolled_back_to,
         at: now,
         tail: None,
         context: doc.context,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agentx_shared::conversation::Item;
+
+    use super::*;
+    use crate::store::conversation::Marker;
+
+    #[test]
+    fn a_rollback_clears_the_cut_answer_mark_and_its_undo_brings_it_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let doc = ConversationDoc::new("19a0b1c2d3e-abcdef".into(), "/f".into(), "a".into(), 1);
+        let mut c = Conversation::create(dir.path(), doc).unwrap();
+        let turn = |c: &mut Conversation, n: u32, now| {
+            c.append(
+                &[Item::User {
+                    text: format!("q{n}"),
+                }],
+                now,
+            )
+            .unwrap();
+            c.doc.turns = n;
+            let cp = c.doc.checkpoint(now);
+            c.doc.checkpoints.push(cp);
+            c.save().unwrap();
+        };
+        turn(&mut c, 1, 2);
+        turn(&mut c, 2, 3);
+        let mark = Marker {
+            message: "the answer was cut short".into(),
+            at: 3,
+            retryable: false,
+        };
+        c.doc.cut_short = Some(mark.clone());
+        c.roll_back_to(RollbackTarget::Index(2), 4).unwrap();
+        assert_eq!(c.doc.turns, 1);
+        assert_eq!(c.doc.cut_short, None, "the cut answer was rolled back");
+        c.undo_rollback(5).unwrap();
+        assert_eq!(c.doc.turns, 2);
+        assert_eq!(c.doc.cut_short, Some(mark));
     }
 }

@@ -260,14 +260,10 @@ fn children(me: Pid) -> Vec<Pid> {
         else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_ascii_whitespace().nth(1))
-            .and_then(|p| p.parse::<i32>().ok());
+        let ppid = u32::try_from(pid)
+            .ok()
+            .and_then(agentx_shared::procfs::stat)
+            .map(|s| s.ppid);
         if ppid == Some(me.as_raw()) {
             found.push(Pid::from_raw(pid));
         }

@@ -87,9 +87,8 @@ async fn long_output_keeps_head_and_tail() {
 fn gone_within(pid: i32, bound: Duration) -> bool {
     let deadline = std::time::Instant::now() + bound;
     loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
-        if stat.is_empty() || state == Some(Some('Z')) {
+        let stat = agentx_shared::procfs::stat(pid.cast_unsigned());
+        if stat.is_none_or(|s| s.zombie()) {
             return true;
         }
         if std::time::Instant::now() >= deadline {
@@ -125,11 +124,8 @@ fn background_pids(dir: &Path) -> [i32; 2] {
     let pids = [pid_in(dir, "bg1"), pid_in(dir, "bg2")];
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pids[1])).unwrap();
-        // `pid (comm) state ppid pgrp session …`
-        let (_, rest) = stat.rsplit_once(") ").unwrap();
-        let session: i32 = rest.split_whitespace().nth(3).unwrap().parse().unwrap();
-        if session == pids[1] {
+        let stat = agentx_shared::procfs::stat(pids[1].cast_unsigned()).unwrap();
+        if stat.session == pids[1] {
             return pids;
         }
         assert!(std::time::Instant::now() < deadline, "setsid never ran");
