@@ -14,6 +14,7 @@ use agentx_shared::proto::{
 
 mod context;
 mod daemon;
+mod noisy;
 mod oneshots;
 mod remote;
 mod search;
@@ -35,6 +36,7 @@ fn main() -> anyhow::Result<()> {
             "context",
             "web",
             "tools",
+            "noisy",
         ]
     } else {
         args.iter().map(String::as_str).collect()
@@ -53,9 +55,10 @@ fn main() -> anyhow::Result<()> {
             }
             "web" => web::bench_web()?,
             "tools" => tools::bench_tools()?,
+            "noisy" => noisy::bench_noisy()?,
             other => {
                 bail!(
-                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools"
+                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools, noisy"
                 )
             }
         }
