@@ -1,7 +1,7 @@
 //! Handing freed heap back to the system: glibc keeps freed memory in its
 //! arenas, and agentd's RSS would stay at its peak (a big import, slow clients).
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Returns free heap pages to the system, on the blocking pool (it walks
 /// every arena: milliseconds on a big heap).
@@ -11,22 +11,18 @@ pub async fn trim() {
     }
 }
 
-/// [`trim`] in the background, at most once a second (many streams ending
-/// together ask once).
+/// [`trim`] in the background half a second from now: many streams ending
+/// together ask once, and the trim comes after the last of them.
 pub fn trim_soon() {
-    static LAST: AtomicI64 = AtomicI64::new(0);
-    let now = agentx_shared::time::now_ms();
-    let last = LAST.load(Ordering::Relaxed);
-    if now - last < 1000
-        || LAST
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-    {
+    static SCHEDULED: AtomicBool = AtomicBool::new(false);
+    if SCHEDULED.swap(true, Ordering::SeqCst) || tokio::runtime::Handle::try_current().is_err() {
         return;
     }
-    if tokio::runtime::Handle::try_current().is_ok() {
-        tokio::task::spawn_blocking(trim_now);
-    }
+    tokio::spawn(async {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        SCHEDULED.store(false, Ordering::SeqCst);
+        trim().await;
+    });
 }
 
 fn trim_now() {

@@ -33,7 +33,7 @@ const MAX_MESSAGE: usize = agentx_shared::limits::MAX_MESSAGE;
 /// longer deltas and answers go in pieces.
 const WIRE_TEXT: usize = 1 << 20;
 /// Events queued for the wire per client.
-const WIRE_QUEUE: usize = 32;
+const WIRE_QUEUE: usize = 16;
 /// Longest tool-call arguments or command shown to agentx.
 const WIRE_COMMAND: usize = 64 << 10;
 
@@ -333,6 +333,9 @@ async fn to_client(
     oneshot_id: String,
     (cancel, client_gone): (Arc<watch::Sender<bool>>, Arc<std::sync::atomic::AtomicBool>),
 ) {
+    // Live output not sent because the client reads too slowly: the wire
+    // queue keeps room for what must arrive (results, the end).
+    let mut unsent = 0usize;
     loop {
         // A client that goes away is noticed at once, even while the turn
         // sends nothing (queued behind another turn, a long command).
@@ -349,10 +352,37 @@ async fn to_client(
             crate::memory::trim_soon();
             return;
         };
-        let wire: Vec<Result<TurnEvent, Status>> = match event {
+        if let Ok(Event::ToolOutput { text, .. }) = &event
+            && wire_tx.capacity() < WIRE_QUEUE / 2
+        {
+            unsent += text.len();
+            continue;
+        }
+        let mut wire: Vec<Result<TurnEvent, Status>> = match event {
             Ok(event) => to_wire(event, &oneshot_id).into_iter().map(Ok).collect(),
             Err(e) => vec![Err(status_of(e))],
         };
+        if unsent > 0 {
+            let call_id = match wire.first() {
+                Some(Ok(TurnEvent {
+                    event: Some(turn_event::Event::ToolOutput(o)),
+                })) => Some(o.call_id.clone()),
+                _ => None,
+            };
+            if let Some(call_id) = call_id {
+                let note = crate::turn::live::not_shown(unsent);
+                wire.insert(
+                    0,
+                    Ok(TurnEvent {
+                        event: Some(turn_event::Event::ToolOutput(proto::ToolOutputEvent {
+                            call_id,
+                            text: note,
+                        })),
+                    }),
+                );
+                unsent = 0;
+            }
+        }
         for item in wire {
             if wire_tx.send(item).await.is_err() {
                 return;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Live bytes one turn may have queued towards its client.
-pub const PER_TURN: usize = 256 << 10;
+pub const PER_TURN: usize = 128 << 10;
 /// Live bytes all turns together may have queued.
 pub const ALL_TURNS: usize = 16 << 20;
 
@@ -56,6 +56,14 @@ impl Drop for Held {
         self.queued.fetch_sub(self.n, Ordering::SeqCst);
         QUEUED.fetch_sub(self.n, Ordering::SeqCst);
     }
+}
+
+/// The line that stands for live output a slow client was not sent.
+pub fn not_shown(bytes: usize) -> String {
+    format!(
+        "\n[{bytes} bytes of output not shown as they came: this client read too slowly; \
+         the command's result holds its output]\n"
+    )
 }
 
 #[cfg(test)]

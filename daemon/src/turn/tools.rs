@@ -153,7 +153,7 @@ impl Turn<'_> {
         pending[i].state = CallState::Running;
         self.update_call(pending, i).await?;
         // Its output goes to the client as it comes, for display.
-        let (progress, mut pieces) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+        let (progress, mut pieces) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
         let events = self.io.events.clone();
         let call_id = call.call_id.clone();
         let live = self.io.live.clone();
@@ -185,7 +185,7 @@ impl Turn<'_> {
             while let Some(piece) = pieces.recv().await {
                 let mut text = String::from_utf8_lossy(&piece).into_owned();
                 if dropped > 0 {
-                    text = format!("{}{text}", not_shown(dropped));
+                    text = format!("{}{text}", super::live::not_shown(dropped));
                     dropped = 0;
                 }
                 if !send(text, &mut dropped) {
@@ -193,7 +193,7 @@ impl Turn<'_> {
                 }
             }
             if dropped > 0 {
-                send(not_shown(dropped), &mut 0);
+                send(super::live::not_shown(dropped), &mut 0);
             }
         });
         let outcome = self
@@ -350,14 +350,6 @@ fn parse_command(call: &PendingCall) -> Result<String, (String, String)> {
                 "no `command` in the arguments".to_owned(),
             )
         })
-}
-
-/// The line that stands for live output a slow client was not sent.
-fn not_shown(bytes: usize) -> String {
-    format!(
-        "\n[{bytes} bytes of output not shown as they came: this client read too slowly; \
-         the command's result holds its output]\n"
-    )
 }
 
 #[cfg(test)]

@@ -63,8 +63,8 @@ fn streams_nobody_reads_hold_bounded_memory() {
     let grew = peak.saturating_sub(before);
     eprintln!("GREW {grew} MiB (from {before} to {peak})");
     // 400 MB of output went to clients that read none of it; at most
-    // 256 KiB each (16 MiB in all) may wait for them. (Unbounded, agentd
-    // grew by 183 MiB here; bounded, by 28.)
+    // 128 KiB each (16 MiB in all) may wait for them. (Unbounded, agentd
+    // grew by 183 MiB here; bounded, by 18.)
     assert!(
         grew < 80,
         "agentd grew by {grew} MiB (from {before} to {peak}) for {STREAMS} streams nobody read"
