@@ -162,6 +162,15 @@ impl Actor {
         }
     }
 
+    /// A snapshot of `folder` panicked: logged, the store reopened from
+    /// disk, and the error its waiters get.
+    fn panicked(&mut self, folder: &Path, payload: &(dyn std::any::Any + Send)) -> Failure {
+        let cause = panic_text(payload);
+        tracing::error!(folder = %folder.display(), "a snapshot panicked: {cause}");
+        self.reopen();
+        Arc::new(SnapError::Internal(cause))
+    }
+
     fn reopen(&mut self) {
         // Scans still running count on the old store's bookkeeping: their
         // results are dropped (they fail) when they come back.
@@ -225,12 +234,7 @@ impl Actor {
             }
             Ok(Ok(Begun::Done(snap))) => Ok(snap),
             Ok(Err(e)) => Err(e),
-            Err(payload) => {
-                let cause = panic_text(&*payload);
-                tracing::error!(folder = %folder.display(), "a snapshot panicked: {cause}");
-                self.reopen();
-                Err(Arc::new(SnapError::Internal(cause)))
-            }
+            Err(payload) => Err(self.panicked(&folder, &*payload)),
         };
         for r in replies {
             let _ = r.send(result.clone());
@@ -249,12 +253,7 @@ impl Actor {
             Ok(s) => s.finish_take(away).map_err(Arc::new),
             Err(e) => Err(e.clone()),
         }));
-        let result = done.unwrap_or_else(|payload| {
-            let cause = panic_text(&*payload);
-            tracing::error!(folder = %folder.display(), "a snapshot panicked: {cause}");
-            self.reopen();
-            Err(Arc::new(SnapError::Internal(cause)))
-        });
+        let result = done.unwrap_or_else(|payload| Err(self.panicked(&folder, &*payload)));
         for r in replies {
             let _ = r.send(result.clone());
         }

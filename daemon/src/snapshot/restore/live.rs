@@ -101,16 +101,7 @@ fn check_one(
             Some(_) => Err(PathError::Changed("it is gone")),
         };
     };
-    let live = match fstatat(
-        dir,
-        OsStr::from_bytes(name),
-        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-    ) {
-        Ok(st) => Some(st),
-        Err(Errno::ENOENT) => None,
-        Err(e) => return Err(PathError::Unchecked(e)),
-    };
-    match (&op.now, live) {
+    match (&op.now, lstat(dir, name)?) {
         (None, None) => Ok(()),
         (None, Some(_)) => Err(PathError::Changed("something new stands there")),
         (Some(_), None) => Err(PathError::Changed("it is gone")),
@@ -122,16 +113,7 @@ fn check_one(
 /// (`now`; `None`: nothing), asked right before the restore replaces or
 /// removes it: a save that lands while the restore writes is kept.
 pub(super) fn still(dir: &OwnedFd, name: &[u8], now: Option<&Entry>) -> Result<(), PathError> {
-    let live = match fstatat(
-        dir,
-        OsStr::from_bytes(name),
-        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-    ) {
-        Ok(st) => Some(st),
-        Err(Errno::ENOENT) => None,
-        Err(e) => return Err(PathError::Unchecked(e)),
-    };
-    match (now, live) {
+    match (now, lstat(dir, name)?) {
         (None, None) => Ok(()),
         (None, Some(_)) => Err(PathError::Moved("something new stands there")),
         (Some(_), None) => Err(PathError::Moved("it is gone")),
@@ -148,6 +130,19 @@ pub(super) fn still(dir: &OwnedFd, name: &[u8], now: Option<&Entry>) -> Result<(
                 other => other,
             })
         }
+    }
+}
+
+/// What stands at `name` in `dir` (never followed), `None` when nothing.
+fn lstat(dir: &OwnedFd, name: &[u8]) -> Result<Option<nix::sys::stat::FileStat>, PathError> {
+    match fstatat(
+        dir,
+        OsStr::from_bytes(name),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    ) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(PathError::Unchecked(e)),
     }
 }
 
