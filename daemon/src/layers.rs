@@ -39,7 +39,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("shutdown", &[]),
     ("store", &["durable", "environment"]),
     ("snapshot", &["durable", "environment"]),
-    ("search", &["store"]),
+    ("search", &["store", "memory"]),
     (
         "remote",
         &["store", "durable", "environment", "search::Hit"],

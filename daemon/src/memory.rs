@@ -25,7 +25,8 @@ pub fn trim_soon() {
     });
 }
 
-fn trim_now() {
+/// Returns free heap pages now, on this thread (one that may block).
+pub fn trim_now() {
     // SAFETY: malloc_trim only returns free heap pages; no pointer is given.
     #[cfg(target_env = "gnu")]
     unsafe {

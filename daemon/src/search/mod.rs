@@ -345,6 +345,7 @@ impl SearchIndex {
                 }
             }
             self.indexing.store(true, Ordering::SeqCst);
+            let started = Instant::now();
             if let Some(why) = rebuild {
                 // Re-indexes every conversation: the batch included.
                 self.rebuild(&mut writer, &why, sessions);
@@ -377,6 +378,10 @@ impl SearchIndex {
                 let _ = done.send(());
             }
             self.indexing.store(false, Ordering::SeqCst);
+            // A long batch read big transcripts: hand the heap back.
+            if started.elapsed() > std::time::Duration::from_millis(100) {
+                crate::memory::trim_now();
+            }
         }
     }
 

@@ -173,6 +173,7 @@ impl Group {
         };
         let mut bad = Vec::new();
         let mut journals = Vec::new();
+        let mut docs = Vec::new();
         for entry in entries.flatten() {
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -198,7 +199,20 @@ impl Group {
             {
                 continue;
             }
-            match Conversation::load(&path) {
+            docs.push(path);
+        }
+        // Read and parsed in parallel: a folder with 10,000 conversations
+        // is loaded in a fraction of the time on the first request.
+        use rayon::prelude::*;
+        let loaded: Vec<_> = docs
+            .into_par_iter()
+            .map(|path| {
+                let loaded = Conversation::load(&path);
+                (path, loaded)
+            })
+            .collect();
+        for (path, loaded) in loaded {
+            match loaded {
                 Ok(mut session) => {
                     if session.doc.turn_open {
                         self.close_stopped_turn(&mut session, &path);
