@@ -96,22 +96,33 @@ pub(super) async fn reader(remote: &Remote) -> Result<super::lanes::LaneClient, 
 /// Records what is now known to be on the server for `doc`: the pusher
 /// pushes from there. `hash`: the document as pushed ("" when its
 /// metadata still has to go); `head`: the chain of the server's line.
-fn remember(remote: &Remote, doc: &ConversationDoc, at: (u64, u64), head: &str, hash: String) {
-    let state = Pushed {
-        hash,
-        items: at.0,
-        bytes: at.1,
-        rollbacks: doc.rollbacks,
-        head: head.to_owned(),
-    };
+/// Records what the server holds of `doc` (its push state), with the hash
+/// of the document at `hash_of` (none: pushed again); file work off the
+/// runtime's workers.
+async fn remember(
+    remote: &Remote,
+    doc: &ConversationDoc,
+    at: (u64, u64),
+    head: &str,
+    hash_of: Option<std::path::PathBuf>,
+) {
     let path = remote.pushed_dir.join(format!("{}.json", doc.id));
-    if let Err(e) = save_pushed(&path, &state) {
+    let (rollbacks, head) = (doc.rollbacks, head.to_owned());
+    let saved = tokio::task::spawn_blocking(move || {
+        let state = Pushed {
+            hash: hash_of.and_then(|p| current_hash(&p)).unwrap_or_default(),
+            items: at.0,
+            bytes: at.1,
+            rollbacks,
+            head,
+        };
+        save_pushed(&path, &state)
+    })
+    .await
+    .map_err(std::io::Error::other);
+    if let Ok(Err(e)) | Err(e) = saved {
         tracing::warn!("remote: cannot record the state of {}: {e}", doc.id);
     }
-}
-
-fn doc_hash(dir: &Path, id: &str) -> String {
-    current_hash(&ConversationPaths::new(dir, id).doc).unwrap_or_default()
 }
 
 /// `agentx resume ID` of a conversation this machine does not have: pulls
@@ -193,17 +204,14 @@ pub async fn open_remote(
         )));
     }
     group.adopt(doc.clone()).await.map_err(local)?;
-    let (at, wanted) = (dir.clone(), id.to_owned());
-    let hash = tokio::task::spawn_blocking(move || doc_hash(&at, &wanted))
-        .await
-        .unwrap_or_default();
     remember(
         remote,
         &doc,
         (doc.journal_items, doc.journal_bytes),
         &copy.head,
-        hash,
-    );
+        Some(ConversationPaths::new(&dir, id).doc),
+    )
+    .await;
     tracing::info!(id, records = doc.journal_items, from = %copy.machine, "pulled a conversation from the remote");
     Ok(doc)
 }
@@ -348,7 +356,7 @@ pub(super) async fn reconcile(
             .checked_sub(1)
             .and_then(|i| local.get(usize::try_from(i).ok()?))
             .map_or(0, |(_, end)| *end);
-        remember(remote, &doc, (shared, bytes), &copy.head, String::new());
+        remember(remote, &doc, (shared, bytes), &copy.head, None).await;
         remote.mark(paths.doc.clone());
         return Ok(None);
     }
@@ -383,8 +391,9 @@ pub(super) async fn reconcile(
         &now,
         (now.journal_items, now.journal_bytes),
         &copy.head,
-        doc_hash(&dir, &now.id),
-    );
+        Some(ConversationPaths::new(&dir, &now.id).doc),
+    )
+    .await;
     tracing::info!(id = %now.id, records = now.journal_items - shared, from = %copy.machine, "pulled records from the remote");
     Ok(Some(now))
 }
