@@ -36,9 +36,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("memory", &[]),
     ("peer", &[]),
     ("pidlock", &[]),
+    ("priority", &[]),
     ("shutdown", &[]),
-    ("store", &["durable", "environment"]),
-    ("snapshot", &["durable", "environment"]),
+    ("store", &["durable", "environment", "priority"]),
+    ("snapshot", &["durable", "environment", "priority"]),
     ("search", &["store", "memory"]),
     (
         "remote",
@@ -71,6 +72,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "shutdown",
             "peer",
             "memory",
+            "priority",
         ],
     ),
     (

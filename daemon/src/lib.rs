@@ -67,6 +67,7 @@ mod logging;
 mod memory;
 mod peer;
 mod pidlock;
+mod priority;
 #[cfg(test)]
 mod proptests;
 mod remote;
@@ -113,6 +114,8 @@ pub fn run(args: cli::Args) -> anyhow::Result<ExitCode> {
     // TLS for https model servers; an error only means it was installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
 
+    // Bulk hashing and scanning yield the CPU to requests.
+    priority::background_pool();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -216,6 +216,7 @@ impl Actor {
                 let spawned = std::thread::Builder::new()
                     .name("snapshot-scan".into())
                     .spawn(move || {
+                        crate::priority::lower_this_thread();
                         away.run();
                         let _ = tx.send(Job::Scanned(away));
                     });

@@ -20,13 +20,13 @@ pub struct ForkOrigin {
     pub turn: u32,
 }
 
-/// Runs file-system or CPU-heavy work off the runtime's worker threads.
+/// Runs file-system or CPU-heavy work (parsing a 100 MB export, copying a
+/// journal) off the runtime's worker threads, at background priority so
+/// every other client's requests go first.
 async fn off_runtime<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|_| StoreError::Internal("a blocking task of the store failed"))?
+    crate::priority::in_background("agentd-import", work).await?
 }
 
 /// Copies the first `bytes` of journal `from` to `to` (durably); `what`

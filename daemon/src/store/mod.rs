@@ -319,7 +319,10 @@ mod leftovers_tests {
             path
         };
         let orphan_id = group::new_id();
-        let fresh_id = format!("{}0", &orphan_id[..orphan_id.len() - 1]);
+        // Another id (ids made in one millisecond differ in their tail).
+        let fresh_id = std::iter::repeat_with(group::new_id)
+            .find(|id| *id != orphan_id)
+            .unwrap();
         let stale_temp = write(
             &format!(".current.json.tmp-{}-7", std::process::id() + 1),
             None,

@@ -42,7 +42,7 @@ impl Group {
             .is_some_and(|since| session.doc.updated_at > since)
         {
             return Err(StoreError::Moved(
-                "the conversation moved after this command started (another client went on, \
+                "the conversation moved since this command started (another client went on, \
                  rolled back or undid a rollback): nothing was rolled back; run `agentx \
                  checkpoints` to see where it is now"
                     .into(),
