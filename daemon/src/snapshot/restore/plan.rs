@@ -270,7 +270,45 @@ pub fn plan_undo(
             live: None,
         });
     }
+    mark_filled(&mut ops, current);
     ops
+}
+
+/// Directories the message made (so undo removes them) that hold files it
+/// does not remove — saved there since — are conflicts: removing one would
+/// fail, and the folder stays with the user's files (excluded content is
+/// no reason: `guard` drops such a directory's removal).
+fn mark_filled(ops: &mut [Op], current: &Manifest) {
+    let dirs: HashSet<&[u8]> = ops
+        .iter()
+        .filter(|o| o.action == Action::Remove && o.left_alone.is_none())
+        .filter(|o| o.now.as_ref().is_some_and(|n| n.kind == Kind::Dir))
+        .map(|o| o.path.as_slice())
+        .collect();
+    if dirs.is_empty() {
+        return;
+    }
+    let removed: HashSet<&[u8]> = ops
+        .iter()
+        .filter(|o| o.action == Action::Remove)
+        .map(|o| o.path.as_slice())
+        .collect();
+    let mut filled: HashSet<Vec<u8>> = HashSet::new();
+    for e in current.iter() {
+        if removed.contains(e.path.as_slice())
+            || (e.kind == Kind::Skipped && why::unlisted(&e.target))
+        {
+            continue;
+        }
+        for (i, b) in e.path.iter().enumerate() {
+            if *b == b'/' && dirs.contains(&e.path[..i]) {
+                filled.insert(e.path[..i].to_vec());
+            }
+        }
+    }
+    for op in ops.iter_mut().filter(|o| filled.contains(&o.path)) {
+        op.conflict = true;
+    }
 }
 
 /// Rewind: every path made as `target` has it.

@@ -756,3 +756,47 @@ fn fifos_and_sockets_a_message_deletes_or_makes_are_named_as_left_alone() {
     );
     assert!(root.join("pipe").exists() && root.join("run/sock").exists());
 }
+
+#[test]
+fn a_folder_the_message_made_and_the_user_filled_is_a_conflict_not_restored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    let mut s = store(tmp.path());
+    std::fs::write(root.join("keep.txt"), "k").unwrap();
+    message(&mut s, &root, "c", "t1", || {
+        std::fs::create_dir(root.join("gen")).unwrap();
+        std::fs::write(root.join("gen/out.txt"), "generated").unwrap();
+    });
+    // The user saves a file of their own in the folder the message made.
+    std::fs::write(root.join("gen/mine.txt"), "mine").unwrap();
+    let plan = s.plan_undo(&root, "c").unwrap();
+    let gen_planned = plan.changes.iter().find(|p| p.path == "gen").unwrap();
+    assert!(gen_planned.conflict, "{plan:?}");
+
+    let report = s.undo(&root, "c", false).unwrap();
+    let paths = |l: &[Planned]| l.iter().map(|p| p.path.clone()).collect::<Vec<_>>();
+    assert_eq!(paths(&report.applied), ["gen/out.txt"], "{report:?}");
+    assert_eq!(paths(&report.skipped), ["gen"], "{report:?}");
+    assert!(!report.undone, "{report:?}");
+    assert_eq!(std::fs::read(root.join("gen/mine.txt")).unwrap(), b"mine");
+
+    // Forced, the write phase finds it not empty: still a conflict, kept,
+    // never counted as restored.
+    let report = s.undo(&root, "c", true).unwrap();
+    assert!(report.applied.is_empty(), "{report:?}");
+    assert_eq!(paths(&report.skipped), ["gen"], "{report:?}");
+    assert_eq!(
+        report.skipped[0].reason,
+        "holds files this undo does not remove (yours): the folder stays with them"
+    );
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert!(!report.undone, "{report:?}");
+    assert_eq!(std::fs::read(root.join("gen/mine.txt")).unwrap(), b"mine");
+
+    // Once the user's file is gone, the undo completes.
+    std::fs::remove_file(root.join("gen/mine.txt")).unwrap();
+    let report = s.undo(&root, "c", false).unwrap();
+    assert_eq!(paths(&report.applied), ["gen"], "{report:?}");
+    assert!(report.undone, "{report:?}");
+    assert!(!root.join("gen").exists());
+}
