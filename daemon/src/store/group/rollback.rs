@@ -25,7 +25,23 @@ impl Group {
             ));
         }
         let now = agentx_shared::time::now_ms();
-        let session = self.session(folder, id)?;
+        let doc = self.durably(folder, id, |session| {
+            Self::roll_back(session, target, expect, now)?;
+            Ok(session.doc.clone())
+        })?;
+        self.index_hook(id);
+        self.write_shared(&doc)?;
+        Ok(doc)
+    }
+
+    /// The rollback (or its undo) of `session`, once the conversation is
+    /// where the client saw it.
+    fn roll_back(
+        session: &mut Conversation,
+        target: RollbackTarget,
+        expect: &Expect,
+        now: i64,
+    ) -> Result<(), StoreError> {
         if expect
             .head
             .as_ref()
@@ -49,13 +65,9 @@ impl Group {
             ));
         }
         match target {
-            RollbackTarget::Undo => session.undo_rollback(now)?,
-            _ => session.roll_back_to(target, now)?,
+            RollbackTarget::Undo => session.undo_rollback(now),
+            _ => session.roll_back_to(target, now),
         }
-        let doc = session.doc.clone();
-        self.index_hook(id);
-        self.write_shared(&doc)?;
-        Ok(doc)
     }
 }
 
