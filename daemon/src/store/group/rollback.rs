@@ -25,23 +25,7 @@ impl Group {
             ));
         }
         let now = agentx_shared::time::now_ms();
-        let doc = self.durably(folder, id, |session| {
-            Self::roll_back(session, target, expect, now)?;
-            Ok(session.doc.clone())
-        })?;
-        self.index_hook(id);
-        self.write_shared(&doc)?;
-        Ok(doc)
-    }
-
-    /// The rollback (or its undo) of `session`, once the conversation is
-    /// where the client saw it.
-    fn roll_back(
-        session: &mut Conversation,
-        target: RollbackTarget,
-        expect: &Expect,
-        now: i64,
-    ) -> Result<(), StoreError> {
+        let session = self.session(folder, id)?;
         if expect
             .head
             .as_ref()
@@ -64,10 +48,17 @@ impl Group {
                     .into(),
             ));
         }
-        match target {
-            RollbackTarget::Undo => session.undo_rollback(now),
-            _ => session.roll_back_to(target, now),
-        }
+        // A failure past this point may leave memory ahead of the disk.
+        let doc = self.durably(folder, id, |session| {
+            match target {
+                RollbackTarget::Undo => session.undo_rollback(now)?,
+                _ => session.roll_back_to(target, now)?,
+            }
+            Ok(session.doc.clone())
+        })?;
+        self.index_hook(id);
+        self.write_shared(&doc)?;
+        Ok(doc)
     }
 }
 
