@@ -447,6 +447,7 @@ impl SnapshotStore {
             let how = restore::Writing {
                 token: &restore::new_token(),
                 recheck: false,
+                excluded: &[],
             };
             let not_done = restore::apply(folder, &ops, &self.blobs, &how);
             for (path, e) in not_done.failed.into_iter().chain(not_done.moved) {

@@ -95,10 +95,13 @@ pub struct NotDone {
 /// How [`apply`] writes: `token` names its temp files (recorded in the
 /// restore's journal first, so only they are ever removed); `recheck`
 /// compares each path with what the plan believes right before replacing
-/// or removing it (off when an interrupted restore is finished).
+/// or removing it (off when an interrupted restore is finished);
+/// `excluded`: the directory names scans leave out besides
+/// [`EXCLUDED_DIRS`](super::scan::EXCLUDED_DIRS) (`snapshot_exclude`).
 pub struct Writing<'a> {
     pub token: &'a str,
     pub recheck: bool,
+    pub excluded: &'a [String],
 }
 
 pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs, how: &Writing<'_>) -> NotDone {
@@ -132,7 +135,7 @@ pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs, how: &Writing<'_>) -> NotDo
     removals.sort_by(|a, b| b.path.cmp(&a.path));
     for op in removals {
         let now = how.recheck.then_some(op.now.as_ref());
-        let done = remove(&root_fd, &op.path, &devices, now);
+        let done = remove(&root_fd, &op.path, &devices, now, how.excluded);
         run.note_outcome(op, done);
     }
     let mut creations: Vec<&Op> = ops.iter().filter(|o| o.want.is_some()).collect();
@@ -183,7 +186,9 @@ impl<'a> Applier<'a> {
     fn note_outcome(&mut self, op: &'a Op, done: Result<(), PathError>) {
         match done {
             Ok(()) => self.touched.push(&op.path),
-            Err(e @ PathError::Moved(_)) => self.moved.push((op.path.clone(), e.to_string())),
+            Err(e @ (PathError::Moved(_) | PathError::Filled)) => {
+                self.moved.push((op.path.clone(), e.to_string()));
+            }
             Err(e) => self.errors.push((op.path.clone(), e.to_string())),
         }
     }
@@ -353,12 +358,17 @@ fn with_parent<T>(
 }
 
 /// Removes `path`; with `recheck` (`Some(now)`), only if it still is what
-/// the plan believes (`now`) — gone already is fine.
+/// the plan believes (`now`) — gone already is fine. A directory that is
+/// not empty stays: quietly when all it holds is what snapshots leave out
+/// by rule (excluded directories, `excluded` among them, files over the
+/// size limit, FIFOs, sockets and devices), otherwise — with `recheck` —
+/// as [`PathError::Filled`]: the user's files in it are kept, a conflict.
 fn remove(
     root: &OwnedFd,
     path: &[u8],
     devices: &Devices,
     recheck: Option<Option<&Entry>>,
+    excluded: &[String],
 ) -> Result<(), PathError> {
     let result = with_parent(root, path, false, |dir, raw| {
         devices.note(dir);
@@ -382,7 +392,15 @@ fn remove(
         };
         match unlinkat(dir, name, flag) {
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
-            // Untracked, excluded or oversized files keep it: leave it.
+            // Excluded, oversized or special files keep it: leave it. Files
+            // the restore would have removed or put there keep it too (added
+            // since the plan, or conflicts): the folder is not restored.
+            Err(Errno::ENOTEMPTY | Errno::EEXIST) if is_dir && recheck.is_some() => {
+                match only_kept_by_rule(dir, raw, excluded, 0) {
+                    Ok(true) => Ok(()),
+                    Ok(false) | Err(_) => Err(PathError::Filled),
+                }
+            }
             Err(Errno::ENOTEMPTY | Errno::EEXIST) => Ok(()),
             Err(e) => Err(PathError::Sys(e)),
         }
@@ -392,6 +410,49 @@ fn remove(
         Err(PathError::Missing) => Ok(()),
         other => other,
     }
+}
+
+/// Directories nested deeper than this below a directory being removed are
+/// not looked into: it counts as holding files of the user's.
+const KEPT_DEPTH: usize = 32;
+
+/// Whether directory `name` in `dir` holds only what snapshots leave out by
+/// rule: excluded directories, files over the size limit, special files,
+/// and directories holding nothing else.
+fn only_kept_by_rule(
+    dir: &OwnedFd,
+    name: &[u8],
+    excluded: &[String],
+    depth: usize,
+) -> nix::Result<bool> {
+    if depth > KEPT_DEPTH {
+        return Ok(false);
+    }
+    let fd = super::scan::open_dir_at(dir, name)?;
+    for child in super::scan::list_dir(&fd)? {
+        let st = match fstatat(
+            &fd,
+            OsStr::from_bytes(&child),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) => continue,
+            Err(e) => return Err(e),
+        };
+        let kept = match st.st_mode & libc_s_ifmt() {
+            0o040000 => {
+                super::scan::excluded(&child, excluded)
+                    || only_kept_by_rule(&fd, &child, excluded, depth + 1)?
+            }
+            0o100000 => too_big_now(&st),
+            0o120000 => false,
+            _ => true, // a FIFO, socket or device: never captured
+        };
+        if !kept {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// A regular file over the size limit stands there now (never replaced).

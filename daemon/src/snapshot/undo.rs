@@ -465,9 +465,11 @@ impl SnapshotStore {
         let dir = fs.dir.clone();
         let journal_path = RestoreJournal::path(&dir);
         journal.write(&dir)?;
+        let excluded = self.extra_excludes().names;
         let how = restore::Writing {
             token: &journal.token,
             recheck: true,
+            excluded: &excluded,
         };
         let not_done = restore::apply(folder, &apply, &self.blobs, &how);
         std::fs::remove_file(&journal_path)?;

@@ -436,6 +436,8 @@ impl Conversation {
             self.doc.calls_epoch += 1;
         }
         let bytes = serde_json::to_vec_pretty(&self.doc).map_err(io::Error::other)?;
+        #[cfg(test)]
+        seams::check(&self.paths.doc)?;
         // On a failure the epoch stays moved on: whether the new document
         // reached the disk or not, each record says which one it belongs to.
         durable::write_atomic(&self.paths.doc, &bytes)?;
@@ -647,6 +649,36 @@ pub fn title_from(text: &str) -> String {
 mod calls;
 mod rebuild;
 mod tail;
+
+/// Test seam: the document saves of chosen directories fail as on a full
+/// disk (after the journal append, which a small one may still get).
+#[cfg(test)]
+pub mod seams {
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    static FAILING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+    /// Makes saves in `dir` fail (`fail`) or work again.
+    pub fn fail_saves_in(dir: &Path, fail: bool) {
+        if let Ok(mut dirs) = FAILING.lock() {
+            dirs.retain(|d| d != dir);
+            if fail {
+                dirs.push(dir.to_path_buf());
+            }
+        }
+    }
+
+    pub(super) fn check(doc: &Path) -> std::io::Result<()> {
+        let failing = FAILING
+            .lock()
+            .is_ok_and(|dirs| doc.parent().is_some_and(|p| dirs.iter().any(|d| d == p)));
+        if failing {
+            return Err(std::io::Error::from_raw_os_error(28));
+        }
+        Ok(())
+    }
+}
 
 use calls::CallsLog;
 

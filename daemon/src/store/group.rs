@@ -202,9 +202,7 @@ impl Group {
                 let _ = reply.send(self.commit(folder, &id, *change));
             }
             Msg::UpdateCall(id, index, call, reply) => {
-                let result = self
-                    .session(folder, &id)
-                    .and_then(|s| Ok(s.update_call(index, *call)?));
+                let result = self.durably(folder, &id, |s| Ok(s.update_call(index, *call)?));
                 let _ = reply.send(result);
             }
             Msg::Transcript(id, reply) => {
@@ -270,7 +268,7 @@ impl Group {
         id: &str,
         pulled: super::pulled::Pulled,
     ) -> Result<ConversationDoc, StoreError> {
-        let doc = self.session(folder, id).and_then(|s| {
+        let doc = self.durably(folder, id, |s| {
             super::pulled::apply(s, pulled)?;
             Ok(s.doc.clone())
         })?;
@@ -351,9 +349,50 @@ impl Group {
             .ok_or_else(|| StoreError::NotFound(format!("no conversation {id} in this folder")))
     }
 
+    /// Runs `f`, a change to conversation `id` of `folder`. When it fails
+    /// the conversation is read again from disk: a change that could not be
+    /// made durable (a full disk, say) may have moved memory on — a journal
+    /// append counted, a document edited but not saved, a rollback half
+    /// done, a call's state — and memory must be what the files say, which
+    /// is what the next request is built from.
+    fn durably<T>(
+        &mut self,
+        folder: &str,
+        id: &str,
+        f: impl FnOnce(&mut Conversation) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let result = f(self.session(folder, id)?);
+        if result.is_err() {
+            self.reload(id);
+        }
+        result
+    }
+
+    /// Reads conversation `id` again from its files; when that fails too,
+    /// the whole directory is read again at the next request.
+    fn reload(&mut self, id: &str) {
+        let Some(session) = self.sessions.get_mut(id) else {
+            return;
+        };
+        match Conversation::load(&session.paths.doc) {
+            Ok(fresh) => *session = fresh,
+            Err(e) => {
+                tracing::error!(
+                    dir = %self.dir.display(),
+                    "conversation {id} cannot be read again after a failed write ({e}); \
+                     reloading the folder's conversations"
+                );
+                self.loaded = false;
+                self.sessions.clear();
+                self.current.clear();
+            }
+        }
+    }
+
     fn set_current(&mut self, folder: &str, id: &str) -> Result<(), StoreError> {
-        self.current.insert(folder.to_owned(), id.to_owned());
+        // On disk first: a failed write leaves the pointer as it was.
         self.write_current(folder, id)?;
+        self.current.insert(folder.to_owned(), id.to_owned());
         // Conversations left behind go if nothing was ever said in them.
         self.sweep_empty(folder);
         Ok(())
@@ -486,13 +525,13 @@ impl Group {
                 "a turn is running on this conversation; wait for it or cancel it first".into(),
             ));
         }
+        // Kept in memory until its files are gone: a failure on the way
+        // leaves memory as the disk has it.
         self.session(folder, &id)?;
         let removed = self
             .sessions
-            .remove(&id)
+            .get(&id)
             .ok_or_else(|| StoreError::NotFound(format!("no conversation {id} in this folder")))?;
-        // Everything of it goes: the state, the transcript and every
-        // rollback's cut tail (the text rolled back is the user's too).
         let mut paths = vec![removed.paths.doc.clone(), removed.paths.journal.clone()];
         paths.push(removed.paths.rollback_tail.clone());
         paths.push(removed.paths.calls.clone());
@@ -510,6 +549,7 @@ impl Group {
                     .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".jsonl"))
             }));
         }
+        let doc_path = removed.paths.doc.clone();
         // The folder's branch point must not name it any more: one-shots
         // would go on sending its turns (by response id) to the model.
         self.forget_shared(&id)?;
@@ -517,9 +557,15 @@ impl Group {
             match std::fs::remove_file(path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    if !doc_path.exists() {
+                        self.sessions.remove(&id);
+                    }
+                    return Err(e.into());
+                }
             }
         }
+        self.sessions.remove(&id);
         durable::fsync_dir(&self.dir)?;
         self.index_hook(&id);
         let fresh = self.create(folder)?;
@@ -535,30 +581,24 @@ impl Group {
     ) -> Result<ConversationDoc, StoreError> {
         let now = agentx_shared::time::now_ms();
         let rename_only = change.renames_only();
-        let session = self.session(folder, id)?;
-        session.append(&change.transcript.append, now)?;
-        let doc = &mut session.doc;
-        let checkpoint = change::apply(change, doc);
-        let checkpointed = checkpoint.is_some();
-        if let Some(NewCheckpoint { note }) = checkpoint {
-            let mut cp = doc.checkpoint(now);
-            cp.note = note;
-            doc.checkpoints.push(cp);
-            let excess = doc.checkpoints.len().saturating_sub(MAX_CHECKPOINTS);
-            doc.checkpoints.drain(..excess);
-        }
-        if !rename_only {
-            doc.updated_at = now.max(doc.updated_at);
-        }
-        if let Err(e) = session.save() {
-            // Memory must not run ahead of the disk (a full disk, say): the
-            // next request sees what was last written, calls log included.
-            if let Ok(fresh) = Conversation::load(&session.paths.doc) {
-                *session = fresh;
+        let (doc, checkpointed) = self.durably(folder, id, |session| {
+            session.append(&change.transcript.append, now)?;
+            let doc = &mut session.doc;
+            let checkpoint = change::apply(change, doc);
+            let checkpointed = checkpoint.is_some();
+            if let Some(NewCheckpoint { note }) = checkpoint {
+                let mut cp = doc.checkpoint(now);
+                cp.note = note;
+                doc.checkpoints.push(cp);
+                let excess = doc.checkpoints.len().saturating_sub(MAX_CHECKPOINTS);
+                doc.checkpoints.drain(..excess);
             }
-            return Err(e.into());
-        }
-        let doc = session.doc.clone();
+            if !rename_only {
+                doc.updated_at = now.max(doc.updated_at);
+            }
+            session.save()?;
+            Ok((session.doc.clone(), checkpointed))
+        })?;
         self.index_hook(id);
         if checkpointed {
             self.write_shared(&doc)?;

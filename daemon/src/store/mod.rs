@@ -346,3 +346,114 @@ mod leftovers_tests {
         assert!(dir.join(format!("{made}.json")).exists());
     }
 }
+
+#[cfg(test)]
+mod failed_write_tests {
+    use agentx_shared::conversation::Item;
+
+    use super::conversation::{Conversation, seams};
+    use super::*;
+
+    fn said(text: &str) -> Change {
+        Change {
+            transcript: TranscriptChange {
+                append: vec![
+                    Item::User { text: text.into() },
+                    Item::Assistant {
+                        text: format!("re: {text}"),
+                    },
+                ],
+                last_user: Some(text.into()),
+                ..TranscriptChange::default()
+            },
+            turn: TurnChange {
+                completed: true,
+                ..TurnChange::default()
+            },
+            checkpoint: Some(NewCheckpoint { note: None }),
+            ..Change::default()
+        }
+    }
+
+    /// Every kind of commit that cannot be saved leaves the conversation in
+    /// memory exactly as its files have it, and the next one goes on from
+    /// there.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_that_cannot_be_saved_leaves_memory_as_the_disk_has_it() {
+        let root = tempfile::tempdir().unwrap();
+        let store = Store::new(
+            root.path().join("sessions"),
+            Commits::default(),
+            DEFAULT_IDLE_GROUPS,
+        );
+        let folder = "/w/failed-writes";
+        let group = store.group(folder, "default").unwrap();
+        let id = group.open(OpenTarget::New).await.unwrap().doc.id;
+        for text in ["one", "two"] {
+            group.commit(&id, said(text)).await.unwrap();
+        }
+        let dir = store.group_dir(folder, "default");
+        let on_disk = || Conversation::load(&dir.join(format!("{id}.json"))).unwrap();
+        let memory = || async {
+            let doc = group.get(Some(id.clone())).await.unwrap().unwrap();
+            (doc, group.transcript(&id).await.unwrap())
+        };
+        let (before, items) = memory().await;
+        assert_eq!(before, on_disk().doc);
+        assert_eq!(items.len(), 4);
+
+        seams::fail_saves_in(&dir, true);
+        // A turn, a rollback, settings, a compaction-like commit: each fails.
+        assert!(group.commit(&id, said("three")).await.is_err());
+        let rolled = group
+            .rollback(
+                Some(id.clone()),
+                RollbackTarget::Index(2),
+                Expect::default(),
+            )
+            .await;
+        assert!(rolled.is_err(), "{rolled:?}");
+        assert_eq!(memory().await, (before.clone(), items.clone()));
+        let renamed = Change::settings(SettingsChange {
+            title: Some("renamed".into()),
+            ..SettingsChange::default()
+        });
+        assert!(group.commit(&id, renamed).await.is_err());
+        assert_eq!(memory().await, (before.clone(), items.clone()));
+        assert_eq!(on_disk().doc, before);
+
+        // Space again: the rollback, its undo and the next turn go on from
+        // what is on disk.
+        seams::fail_saves_in(&dir, false);
+        let doc = group
+            .rollback(
+                Some(id.clone()),
+                RollbackTarget::Index(2),
+                Expect::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(doc.turns, 1);
+        seams::fail_saves_in(&dir, true);
+        let undone = group
+            .rollback(Some(id.clone()), RollbackTarget::Undo, Expect::default())
+            .await;
+        assert!(undone.is_err(), "{undone:?}");
+        assert_eq!(memory().await.0, on_disk().doc);
+        assert_eq!(memory().await.1.len(), 2);
+        seams::fail_saves_in(&dir, false);
+        group
+            .rollback(Some(id.clone()), RollbackTarget::Undo, Expect::default())
+            .await
+            .unwrap();
+        let doc = group.commit(&id, said("three")).await.unwrap();
+        assert_eq!(doc.turns, 3);
+        let (doc, items) = memory().await;
+        assert_eq!(doc, on_disk().doc);
+        let users: Vec<&Item> = items
+            .iter()
+            .filter(|i| matches!(i, Item::User { .. }))
+            .collect();
+        assert_eq!(users.len(), 3, "{items:?}");
+    }
+}

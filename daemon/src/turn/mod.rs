@@ -484,8 +484,15 @@ impl Turn<'_> {
                     ));
                 }
                 // The compaction event says what it did; there is no answer.
-                self.compact(compact::Reason::Manual, &focus, true).await?;
-                return Ok(String::new());
+                // One that fails kept nothing: said as a compaction (not a
+                // failed turn to retry), and the conversation is unmarked.
+                return match self.compact(compact::Reason::Manual, &focus, true).await {
+                    Ok(()) => Ok(String::new()),
+                    Err(Stop::Failed { message, .. }) => Err(Stop::Refused(format!(
+                        "the compaction failed, nothing was compacted: {message}"
+                    ))),
+                    Err(stop) => Err(stop),
+                };
             }
             Mode::RetryRequest => self.retry_request(&doc, false).await?,
             Mode::NewChain => self.retry_request(&doc, true).await?,

@@ -367,3 +367,57 @@ fn the_profile_disk_filling_up_during_a_tool_call_is_settled_once_freed() {
     let seen = user_messages(&env, true);
     assert_answer(&say(&env, &model, "last"), "last", seen + 1);
 }
+
+/// What the model was last sent, as text.
+fn last_request(model: &FakeModel) -> String {
+    model
+        .requests()
+        .last()
+        .map(|r| r.body.to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_compaction_the_full_profile_disk_cannot_keep_is_not_kept_and_says_so() {
+    let env = TestEnv::new();
+    let mount = match Tmpfs::mount(&env.home, "8m") {
+        Ok(m) => m,
+        Err(why) => return skip(&why),
+    };
+    let _index = Tmpfs::mount(&env.home.join("search"), "8m").unwrap();
+    let model = FakeModel::start();
+    assert_answer(&say(&env, &model, "first"), "first", 1);
+    assert_answer(&say(&env, &model, "second"), "second", 2);
+    let checkpoints = || {
+        let cps = json_out(&env.run(["checkpoints", "--json"]));
+        let text = cps.to_string();
+        (cps.as_array().unwrap().len(), text.contains("compacted"))
+    };
+    assert_eq!(checkpoints(), (2, false));
+    let filler = mount.fill(&env.home);
+
+    let out = env.chat(&model, ["compact"], "");
+    assert_fails_on_full_disk(&out, "compact");
+    let err = stderr(&out);
+    assert!(
+        err.contains("compaction") && !err.contains("the turn failed") && !err.contains("retry"),
+        "worded as a failed turn: {err}"
+    );
+    // Neither the running agentd nor a fresh one has it.
+    assert_eq!(checkpoints(), (2, false), "memory kept the compaction");
+    std::fs::remove_file(&filler).unwrap();
+    assert_eq!(checkpoints(), (2, false), "memory kept the compaction");
+    let status = json_out(&env.run(["status", "--json"]));
+    assert_eq!(status["failed"], Value::Null, "{status}");
+    // The next turn carries the whole conversation, not a handoff.
+    assert_answer(&say(&env, &model, "third"), "third", 3);
+    assert!(
+        !last_request(&model).contains("[agentx handoff]"),
+        "{}",
+        last_request(&model)
+    );
+    env.kill_daemons();
+    assert_eq!(checkpoints(), (3, false));
+    assert_profile_sound(&env);
+    assert_answer(&say(&env, &model, "fourth"), "fourth", 4);
+}

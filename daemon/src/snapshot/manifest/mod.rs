@@ -24,14 +24,41 @@ pub enum Kind {
 /// without a word (that is their documented rule); the others are reported.
 pub mod why {
     pub const EXCLUDED: &[u8] = b"excluded";
+    /// Any other file type (what older snapshots say of every special file).
     pub const SPECIAL: &[u8] = b"not a file, directory or symlink";
+    pub const FIFO: &[u8] = b"a named pipe (FIFO)";
+    pub const SOCKET: &[u8] = b"a socket";
+    pub const DEVICE: &[u8] = b"a device file";
     pub const OVERSIZED: &[u8] = b"over 10 MB";
     pub const UNREADABLE: &[u8] = b"unreadable";
     pub const CHANGING: &[u8] = b"changing while it was read";
 
-    /// Left alone without being reported.
+    /// Not counted among a snapshot's skipped files (excluded directories,
+    /// and FIFOs, sockets and devices: they hold no content to capture).
     pub fn quiet(reason: &[u8]) -> bool {
-        reason == EXCLUDED || reason == SPECIAL
+        reason == EXCLUDED || special(reason)
+    }
+
+    /// A FIFO, socket, device or other special file.
+    pub fn special(reason: &[u8]) -> bool {
+        [SPECIAL, FIFO, SOCKET, DEVICE].contains(&reason)
+    }
+
+    /// Left alone by a restore without being listed: only what is excluded
+    /// by rule. A special file a restore cannot make again or remove is
+    /// listed as left alone, with why.
+    pub fn unlisted(reason: &[u8]) -> bool {
+        reason == EXCLUDED
+    }
+
+    /// Why a special file of type `fmt` (`st_mode & S_IFMT`) is not captured.
+    pub fn special_kind(fmt: u32) -> &'static [u8] {
+        match fmt {
+            0o010000 => FIFO,
+            0o140000 => SOCKET,
+            0o020000 | 0o060000 => DEVICE,
+            _ => SPECIAL,
+        }
     }
 }
 

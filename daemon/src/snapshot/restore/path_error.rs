@@ -35,6 +35,11 @@ pub enum PathError {
     /// conflict, listed).
     #[error("changed while the restore ran ({0}): your version is kept")]
     Moved(&'static str),
+    /// A directory to remove holds files the restore does not remove
+    /// (added since the plan was made, or conflicts it skipped): it stays
+    /// with them, a conflict, listed (not counted as restored).
+    #[error("holds files this undo does not remove (yours): the folder stays with them")]
+    Filled,
     /// What stands there could not be read to compare it: left alone.
     #[error("cannot be checked ({0}): left alone")]
     Unchecked(#[source] Errno),

@@ -63,7 +63,7 @@ pub(super) fn action_for(current: Option<&Entry>, want: Option<&Entry>) -> Optio
 /// and the directories holding one.
 pub(super) struct Uncaptured<'a> {
     at: HashMap<&'a [u8], &'a [u8]>,
-    /// Directory → whether what it holds is reported (not merely excluded).
+    /// Directory → whether what it holds is listed (not merely excluded).
     holds: HashMap<&'a [u8], bool>,
 }
 
@@ -73,7 +73,7 @@ impl<'a> Uncaptured<'a> {
         let mut holds: HashMap<&[u8], bool> = HashMap::new();
         for e in m.iter().filter(|e| e.kind == Kind::Skipped) {
             at.insert(e.path.as_slice(), e.target.as_slice());
-            let loud = e.loud_skip();
+            let loud = !why::unlisted(&e.target);
             for (i, b) in e.path.iter().enumerate() {
                 if *b == b'/' {
                     let slot = holds.entry(&e.path[..i]).or_insert(false);
@@ -107,7 +107,8 @@ impl<'a> Uncaptured<'a> {
 
 /// Whether an op may run: `None` drops it silently (an excluded path, or a
 /// directory that stays because it holds excluded content), `Some(Some(why))`
-/// lists it as left alone.
+/// lists it as left alone (a FIFO, socket or device among them: never
+/// captured, so never made again nor removed, but named).
 pub(super) fn guard(
     path: &[u8],
     action: Action,
@@ -117,22 +118,26 @@ pub(super) fn guard(
 ) -> Option<Option<String>> {
     let show = |p: &[u8]| escape(p);
     if let Some((at, reason)) = current.covering(path) {
-        if why::quiet(reason) {
+        if why::unlisted(reason) {
             return None;
         }
         let r = String::from_utf8_lossy(reason);
-        return Some(Some(if at == path {
+        return Some(Some(if at == path && why::special(reason) {
+            format!("is {r} now: agentx does not capture those, so it is left as it is")
+        } else if at == path {
             format!("{r} now: not captured, so left alone")
         } else {
             format!("{} is {r} now: left alone", show(at))
         }));
     }
     if let Some((at, reason)) = want.covering(path) {
-        if why::quiet(reason) {
+        if why::unlisted(reason) {
             return None;
         }
         let r = String::from_utf8_lossy(reason);
-        return Some(Some(if at == path {
+        return Some(Some(if at == path && why::special(reason) {
+            format!("was {r}: agentx does not capture those, so it is not made again")
+        } else if at == path {
             format!("{r} then: its state was not captured, so left alone")
         } else {
             format!("{} was {r} then: left alone", show(at))
@@ -249,7 +254,7 @@ pub fn plan_undo(
         } || suspects.foreign.contains(p)
             || mounted_since(p, after, current, suspects.mounted);
         // Not captured after the message either: nothing to compare with.
-        if unc_after.covering(p).is_some_and(|(_, r)| why::quiet(r)) {
+        if unc_after.covering(p).is_some_and(|(_, r)| why::unlisted(r)) {
             continue;
         }
         let Some(left_alone) = guard(p, action, now, &unc_before, &unc_now) else {
@@ -265,7 +270,45 @@ pub fn plan_undo(
             live: None,
         });
     }
+    mark_filled(&mut ops, current);
     ops
+}
+
+/// Directories the message made (so undo removes them) that hold files it
+/// does not remove — saved there since — are conflicts: removing one would
+/// fail, and the folder stays with the user's files (excluded content is
+/// no reason: `guard` drops such a directory's removal).
+fn mark_filled(ops: &mut [Op], current: &Manifest) {
+    let dirs: HashSet<&[u8]> = ops
+        .iter()
+        .filter(|o| o.action == Action::Remove && o.left_alone.is_none())
+        .filter(|o| o.now.as_ref().is_some_and(|n| n.kind == Kind::Dir))
+        .map(|o| o.path.as_slice())
+        .collect();
+    if dirs.is_empty() {
+        return;
+    }
+    let removed: HashSet<&[u8]> = ops
+        .iter()
+        .filter(|o| o.action == Action::Remove)
+        .map(|o| o.path.as_slice())
+        .collect();
+    let mut filled: HashSet<Vec<u8>> = HashSet::new();
+    for e in current.iter() {
+        if removed.contains(e.path.as_slice())
+            || (e.kind == Kind::Skipped && why::unlisted(&e.target))
+        {
+            continue;
+        }
+        for (i, b) in e.path.iter().enumerate() {
+            if *b == b'/' && dirs.contains(&e.path[..i]) {
+                filled.insert(e.path[..i].to_vec());
+            }
+        }
+    }
+    for op in ops.iter_mut().filter(|o| filled.contains(&o.path)) {
+        op.conflict = true;
+    }
 }
 
 /// Rewind: every path made as `target` has it.

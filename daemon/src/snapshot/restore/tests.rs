@@ -220,8 +220,8 @@ fn path_errors_are_matched_by_kind_and_keep_their_text() {
     .unwrap();
     let devices = Devices::new(&fd);
 
-    assert!(remove(&fd, b"gone/f", &devices, None).is_ok());
-    let through_link = remove(&fd, b"link/f", &devices, None).unwrap_err();
+    assert!(remove(&fd, b"gone/f", &devices, None, &[]).is_ok());
+    let through_link = remove(&fd, b"link/f", &devices, None, &[]).unwrap_err();
     assert!(
         matches!(through_link, PathError::ParentNotDir),
         "{through_link:?}"
@@ -238,4 +238,51 @@ fn path_errors_are_matched_by_kind_and_keep_their_text() {
         unsafe_path.to_string(),
         r#"refusing unsafe path "real/../f""#
     );
+}
+
+/// A directory being removed that is not empty stays quietly only when it
+/// holds what snapshots leave out by rule; a file of the user's (or a
+/// symlink, or a folder holding one) makes it a conflict.
+#[test]
+fn only_content_left_out_by_rule_keeps_a_removed_directory_quietly() {
+    use super::only_kept_by_rule;
+    use nix::fcntl::{AT_FDCWD, OFlag, openat};
+    use nix::sys::stat::Mode;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let d = root.join("d");
+    std::fs::create_dir_all(d.join("node_modules/x")).unwrap();
+    std::fs::write(d.join("node_modules/x/i.js"), "js").unwrap();
+    std::fs::create_dir_all(d.join("cache/target")).unwrap();
+    std::fs::write(d.join("cache/target/o"), "o").unwrap();
+    std::fs::create_dir_all(d.join("empty/inner")).unwrap();
+    nix::unistd::mkfifo(&d.join("pipe"), Mode::from_bits_truncate(0o600)).unwrap();
+    std::fs::File::create(d.join("big"))
+        .unwrap()
+        .set_len(super::MAX_FILE + 1)
+        .unwrap();
+    let fd = openat(
+        AT_FDCWD,
+        root,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+        Mode::empty(),
+    )
+    .unwrap();
+    let extra = vec!["target".to_owned()];
+    assert!(only_kept_by_rule(&fd, b"d", &extra, 0).unwrap());
+    assert!(!only_kept_by_rule(&fd, b"d", &[], 0).unwrap());
+    for (name, make) in [
+        (
+            "file",
+            &(|p: &Path| std::fs::write(p, "mine").unwrap()) as &dyn Fn(&Path),
+        ),
+        ("link", &|p: &Path| symlink("file", p).unwrap()),
+    ] {
+        let path = d.join("empty/inner").join(name);
+        make(&path);
+        assert!(!only_kept_by_rule(&fd, b"d", &extra, 0).unwrap(), "{name}");
+        std::fs::remove_file(&path).unwrap();
+    }
+    assert!(only_kept_by_rule(&fd, b"d", &extra, 0).unwrap());
 }

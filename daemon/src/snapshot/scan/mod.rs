@@ -158,7 +158,7 @@ pub fn stat_entry(
             Kind::File
         }
         _ => {
-            skipped = Some(why::SPECIAL);
+            skipped = Some(why::special_kind(fmt));
             Kind::File
         }
     };

@@ -677,3 +677,126 @@ fn a_folder_renamed_away_while_undo_writes_is_not_made_again() {
     assert_eq!(report.skipped.len(), names.len() - 1, "{report:?}");
     assert!(report.errors.is_empty(), "{report:?}");
 }
+
+#[test]
+fn fifos_and_sockets_a_message_deletes_or_makes_are_named_as_left_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    let mut s = store(tmp.path());
+    std::fs::write(root.join("notes.txt"), "one").unwrap();
+    nix::unistd::mkfifo(
+        &root.join("pipe"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(root.join("sock")).unwrap();
+    // The message deletes both and changes a file.
+    message(&mut s, &root, "c", "t1", || {
+        std::fs::remove_file(root.join("pipe")).unwrap();
+        std::fs::remove_file(root.join("sock")).unwrap();
+        std::fs::write(root.join("notes.txt"), "two").unwrap();
+    });
+    drop(listener);
+    let plan = s.plan_undo(&root, "c").unwrap();
+    let named = |list: &[Planned]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|p| (p.path.clone(), p.reason.clone()))
+            .collect()
+    };
+    let expected = vec![
+        (
+            "pipe".to_owned(),
+            "was a named pipe (FIFO): agentx does not capture those, so it is not made again"
+                .to_owned(),
+        ),
+        (
+            "sock".to_owned(),
+            "was a socket: agentx does not capture those, so it is not made again".to_owned(),
+        ),
+    ];
+    assert_eq!(named(&plan.left_alone), expected, "{plan:?}");
+    let report = s.undo(&root, "c", false).unwrap();
+    assert_eq!(report.applied.len(), 1, "{report:?}");
+    assert_eq!(named(&report.left_alone), expected, "{report:?}");
+    assert!(report.undone, "{report:?}");
+    assert_eq!(std::fs::read(root.join("notes.txt")).unwrap(), b"one");
+
+    // A message that makes them (in a folder of its own, too): undo
+    // leaves them, and the folder holding one, where they are, and says so.
+    message(&mut s, &root, "c", "t2", || {
+        nix::unistd::mkfifo(
+            &root.join("pipe"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        std::fs::create_dir(root.join("run")).unwrap();
+        let l = std::os::unix::net::UnixListener::bind(root.join("run/sock")).unwrap();
+        drop(l);
+    });
+    let report = s.undo(&root, "c", false).unwrap();
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert_eq!(
+        named(&report.left_alone),
+        vec![
+            (
+                "pipe".to_owned(),
+                "is a named pipe (FIFO) now: agentx does not capture those, so it is left as it is"
+                    .to_owned()
+            ),
+            (
+                "run".to_owned(),
+                "holds files agentx could not capture: the folder stays".to_owned()
+            ),
+            (
+                "run/sock".to_owned(),
+                "is a socket now: agentx does not capture those, so it is left as it is".to_owned()
+            ),
+        ],
+        "{report:?}"
+    );
+    assert!(root.join("pipe").exists() && root.join("run/sock").exists());
+}
+
+#[test]
+fn a_folder_the_message_made_and_the_user_filled_is_a_conflict_not_restored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = folder(tmp.path());
+    let mut s = store(tmp.path());
+    std::fs::write(root.join("keep.txt"), "k").unwrap();
+    message(&mut s, &root, "c", "t1", || {
+        std::fs::create_dir(root.join("gen")).unwrap();
+        std::fs::write(root.join("gen/out.txt"), "generated").unwrap();
+    });
+    // The user saves a file of their own in the folder the message made.
+    std::fs::write(root.join("gen/mine.txt"), "mine").unwrap();
+    let plan = s.plan_undo(&root, "c").unwrap();
+    let gen_planned = plan.changes.iter().find(|p| p.path == "gen").unwrap();
+    assert!(gen_planned.conflict, "{plan:?}");
+
+    let report = s.undo(&root, "c", false).unwrap();
+    let paths = |l: &[Planned]| l.iter().map(|p| p.path.clone()).collect::<Vec<_>>();
+    assert_eq!(paths(&report.applied), ["gen/out.txt"], "{report:?}");
+    assert_eq!(paths(&report.skipped), ["gen"], "{report:?}");
+    assert!(!report.undone, "{report:?}");
+    assert_eq!(std::fs::read(root.join("gen/mine.txt")).unwrap(), b"mine");
+
+    // Forced, the write phase finds it not empty: still a conflict, kept,
+    // never counted as restored.
+    let report = s.undo(&root, "c", true).unwrap();
+    assert!(report.applied.is_empty(), "{report:?}");
+    assert_eq!(paths(&report.skipped), ["gen"], "{report:?}");
+    assert_eq!(
+        report.skipped[0].reason,
+        "holds files this undo does not remove (yours): the folder stays with them"
+    );
+    assert!(report.errors.is_empty(), "{report:?}");
+    assert!(!report.undone, "{report:?}");
+    assert_eq!(std::fs::read(root.join("gen/mine.txt")).unwrap(), b"mine");
+
+    // Once the user's file is gone, the undo completes.
+    std::fs::remove_file(root.join("gen/mine.txt")).unwrap();
+    let report = s.undo(&root, "c", false).unwrap();
+    assert_eq!(paths(&report.applied), ["gen"], "{report:?}");
+    assert!(report.undone, "{report:?}");
+    assert!(!root.join("gen").exists());
+}

@@ -107,7 +107,17 @@ impl CallsLog {
         if self.on_disk != self.valid || file.metadata()?.len() != self.valid {
             file.set_len(self.valid)?;
         }
-        durable::append_durable(&mut file, &line)?;
+        if let Err(e) = durable::append_durable(&mut file, &line) {
+            // Not durable: the record is cut off again (best effort), so
+            // the log says what memory does; a tail left is cut before the
+            // next append and never folded in under a later save's epoch.
+            if file.set_len(self.valid).is_ok() {
+                self.on_disk = self.valid;
+            } else {
+                self.on_disk = self.valid + line.len() as u64;
+            }
+            return Err(e);
+        }
         if self.valid == 0
             && let Some(dir) = path.parent()
         {

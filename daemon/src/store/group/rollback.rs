@@ -48,11 +48,14 @@ impl Group {
                     .into(),
             ));
         }
-        match target {
-            RollbackTarget::Undo => session.undo_rollback(now)?,
-            _ => session.roll_back_to(target, now)?,
-        }
-        let doc = session.doc.clone();
+        // A failure past this point may leave memory ahead of the disk.
+        let doc = self.durably(folder, id, |session| {
+            match target {
+                RollbackTarget::Undo => session.undo_rollback(now)?,
+                _ => session.roll_back_to(target, now)?,
+            }
+            Ok(session.doc.clone())
+        })?;
         self.index_hook(id);
         self.write_shared(&doc)?;
         Ok(doc)
