@@ -467,9 +467,9 @@ impl Turn<'_> {
                 Ok(ModelReply { text, usage, .. }) => return Ok(Ok((text, usage))),
                 Err(e) => match e.overflow() {
                     Some(overflow) => {
-                        if let Some(window) = overflow.window {
-                            self.learn_window(window);
-                        }
+                        let sent =
+                            self.counter.text(SUMMARY_INSTRUCTIONS) + self.counter.text(&rendered);
+                        self.learn_window(overflow.window, sent);
                         input_budget = (input_budget / 2).min(self.window.tokens / 3);
                     }
                     None => return Ok(Err(describe(&e))),

@@ -115,43 +115,55 @@ impl Turn<'_> {
         Ok(())
     }
 
-    /// Learns a window an overflow error named.
-    pub(super) fn learn_window(&mut self, tokens: u64) {
+    /// Learns the window an overflow error named for a request of about
+    /// `rejected` tokens, bounded by what the server showed (an absurd or
+    /// missing number is not learned): whether it was.
+    pub(super) fn learn_window(&mut self, named: Option<u64>, rejected: u64) -> bool {
         let settings = &self.spec.settings;
-        self.engine.models.learn(
-            &settings.base_url,
-            &settings.model,
-            tokens,
-            Source::Overflow,
-        );
+        let learned =
+            self.engine
+                .models
+                .rejected(&settings.base_url, &settings.model, named, rejected);
         self.window =
             self.engine
                 .models
                 .window(&self.spec.prefs, &settings.base_url, &settings.model);
+        learned
+    }
+
+    /// The server answered a request of `usage` (or about the fill and what
+    /// was sent, when it did not say): its window is at least that.
+    pub(super) fn note_accepted(&self, usage: &Usage) {
+        let tokens = if usage.unreported == 0 && usage.input_tokens > 0 {
+            usage.input_tokens
+        } else {
+            self.fill.map_or(0, |f| f.tokens) + self.sending
+        };
+        let settings = &self.spec.settings;
+        self.engine
+            .models
+            .accepted(&settings.base_url, &settings.model, tokens);
     }
 
     /// The server said the request does not fit: learn the window, compact
     /// and go on (once per turn), or end the turn saying what to do.
     pub(super) async fn on_overflow(&mut self, window: Option<u64>) -> Result<(), Stop> {
-        match window {
-            Some(tokens) => self.learn_window(tokens),
-            None => {
-                // The server named no window in its error: ask where servers
-                // say it; else it is smaller than what was just sent, so take
-                // a tenth below that.
-                let settings = &self.spec.settings;
-                if self.engine.ask_window(&self.spec).await {
-                    self.window = self.engine.models.window(
-                        &self.spec.prefs,
-                        &settings.base_url,
-                        &settings.model,
-                    );
-                } else {
-                    let sent = self.fill.map_or(0, |f| f.tokens) + self.sending;
-                    let guess = sent / 10 * 9;
-                    if guess < self.window.tokens {
-                        self.learn_window(guess);
-                    }
+        let sent = self.fill.map_or(0, |f| f.tokens) + self.sending;
+        if !self.learn_window(window, sent) {
+            // The server named no window in its error (or an absurd one):
+            // ask where servers say it; else it is smaller than what was
+            // just sent, so take a tenth below that.
+            let settings = &self.spec.settings;
+            if self.engine.ask_window(&self.spec).await {
+                self.window = self.engine.models.window(
+                    &self.spec.prefs,
+                    &settings.base_url,
+                    &settings.model,
+                );
+            } else {
+                let guess = sent / 10 * 9;
+                if guess < self.window.tokens {
+                    self.learn_window(Some(guess), sent);
                 }
             }
         }

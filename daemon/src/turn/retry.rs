@@ -22,7 +22,10 @@ impl Turn<'_> {
         loop {
             let (body, chained) = self.request_body(send, chat).await?;
             match self.attempt(&body, chat, true).await? {
-                Ok(reply) => return Ok(reply),
+                Ok(reply) => {
+                    self.note_accepted(&reply.usage);
+                    return Ok(reply);
+                }
                 Err(e) if e.lost_response_id() && chained && !self.rechained => {
                     self.rechained = true;
                     self.response_id = None;

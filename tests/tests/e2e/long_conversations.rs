@@ -492,3 +492,43 @@ fn another_machine_continues_from_the_same_compacted_context() {
     assert!(!last.contains("\"content\":\"kiwi one\""), "{last}");
     assert_eq!(summaries(&model_b), 0, "B compacted again");
 }
+
+#[test]
+fn an_overflow_naming_an_absurd_window_is_not_learned_and_one_naming_zero_asks_the_server() {
+    // 10^12: not learned, not kept; the turn still compacts and answers.
+    let model = FakeModel::start();
+    let env = env_for(&model, true, &[]);
+    assert_code(&say(&env, "hello\n"), 0);
+    model.push(Reply::http_error(
+        400,
+        Some("context_length_exceeded"),
+        "This model's maximum context length is 1000000000000 tokens. However, your messages \
+         resulted in 9000 tokens.",
+    ));
+    let out = say(&env, "second\n");
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("echo: second"), "{}", stderr(&out));
+    let s = env.status();
+    assert_ne!(s["context"]["window_tokens"], 1_000_000_000_000u64);
+    assert!(
+        env.profile_files_containing("1000000000000").is_empty(),
+        "an absurd window was kept"
+    );
+    // 0 (llama.cpp's shape): the server is asked where it says its window.
+    let model = FakeModel::start();
+    model.advertise_window(3000);
+    let env = env_for(&model, true, &[]);
+    assert_code(&say(&env, "hello\n"), 0);
+    model.push(Reply::HttpError {
+        status: 400,
+        body: serde_json::json!({"error": {"code": 400,
+            "message": "the request exceeds the available context size, try increasing it",
+            "type": "exceed_context_size_error", "n_prompt_tokens": 9000, "n_ctx": 0}}),
+        headers: Vec::new(),
+    });
+    let out = say(&env, "second\n");
+    assert_code(&out, 0);
+    assert_eq!(model.probes(), ["/v1/models"], "{}", stderr(&out));
+    let s = env.status();
+    assert_eq!(s["context"]["window_tokens"], 3000);
+}
