@@ -532,3 +532,44 @@ fn an_overflow_naming_an_absurd_window_is_not_learned_and_one_naming_zero_asks_t
     let s = env.status();
     assert_eq!(s["context"]["window_tokens"], 3000);
 }
+
+#[test]
+fn a_turn_dropped_for_the_window_is_never_offered_to_retry_which_would_refuse_it() {
+    let model = FakeModel::start();
+    model.set_token_window(3000, OverflowShape::OpenAi);
+    let env = env_for(&model, true, &[("AGENTX_AUTO_COMPACT", "off")]);
+    assert_code(
+        &say(
+            &env,
+            &format!("{}\n{}\n", big("first", 2000), big("second", 2000)),
+        ),
+        0,
+    );
+    assert_code(&say(&env, &format!("{}\n", big("third", 5000))), 1);
+    let s = env.status();
+    assert_eq!(s["failed"]["resendable"], false, "{s}");
+    // Opening the conversation again, and status, say what works.
+    let reopened = stderr(&say(&env, ""));
+    assert!(reopened.contains("the last turn failed"), "{reopened}");
+    assert!(!reopened.contains("/retry"), "{reopened}");
+    let human = stdout(&env.run(["status"]));
+    assert!(human.contains("failed "), "{human}");
+    assert!(!human.contains("agentx retry"), "{human}");
+    // … and retry does refuse it.
+    let retry = env.run(["retry"]);
+    assert_code(&retry, 1);
+    assert!(stderr(&retry).contains("cannot be sent again"));
+    // A turn that failed otherwise is offered, and retry sends it.
+    let model = FakeModel::start();
+    let env = env_for(&model, true, &[("AGENTX_RETRY_BASE_MS", "1")]);
+    assert_code(&say(&env, "hello\n"), 0);
+    for _ in 0..4 {
+        model.push(Reply::http_error(500, None, "boom"));
+    }
+    say(&env, "second\n");
+    let s = env.status();
+    assert_eq!(s["failed"]["resendable"], true, "{s}");
+    assert!(stdout(&env.run(["status"])).contains("agentx retry"));
+    assert!(stderr(&say(&env, "")).contains("/retry"));
+    assert_code(&env.run(["retry"]), 0);
+}
