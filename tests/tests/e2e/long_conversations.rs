@@ -573,3 +573,48 @@ fn a_turn_dropped_for_the_window_is_never_offered_to_retry_which_would_refuse_it
     assert!(stderr(&say(&env, "")).contains("/retry"));
     assert_code(&env.run(["retry"]), 0);
 }
+
+#[test]
+fn a_tiny_window_never_bricks_the_conversation_on_either_provider() {
+    for chat in [false, true] {
+        let model = FakeModel::start();
+        model.set_token_window(300, OverflowShape::OpenAi);
+        let env = env_for(&model, chat, &[]);
+        let turns = 30;
+        let lines: String = (0..turns)
+            .map(|i| format!("{}\n", big(&format!("message {i}:"), 60)))
+            .collect();
+        let out = say(&env, &lines);
+        let err = stderr(&out);
+        let answers = stdout(&out);
+        let answered = (0..turns)
+            .filter(|i| answers.contains(&format!("echo: message {i}:")))
+            .count();
+        assert_eq!(answered, turns, "chat={chat}: {err}");
+        assert_code(&out, 0);
+        // One overflow teaches the window; none after it.
+        let resends = err.matches("compacting and sending it again").count();
+        assert!(resends <= 1, "chat={chat}: {err}");
+        // Compacting never made the context bigger, and no summary request
+        // was sent that could not fit.
+        let mut written = 0;
+        for line in err.lines().filter(|l| l.contains("— compacted: ")) {
+            let numbers: Vec<u64> = line
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            assert!(numbers.len() >= 2 && numbers[1] < numbers[0], "{line}");
+            if !line.contains("no summary could be written") {
+                written += 1;
+            }
+        }
+        assert!(
+            summaries(&model) <= written + 2,
+            "chat={chat}: {} summary requests for {written} summaries\n{err}",
+            summaries(&model)
+        );
+        let s = env.status();
+        assert_eq!(s["failed"], Value::Null, "chat={chat}");
+        assert!(s["context"]["window_tokens"].as_u64().unwrap() <= 300);
+    }
+}
