@@ -14,7 +14,7 @@ use super::provider::{
 };
 
 /// The shell tool as a Chat Completions function definition.
-fn tools() -> Value {
+pub(super) fn tools() -> Value {
     json!([{
         "type": "function",
         "function": {

@@ -453,7 +453,7 @@ impl Turn<'_> {
             return Err(Stop::Refused("there is nothing to compact yet".into()));
         }
         let counter = self.counter;
-        let instructions = counter.text(&self.spec.instructions);
+        let instructions = self.fixed_tokens();
         let before = match self.fill {
             Some(f) => f.tokens,
             None => instructions + counter.items(&view),

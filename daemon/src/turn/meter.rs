@@ -58,11 +58,38 @@ impl Turn<'_> {
             }
         };
         let fill = Fill {
-            tokens: self.counter.text(&self.spec.instructions) + items,
+            tokens: self.fixed_tokens() + items,
             estimated: true,
         };
         self.fill = Some(fill);
         fill
+    }
+
+    /// What every request carries before the conversation: the
+    /// instructions (instruction files included) and the tool definitions.
+    pub(super) fn fixed_tokens(&self) -> u64 {
+        self.counter.text(&self.spec.instructions)
+            + self.counter.text(&super::chat::tools().to_string())
+    }
+
+    /// When the instructions take most of the window: which files they come
+    /// from and how big each is, for the error that ends the turn.
+    pub(super) fn instructions_blame(&self, fixed: u64) -> Option<String> {
+        let window = self.window.tokens;
+        if self.instruction_files.is_empty() || fixed.saturating_mul(2) < window {
+            return None;
+        }
+        let files: Vec<String> = self
+            .instruction_files
+            .iter()
+            .map(|(path, bytes)| format!("{} ({} KiB)", path.display(), bytes.div_ceil(1024)))
+            .collect();
+        Some(format!(
+            "the instructions alone are about {fixed} tokens of the model's {window}-token \
+             context window: they carry the instruction files {}, sent with every request; \
+             shorten them, or name other files with instruction_files in config.toml",
+            files.join(", ")
+        ))
     }
 
     /// The context after a reply: what the server reported (input plus
@@ -88,11 +115,16 @@ impl Turn<'_> {
         doc: &ConversationDoc,
         message: &str,
     ) -> Result<(), Stop> {
-        let instructions = self.counter.text(&self.spec.instructions);
+        let instructions = self.fixed_tokens();
         let needs = self.counter.text(message) + self.counter.text(&doc.pending_shell);
         // Refused only against a window known for this model: an assumed
         // one is for the server to confirm (an overflow teaches it).
         if instructions + needs > self.window.tokens && self.window.source != Source::Default {
+            if let Some(blame) = self.instructions_blame(instructions) {
+                return Err(Stop::Refused(format!(
+                    "{blame}; this message (about {needs} tokens) was not sent and is not kept"
+                )));
+            }
             return Err(Stop::Refused(format!(
                 "this message is about {needs} tokens: with the instructions that is more than \
                  the model's whole context window ({} tokens), so it was not sent and is not \
@@ -179,7 +211,9 @@ impl Turn<'_> {
             return Ok(());
         }
         let window = self.window.tokens;
-        let why = if auto {
+        let why = if let Some(blame) = self.instructions_blame(self.fixed_tokens()) {
+            blame
+        } else if auto {
             format!(
                 "even compacted, the conversation does not fit the model's context window ({window} tokens)"
             )
@@ -298,7 +332,9 @@ pub async fn standing(
         Some(fill) => fill,
         None => {
             let counter = super::tokens::Counter::for_model(&model);
-            let base = counter.text(super::DEFAULT_INSTRUCTIONS) + counter.text(&loaded.text);
+            let base = counter.text(super::DEFAULT_INSTRUCTIONS)
+                + counter.text(&loaded.text)
+                + counter.text(&super::chat::tools().to_string());
             let items = match group.transcript(&doc.id).await {
                 Ok(t) => counter.items(&context::normalize(&context::model_view(&t))),
                 Err(_) => 0,

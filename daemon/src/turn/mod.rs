@@ -300,6 +300,8 @@ struct Turn<'a> {
     compacted: bool,
     /// Tokens of the items the request in flight adds to the context.
     sending: u64,
+    /// The instruction files the requests carry, with their sizes in bytes.
+    instruction_files: Vec<(std::path::PathBuf, u64)>,
 }
 
 impl Engine {
@@ -327,6 +329,7 @@ impl Engine {
         )
         .await;
         spec.instructions = loaded.text;
+        let instruction_files = loaded.files.into_iter().zip(loaded.sizes).collect();
         let counter = tokens::Counter::for_model(&spec.settings.model);
         let window = self.window_for(&spec);
         let mut turn = Turn {
@@ -346,6 +349,7 @@ impl Engine {
             fill: doc.context,
             compacted: false,
             sending: 0,
+            instruction_files,
         };
         turn.emit(Event::Started {
             session_id: doc.id.clone(),

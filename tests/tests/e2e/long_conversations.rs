@@ -618,3 +618,31 @@ fn a_tiny_window_never_bricks_the_conversation_on_either_provider() {
         assert!(s["context"]["window_tokens"].as_u64().unwrap() <= 300);
     }
 }
+
+#[test]
+fn instructions_over_the_window_are_named_with_their_sizes_not_blamed_on_the_message() {
+    let model = FakeModel::start();
+    let env = env_for(&model, true, &[("AGENTX_CONTEXT_WINDOW", "20000")]);
+    env.write_config("instruction_files = [\"AGENTS.md\", \"CLAUDE.md\"]\n");
+    let rules = "Always keep the rule that came before this one in mind. ".repeat(1100);
+    assert!(rules.len() > 60_000 && rules.len() < 64 << 10);
+    std::fs::write(env.home.join("AGENTS.md"), &rules).unwrap();
+    std::fs::write(env.work.join("AGENTS.md"), &rules).unwrap();
+    std::fs::write(env.work.join("CLAUDE.md"), &rules).unwrap();
+    let out = say(&env, "hi\n");
+    let err = stderr(&out);
+    assert!(!err.contains("send a shorter message"), "{err}");
+    assert!(err.contains("the instructions alone"), "{err}");
+    for file in [
+        "AGENTS.md (61 KiB)",
+        "work/AGENTS.md (61 KiB)",
+        "CLAUDE.md (61 KiB)",
+    ] {
+        assert!(err.contains(file), "{file}: {err}");
+    }
+    assert!(err.contains("instruction_files"), "{err}");
+    assert!(
+        model.requests().iter().all(|r| r.method != "POST"),
+        "sent anyway"
+    );
+}
