@@ -495,13 +495,17 @@ impl Turn<'_> {
                 (context, after, trimmed_only) = (trimmed, size, true);
             }
         }
+        self.compactions += 1;
         if after >= counted && automatic {
             // Compacting would not make the context smaller: nothing to do
-            // (never twice in this turn); the request is sent as it is. (A
+            // (not again in this turn); the request is sent as it is. (A
             // compaction asked for by hand is done: the user wants the handoff.)
-            self.compacted = true;
+            self.progressed = false;
             return Ok(());
         }
+        // Progress: a tenth smaller at least.
+        self.progressed = after.saturating_add(after / 10) < counted;
+        self.compacted_to = Some(after);
         let record = Item::Compaction {
             summary: if trimmed_only { String::new() } else { summary },
             context,
@@ -543,7 +547,6 @@ impl Turn<'_> {
         self.response_id = None;
         self.unsent.clear();
         self.fill = Some(fill);
-        self.compacted = true;
         self.emit(Event::Compacted {
             tokens_before: before,
             tokens_after: after,

@@ -200,7 +200,7 @@ impl Turn<'_> {
             }
         }
         let auto = self.spec.prefs.auto_compact;
-        if auto && !self.compacted && !matches!(self.spec.mode, Mode::Compact(_)) {
+        if auto && self.may_compact() && !matches!(self.spec.mode, Mode::Compact(_)) {
             self.emit(Event::Notice(format!(
                 "the request did not fit the model's context window ({} tokens); compacting \
                  and sending it again",
@@ -213,21 +213,58 @@ impl Turn<'_> {
         let window = self.window.tokens;
         let why = if let Some(blame) = self.instructions_blame(self.fixed_tokens()) {
             blame
-        } else if auto {
-            format!(
-                "even compacted, the conversation does not fit the model's context window ({window} tokens)"
-            )
-        } else {
+        } else if !auto {
             format!(
                 "the conversation no longer fits the model's context window ({window} tokens) \
                  and automatic compaction is off"
             )
+        } else {
+            self.why_full(sent)
         };
         Err(Stop::ContextFull(format!(
-            "{why}: the message was not sent again and is not kept. /compact (agentx compact) \
+            "{why}: the turn was dropped, its message and tool results are not kept. /compact (agentx compact) \
              summarises the conversation, /rollback goes back to an earlier checkpoint, /new \
              starts afresh; then send it again"
         )))
+    }
+
+    /// Why a request still does not fit with automatic compaction on: the
+    /// turn's own tool calls outgrew the window after compacting, compacting
+    /// made no progress, or it could not compact at all.
+    fn why_full(&self, sent: u64) -> String {
+        let window = self.window.tokens;
+        let n = self.compactions;
+        let times = if n == 1 {
+            "once".to_owned()
+        } else {
+            format!("{n} times")
+        };
+        match self.compacted_to {
+            Some(to) if to < window => format!(
+                "this turn's own tool calls and their results outgrew the model's context \
+                 window ({window} tokens): the conversation was compacted {times} in this turn \
+                 (last to about {to} tokens), and the request grew to about {sent} tokens{}",
+                if self.progressed {
+                    format!(
+                        " — {MAX} compactions is a turn's limit",
+                        MAX = super::MAX_COMPACTIONS
+                    )
+                } else {
+                    "; compacting again would not make it smaller".to_owned()
+                }
+            ),
+            Some(to) => format!(
+                "even compacted (to about {to} tokens), the conversation does not fit the \
+                 model's context window ({window} tokens)"
+            ),
+            None if n > 0 => format!(
+                "compacting could not make the conversation smaller, and it does not fit the \
+                 model's context window ({window} tokens)"
+            ),
+            None => format!(
+                "the conversation does not fit the model's context window ({window} tokens)"
+            ),
+        }
     }
 
     /// A turn that ended because the context is full is dropped (rolled

@@ -646,3 +646,32 @@ fn instructions_over_the_window_are_named_with_their_sizes_not_blamed_on_the_mes
         "sent anyway"
     );
 }
+
+#[test]
+fn a_turn_that_outgrows_the_window_in_its_own_tool_calls_compacts_again_and_finishes() {
+    for chat in [false, true] {
+        let model = FakeModel::start();
+        model.set_token_window(4000, OverflowShape::OpenAi);
+        let env = env_for(&model, chat, &[("AGENTX_CONTEXT_WINDOW", "4000")]);
+        for i in 0..30 {
+            model.push(Reply::tool_call(
+                "shell",
+                serde_json::json!({"command": format!("yes 'result {i} line' | head -c 2000")}),
+            ));
+        }
+        let out = env.chat_auto(&model, "run the thirty commands\n");
+        let err = stderr(&out);
+        assert_code(&out, 0);
+        assert!(
+            stdout(&out).contains("echo: run the thirty commands"),
+            "chat={chat}: {err}"
+        );
+        assert!(
+            err.matches("— compacted: ").count() >= 2,
+            "chat={chat}: {err}"
+        );
+        let s = env.status();
+        assert_eq!(s["failed"], Value::Null, "chat={chat}");
+        assert_eq!(model.pending_replies(), 0);
+    }
+}
