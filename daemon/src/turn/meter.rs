@@ -175,6 +175,25 @@ impl Turn<'_> {
         self.engine
             .models
             .accepted(&settings.base_url, &settings.model, tokens);
+        let estimate = self.fill.map_or(0, |f| f.tokens) + self.sending;
+        self.engine
+            .models
+            .answered(&settings.base_url, &settings.model, estimate);
+    }
+
+    /// A stream that ended before any output on a request larger than the
+    /// last one this server answered: probably over its window, from a
+    /// server that cannot say so after its `200 OK`.
+    pub(super) fn probable_overflow(&self, e: &provider::ProviderError) -> bool {
+        if !e.empty_stream() {
+            return false;
+        }
+        let settings = &self.spec.settings;
+        let sent = self.fill.map_or(0, |f| f.tokens) + self.sending;
+        self.engine
+            .models
+            .larger_than_answered(&settings.base_url, &settings.model, sent)
+            .unwrap_or(false)
     }
 
     /// The server said the request does not fit: learn the window, compact

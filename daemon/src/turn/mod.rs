@@ -302,6 +302,8 @@ struct Turn<'a> {
     progressed: bool,
     /// The size the last compaction in this turn left, in tokens.
     compacted_to: Option<u64>,
+    /// A stream ended before any output as a probable overflow once already.
+    silent_overflow: bool,
     /// Tokens of the items the request in flight adds to the context.
     sending: u64,
     /// The instruction files the requests carry, with their sizes in bytes.
@@ -354,6 +356,7 @@ impl Engine {
             compactions: 0,
             progressed: true,
             compacted_to: None,
+            silent_overflow: false,
             sending: 0,
             instruction_files,
         };

@@ -37,6 +37,27 @@ impl Turn<'_> {
                     ))
                     .await;
                 }
+                Err(e) if self.probable_overflow(&e) => {
+                    if self.silent_overflow {
+                        return Err(Stop::Failed {
+                            message: format!(
+                                "{e} again after compacting: the model server ends its answer \
+                                 before any output on requests larger than the last it answered \
+                                 — probably more than its context window ({} tokens assumed); \
+                                 set context_window for this model (or AGENTX_CONTEXT_WINDOW)",
+                                self.window.tokens
+                            ),
+                            retryable: true,
+                        });
+                    }
+                    self.silent_overflow = true;
+                    self.emit(Event::Notice(format!(
+                        "{e}, on a request larger than the last the server answered: probably \
+                         more than the model's context window"
+                    )))
+                    .await;
+                    self.on_overflow(None).await?;
+                }
                 Err(e) if e.overflow().is_some() => {
                     let window = e.overflow().and_then(|o| o.window);
                     self.on_overflow(window).await?;

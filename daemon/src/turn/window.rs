@@ -125,6 +125,9 @@ pub struct Models {
 struct Seen {
     accepted: u64,
     rejected: Option<u64>,
+    /// The largest request answered, as agentd estimates sizes (to compare
+    /// with the next request's estimate).
+    answered_estimate: Option<u64>,
 }
 
 /// A window a server could have: anything outside is a misreading (a
@@ -184,6 +187,21 @@ impl Models {
         let mut seen = self.seen();
         let s = seen.entry(key(base_url, model)).or_default();
         s.accepted = s.accepted.max(tokens);
+    }
+
+    /// The server answered a request agentd estimated at `tokens`.
+    pub fn answered(&self, base_url: &str, model: &str, tokens: u64) {
+        let mut seen = self.seen();
+        let s = seen.entry(key(base_url, model)).or_default();
+        s.answered_estimate = Some(s.answered_estimate.map_or(tokens, |a| a.max(tokens)));
+    }
+
+    /// Whether a request estimated at `tokens` is larger than any this
+    /// server answered this run (`None`: none answered yet).
+    pub fn larger_than_answered(&self, base_url: &str, model: &str, tokens: u64) -> Option<bool> {
+        let seen = self.seen();
+        let answered = seen.get(&key(base_url, model))?.answered_estimate?;
+        Some(tokens > answered)
     }
 
     /// The server rejected a request of about `tokens` as too big, naming

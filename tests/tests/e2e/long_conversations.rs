@@ -675,3 +675,30 @@ fn a_turn_that_outgrows_the_window_in_its_own_tool_calls_compacts_again_and_fini
         assert_eq!(model.pending_replies(), 0);
     }
 }
+
+#[test]
+fn a_server_that_ends_the_stream_on_overflow_is_compacted_for_and_its_window_learned() {
+    for chat in [true, false] {
+        let model = FakeModel::start();
+        model.set_token_window(1024, OverflowShape::SilentEnd);
+        let env = env_for(&model, chat, &[("AGENTX_RETRY_BASE_MS", "1")]);
+        let turns = 25;
+        let lines: String = (0..turns)
+            .map(|i| format!("{}\n", big(&format!("message {i}:"), 600)))
+            .collect();
+        let out = say(&env, &lines);
+        let err = stderr(&out);
+        let answers = stdout(&out);
+        let answered = (0..turns)
+            .filter(|i| answers.contains(&format!("echo: message {i}:")))
+            .count();
+        assert_eq!(answered, turns, "chat={chat}: {err}");
+        assert!(err.contains("probably more than"), "chat={chat}: {err}");
+        let s = env.status();
+        assert_eq!(s["failed"], Value::Null, "chat={chat}");
+        let window = s["context"]["window_tokens"].as_u64().unwrap();
+        // Near the real 1,024 (a guess below the request it refused), far
+        // from the 128k assumed before.
+        assert!(window < 1500, "chat={chat}: {window}");
+    }
+}
