@@ -88,7 +88,10 @@ pub(super) fn probe(state: &mut FakeState, path: &str) -> Option<Response> {
         return None;
     }
     state.probes.push(path.to_owned());
-    let Some(n) = state.advertised_window else {
+    let Some(n) = state
+        .advertised_window
+        .filter(|_| !state.props_only || path == "/props")
+    else {
         return Some(json_response(
             StatusCode::NOT_FOUND,
             &json!({"error": "not found"}),

@@ -702,3 +702,25 @@ fn a_server_that_ends_the_stream_on_overflow_is_compacted_for_and_its_window_lea
         assert!(window < 1500, "chat={chat}: {window}");
     }
 }
+
+#[test]
+fn a_server_that_ends_the_stream_on_overflow_and_answers_props_teaches_its_window() {
+    let model = FakeModel::start();
+    model.set_token_window(1024, OverflowShape::SilentEnd);
+    model.advertise_window_at_props(1024);
+    let env = env_for(&model, true, &[("AGENTX_RETRY_BASE_MS", "1")]);
+    let lines: String = (0..8)
+        .map(|i| format!("{}\n", big(&format!("message {i}:"), 600)))
+        .collect();
+    let out = say(&env, &lines);
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains("echo: message 7:"),
+        "{}",
+        stderr(&out)
+    );
+    let s = env.status();
+    assert_eq!(s["context"]["window_tokens"], 1024);
+    assert_eq!(s["context"]["window_source"], "server");
+    assert_eq!(model.probes(), ["/v1/models", "/props"]);
+}
