@@ -724,3 +724,27 @@ fn a_server_that_ends_the_stream_on_overflow_and_answers_props_teaches_its_windo
     assert_eq!(s["context"]["window_source"], "server");
     assert_eq!(model.probes(), ["/v1/models", "/props"]);
 }
+
+#[test]
+fn a_turn_dropped_after_its_tool_calls_outgrew_the_window_says_so() {
+    let model = FakeModel::start();
+    model.set_token_window(1500, OverflowShape::OpenAi);
+    let env = env_for(&model, true, &[("AGENTX_CONTEXT_WINDOW", "1500")]);
+    // Every result alone is bigger than the window: each step compacts,
+    // until the turn's bound on compactions.
+    for i in 0..30 {
+        model.push(Reply::tool_call(
+            "shell",
+            serde_json::json!({"command": format!("yes 'result {i} line' | head -c 8000")}),
+        ));
+    }
+    let out = env.chat_auto(&model, "run them all\n");
+    let err = stderr(&out);
+    assert!(
+        err.contains("this turn's own tool calls and their results outgrew"),
+        "{err}"
+    );
+    assert!(err.contains("compactions is a turn's limit"), "{err}");
+    assert!(!err.contains("even compacted"), "{err}");
+    assert!(err.contains("tool results are not kept"), "{err}");
+}
