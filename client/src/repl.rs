@@ -387,11 +387,20 @@ impl Chat<'_> {
     /// An interrupted turn must be settled before the chat goes on.
     async fn resolve_interrupted(&mut self, opened: Opened) -> CliResult<()> {
         if let Some(failed) = &opened.failed {
-            self.ui.info(&format!(
-                "agentx: the last turn failed: {} — /retry sends it again, /retry new-chain \
-                 starts a new chain, /rollback drops it, /clear deletes the whole conversation",
-                failed.message
-            ));
+            // /retry is offered only when it has something to send: a turn
+            // dropped for the context window has not (its message says what to do).
+            if failed.resendable {
+                self.ui.info(&format!(
+                    "agentx: the last turn failed: {} — /retry sends it again, /retry new-chain \
+                     starts a new chain, /rollback drops it, /clear deletes the whole conversation",
+                    failed.message
+                ));
+            } else {
+                self.ui.info(&format!(
+                    "agentx: the last turn failed and was not kept: {}",
+                    failed.message
+                ));
+            }
         }
         let Some(interrupted) = opened.interrupted else {
             return Ok(());

@@ -457,8 +457,15 @@ fn pending(lines: &mut Vec<String>, s: &SessionStatus) {
 /// The status lines for a failed or interrupted turn and a rollback backup.
 fn markers(lines: &mut Vec<String>, s: &SessionStatus) {
     if let Some(f) = &s.failed {
+        // Retry offered only when it has something to send (a turn dropped
+        // for the context window has not: `agentx retry` refuses it).
+        let then = if f.resendable {
+            "agentx retry [--new-chain], rollback or clear"
+        } else {
+            "not sent again: agentx compact, rollback or clear, then send it again"
+        };
         lines.push(format!(
-            "failed        {} ({}) — agentx retry [--new-chain], rollback or clear",
+            "failed        {} ({}) — {then}",
             f.message,
             crate::when::human(f.at.as_ref())
         ));

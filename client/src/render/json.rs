@@ -48,7 +48,7 @@ pub fn status(local: &Local, s: &SessionStatus) -> Value {
             })
         })
         .collect();
-    let marker = |f: &FailedResponse| json!({"message": f.message, "at": rfc3339_wire(f.at.as_ref()), "retryable": f.retryable});
+    let marker = |f: &FailedResponse| json!({"message": f.message, "at": rfc3339_wire(f.at.as_ref()), "retryable": f.retryable, "resendable": f.resendable});
     let failed = s.failed.as_ref().map(marker);
     let interrupted = s.interrupted.as_ref().map(marker);
     let cut_short = s.cut_short.as_ref().map(marker);

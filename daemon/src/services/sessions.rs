@@ -223,6 +223,16 @@ fn marker(m: &Marker) -> FailedResponse {
         message: m.message.clone(),
         at: Some(Timestamp { unix_ms: m.at }),
         retryable: m.retryable,
+        resendable: false,
+    }
+}
+
+/// A failed turn's marker, saying whether a retry has anything to send (as
+/// the turn engine's retry decides: unsent items or unanswered calls).
+fn failed_marker(m: &Marker, doc: &crate::store::conversation::ConversationDoc) -> FailedResponse {
+    FailedResponse {
+        resendable: !doc.unsent.is_empty() || !doc.pending_calls.is_empty(),
+        ..marker(m)
     }
 }
 
@@ -260,7 +270,7 @@ pub fn session_status(doc: Option<&ConversationDoc>) -> SessionStatus {
     };
     SessionStatus {
         checkpoints: u32::try_from(doc.checkpoints.len()).unwrap_or(u32::MAX),
-        failed: doc.failed.as_ref().map(marker),
+        failed: doc.failed.as_ref().map(|m| failed_marker(m, doc)),
         interrupted: doc.interrupted.as_ref().map(marker),
         has_rollback_backup: doc.rollback.is_some(),
         rollback_backup_at: doc.rollback.as_ref().map(|b| Timestamp { unix_ms: b.at }),
@@ -387,7 +397,11 @@ impl Sessions for SessionsService {
                 .collect(),
             notices: opened.notices,
             pending_tool_calls: opened.doc.pending_calls.iter().map(shown_call).collect(),
-            failed: opened.doc.failed.as_ref().map(marker),
+            failed: opened
+                .doc
+                .failed
+                .as_ref()
+                .map(|m| failed_marker(m, &opened.doc)),
             interrupted: opened.doc.interrupted.as_ref().map(marker),
         }))
     }

@@ -14,7 +14,7 @@ use super::provider::{
 };
 
 /// The shell tool as a Chat Completions function definition.
-fn tools() -> Value {
+pub(super) fn tools() -> Value {
     json!([{
         "type": "function",
         "function": {
@@ -244,6 +244,11 @@ impl Reader {
     /// The reply once the stream has ended.
     pub fn finish(self) -> Result<ModelReply, ProviderError> {
         if !self.finished {
+            if self.reply.text.is_empty() && self.calls.is_empty() {
+                return Err(ProviderError::Stream(
+                    super::provider::EMPTY_STREAM.to_owned(),
+                ));
+            }
             return Err(ProviderError::Stream(
                 "the stream ended before the answer was finished".into(),
             ));

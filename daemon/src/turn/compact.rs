@@ -65,6 +65,18 @@ work, paths, versions, errors seen and their causes.
 
 Be concise, but lose nothing the next instance needs. No preamble.";
 
+/// The summary instructions for windows too small for [`SUMMARY_INSTRUCTIONS`].
+pub const SHORT_SUMMARY_INSTRUCTIONS: &str = "\
+Write a brief handoff note so another instance of you can continue this coding conversation \
+without its history: the user's requests and corrections (quoted), what is DONE, what is \
+pending (next step first), files touched, facts learned. No preamble.";
+
+/// The least conversation worth a summary request, in tokens.
+const MIN_SUMMARY_INPUT: u64 = 64;
+
+/// What the summary request wraps around the conversation, in tokens.
+const SUMMARY_WRAPPER: u64 = 40;
+
 /// The first line of the message that replaces the compacted history.
 pub const HANDOFF_HEADER: &str = "[agentx handoff]";
 
@@ -98,12 +110,75 @@ impl Budget {
         let threshold = threshold.unwrap_or(window * 85 / 100).min(window);
         Self {
             summary_input: window * 60 / 100,
-            summary: (window * 15 / 100).max(256),
+            summary: (window * 15 / 100).max(256.min(window / 4)),
             recent: (window * 15 / 100).min(20_000),
             tail: window * 20 / 100,
             target: threshold / 2,
         }
     }
+}
+
+/// The summary request that fits `window`: its instructions and how many
+/// tokens of conversation it can carry, the full instructions when they
+/// leave room, else the short ones, else none (the compaction trims alone).
+pub fn summary_plan(
+    window: u64,
+    budget: &Budget,
+    counter: &Counter,
+) -> Option<(&'static str, u64)> {
+    [SUMMARY_INSTRUCTIONS, SHORT_SUMMARY_INSTRUCTIONS]
+        .into_iter()
+        .find_map(|instructions| {
+            let room = window
+                .checked_sub(counter.text(instructions) + SUMMARY_WRAPPER + budget.summary)?;
+            (room >= MIN_SUMMARY_INPUT).then(|| (instructions, room.min(budget.summary_input)))
+        })
+}
+
+/// Whether a handoff with a summary of [`MIN_SUMMARY_INPUT`] tokens, the
+/// acknowledgement and the exchange in progress fits the budget's target.
+pub fn handoff_fits(view: &[Item], budget: &Budget, counter: &Counter, instructions: u64) -> bool {
+    let (_, tail) = split_tail(view);
+    let fixed = instructions
+        + counter.text(&handoff("", &[]))
+        + counter.text(ACK)
+        + counter.items(tail).min(budget.tail);
+    fixed + MIN_SUMMARY_INPUT <= budget.target
+}
+
+/// The view cut to `target` tokens (with `instructions`) by trimming alone:
+/// the oldest exchanges dropped whole, then the exchange in progress trimmed
+/// like [`compose`] does — for when no summary can fit or the handoff would
+/// not make the context smaller.
+pub fn trim_oldest(view: &[Item], target: u64, counter: &Counter, instructions: u64) -> Vec<Item> {
+    let (earlier, tail) = split_tail(view);
+    let fits = |items: &[Item]| instructions + counter.items(items) <= target;
+    let mut start = 0;
+    while start < earlier.len() && !fits(&view[start..]) {
+        start = earlier[start + 1..]
+            .iter()
+            .position(|i| matches!(i, Item::User { .. }))
+            .map_or(earlier.len(), |p| start + 1 + p);
+    }
+    let mut out = view[start..].to_vec();
+    if !fits(&out) && start >= earlier.len() {
+        out = trim_tail(tail, target.saturating_sub(instructions), counter);
+        // trim_tail keeps a kilobyte of each output: cut them further (the
+        // cut's own marker costs a little, hence a few rounds).
+        for _ in 0..3 {
+            let over = (instructions + counter.items(&out)).saturating_sub(target);
+            if over == 0 {
+                break;
+            }
+            for item in &mut out {
+                if let Item::FunctionOutput { output, .. } = item {
+                    let keep = counter.text(output).saturating_sub(over + 16).max(16);
+                    *output = middle_out(output, bytes_for(keep));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A model view split into what came before the exchange in progress and
@@ -378,7 +453,7 @@ impl Turn<'_> {
             return Err(Stop::Refused("there is nothing to compact yet".into()));
         }
         let counter = self.counter;
-        let instructions = counter.text(&self.spec.instructions);
+        let instructions = self.fixed_tokens();
         let before = match self.fill {
             Some(f) => f.tokens,
             None => instructions + counter.items(&view),
@@ -391,13 +466,46 @@ impl Turn<'_> {
             self.window.tokens
         )))
         .await;
-        let (summary, usage, trimmed_only) = match self.summarize(&view, focus, &budget).await? {
+        // A summary is asked for only when its request fits the window and
+        // a handoff carrying it fits the target.
+        let plan = summary_plan(self.window.tokens, &budget, &counter)
+            .filter(|_| handoff_fits(&view, &budget, &counter, instructions));
+        let summarized = match plan {
+            Some(plan) => self.summarize(&view, focus, plan).await?,
+            None => Err("the model's context window is too small for a summary request".into()),
+        };
+        let (summary, usage, trimmed_only) = match summarized {
             Ok((text, usage)) if !text.trim().is_empty() => (text, usage, false),
             Ok((_, usage)) => (no_summary("the model answered with nothing"), usage, true),
             Err(why) => (no_summary(&why), Usage::default(), true),
         };
-        let context = compose(&summary, &view, &budget, &counter, instructions);
-        let after = instructions + counter.items(&context);
+        let mut context = compose(&summary, &view, &budget, &counter, instructions);
+        let mut after = instructions + counter.items(&context);
+        let mut trimmed_only = trimmed_only;
+        // Sizes compared as counted here (the fill may be the server's count).
+        let counted = instructions + counter.items(&view);
+        let automatic = reason != Reason::Manual;
+        if after > budget.target || (automatic && (trimmed_only || after >= counted)) {
+            // A handoff over the target, or (automatically) one that says
+            // nothing or does not shrink the context: trimming alone may do
+            // better.
+            let trimmed = trim_oldest(&view, budget.target, &counter, instructions);
+            let size = instructions + counter.items(&trimmed);
+            if size < after {
+                (context, after, trimmed_only) = (trimmed, size, true);
+            }
+        }
+        self.compactions += 1;
+        if after >= counted && automatic {
+            // Compacting would not make the context smaller: nothing to do
+            // (not again in this turn); the request is sent as it is. (A
+            // compaction asked for by hand is done: the user wants the handoff.)
+            self.progressed = false;
+            return Ok(());
+        }
+        // Progress: a tenth smaller at least.
+        self.progressed = after.saturating_add(after / 10) < counted;
+        self.compacted_to = Some(after);
         let record = Item::Compaction {
             summary: if trimmed_only { String::new() } else { summary },
             context,
@@ -439,7 +547,6 @@ impl Turn<'_> {
         self.response_id = None;
         self.unsent.clear();
         self.fill = Some(fill);
-        self.compacted = true;
         self.emit(Event::Compacted {
             tokens_before: before,
             tokens_after: after,
@@ -451,25 +558,26 @@ impl Turn<'_> {
     }
 
     /// The model's handoff summary of `view` and what it cost, or why there
-    /// is none. A summary request that overflows is cut to half once.
+    /// is none, asked with `plan`'s instructions and input budget. A summary
+    /// request that overflows is cut to half once.
     async fn summarize(
         &mut self,
         view: &[Item],
         focus: &str,
-        budget: &Budget,
+        plan: (&'static str, u64),
     ) -> Result<Result<(String, Usage), String>, Stop> {
         let chat = self.spec.settings.kind == provider::Kind::Chat;
-        let mut input_budget = budget.summary_input;
+        let (instructions, mut input_budget) = plan;
         for _ in 0..2 {
             let rendered = render_for_summary(view, input_budget, &self.counter);
-            let body = self.summary_body(&rendered, focus, chat);
+            let body = self.summary_body(instructions, &rendered, focus, chat);
             match self.call_fixed(&body, chat).await? {
                 Ok(ModelReply { text, usage, .. }) => return Ok(Ok((text, usage))),
                 Err(e) => match e.overflow() {
                     Some(overflow) => {
-                        if let Some(window) = overflow.window {
-                            self.learn_window(window);
-                        }
+                        let sent =
+                            self.counter.text(SUMMARY_INSTRUCTIONS) + self.counter.text(&rendered);
+                        self.learn_window(overflow.window, sent);
                         input_budget = (input_budget / 2).min(self.window.tokens / 3);
                     }
                     None => return Ok(Err(describe(&e))),
@@ -482,7 +590,7 @@ impl Turn<'_> {
     }
 
     /// The summary request: no tools, not stored, the conversation as text.
-    fn summary_body(&self, rendered: &str, focus: &str, chat: bool) -> Value {
+    fn summary_body(&self, instructions: &str, rendered: &str, focus: &str, chat: bool) -> Value {
         let mut ask = format!(
             "Here is the conversation so far, oldest first:\n\n<conversation>\n{rendered}\n\
              </conversation>\n\nWrite the handoff note now."
@@ -498,14 +606,14 @@ impl Turn<'_> {
             super::chat::request_body(
                 settings,
                 vec![
-                    json!({"role": "system", "content": SUMMARY_INSTRUCTIONS}),
+                    json!({"role": "system", "content": instructions}),
                     json!({"role": "user", "content": ask}),
                 ],
             )
         } else {
             let mut body = super::responses::request_body(
                 settings,
-                SUMMARY_INSTRUCTIONS,
+                instructions,
                 None,
                 vec![json!({"role": "user", "content": ask})],
             );
@@ -646,6 +754,58 @@ mod tests {
             .collect();
         assert_eq!(ids, ["new1", "new2"]);
         assert_eq!(kept[0], user("go"));
+    }
+
+    #[test]
+    fn the_summary_request_scales_to_the_window_or_is_not_made() {
+        let counter = Counter::bytes();
+        let big = Budget::new(100_000, None);
+        let (instructions, input) = summary_plan(100_000, &big, &counter).unwrap();
+        assert_eq!(instructions, SUMMARY_INSTRUCTIONS);
+        assert_eq!(input, big.summary_input);
+        // Too small for the full instructions: the short ones, and what
+        // is left of the window for the conversation.
+        let window = 400;
+        let small = Budget::new(window, None);
+        let (instructions, input) = summary_plan(window, &small, &counter).unwrap();
+        assert_eq!(instructions, SHORT_SUMMARY_INSTRUCTIONS);
+        assert!(
+            counter.text(instructions) + SUMMARY_WRAPPER + input + small.summary <= window,
+            "{input}"
+        );
+        assert!(summary_plan(200, &Budget::new(200, None), &counter).is_none());
+        // A handoff that cannot fit the target is not asked for either.
+        let view = vec![user("a question"), answer("an answer")];
+        assert!(handoff_fits(&view, &big, &counter, 100));
+        assert!(!handoff_fits(&view, &Budget::new(300, None), &counter, 100));
+    }
+
+    #[test]
+    fn trimming_alone_drops_the_oldest_exchanges_and_keeps_what_fits() {
+        let counter = Counter::bytes();
+        let view: Vec<Item> = (0..10)
+            .flat_map(|i| {
+                [
+                    user(&format!("message {i} {}", "x".repeat(100))),
+                    answer("ok"),
+                ]
+            })
+            .chain([
+                user("the new one"),
+                call("c"),
+                output("c", &"o".repeat(5000)),
+            ])
+            .collect();
+        let kept = trim_oldest(&view, 400, &counter, 20);
+        assert!(20 + counter.items(&kept) <= 400, "{}", counter.items(&kept));
+        assert!(matches!(&kept[0], Item::User { .. }));
+        assert!(kept.contains(&user("the new one")));
+        assert_eq!(context::normalize(&kept), kept);
+        // Between turns, the newest exchanges that fit are kept whole.
+        let done: Vec<Item> = view[..20].to_vec();
+        let kept = trim_oldest(&done, 200, &counter, 20);
+        assert_eq!(kept.last(), Some(&answer("ok")));
+        assert!(kept.len() >= 2 && kept.len() < 20);
     }
 
     #[test]

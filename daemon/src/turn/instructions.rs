@@ -16,6 +16,8 @@ const MAX_FILE: u64 = 64 << 10;
 pub struct Instructions {
     pub text: String,
     pub files: Vec<PathBuf>,
+    /// Bytes read of each of `files`, in order.
+    pub sizes: Vec<u64>,
     pub skipped: Vec<String>,
 }
 
@@ -62,6 +64,7 @@ fn candidates(folder: &Path, profile: &Path, names: &[String]) -> Vec<(PathBuf, 
 pub fn load(base: &str, folder: &Path, profile: &Path, names: &[String]) -> Instructions {
     let mut text = base.to_owned();
     let mut read = Vec::new();
+    let mut sizes = Vec::new();
     let mut skipped = Vec::new();
     for (path, inside) in candidates(folder, profile, names) {
         let content = match read_inside(&path, &inside) {
@@ -83,10 +86,12 @@ pub fn load(base: &str, folder: &Path, profile: &Path, names: &[String]) -> Inst
             content.trim_end()
         ));
         read.push(path);
+        sizes.push(content.len() as u64);
     }
     Instructions {
         text,
         files: read,
+        sizes,
         skipped,
     }
 }

@@ -58,11 +58,38 @@ impl Turn<'_> {
             }
         };
         let fill = Fill {
-            tokens: self.counter.text(&self.spec.instructions) + items,
+            tokens: self.fixed_tokens() + items,
             estimated: true,
         };
         self.fill = Some(fill);
         fill
+    }
+
+    /// What every request carries before the conversation: the
+    /// instructions (instruction files included) and the tool definitions.
+    pub(super) fn fixed_tokens(&self) -> u64 {
+        self.counter.text(&self.spec.instructions)
+            + self.counter.text(&super::chat::tools().to_string())
+    }
+
+    /// When the instructions take most of the window: which files they come
+    /// from and how big each is, for the error that ends the turn.
+    pub(super) fn instructions_blame(&self, fixed: u64) -> Option<String> {
+        let window = self.window.tokens;
+        if self.instruction_files.is_empty() || fixed.saturating_mul(2) < window {
+            return None;
+        }
+        let files: Vec<String> = self
+            .instruction_files
+            .iter()
+            .map(|(path, bytes)| format!("{} ({} KiB)", path.display(), bytes.div_ceil(1024)))
+            .collect();
+        Some(format!(
+            "the instructions alone are about {fixed} tokens of the model's {window}-token \
+             context window: they carry the instruction files {}, sent with every request; \
+             shorten them, or name other files with instruction_files in config.toml",
+            files.join(", ")
+        ))
     }
 
     /// The context after a reply: what the server reported (input plus
@@ -88,11 +115,16 @@ impl Turn<'_> {
         doc: &ConversationDoc,
         message: &str,
     ) -> Result<(), Stop> {
-        let instructions = self.counter.text(&self.spec.instructions);
+        let instructions = self.fixed_tokens();
         let needs = self.counter.text(message) + self.counter.text(&doc.pending_shell);
         // Refused only against a window known for this model: an assumed
         // one is for the server to confirm (an overflow teaches it).
         if instructions + needs > self.window.tokens && self.window.source != Source::Default {
+            if let Some(blame) = self.instructions_blame(instructions) {
+                return Err(Stop::Refused(format!(
+                    "{blame}; this message (about {needs} tokens) was not sent and is not kept"
+                )));
+            }
             return Err(Stop::Refused(format!(
                 "this message is about {needs} tokens: with the instructions that is more than \
                  the model's whole context window ({} tokens), so it was not sent and is not \
@@ -115,48 +147,79 @@ impl Turn<'_> {
         Ok(())
     }
 
-    /// Learns a window an overflow error named.
-    pub(super) fn learn_window(&mut self, tokens: u64) {
+    /// Learns the window an overflow error named for a request of about
+    /// `rejected` tokens, bounded by what the server showed (an absurd or
+    /// missing number is not learned): whether it was.
+    pub(super) fn learn_window(&mut self, named: Option<u64>, rejected: u64) -> bool {
         let settings = &self.spec.settings;
-        self.engine.models.learn(
-            &settings.base_url,
-            &settings.model,
-            tokens,
-            Source::Overflow,
-        );
+        let learned =
+            self.engine
+                .models
+                .rejected(&settings.base_url, &settings.model, named, rejected);
         self.window =
             self.engine
                 .models
                 .window(&self.spec.prefs, &settings.base_url, &settings.model);
+        learned
+    }
+
+    /// The server answered a request of `usage` (or about the fill and what
+    /// was sent, when it did not say): its window is at least that.
+    pub(super) fn note_accepted(&self, usage: &Usage) {
+        let tokens = if usage.unreported == 0 && usage.input_tokens > 0 {
+            usage.input_tokens
+        } else {
+            self.fill.map_or(0, |f| f.tokens) + self.sending
+        };
+        let settings = &self.spec.settings;
+        self.engine
+            .models
+            .accepted(&settings.base_url, &settings.model, tokens);
+        let estimate = self.fill.map_or(0, |f| f.tokens) + self.sending;
+        self.engine
+            .models
+            .answered(&settings.base_url, &settings.model, estimate);
+    }
+
+    /// A stream that ended before any output on a request larger than the
+    /// last one this server answered: probably over its window, from a
+    /// server that cannot say so after its `200 OK`.
+    pub(super) fn probable_overflow(&self, e: &provider::ProviderError) -> bool {
+        if !e.empty_stream() {
+            return false;
+        }
+        let settings = &self.spec.settings;
+        let sent = self.fill.map_or(0, |f| f.tokens) + self.sending;
+        self.engine
+            .models
+            .larger_than_answered(&settings.base_url, &settings.model, sent)
+            .unwrap_or(false)
     }
 
     /// The server said the request does not fit: learn the window, compact
     /// and go on (once per turn), or end the turn saying what to do.
     pub(super) async fn on_overflow(&mut self, window: Option<u64>) -> Result<(), Stop> {
-        match window {
-            Some(tokens) => self.learn_window(tokens),
-            None => {
-                // The server named no window in its error: ask where servers
-                // say it; else it is smaller than what was just sent, so take
-                // a tenth below that.
-                let settings = &self.spec.settings;
-                if self.engine.ask_window(&self.spec).await {
-                    self.window = self.engine.models.window(
-                        &self.spec.prefs,
-                        &settings.base_url,
-                        &settings.model,
-                    );
-                } else {
-                    let sent = self.fill.map_or(0, |f| f.tokens) + self.sending;
-                    let guess = sent / 10 * 9;
-                    if guess < self.window.tokens {
-                        self.learn_window(guess);
-                    }
+        let sent = self.fill.map_or(0, |f| f.tokens) + self.sending;
+        if !self.learn_window(window, sent) {
+            // The server named no window in its error (or an absurd one):
+            // ask where servers say it; else it is smaller than what was
+            // just sent, so take a tenth below that.
+            let settings = &self.spec.settings;
+            if self.engine.ask_window(&self.spec).await {
+                self.window = self.engine.models.window(
+                    &self.spec.prefs,
+                    &settings.base_url,
+                    &settings.model,
+                );
+            } else {
+                let guess = sent / 10 * 9;
+                if guess < self.window.tokens {
+                    self.learn_window(Some(guess), sent);
                 }
             }
         }
         let auto = self.spec.prefs.auto_compact;
-        if auto && !self.compacted && !matches!(self.spec.mode, Mode::Compact(_)) {
+        if auto && self.may_compact() && !matches!(self.spec.mode, Mode::Compact(_)) {
             self.emit(Event::Notice(format!(
                 "the request did not fit the model's context window ({} tokens); compacting \
                  and sending it again",
@@ -167,21 +230,60 @@ impl Turn<'_> {
             return Ok(());
         }
         let window = self.window.tokens;
-        let why = if auto {
-            format!(
-                "even compacted, the conversation does not fit the model's context window ({window} tokens)"
-            )
-        } else {
+        let why = if let Some(blame) = self.instructions_blame(self.fixed_tokens()) {
+            blame
+        } else if !auto {
             format!(
                 "the conversation no longer fits the model's context window ({window} tokens) \
                  and automatic compaction is off"
             )
+        } else {
+            self.why_full(sent)
         };
         Err(Stop::ContextFull(format!(
-            "{why}: the message was not sent again and is not kept. /compact (agentx compact) \
+            "{why}: the turn was dropped, its message and tool results are not kept. /compact (agentx compact) \
              summarises the conversation, /rollback goes back to an earlier checkpoint, /new \
              starts afresh; then send it again"
         )))
+    }
+
+    /// Why a request still does not fit with automatic compaction on: the
+    /// turn's own tool calls outgrew the window after compacting, compacting
+    /// made no progress, or it could not compact at all.
+    fn why_full(&self, sent: u64) -> String {
+        let window = self.window.tokens;
+        let n = self.compactions;
+        let times = if n == 1 {
+            "once".to_owned()
+        } else {
+            format!("{n} times")
+        };
+        match self.compacted_to {
+            Some(to) if to < window => format!(
+                "this turn's own tool calls and their results outgrew the model's context \
+                 window ({window} tokens): the conversation was compacted {times} in this turn \
+                 (last to about {to} tokens), and the request grew to about {sent} tokens{}",
+                if self.progressed {
+                    format!(
+                        " — {MAX} compactions is a turn's limit",
+                        MAX = super::MAX_COMPACTIONS
+                    )
+                } else {
+                    "; compacting again would not make it smaller".to_owned()
+                }
+            ),
+            Some(to) => format!(
+                "even compacted (to about {to} tokens), the conversation does not fit the \
+                 model's context window ({window} tokens)"
+            ),
+            None if n > 0 => format!(
+                "compacting could not make the conversation smaller, and it does not fit the \
+                 model's context window ({window} tokens)"
+            ),
+            None => format!(
+                "the conversation does not fit the model's context window ({window} tokens)"
+            ),
+        }
     }
 
     /// A turn that ended because the context is full is dropped (rolled
@@ -286,7 +388,9 @@ pub async fn standing(
         Some(fill) => fill,
         None => {
             let counter = super::tokens::Counter::for_model(&model);
-            let base = counter.text(super::DEFAULT_INSTRUCTIONS) + counter.text(&loaded.text);
+            let base = counter.text(super::DEFAULT_INSTRUCTIONS)
+                + counter.text(&loaded.text)
+                + counter.text(&super::chat::tools().to_string());
             let items = match group.transcript(&doc.id).await {
                 Ok(t) => counter.items(&context::normalize(&context::model_view(&t))),
                 Err(_) => 0,

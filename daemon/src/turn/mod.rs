@@ -296,10 +296,18 @@ struct Turn<'a> {
     window: window::Window,
     /// How full the model's context is (`None`: not known yet).
     fill: Option<crate::store::conversation::Fill>,
-    /// This turn compacted already: it never does twice.
-    compacted: bool,
+    /// Compactions in this turn, and whether the last made progress (a turn
+    /// compacts again only then, at most [`MAX_COMPACTIONS`] times).
+    compactions: u32,
+    progressed: bool,
+    /// The size the last compaction in this turn left, in tokens.
+    compacted_to: Option<u64>,
+    /// A stream ended before any output as a probable overflow once already.
+    silent_overflow: bool,
     /// Tokens of the items the request in flight adds to the context.
     sending: u64,
+    /// The instruction files the requests carry, with their sizes in bytes.
+    instruction_files: Vec<(std::path::PathBuf, u64)>,
 }
 
 impl Engine {
@@ -327,6 +335,7 @@ impl Engine {
         )
         .await;
         spec.instructions = loaded.text;
+        let instruction_files = loaded.files.into_iter().zip(loaded.sizes).collect();
         let counter = tokens::Counter::for_model(&spec.settings.model);
         let window = self.window_for(&spec);
         let mut turn = Turn {
@@ -344,8 +353,12 @@ impl Engine {
             counter,
             window,
             fill: doc.context,
-            compacted: false,
+            compactions: 0,
+            progressed: true,
+            compacted_to: None,
+            silent_overflow: false,
             sending: 0,
+            instruction_files,
         };
         turn.emit(Event::Started {
             session_id: doc.id.clone(),
@@ -677,12 +690,22 @@ impl Turn<'_> {
                 });
             }
             // Between tool steps: compact when the next request would pass
-            // the threshold (never twice in one turn).
+            // the threshold (again only when the last compaction made progress).
             let next = self.fill.map_or(0, |f| f.tokens) + self.counter.items(&self.unsent);
-            if !self.compacted && self.threshold().is_some_and(|t| next > t) {
+            if self.may_compact() && self.threshold().is_some_and(|t| next > t) {
                 self.compact(compact::Reason::Auto, "", false).await?;
             }
         }
+    }
+}
+
+/// Compactions one turn may do (each must have made progress for the next).
+pub(super) const MAX_COMPACTIONS: u32 = 20;
+
+impl Turn<'_> {
+    /// Whether this turn may compact (again).
+    fn may_compact(&self) -> bool {
+        self.compactions == 0 || (self.progressed && self.compactions < MAX_COMPACTIONS)
     }
 }
 

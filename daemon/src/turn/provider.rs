@@ -157,7 +157,7 @@ pub fn usage_from(u: &serde_json::Value, input: &str, output: &str) -> Usage {
 mod error;
 mod http;
 
-pub use error::ProviderError;
+pub use error::{EMPTY_STREAM, ProviderError};
 pub use http::{Clients, EventStream, Http, ProxyVars};
 
 #[cfg(test)]

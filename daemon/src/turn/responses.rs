@@ -54,12 +54,16 @@ pub async fn call(
 ) -> Result<ModelReply, ProviderError> {
     let mut events = EventStream::open(http, settings, "responses", body, limits).await?;
     let mut reader = Reader::with_limit(limits.max_answer);
+    let mut any = false;
     loop {
         let Some(event) = events.next().await? else {
-            return Err(ProviderError::Stream(
-                "the stream ended before response.completed".into(),
-            ));
+            return Err(ProviderError::Stream(if any {
+                "the stream ended before response.completed".into()
+            } else {
+                super::provider::EMPTY_STREAM.to_owned()
+            }));
         };
+        any = true;
         if let Some(reply) = reader.event(&event.event, &event.data, on_delta)? {
             return Ok(reply);
         }

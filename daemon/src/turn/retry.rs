@@ -22,7 +22,10 @@ impl Turn<'_> {
         loop {
             let (body, chained) = self.request_body(send, chat).await?;
             match self.attempt(&body, chat, true).await? {
-                Ok(reply) => return Ok(reply),
+                Ok(reply) => {
+                    self.note_accepted(&reply.usage);
+                    return Ok(reply);
+                }
                 Err(e) if e.lost_response_id() && chained && !self.rechained => {
                     self.rechained = true;
                     self.response_id = None;
@@ -33,6 +36,27 @@ impl Turn<'_> {
                             .to_owned(),
                     ))
                     .await;
+                }
+                Err(e) if self.probable_overflow(&e) => {
+                    if self.silent_overflow {
+                        return Err(Stop::Failed {
+                            message: format!(
+                                "{e} again after compacting: the model server ends its answer \
+                                 before any output on requests larger than the last it answered \
+                                 — probably more than its context window ({} tokens assumed); \
+                                 set context_window for this model (or AGENTX_CONTEXT_WINDOW)",
+                                self.window.tokens
+                            ),
+                            retryable: true,
+                        });
+                    }
+                    self.silent_overflow = true;
+                    self.emit(Event::Notice(format!(
+                        "{e}, on a request larger than the last the server answered: probably \
+                         more than the model's context window"
+                    )))
+                    .await;
+                    self.on_overflow(None).await?;
                 }
                 Err(e) if e.overflow().is_some() => {
                     let window = e.overflow().and_then(|o| o.window);

@@ -115,6 +115,25 @@ pub struct Models {
     learned: Mutex<HashMap<String, Learned>>,
     /// Servers asked this run (asked once each, answer or not).
     probed: Mutex<HashSet<String>>,
+    /// What each server and model showed this run: the largest request it
+    /// accepted and the smallest it rejected for size, in tokens.
+    seen: Mutex<HashMap<String, Seen>>,
+}
+
+/// The request sizes a server accepted and rejected, bounds on its window.
+#[derive(Debug, Clone, Copy, Default)]
+struct Seen {
+    accepted: u64,
+    rejected: Option<u64>,
+    /// The largest request answered, as agentd estimates sizes (to compare
+    /// with the next request's estimate).
+    answered_estimate: Option<u64>,
+}
+
+/// A window a server could have: anything outside is a misreading (a
+/// number from another field, a placeholder 0, a unit mix-up), never learned.
+pub fn plausible(tokens: u64) -> bool {
+    (MIN_WINDOW..=MAX_WINDOW).contains(&tokens)
 }
 
 fn key(base_url: &str, model: &str) -> String {
@@ -135,10 +154,14 @@ impl Models {
             }),
             Err(_) => HashMap::new(),
         };
+        let mut learned: HashMap<String, Learned> = learned;
+        // A file written before windows were bounded may hold absurd ones.
+        learned.retain(|_, l| plausible(l.tokens));
         Self {
             path: Some(path),
             learned: Mutex::new(learned),
             probed: Mutex::new(HashSet::new()),
+            seen: Mutex::new(HashMap::new()),
         }
     }
 
@@ -149,7 +172,66 @@ impl Models {
             path: None,
             learned: Mutex::new(HashMap::new()),
             probed: Mutex::new(HashSet::new()),
+            seen: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<String, Seen>> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The server answered a request of about `tokens`: its window is at least that.
+    pub fn accepted(&self, base_url: &str, model: &str, tokens: u64) {
+        let mut seen = self.seen();
+        let s = seen.entry(key(base_url, model)).or_default();
+        s.accepted = s.accepted.max(tokens);
+    }
+
+    /// The server answered a request agentd estimated at `tokens`.
+    pub fn answered(&self, base_url: &str, model: &str, tokens: u64) {
+        let mut seen = self.seen();
+        let s = seen.entry(key(base_url, model)).or_default();
+        s.answered_estimate = Some(s.answered_estimate.map_or(tokens, |a| a.max(tokens)));
+    }
+
+    /// Whether a request estimated at `tokens` is larger than any this
+    /// server answered this run (`None`: none answered yet).
+    pub fn larger_than_answered(&self, base_url: &str, model: &str, tokens: u64) -> Option<bool> {
+        let seen = self.seen();
+        let answered = seen.get(&key(base_url, model))?.answered_estimate?;
+        Some(tokens > answered)
+    }
+
+    /// The server rejected a request of about `tokens` as too big, naming
+    /// `named` as its window (or not): learns a window bounded by what the
+    /// server showed — never above a size it rejected, never below one it
+    /// accepted, never implausible. Whether a window was learned.
+    pub fn rejected(&self, base_url: &str, model: &str, named: Option<u64>, tokens: u64) -> bool {
+        let bounds = {
+            let mut seen = self.seen();
+            let s = seen.entry(key(base_url, model)).or_default();
+            if tokens > 0 {
+                s.rejected = Some(s.rejected.map_or(tokens, |r| r.min(tokens)));
+            }
+            *s
+        };
+        let Some(named) = named.filter(|n| plausible(*n)) else {
+            return false;
+        };
+        let mut tokens = named;
+        if let Some(rejected) = bounds.rejected
+            && rejected > bounds.accepted
+        {
+            tokens = tokens.min(rejected);
+        }
+        tokens = tokens.max(bounds.accepted);
+        if !plausible(tokens) {
+            return false;
+        }
+        self.learn(base_url, model, tokens, Source::Overflow);
+        true
     }
 
     fn learned(&self) -> std::sync::MutexGuard<'_, HashMap<String, Learned>> {
@@ -185,7 +267,11 @@ impl Models {
 
     /// Remembers a window a server stated or an overflow revealed.
     pub fn learn(&self, base_url: &str, model: &str, tokens: u64, source: Source) {
-        if tokens < MIN_WINDOW {
+        if !plausible(tokens) {
+            tracing::warn!(
+                "not learning a context window of {tokens} tokens for {model} at {base_url}: \
+                 not a plausible window"
+            );
             return;
         }
         let at = agentx_shared::time::unix_ms(std::time::SystemTime::now());
@@ -238,6 +324,9 @@ impl Models {
 
 /// Smaller "windows" are misreadings, not windows.
 const MIN_WINDOW: u64 = 256;
+
+/// Larger ones too: no model reads 100 million tokens at once.
+const MAX_WINDOW: u64 = 100_000_000;
 
 /// The window OpenAI publishes for a model name.
 fn known(model: &str) -> Option<u64> {
@@ -295,7 +384,7 @@ async fn get_json(http: &Http, settings: &Settings, url: &str) -> Option<serde_j
 fn number(v: &serde_json::Value) -> Option<u64> {
     v.as_u64()
         .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
-        .filter(|n| *n >= MIN_WINDOW)
+        .filter(|n| plausible(*n))
 }
 
 /// The model's entry in an OpenAI-style `/models` list (the only entry
@@ -377,6 +466,50 @@ mod tests {
         );
         prefs.window = Some(1000);
         assert_eq!(models.window(&prefs, "http://x/v1", "local").tokens, 1000);
+    }
+
+    #[test]
+    fn absurd_windows_are_never_learned_nor_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model-windows.json");
+        let models = Models::open(path.clone());
+        let prefs = Prefs::default();
+        assert!(!models.rejected("http://x/v1", "m", Some(1_000_000_000_000), 5000));
+        assert!(!models.rejected("http://x/v1", "m", Some(0), 5000));
+        models.learn("http://x/v1", "m", 1_000_000_000_000, Source::Server);
+        assert_eq!(
+            models.window(&prefs, "http://x/v1", "m").source,
+            Source::Default
+        );
+        assert!(!path.exists(), "an absurd window reached the file");
+        // A file an older agentd wrote with one is not believed either.
+        std::fs::write(
+            &path,
+            r#"{"http://x/v1 m":{"tokens":1000000000000,"source":"overflow","at":0}}"#,
+        )
+        .unwrap();
+        let again = Models::open(path);
+        assert_eq!(
+            again.window(&prefs, "http://x/v1", "m").source,
+            Source::Default
+        );
+    }
+
+    #[test]
+    fn a_learned_window_is_bounded_by_what_the_server_accepted_and_rejected() {
+        let models = Models::in_memory();
+        let prefs = Prefs::default();
+        let at = |m: &Models| m.window(&prefs, "http://x/v1", "m").tokens;
+        // Named above the request it rejected: the rejected size bounds it.
+        assert!(models.rejected("http://x/v1", "m", Some(50_000), 3_000));
+        assert_eq!(at(&models), 3_000);
+        // Named below a request it answered: that request bounds it.
+        models.accepted("http://x/v1", "m", 2_500);
+        assert!(models.rejected("http://x/v1", "m", Some(1_000), 4_000));
+        assert_eq!(at(&models), 2_500);
+        // Within the bounds: as named.
+        assert!(models.rejected("http://x/v1", "m", Some(2_800), 3_500));
+        assert_eq!(at(&models), 2_800);
     }
 
     #[test]

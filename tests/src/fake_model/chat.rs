@@ -112,7 +112,14 @@ pub fn handle(
     let one_chunk = state.chat_one_chunk;
     state.next_response += 1;
     let id = format!("chatcmpl-{}", state.next_response);
-    let mut reply = state.script.pop_front();
+    // With a window, a summary request (no tools) is answered by default:
+    // the script is for the turn's own requests.
+    let summary = body.get("tools").is_none() && window.is_some();
+    let mut reply = if summary {
+        None
+    } else {
+        state.script.pop_front()
+    };
     if reply.is_none()
         && let Some((marker, d)) = &state.stall_marker
         && default_text.contains(marker.as_str())

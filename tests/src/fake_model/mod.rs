@@ -195,6 +195,8 @@ struct FakeState {
     window: Option<window::TokenWindow>,
     /// What `/v1/models` and `/props` say the window is.
     advertised_window: Option<u64>,
+    /// Only `/props` says it (llama.cpp's own server as agentx probes it).
+    props_only: bool,
     /// Window probes received (`GET /v1/models`, `/props`, `/model/info`).
     probes: Vec<String>,
 }
@@ -380,6 +382,13 @@ impl FakeModel {
     /// `GET /v1/models` and `/props` say the window is `tokens`.
     pub fn advertise_window(&self, tokens: u64) {
         self.shared.lock().advertised_window = Some(tokens);
+    }
+
+    /// Only `GET /props` says the window is `tokens` (llama.cpp's server).
+    pub fn advertise_window_at_props(&self, tokens: u64) {
+        let mut state = self.shared.lock();
+        state.advertised_window = Some(tokens);
+        state.props_only = true;
     }
 
     /// The window probes received, by path (not in [`FakeModel::requests`]).

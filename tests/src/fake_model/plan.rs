@@ -119,7 +119,13 @@ pub(super) fn plan_response(state: &mut FakeState, body: &Value) -> Result<Plan,
 
     state.next_response += 1;
     let id = format!("resp_{}", state.next_response);
-    let reply = next_reply(state, &input, &default_text);
+    // With a window, a summary request (no tools) is answered by default:
+    // the script is for the turn's own requests.
+    let reply = if body.get("tools").is_none() && state.window.is_some() {
+        None
+    } else {
+        next_reply(state, &input, &default_text)
+    };
     let incomplete = matches!(reply, Some(Reply::Incomplete(_)));
     let held = reply.is_none();
     let kind = plan_kind(state, reply, &default_text)?;

@@ -17,6 +17,10 @@ pub enum OverflowShape {
     LiteLlm,
     /// Ollama: no window in the words.
     Ollama,
+    /// llama-cpp-python's OpenAI-compatible server: `200 OK` with an event
+    /// stream already started, then the stream simply ends (its log says
+    /// "Requested tokens (N) exceed context window of W"); no probe answers.
+    SilentEnd,
 }
 
 /// A window enforced on every model call.
@@ -51,6 +55,15 @@ pub(super) fn tokens_of<'a>(texts: impl IntoIterator<Item = &'a Value>) -> u64 {
 /// The overflow answer in `shape`'s words.
 pub(super) fn overflow(shape: OverflowShape, window: u64, used: u64) -> Response {
     let body = match shape {
+        OverflowShape::SilentEnd => {
+            eprintln!("fake model: Requested tokens ({used}) exceed context window of {window}");
+            let mut resp = Response::new(Body::from(String::new()));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            return resp;
+        }
         OverflowShape::OpenAi => json!({"error": {
             "message": format!("This model's maximum context length is {window} tokens. However, your messages resulted in {used} tokens. Please reduce the length of the messages."),
             "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
@@ -75,7 +88,10 @@ pub(super) fn probe(state: &mut FakeState, path: &str) -> Option<Response> {
         return None;
     }
     state.probes.push(path.to_owned());
-    let Some(n) = state.advertised_window else {
+    let Some(n) = state
+        .advertised_window
+        .filter(|_| !state.props_only || path == "/props")
+    else {
         return Some(json_response(
             StatusCode::NOT_FOUND,
             &json!({"error": "not found"}),

@@ -184,6 +184,13 @@ impl ProviderError {
                 || lowered.contains("previous_response_id"))
     }
 
+    /// The stream ended before the server sent any output: what a server
+    /// that cannot say "overflow" after its `200 OK` (llama-cpp-python) does
+    /// with a prompt over its context window.
+    pub fn empty_stream(&self) -> bool {
+        matches!(self, Self::Stream(m) if m.starts_with(EMPTY_STREAM))
+    }
+
     /// Worth another attempt after a pause.
     pub fn retryable(&self) -> bool {
         match self {
@@ -215,6 +222,9 @@ impl ProviderError {
         }
     }
 }
+
+/// How a stream that ended before any output is described.
+pub const EMPTY_STREAM: &str = "the stream ended before any output";
 
 /// A request too big for the model's context window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
