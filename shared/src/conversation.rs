@@ -96,7 +96,7 @@ pub enum Item {
         output: String,
     },
     /// A compaction: from here on the model sees `context` instead of
-    /// everything before it; the transcript keeps it all (README: "Long
+    /// everything before it; the transcript keeps it all (docs/guide.md: "Long
     /// conversations").
     Compaction {
         /// The handoff summary the model wrote (empty: trimmed only).

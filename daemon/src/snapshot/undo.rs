@@ -369,8 +369,7 @@ impl SnapshotStore {
     }
 
     /// Takes the pre-restore snapshot, plans against it with `plan`, and
-    /// checks each path the plan would touch against the live file (§13 of
-    /// the design). A difference means the snapshot missed a change (a
+    /// checks each path the plan would touch against the live file. A difference means the snapshot missed a change (a
     /// watcher blind spot: a renamed ancestor, a mount, a write through an
     /// outside hard link or a shared mapping): the watcher is reset and the
     /// snapshot taken again by a full scan, so the pre-restore snapshot holds

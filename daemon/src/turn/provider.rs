@@ -35,7 +35,7 @@ impl std::fmt::Debug for Settings {
     }
 }
 
-/// Bounds on one model call; see the README ("Model servers: limits and quirks").
+/// Bounds on one model call; see docs/guide.md ("Model servers: limits and quirks").
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// A stream that sends no byte for this long is broken (retried).

@@ -1,5 +1,5 @@
 //! The pre-turn pull driven by LISTEN/NOTIFY and the listing
-//! past 1,000 remote rows (§5), against a real PostgreSQL cluster.
+//! past 1,000 remote rows, against a real PostgreSQL cluster.
 //!
 //! Machine B connects as its own role, so that the tests can end B's
 //! connections and refuse new ones (`NOLOGIN`) while A works on: a turn on

@@ -157,7 +157,7 @@ const REPL_TURNS: usize = 30;
 const REPL_RUNS: usize = 9;
 
 /// `agentx` REPLs of [`REPL_TURNS`] messages each (process start to exit,
-/// as issue 23 measured), remote on and off alternating: (on, off).
+/// as an earlier version measured), remote on and off alternating: (on, off).
 fn repl_runs(
     on: &TestEnv,
     off: &TestEnv,

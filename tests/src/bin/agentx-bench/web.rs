@@ -16,7 +16,7 @@ use agentx_tests::TestEnv;
 const CONVERSATIONS: usize = 3_000;
 const LONG_TURNS: usize = 3_000;
 const RUNS: usize = 9;
-/// The targets of issue 29, in ms.
+/// The web view's speed targets, in ms.
 const LIST_TARGET: f64 = 200.0;
 const LONG_TARGET: f64 = 300.0;
 
