@@ -133,9 +133,9 @@ impl Ctx {
             && config.api_key.is_none()
             && config.base_url == DEFAULT_BASE_URL
         {
-            return Err(CliError::failed(
-                "no API key: set OPENAI_API_KEY (or AGENTX_API_KEY), or point AGENTX_BASE_URL at a local server",
-            ));
+            crate::first_run::offer(&self.profile.config_file())?;
+            return Config::load(&self.profile.config_file())
+                .map_err(|e| CliError::failed(e.to_string()));
         }
         Ok(config)
     }

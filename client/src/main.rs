@@ -8,6 +8,7 @@ mod completion;
 mod connect;
 mod context;
 mod error;
+mod first_run;
 mod history;
 #[cfg(test)]
 mod message_text;

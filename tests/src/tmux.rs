@@ -40,6 +40,16 @@ impl Pane {
         cmd.env("AGENTX_BASE_URL", model.base_url())
             .env("AGENTX_MODEL", "fake-model")
             .env("OPENAI_API_KEY", crate::TEST_KEY);
+        Self::start_command(env, &cmd)
+    }
+
+    /// Starts `cmd` (an `env.agentx(..)` command, its environment and folder
+    /// as set) in a 160×50 terminal. `None` when tmux is missing.
+    pub fn start_command(env: &TestEnv, cmd: &Command) -> Option<Pane> {
+        if !available() {
+            crate::skip("tmux not found (apt-get install tmux)");
+            return None;
+        }
         // The pane runs a script that sets exactly this command's
         // environment and folder, then execs agentx.
         let mut script = String::from("#!/bin/sh\n");

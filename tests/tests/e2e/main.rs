@@ -10,6 +10,7 @@ mod chat_completions;
 mod daemon_lifecycle;
 mod diff;
 mod disk_full;
+mod first_run;
 mod grpc_surface;
 mod instruction_files;
 mod library;
