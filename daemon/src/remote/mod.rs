@@ -21,6 +21,7 @@
 
 pub mod clear;
 mod copy;
+mod forks;
 mod lanes;
 mod line;
 mod listen;
@@ -169,6 +170,8 @@ pub struct RemoteList {
     pub rows: Vec<RemoteRow>,
     /// Older conversations not listed.
     pub more: u64,
+    /// Rows skipped or shown in part, each named with why (one line each).
+    pub notes: Vec<String>,
 }
 
 /// A remote conversation as listed.
@@ -180,6 +183,55 @@ pub struct RemoteRow {
     pub created_at: i64,
     pub updated_at: i64,
     pub turns: u32,
+    /// Why part of the row is not shown (an implausible count).
+    pub note: Option<String>,
+}
+
+/// More turns than any conversation can hold: a count the server gives
+/// beyond it is shown as implausible, not as a fact.
+pub const MAX_PLAUSIBLE_TURNS: i64 = 10_000_000;
+
+/// One listed row, or the line naming the row skipped and why: a value no
+/// agentd writes (`infinity` for a time) skips only that row.
+fn listed_row(row: &tokio_postgres::Row) -> Result<RemoteRow, String> {
+    let id = row
+        .try_get::<_, String>(0)
+        .map_err(|e| format!("skipped a remote row whose id cannot be read: {e}"))?;
+    let shown = agentx_shared::terminal::visible(&id);
+    let skip = |what: &str| format!("skipped remote conversation {shown}: its {what}");
+    let time = |i: usize, what: &str| -> Result<i64, String> {
+        row.try_get::<_, Option<i64>>(i)
+            .map_err(|e| skip(&format!("{what} cannot be read ({e})")))?
+            .ok_or_else(|| skip(&format!("{what} is not a real time")))
+    };
+    let created_at = time(4, "creation time")?;
+    let updated_at = time(5, "update time")?;
+    let text = |i: usize, what: &str| -> Result<String, String> {
+        row.try_get::<_, String>(i)
+            .map_err(|e| skip(&format!("{what} cannot be read ({e})")))
+    };
+    let turns = row
+        .try_get::<_, i32>(6)
+        .map_err(|e| skip(&format!("turn count cannot be read ({e})")))?;
+    let plausible = (0..=MAX_PLAUSIBLE_TURNS).contains(&i64::from(turns));
+    Ok(RemoteRow {
+        title: text(1, "title")?,
+        folder: text(2, "folder")?,
+        machine: text(3, "machine")?,
+        created_at,
+        updated_at,
+        turns: if plausible {
+            u32::try_from(turns).unwrap_or(0)
+        } else {
+            0
+        },
+        note: (!plausible).then(|| {
+            format!(
+                "remote conversation {shown} is listed without a turn count: the server says {turns} turns, which cannot be"
+            )
+        }),
+        id,
+    })
 }
 
 /// Where pushing stands.
@@ -266,7 +318,7 @@ pub struct Remote {
     /// a pull never work on the same conversation at once.
     sync: tokio::sync::Mutex<()>,
     /// Forks made here that the user has not been told of yet.
-    forks: Mutex<Vec<pull::ForkNote>>,
+    forks: forks::Forks,
 }
 
 impl Remote {
@@ -309,7 +361,7 @@ impl Remote {
             listener: listen::Listener::default(),
             store,
             sync: tokio::sync::Mutex::const_new(()),
-            forks: Mutex::default(),
+            forks: forks::Forks::load(profile_dir.join("remote").join("forks.json")),
         });
         match &remote.url {
             Ok(url) => {
@@ -456,8 +508,10 @@ impl Remote {
         let rows = client
             .query(
                 "SELECT id, title, folder, machine,
-                        (extract(epoch FROM created_at) * 1000)::int8,
-                        (extract(epoch FROM updated_at) * 1000)::int8,
+                        CASE WHEN isfinite(created_at)
+                             THEN (extract(epoch FROM created_at) * 1000)::int8 END,
+                        CASE WHEN isfinite(updated_at)
+                             THEN (extract(epoch FROM updated_at) * 1000)::int8 END,
                         turns, count(*) OVER ()
                    FROM conversations
                   WHERE project = $1 AND agent = $2
@@ -475,28 +529,23 @@ impl Remote {
         let more = u64::try_from(total)
             .unwrap_or(0)
             .saturating_sub(rows.len() as u64);
-        rows.iter()
-            .map(|row| {
-                Ok(RemoteRow {
-                    id: row.try_get(0)?,
-                    title: row.try_get(1)?,
-                    folder: row.try_get(2)?,
-                    machine: row.try_get(3)?,
-                    created_at: row.try_get(4)?,
-                    updated_at: row.try_get(5)?,
-                    turns: u32::try_from(row.try_get::<_, i32>(6)?).unwrap_or(0),
-                })
+        let mut notes = Vec::new();
+        let rows = rows
+            .iter()
+            .filter_map(|row| match listed_row(row) {
+                Ok(listed) => {
+                    notes.extend(listed.note.clone());
+                    Some(listed)
+                }
+                Err(note) => {
+                    notes.push(note);
+                    None
+                }
             })
-            .collect::<Result<Vec<_>, tokio_postgres::Error>>()
-            .map(|rows| {
-                // A row no agentd made (its id could name one of a group
-                // directory's own files) is not listed.
-                let rows = rows
-                    .into_iter()
-                    .filter(|r| crate::store::is_conversation_id(&r.id))
-                    .collect();
-                RemoteList { rows, more }
-            })
-            .map_err(RemoteError::db)
+            // A row no agentd made (its id could name one of a group
+            // directory's own files) is not listed.
+            .filter(|r| crate::store::is_conversation_id(&r.id))
+            .collect();
+        Ok(RemoteList { rows, more, notes })
     }
 }

@@ -25,62 +25,17 @@ const BUSY_AGAIN: Duration = Duration::from_secs(1);
 /// How long opening a remote-only conversation may wait for it.
 const OPEN_WAIT: Duration = Duration::from_secs(15);
 
-/// A conversation whose local line was kept as a fork.
-#[derive(Debug, Clone)]
-pub struct ForkNote {
-    pub from: String,
-    pub to: String,
-    pub title: String,
-    /// The machine whose turns the conversation kept.
-    pub other: String,
-    /// Already shown by `agentx sync`.
-    reported: bool,
-}
+pub use super::forks::ForkNote;
 
-impl ForkNote {
-    pub fn line(&self) -> String {
-        format!(
-            "conversation {} was also continued on {} at the same time: this machine's turns \
-             are kept as a fork, {} ({:?}), which goes on here; {} has {}'s turns (agentx resume {})",
-            self.from, self.other, self.to, self.title, self.from, self.other, self.from
-        )
-    }
-}
-
-/// Forks not shown by `agentx sync` yet (the next turn on the forked
-/// conversation still continues the fork and says so).
+/// Forks not shown by `agentx sync` yet, now marked shown.
 pub fn unreported_forks(remote: &Remote) -> Vec<ForkNote> {
-    let Ok(mut forks) = remote.forks.lock() else {
-        return Vec::new();
-    };
-    forks
-        .iter_mut()
-        .filter(|f| !f.reported)
-        .map(|f| {
-            f.reported = true;
-            f.clone()
-        })
-        .collect()
+    remote.forks.unreported()
 }
 
 /// The user opened conversation `id` themselves: its fork is no longer
 /// continued in its place.
 pub fn opened(remote: &Remote, id: &str) {
-    let _ = take_fork_of(remote, id);
-}
-
-/// Whether a fork of `id` waits for its next turn to continue it.
-fn fork_waiting(remote: &Remote, id: &str) -> bool {
-    remote
-        .forks
-        .lock()
-        .is_ok_and(|f| f.iter().any(|f| f.from == id))
-}
-
-fn take_fork_of(remote: &Remote, id: &str) -> Option<ForkNote> {
-    let mut forks = remote.forks.lock().ok()?;
-    let at = forks.iter().position(|f| f.from == id)?;
-    Some(forks.remove(at))
+    remote.forks.opened(id);
 }
 
 /// Whether this machine has pushed or pulled conversation `id`.
@@ -233,7 +188,7 @@ pub async fn before_turn(
     }
     // No other agentd changed it since the last pull (LISTEN/NOTIFY): no query.
     let ticket = remote.listener.begin_check(&lease.doc.id);
-    if ticket.is_none() && !fork_waiting(remote, &lease.doc.id) {
+    if ticket.is_none() && !remote.forks.waiting(&lease.doc.id) {
         return (lease, notes);
     }
     let id = lease.doc.id.clone();
@@ -271,15 +226,18 @@ pub async fn before_turn(
         tracing::warn!(id = %id, "{note}");
         notes.push(note);
     }
-    let Some(fork) = take_fork_of(remote, &id) else {
+    // A fork made here (by this pull, or by the pusher or a pull before
+    // this turn): the turn says so, on whichever side it landed.
+    let (lines, continue_in) = remote.forks.for_turn(&id);
+    notes.extend(lines);
+    let Some(fork) = continue_in else {
         return (lease, notes);
     };
-    notes.push(fork.line());
     // The fork is new here: no turn holds it, so this does not wait.
-    match group.begin_turn(Some(fork.to.clone())).await {
+    match group.begin_turn(Some(fork.clone())).await {
         Ok(forked) => (forked, notes),
         Err(e) => {
-            tracing::warn!("remote: cannot continue fork {}: {e}", fork.to);
+            tracing::warn!("remote: cannot continue fork {fork}: {e}");
             (lease, notes)
         }
     }
@@ -376,13 +334,12 @@ pub(super) async fn reconcile(
             to: fork.id.clone(),
             title,
             other: copy.machine.clone(),
+            redirect: true,
+            told: false,
             reported: false,
         };
         tracing::warn!("remote: {}", note.line());
-        if let Ok(mut forks) = remote.forks.lock() {
-            forks.retain(|f| f.from != note.from);
-            forks.push(note);
-        }
+        remote.forks.made(note);
     }
     let pulled = copy::pulled(&local, shared, &copy)?;
     let now = group.absorb(lease, pulled).await.map_err(local_err)?;

@@ -45,7 +45,8 @@ SELECT c.id, c.folder, c.agent, c.title, c.machine, top.rank::float4,
            SELECT count(*) FROM records u
             WHERE u.conversation_id = c.id AND u.seq <= top.seq AND u.item->>'type' = 'user'
        ) END::int8,
-       (extract(epoch FROM coalesce(r.at, c.updated_at)) * 1000)::int8,
+       CASE WHEN isfinite(coalesce(r.at, c.updated_at))
+            THEN (extract(epoch FROM coalesce(r.at, c.updated_at)) * 1000)::int8 END,
        ts_headline('simple',
            left(CASE WHEN top.seq IS NULL THEN c.title
                 ELSE coalesce(r.item->>'text', r.item->>'output', r.item->>'arguments', '') END,
@@ -65,7 +66,7 @@ impl Remote {
         scope: Option<(&str, &str)>,
         local: &[String],
         limit: usize,
-    ) -> Result<Vec<RemoteHit>, RemoteError> {
+    ) -> Result<(Vec<RemoteHit>, Vec<String>), RemoteError> {
         let client = self.lane(super::lanes::Lane::Search).await?;
         let (project, agent) = scope.unzip();
         // Several records of one turn may match: fetch more, keep the best.
@@ -89,8 +90,23 @@ impl Remote {
             .map_err(|e| self.server_error(e))?;
         client.done();
         let mut hits: Vec<RemoteHit> = Vec::new();
+        let mut notes = Vec::new();
         for row in rows {
-            let hit = hit_of(&row).map_err(|e| self.server_error(e))?;
+            // A row with a value no agentd writes is skipped, and named.
+            let hit = match hit_of(&row) {
+                Ok(hit) => hit,
+                Err(e) => {
+                    let id = row.try_get::<_, String>(0).unwrap_or_default();
+                    let note = format!(
+                        "skipped a remote match in conversation {}: {e}",
+                        agentx_shared::terminal::visible(&id)
+                    );
+                    if !notes.contains(&note) {
+                        notes.push(note);
+                    }
+                    continue;
+                }
+            };
             if crate::store::is_conversation_id(&hit.hit.session_id)
                 && !hits
                     .iter()
@@ -100,7 +116,7 @@ impl Remote {
             }
         }
         hits.truncate(limit);
-        Ok(hits)
+        Ok((hits, notes))
     }
 
     /// Ids of the conversations this machine holds: in `group_dir`
@@ -124,21 +140,27 @@ impl Remote {
     }
 }
 
-fn hit_of(row: &tokio_postgres::Row) -> Result<RemoteHit, tokio_postgres::Error> {
-    let (snippet, highlights) = marked(&row.try_get::<_, String>(8)?);
+/// One hit, or why its row cannot be one (a value no agentd writes).
+fn hit_of(row: &tokio_postgres::Row) -> Result<RemoteHit, String> {
+    let read = |e: tokio_postgres::Error| format!("a value cannot be read ({e})");
+    let (snippet, highlights) = marked(&row.try_get::<_, String>(8).map_err(read)?);
+    let at = row
+        .try_get::<_, Option<i64>>(7)
+        .map_err(read)?
+        .ok_or_else(|| "its time is not a real time".to_owned())?;
     Ok(RemoteHit {
         hit: crate::search::Hit {
-            session_id: row.try_get(0)?,
-            folder: row.try_get(1)?,
-            agent: row.try_get(2)?,
-            title: row.try_get(3)?,
-            score: row.try_get(5)?,
-            turn: u32::try_from(row.try_get::<_, i64>(6)?).unwrap_or(u32::MAX),
-            at: row.try_get(7)?,
+            session_id: row.try_get(0).map_err(read)?,
+            folder: row.try_get(1).map_err(read)?,
+            agent: row.try_get(2).map_err(read)?,
+            title: row.try_get(3).map_err(read)?,
+            score: row.try_get(5).map_err(read)?,
+            turn: u32::try_from(row.try_get::<_, i64>(6).map_err(read)?).unwrap_or(u32::MAX),
+            at,
             snippet,
             highlights,
         },
-        machine: row.try_get(4)?,
+        machine: row.try_get(4).map_err(read)?,
     })
 }
 

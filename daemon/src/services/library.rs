@@ -45,7 +45,7 @@ impl LibraryService {
         query: String,
         scope: Option<(String, String)>,
         limit: usize,
-    ) -> Result<Vec<SearchHit>, String> {
+    ) -> Result<(Vec<SearchHit>, String), String> {
         let group_dir = scope.as_ref().map(|(f, a)| self.store.group_dir(f, a));
         let searching = async {
             let lister = Arc::clone(&remote);
@@ -68,17 +68,19 @@ impl LibraryService {
             Ok::<_, RemoteError>((hits, profile))
         };
         match tokio::time::timeout(remote.list_wait(), searching).await {
-            Ok(Ok((hits, profile))) => Ok(hits
-                .into_iter()
-                .map(|h| {
-                    // Kept by this profile in another checkout: local.
-                    if profile.contains(&h.hit.session_id) {
-                        wire_hit(h.hit, Location::Local, remote.machine().to_owned())
-                    } else {
-                        remote_hit(h)
-                    }
-                })
-                .collect()),
+            Ok(Ok(((hits, notes), profile))) => Ok((
+                hits.into_iter()
+                    .map(|h| {
+                        // Kept by this profile in another checkout: local.
+                        if profile.contains(&h.hit.session_id) {
+                            wire_hit(h.hit, Location::Local, remote.machine().to_owned())
+                        } else {
+                            remote_hit(h)
+                        }
+                    })
+                    .collect(),
+                notes.join("; "),
+            )),
             Ok(Err(e)) => Err(format!(
                 "the remote store was not reached ({e}); showing this machine's matches only"
             )),
@@ -260,7 +262,7 @@ impl Library for LibraryService {
             .map(|h| wire_hit(h, Location::Local, machine.clone()))
             .collect();
         let (hits, remote_note) = match remote {
-            Some(Ok(remote_hits)) => (merge(hits, remote_hits, limit), String::new()),
+            Some(Ok((remote_hits, note))) => (merge(hits, remote_hits, limit), note),
             Some(Err(note)) => (hits, note),
             None => (hits, String::new()),
         };

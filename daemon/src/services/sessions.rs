@@ -180,7 +180,7 @@ impl SessionsService {
             });
         }
         merged.sort_by_key(|s| std::cmp::Reverse(s.updated_at.map_or(0, |t| t.unix_ms)));
-        (merged, String::new(), listed.more)
+        (merged, listed.notes.join("; "), listed.more)
     }
 }
 

@@ -209,6 +209,16 @@ fn two_machines_going_on_from_one_point_make_exactly_one_fork() {
         "{}",
         stdout(&out)
     );
+    // The turn that landed in the fork says so, once.
+    let said = stderr(&out);
+    let told: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("kept as a fork"))
+        .collect();
+    assert_eq!(told.len(), 1, "{said}");
+    assert!(told[0].contains(&fork_id), "{said}");
+    let out = b.chat(&model, ["--approval", "never"], "b again\n");
+    assert!(!stderr(&out).contains("kept as a fork"), "{}", stderr(&out));
     let out = b.chat(&model, ["resume", id.as_str()], "");
     assert_code(&out, 0);
     let st = b.status();

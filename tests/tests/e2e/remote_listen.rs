@@ -232,3 +232,74 @@ fn a_listing_past_1000_remote_conversations_says_how_many_more_there_are() {
     assert_eq!(json_out(&out).as_array().unwrap().len(), 999);
     assert!(!stderr(&out).contains("more remote"), "{}", stderr(&out));
 }
+
+#[test]
+fn rows_with_impossible_values_are_skipped_by_name_and_the_rest_is_listed() {
+    let Some(pg) = shared() else { return };
+    let db = "l_impossible";
+    let url = pg.new_db(db);
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    assert_eq!(a.sync()["reached"], true);
+    pg.execute(
+        db,
+        "INSERT INTO conversations (id, project, agent, title, machine, folder,
+             created_at, updated_at, turns, records)
+         VALUES ('00000000000a-abcdef', 'github.com/acme/app', 'default', 'fine zebra one',
+                 'elsewhere', '/srv/app', now(), now(), 3, 6),
+                ('00000000000b-abcdef', 'github.com/acme/app', 'default', 'broken zebra',
+                 'elsewhere', '/srv/app', now(), 'infinity', 3, 6),
+                ('00000000000c-abcdef', 'github.com/acme/app', 'default', 'counted zebra',
+                 'elsewhere', '/srv/app', now(), now() - interval '1 minute', 2147483647, 6)",
+    );
+    pg.execute(
+        db,
+        "INSERT INTO records (conversation_id, seq, at, item, machine)
+         VALUES ('00000000000a-abcdef', 1, now(), '{\"type\":\"user\",\"text\":\"zebra crossing\"}', 'elsewhere'),
+                ('00000000000c-abcdef', 1, 'infinity', '{\"type\":\"user\",\"text\":\"zebra stripes\"}', 'elsewhere')",
+    );
+
+    let out = a.run(["sessions", "--json"]);
+    assert_code(&out, 0);
+    let listed = json_out(&out);
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["where"] == "remote")
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        ["00000000000a-abcdef", "00000000000c-abcdef"],
+        "{listed}"
+    );
+    let counted = &listed.as_array().unwrap()[1];
+    assert_eq!(
+        counted["turns"], 0,
+        "an implausible count is not shown: {counted}"
+    );
+    let said = stderr(&out);
+    assert!(!said.contains("not reached"), "{said}");
+    assert!(
+        said.contains(
+            "skipped remote conversation 00000000000b-abcdef: its update time is not a real time"
+        ),
+        "{said}"
+    );
+    assert!(said.contains("2147483647 turns, which cannot be"), "{said}");
+
+    let out = a.run(["search", "--all", "--json", "zebra"]);
+    assert_code(&out, 0);
+    let found = json_out(&out);
+    let hits: Vec<&str> = found
+        .as_array()
+        .unwrap_or_else(|| panic!("{found}"))
+        .iter()
+        .map(|h| h["session_id"].as_str().unwrap())
+        .collect();
+    assert!(hits.contains(&"00000000000a-abcdef"), "{found}");
+    assert!(!hits.contains(&"00000000000b-abcdef"), "{found}");
+    let said = stderr(&out);
+    assert!(!said.contains("not reached"), "{said}");
+    assert!(said.contains("skipped a remote match"), "{said}");
+}
