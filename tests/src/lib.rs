@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
 pub mod at_server;
+pub mod blackhole;
 pub mod fake_model;
 pub mod postgres;
 pub mod schema;

@@ -68,6 +68,10 @@ pub struct Waits {
     /// Every lane's statement bound (`AGENTX_REMOTE_STATEMENT_MS`; unset:
     /// each lane's own, see [`Lane::statement_bound`]).
     statement: Option<Duration>,
+    /// How long a push may go without an answer before a heartbeat asks
+    /// whether the server is still there (`AGENTX_REMOTE_STALL_MS`, 30 s);
+    /// also the heartbeat's own bound.
+    pub stall: Duration,
 }
 
 impl Waits {
@@ -81,6 +85,9 @@ impl Waits {
         Self {
             list: ms("AGENTX_REMOTE_WAIT_MS").unwrap_or(Duration::from_millis(900)),
             statement: ms("AGENTX_REMOTE_STATEMENT_MS"),
+            stall: ms("AGENTX_REMOTE_STALL_MS")
+                .filter(|d| !d.is_zero())
+                .unwrap_or(Duration::from_secs(30)),
         }
     }
 }
@@ -217,7 +224,9 @@ impl Drop for LaneClient {
                     return;
                 }
             }
-            cancel(&client, &tls).await;
+            // Bounded: over a link that drops packets the cancel request
+            // gets no answer either.
+            let _ = tokio::time::timeout(super::CONNECT_WAIT, cancel(&client, &tls)).await;
             // Dropping the client closes the connection.
         });
     }

@@ -131,6 +131,12 @@ impl RemoteError {
         }
     }
 
+    /// Whether the server was not reached at all (no connection), as
+    /// opposed to one that answered with an error.
+    fn unreached(&self) -> bool {
+        matches!(self, Self::Server { message, .. } if message.starts_with(UNREACHED))
+    }
+
     /// This error with `url`'s secrets taken out of a server's message.
     fn redacted(self, url: &RemoteUrl) -> Self {
         match self {
@@ -158,6 +164,9 @@ fn db_text(e: &tokio_postgres::Error) -> String {
 
 /// How long `agentx sync` waits by default.
 const SYNC_WAIT: Duration = Duration::from_secs(10);
+/// How a connection that reached no server starts its message.
+const UNREACHED: &str = "cannot reach ";
+
 /// How long one connection attempt may take.
 const CONNECT_WAIT: Duration = Duration::from_secs(5);
 
@@ -281,6 +290,9 @@ struct Inner {
     /// the server.
     attempted: bool,
     reached: bool,
+    /// The last pass could not reach the server at all (no connection, or
+    /// a push that stopped moving and a heartbeat that got no answer).
+    unreached: bool,
     last_error: Option<String>,
     pushed_conversations: u64,
     pushed_records: u64,
@@ -410,7 +422,9 @@ impl Remote {
             .map(|u| u.shown.clone())
             .unwrap_or_default();
         self.with(|inner| {
-            let state = if inner.pending.is_empty() && inner.attempted {
+            let state = if inner.attempted && !inner.reached && inner.unreached {
+                SyncState::Unreachable
+            } else if inner.pending.is_empty() && inner.attempted {
                 if inner.reached {
                     SyncState::Synced
                 } else {
@@ -474,12 +488,12 @@ impl Remote {
             }
             Ok(Ok(Ok(pair))) => pair,
             Ok(Ok(Err(e))) => {
-                let message = format!("cannot reach {}: {}", url.shown, db_text(&e));
+                let message = format!("{UNREACHED}{}: {}", url.shown, db_text(&e));
                 return Err(RemoteError::server_because(url.redact(&message), e));
             }
             Err(_) => {
                 return Err(RemoteError::server(format!(
-                    "cannot reach {}: no answer within {CONNECT_WAIT:?}",
+                    "{UNREACHED}{}: no answer within {CONNECT_WAIT:?}",
                     url.shown
                 )));
             }

@@ -106,13 +106,14 @@ fn turns_succeed_while_the_server_is_down_and_are_pushed_once_it_is_back() {
     let st = wait_status(&env, |s| {
         s["remote"]["pending"].as_u64() >= Some(1) && !s["remote"]["last_error"].is_null()
     });
-    assert_eq!(st["remote"]["state"], "pending", "{st}");
+    // The server is down: nothing reaches it, and the state says so.
+    assert_eq!(st["remote"]["state"], "unreachable", "{st}");
     let out = env.run(["sync", "--wait-ms", "3000"]);
     assert_code(&out, 1);
     assert!(stderr(&out).contains("unreachable"), "{}", stderr(&out));
     // `agentx daemon status` shows the remote too.
     let daemon = json_out(&env.run(["daemon", "status", "--json"]));
-    assert_eq!(daemon["remote"]["state"], "pending", "{daemon}");
+    assert_eq!(daemon["remote"]["state"], "unreachable", "{daemon}");
     assert!(daemon["remote"]["pending"].as_u64() >= Some(1), "{daemon}");
     let error = daemon["remote"]["last_error"].as_str().unwrap_or_default();
     assert!(
@@ -122,7 +123,7 @@ fn turns_succeed_while_the_server_is_down_and_are_pushed_once_it_is_back() {
     let human = env.run(["daemon", "status"]);
     assert_code(&human, 0);
     let text = stdout(&human);
-    assert!(text.contains("remote:   pending ("), "{text}");
+    assert!(text.contains("remote:   unreachable ("), "{text}");
     assert!(text.contains("last error: "), "{text}");
 
     // agentd dies too; the outbox survives it.
@@ -255,8 +256,10 @@ fn listing_with_a_silent_remote_answers_within_its_bound() {
         "{note}"
     );
 
-    let st = env.status();
-    assert_eq!(st["remote"]["state"], "pending", "{st}");
+    // Once the pusher's connection attempt runs out (it never answers).
+    let st = wait_status(&env, |s| s["remote"]["state"] == "unreachable");
+    assert_eq!(st["remote"]["state"], "unreachable", "{st}");
+    assert!(st["remote"]["pending"].as_u64() >= Some(1), "{st}");
     let out = env.run(["sync", "--json", "--wait-ms", "500"]);
     assert_code(&out, 1);
     assert_eq!(

@@ -522,3 +522,46 @@ fn a_push_held_up_on_the_server_is_not_bounded_like_a_listing_and_goes_through()
     assert!(after > before, "{before} records before, {after} after");
     assert_eq!(a.status()["remote"]["state"], "synced");
 }
+
+#[test]
+fn a_link_that_drops_packets_makes_the_remote_unreachable_with_a_reason_then_heals() {
+    let Some(pg) = shared() else { return };
+    let db = "s_blackhole";
+    pg.new_db(db);
+    let hole = agentx_tests::blackhole::Blackhole::start(
+        format!("127.0.0.1:{}", pg.port).parse().unwrap(),
+    );
+    let url = format!("postgresql://agentx@127.0.0.1:{}/{db}", hole.port);
+    let mut a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    a.extra_env
+        .push(("AGENTX_REMOTE_STALL_MS".into(), "1000".into()));
+    let model = FakeModel::start();
+    assert_code(&a.chat(&model, ["--approval", "never"], "before\n"), 0);
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
+
+    hole.swallow();
+    let out = a.chat(&model, ["--approval", "never"], "in the hole\n");
+    assert_code(&out, 0);
+    // The stuck push is given up and the reason shown, not "pending"
+    // with no error for as long as the link stays dead.
+    let st = wait_status(&a, |s| s["remote"]["state"] == "unreachable");
+    assert_eq!(st["remote"]["state"], "unreachable", "{st}");
+    let error = st["remote"]["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("stopped answering") || error.contains("no answer within"),
+        "{st}"
+    );
+    assert!(st["remote"]["pending"].as_u64() >= Some(1), "{st}");
+
+    hole.heal();
+    // The retry backoff may be a few seconds by now.
+    let out = a.run(["sync", "--json", "--wait-ms", "20000"]);
+    assert_code(&out, 0);
+    let synced = json_out(&out);
+    assert_eq!(synced["reached"], true, "{synced}");
+    let st = a.status();
+    assert_eq!(st["remote"]["state"], "synced", "{st}");
+    let said = agentx_tests::postgres::texts(pg, db, &id);
+    assert!(said.iter().any(|t| t == "in the hole"), "{said:?}");
+}

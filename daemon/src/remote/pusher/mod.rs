@@ -61,13 +61,15 @@ pub(super) async fn run(
         }) else {
             return;
         };
-        let result = pass(&remote, forced).await;
+        remote.with(|i| i.unreached = false);
+        let result = watched(&remote, pass(&remote, forced)).await;
         let ok = result.is_ok();
         remote.with(|i| {
             i.attempted = true;
             match result {
                 Ok(()) => {
                     i.reached = true;
+                    i.unreached = false;
                     i.last_error = None;
                 }
                 Err(e) => {
@@ -100,6 +102,55 @@ pub(super) async fn run(
     }
 }
 
+/// Runs `pass`; when it goes [`Waits::stall`](super::lanes::Waits) without
+/// ending, a heartbeat on a connection of its own asks whether the server
+/// is still there. A server that answers (a large push on a slow link) is
+/// waited for; one that does not ends the pass: the push is dropped (its
+/// connection closed), the remote counts as unreachable, and the pass is
+/// tried again on the usual backoff. Without this a link that drops
+/// packets (no reset) would hold the push, and `status`, forever.
+async fn watched(
+    remote: &Remote,
+    pass: impl std::future::Future<Output = Result<(), RemoteError>>,
+) -> Result<(), RemoteError> {
+    tokio::pin!(pass);
+    let every = remote.waits.stall;
+    loop {
+        tokio::select! {
+            result = &mut pass => return result,
+            () = tokio::time::sleep(every) => {
+                if let Err(e) = heartbeat(remote, every).await {
+                    remote.with(|i| i.unreached = true);
+                    return Err(RemoteError::server(format!(
+                        "the remote store stopped answering: a push made no progress for {} s and {e}",
+                        every.as_secs_f32()
+                    )));
+                }
+            }
+        }
+    }
+}
+
+/// A fresh connection and `SELECT 1` within `bound`.
+async fn heartbeat(remote: &Remote, bound: Duration) -> Result<(), String> {
+    let url = remote.url.as_ref().map_err(Clone::clone)?;
+    let beat = async {
+        let client = Remote::connect(url).await.map_err(|e| e.to_string())?;
+        client
+            .simple_query("SELECT 1")
+            .await
+            .map(drop)
+            .map_err(|e| RemoteError::db(e).redacted(url).to_string())
+    };
+    match tokio::time::timeout(bound, beat).await {
+        Ok(result) => result.map_err(|e| format!("a heartbeat failed: {e}")),
+        Err(_) => Err(format!(
+            "a heartbeat got no answer within {} s",
+            bound.as_secs_f32()
+        )),
+    }
+}
+
 /// Until `at`, or forever.
 async fn sleep_until(at: Option<Instant>) {
     match at {
@@ -116,7 +167,11 @@ async fn pass(remote: &Arc<Remote>, forced: bool) -> Result<(), RemoteError> {
         .as_ref()
         .map_err(|e| RemoteError::Config(e.clone()))?;
     // Connecting migrates, and refuses a schema newer than ours.
-    let mut client = remote.lane(Lane::Push).await?;
+    let mut client = remote.lane(Lane::Push).await.inspect_err(|e| {
+        if e.unreached() {
+            remote.with(|i| i.unreached = true);
+        }
+    })?;
     if client.reused()
         && let Err(e) = super::schema::check(&client).await
     {
