@@ -25,30 +25,60 @@ pub enum Deleted {
     Later(String),
 }
 
-/// Deletes the remote copy of cleared conversation `id`.
+/// Deletes the remote copy of cleared conversation `id`. Until the server
+/// confirms, the deletion is pending (status counts it, the pusher retries
+/// it with backoff) — also when its tombstone cannot be written, for as long
+/// as this agentd runs.
 pub async fn delete(remote: &Remote, id: &str) -> Deleted {
     if !super::pull::has_copy(remote, id) {
         return Deleted::NoCopy;
     }
+    remote.with(|i| i.deletions.insert(id.to_owned()));
     let stone = tombstones(remote).join(id);
     let written = agentx_shared::profile::create_private_dir(&tombstones(remote))
         .and_then(|()| crate::durable::write_atomic(&stone, b""));
-    if let Err(e) = written {
-        tracing::warn!("remote: cannot record the deletion of {id}: {e}");
-    }
-    let _ = std::fs::remove_file(remote.pushed_dir.join(format!("{id}.json")));
+    let lost_on_restart = match written {
+        // Durable: the push state may go; the tombstone carries it.
+        Ok(()) => {
+            let _ = std::fs::remove_file(remote.pushed_dir.join(format!("{id}.json")));
+            false
+        }
+        Err(e) => {
+            tracing::warn!("remote: cannot record the deletion of {id}: {e}");
+            true
+        }
+    };
     let attempt = async {
         let _sync = remote.sync.lock().await;
         let client = super::pull::reader(remote).await?;
         delete_now(&client, id).await?;
-        let _ = std::fs::remove_file(&stone);
         Ok::<(), RemoteError>(())
     };
-    match tokio::time::timeout(CLEAR_WAIT, attempt).await {
-        Ok(Ok(())) => Deleted::Done,
-        Ok(Err(e)) => Deleted::Later(e.to_string()),
-        Err(_) => Deleted::Later(format!("no answer within {} s", CLEAR_WAIT.as_secs())),
-    }
+    let why = match tokio::time::timeout(CLEAR_WAIT, attempt).await {
+        Ok(Ok(())) => {
+            deleted(remote, id);
+            return Deleted::Done;
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {} s", CLEAR_WAIT.as_secs()),
+    };
+    // The pusher tries again now and on its backoff until the server
+    // answers, even when nothing else changes meanwhile.
+    remote.wake.notify_one();
+    Deleted::Later(if lost_on_restart {
+        format!(
+            "{why}; the deletion could not be recorded on disk either, so it is retried only while agentd runs"
+        )
+    } else {
+        why
+    })
+}
+
+/// The server confirmed: nothing of `id` is left to delete.
+fn deleted(remote: &Remote, id: &str) {
+    let _ = std::fs::remove_file(tombstones(remote).join(id));
+    let _ = std::fs::remove_file(remote.pushed_dir.join(format!("{id}.json")));
+    remote.with(|i| i.deletions.remove(id));
 }
 
 async fn delete_now(client: &Client, id: &str) -> Result<(), RemoteError> {
@@ -64,20 +94,30 @@ async fn delete_now(client: &Client, id: &str) -> Result<(), RemoteError> {
     Ok(())
 }
 
+/// The deletions still to make: tombstones on disk (an earlier agentd's
+/// too) and those only in memory. Blocking (reads a directory).
+pub(super) fn waiting(remote: &Remote) -> std::collections::BTreeSet<String> {
+    let mut ids = remote.with(|i| i.deletions.clone()).unwrap_or_default();
+    if let Ok(entries) = std::fs::read_dir(tombstones(remote)) {
+        for entry in entries.flatten() {
+            let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if id.starts_with('.') || agentx_shared::folder::check_component("id", &id).is_err() {
+                continue;
+            }
+            ids.insert(id);
+        }
+    }
+    ids
+}
+
 /// Deletes what `/clear` could not (the pusher, each pass).
 pub(super) async fn flush(remote: &Remote, client: &Client) -> Result<(), RemoteError> {
-    let Ok(entries) = std::fs::read_dir(tombstones(remote)) else {
-        return Ok(());
-    };
-    for entry in entries.flatten() {
-        let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        if id.starts_with('.') || agentx_shared::folder::check_component("id", &id).is_err() {
-            continue;
-        }
+    let ids = waiting(remote);
+    for id in ids {
         delete_now(client, &id).await?;
-        let _ = std::fs::remove_file(entry.path());
+        deleted(remote, &id);
     }
     Ok(())
 }

@@ -296,6 +296,8 @@ struct Inner {
     last_error: Option<String>,
     pushed_conversations: u64,
     pushed_records: u64,
+    /// Cleared conversations whose server copy is still to be deleted.
+    deletions: BTreeSet<String>,
     /// Pending documents the server refused, each retried on its own
     /// backoff while the others are pushed.
     refused: BTreeMap<PathBuf, pusher::Refused>,
@@ -422,9 +424,10 @@ impl Remote {
             .map(|u| u.shown.clone())
             .unwrap_or_default();
         self.with(|inner| {
+            let waiting = inner.pending.len() + inner.deletions.len();
             let state = if inner.attempted && !inner.reached && inner.unreached {
                 SyncState::Unreachable
-            } else if inner.pending.is_empty() && inner.attempted {
+            } else if waiting == 0 && inner.attempted {
                 if inner.reached {
                     SyncState::Synced
                 } else {
@@ -435,7 +438,7 @@ impl Remote {
             };
             Standing {
                 state,
-                pending: inner.pending.len() as u64,
+                pending: waiting as u64,
                 last_error: inner.last_error.clone(),
                 url: url.clone(),
                 machine: self.machine.clone(),

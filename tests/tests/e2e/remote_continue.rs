@@ -530,3 +530,47 @@ fn a_remote_failure_while_resuming_exits_1_and_names_the_remote_store() {
         "ALTER TABLE records_away RENAME TO records",
     );
 }
+
+#[test]
+fn a_clear_the_server_missed_is_retried_until_its_copy_is_gone_even_unrecorded() {
+    let Some(pg) = shared() else { return };
+    pg.new_db("c_clear_retry");
+    let hole = agentx_tests::blackhole::Blackhole::start(
+        format!("127.0.0.1:{}", pg.port).parse().unwrap(),
+    );
+    let url = format!("postgresql://agentx@127.0.0.1:{}/c_clear_retry", hole.port);
+    let a = machine("machine-a", "git@github.com:acme/app.git", &url);
+    let model = FakeModel::start();
+    assert_code(&a.chat(&model, ["--approval", "never"], "doomed\n"), 0);
+    assert_eq!(a.sync()["reached"], true);
+    let id = a.status()["session_id"].as_str().unwrap().to_owned();
+    // The tombstone cannot be written: its directory's name is taken.
+    let stones = a.home.join("remote").join("deleted");
+    let _ = std::fs::remove_dir(&stones);
+    std::fs::write(&stones, "not a directory").unwrap();
+
+    hole.swallow();
+    let out = a.run(["clear", "--yes"]);
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains("its copy is deleted once it is back"),
+        "{}",
+        stdout(&out)
+    );
+    let st = json_out(&a.run(["daemon", "status", "--json"]));
+    assert!(st["remote"]["pending"].as_u64() >= Some(1), "{st}");
+    hole.heal();
+    // Nothing else happens here: no turn, no sync. The pusher alone
+    // deletes the copy once the server answers again.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(45);
+    let gone = format!("SELECT count(*) FROM conversations WHERE id = '{id}'");
+    while pg.count("c_clear_retry", &gone) != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server still keeps the cleared conversation"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let st = json_out(&a.run(["daemon", "status", "--json"]));
+    assert_eq!(st["remote"]["pending"], 0, "{st}");
+}

@@ -37,8 +37,12 @@ pub(super) async fn run(
     mut rx: mpsc::UnboundedReceiver<crate::store::Changed>,
 ) {
     let scan_remote = Arc::clone(&remote);
-    match tokio::task::spawn_blocking(move || scan(&scan_remote)).await {
-        Ok(dirty) => {
+    let scanned = tokio::task::spawn_blocking(move || {
+        (scan(&scan_remote), super::clear::waiting(&scan_remote))
+    });
+    match scanned.await {
+        Ok((dirty, deletions)) => {
+            remote.with(|i| i.deletions.extend(deletions));
             for doc in dirty {
                 remote.mark(doc);
             }
