@@ -209,8 +209,24 @@ pub enum Command {
     Rewind {
         /// Snapshot N (1 = newest, as `snapshots` numbers them) or its ID;
         /// none: list them.
-        #[arg(value_name = "N|ID")]
+        #[arg(value_name = "N|ID", conflicts_with = "to")]
         index: Option<String>,
+        /// Go back to before message N of this conversation (1 = the last,
+        /// as `diff N` numbers them): its files, its conversation, or both.
+        #[arg(long, value_name = "N")]
+        to: Option<u32>,
+        /// With --to: put back the files only.
+        #[arg(long, requires = "to", conflicts_with_all = ["conversation", "both"])]
+        code: bool,
+        /// With --to: roll back the conversation only (files untouched).
+        #[arg(long, requires = "to", conflicts_with = "both")]
+        conversation: bool,
+        /// With --to: both the files and the conversation (the default).
+        #[arg(long, requires = "to")]
+        both: bool,
+        /// With --to: print the outcome as JSON.
+        #[arg(long, requires = "to")]
+        json: bool,
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,

@@ -196,9 +196,24 @@ async fn dispatch(ctx: &Ctx, command: Command) -> CliResult<()> {
             commands::diff::diff(ctx, of, format).await
         }
         Command::Undo { yes, force } => commands::snapshots::undo(ctx, yes, force).await,
-        Command::Rewind { index, yes, force } => {
-            commands::snapshots::rewind(ctx, index, yes, force).await
+        Command::Rewind {
+            to: Some(n),
+            code,
+            conversation,
+            json,
+            yes,
+            force,
+            ..
+        } => {
+            let halves = commands::snapshots::rewind_to::Halves {
+                code: code || !conversation,
+                conversation: conversation || !code,
+            };
+            commands::snapshots::rewind_to::run(ctx, n, halves, (yes, force, json)).await
         }
+        Command::Rewind {
+            index, yes, force, ..
+        } => commands::snapshots::rewind(ctx, index, yes, force).await,
         Command::Oneshots { json, action } => commands::oneshots::run(ctx, json, action).await,
         Command::Web { no_open, port } => web::run(ctx, no_open, port).await,
         Command::Daemon { .. } | Command::Completions { .. } | Command::Man => Ok(()),

@@ -12,6 +12,8 @@ use agentx_shared::proto::{
 };
 use agentx_shared::time::rfc3339_wire;
 
+pub mod rewind_to;
+
 use crate::context::Ctx;
 use crate::error::{CliError, CliResult};
 use crate::render::diff::Format;
@@ -137,8 +139,29 @@ pub enum Restore {
     RewindId(String),
 }
 
-/// Shows the plan, asks (unless `yes`), then restores.
-pub async fn restore(ctx: &Ctx, what: Restore, yes: bool, force: bool) -> CliResult<()> {
+/// Shows the plan, asks (unless `yes`), then restores; `false` when the
+/// user said no (nothing changed).
+pub async fn restore(ctx: &Ctx, what: Restore, yes: bool, force: bool) -> CliResult<bool> {
+    restore_saying(ctx, what, (yes, force), say_out).await
+}
+
+/// A line of a restore's outcome, for people: stdout.
+fn say_out(line: &str) {
+    println!("{line}");
+}
+
+/// A line of a restore's outcome when stdout carries JSON: stderr.
+pub fn say_err(line: &str) {
+    eprintln!("{line}");
+}
+
+/// [`restore`], its outcome lines given to `say`.
+pub async fn restore_saying(
+    ctx: &Ctx,
+    what: Restore,
+    (yes, force): (bool, bool),
+    say: fn(&str),
+) -> CliResult<bool> {
     let target = match &what {
         Restore::Undo(session) => Target::UndoSessionId(session.clone()),
         Restore::Rewind(n) => Target::RewindIndex(*n),
@@ -167,11 +190,11 @@ pub async fn restore(ctx: &Ctx, what: Restore, yes: bool, force: bool) -> CliRes
         ),
         _ => (String::new(), DiffOf::Since(plan.target_id.clone())),
     };
-    if !go_ahead(ctx, &plan, (verb, undo, yes), (&session, &of)).await? {
-        return Ok(());
+    if !go_ahead(ctx, &plan, (verb, undo, yes), (&session, &of), say).await? {
+        return Ok(plan.changes.is_empty());
     }
     let reply = apply(ctx, request, verb).await?;
-    report(&reply, verb, undo)
+    report(&reply, verb, undo, say).map(|()| true)
 }
 
 /// Asks agentd what restoring `request` would change.
@@ -217,9 +240,10 @@ async fn go_ahead(
     plan: &RestorePlan,
     (verb, undo, yes): (&str, bool, bool),
     (session, diff): (&str, &DiffOf),
+    say: fn(&str),
 ) -> CliResult<bool> {
     if plan.changes.is_empty() {
-        println!("nothing to change: the folder already matches");
+        say("nothing to change: the folder already matches");
         // An undo still moves past this message (and any it passed over).
         return Ok(undo);
     }
@@ -272,8 +296,8 @@ async fn apply(ctx: &Ctx, request: RestoreRequest, verb: &str) -> CliResult<Rest
 }
 
 /// Prints what the restore did; fails when some path could not be restored.
-fn report(reply: &RestoreReply, verb: &str, undo: bool) -> CliResult<()> {
-    println!(
+fn report(reply: &RestoreReply, verb: &str, undo: bool, say: fn(&str)) -> CliResult<()> {
+    say(&format!(
         "{verb}: {} restored, {} skipped, {} left alone, {} failed (snapshot {} holds the state before; `{}` returns to it)",
         reply.applied.len(),
         reply.skipped.len(),
@@ -281,7 +305,7 @@ fn report(reply: &RestoreReply, verb: &str, undo: bool) -> CliResult<()> {
         reply.errors.len(),
         reply.pre_restore_snapshot_id,
         crate::ui::how(&format!("rewind {}", reply.pre_restore_snapshot_id))
-    );
+    ));
     if !reply.skipped.is_empty() {
         eprintln!("skipped (changed since; --force restores them too):");
         show(&reply.skipped);
@@ -322,7 +346,9 @@ pub async fn undo(ctx: &Ctx, yes: bool, force: bool) -> CliResult<()> {
     if status.session_id.is_empty() {
         return Err(CliError::failed("this folder has no conversation to undo"));
     }
-    restore(ctx, Restore::Undo(status.session_id), yes, force).await
+    restore(ctx, Restore::Undo(status.session_id), yes, force)
+        .await
+        .map(drop)
 }
 
 /// `agentx rewind [N]`: without N, the list to choose from.
@@ -337,6 +363,6 @@ pub async fn rewind(ctx: &Ctx, index: Option<String>, yes: bool, force: bool) ->
             );
             Ok(())
         }
-        Some(n) => restore(ctx, rewind_target(&n), yes, force).await,
+        Some(n) => restore(ctx, rewind_target(&n), yes, force).await.map(drop),
     }
 }

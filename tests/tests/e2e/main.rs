@@ -33,6 +33,7 @@ mod remote_slow;
 mod repl_terminal;
 mod resilience;
 mod resume_replay;
+mod rewind_to;
 mod several_clients;
 mod slow_readers;
 mod snapshots;
