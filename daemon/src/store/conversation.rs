@@ -272,17 +272,57 @@ impl ConversationDoc {
     }
 
     /// A checkpoint of the current state.
+    ///
+    /// Names every field (no `..`): a new one must be placed here on purpose
+    /// (as in `store::carry` for forks and in a rollback's backup).
     pub fn checkpoint(&self, now_ms: i64) -> Checkpoint {
+        let Self {
+            // What a rollback to it restores.
+            response_id,
+            usage,
+            last_user,
+            last_assistant,
+            turns,
+            journal_items,
+            journal_bytes,
+            context,
+            // The conversation's, not one point's.
+            format: _,
+            id: _,
+            folder: _,
+            agent: _,
+            title: _,
+            created_at: _,
+            updated_at: _,
+            model: _,
+            approve_all: _,
+            checkpoints: _,
+            rollback: _,
+            older_rollbacks: _,
+            rollbacks: _,
+            base: _,
+            forked_from: _,
+            // Open work: a checkpoint is taken at a committed point.
+            pending_shell: _,
+            pending_shell_runs: _,
+            pending_calls: _,
+            calls_epoch: _,
+            unsent: _,
+            turn_open: _,
+            interrupted: _,
+            failed: _,
+            cut_short: _,
+        } = self;
         Checkpoint {
-            response_id: self.response_id.clone(),
-            usage: self.usage,
-            last_user: preview(&self.last_user),
-            last_assistant: preview(&self.last_assistant),
-            turns: self.turns,
-            journal_items: self.journal_items,
-            journal_bytes: self.journal_bytes,
+            response_id: response_id.clone(),
+            usage: *usage,
+            last_user: preview(last_user),
+            last_assistant: preview(last_assistant),
+            turns: *turns,
+            journal_items: *journal_items,
+            journal_bytes: *journal_bytes,
             created_at: now_ms,
-            context: self.context,
+            context: *context,
             note: None,
         }
     }

@@ -107,21 +107,7 @@ pub async fn fork(
             "the conversation was rolled back while forking; try again".into(),
         ));
     }
-    let now = agentx_shared::time::now_ms();
-    let mut doc = ConversationDoc::new(id, parent.folder.clone(), parent.agent.clone(), now);
-    doc.title = parent.title.clone();
-    doc.response_id = cp.response_id.clone();
-    doc.usage = cp.usage;
-    doc.last_user = cp.last_user.clone();
-    doc.last_assistant = cp.last_assistant.clone();
-    doc.turns = cp.turns;
-    doc.journal_items = cp.journal_items;
-    doc.journal_bytes = cp.journal_bytes;
-    doc.checkpoints = parent.checkpoints[..keep].to_vec();
-    doc.forked_from = Some(ForkOrigin {
-        id: parent.id.clone(),
-        turn: cp.turns,
-    });
+    let doc = super::carry::forked(&parent, &cp, keep, id, agentx_shared::time::now_ms());
     adopt(group, dir, doc).await
 }
 
@@ -431,18 +417,6 @@ pub async fn keep_as_fork(
     let to = ConversationPaths::new(dir, &id).journal;
     let bytes = parent.journal_bytes;
     off_runtime(move || copy_prefix(from, to, bytes, "its document says")).await?;
-    let mut doc = parent.clone();
-    doc.id = id;
-    doc.title = title;
-    doc.created_at = agentx_shared::time::now_ms();
-    doc.updated_at = doc.created_at.max(parent.updated_at);
-    doc.rollback = None;
-    doc.older_rollbacks = Vec::new();
-    doc.rollbacks = 0;
-    doc.base = None;
-    doc.forked_from = Some(ForkOrigin {
-        id: parent.id.clone(),
-        turn,
-    });
+    let doc = super::carry::kept_line(parent, id, title, turn, agentx_shared::time::now_ms());
     adopt(group, dir, doc).await
 }

@@ -1,6 +1,7 @@
 //! The conversation store: one actor task per (folder, agent) group owns its
 //! files and serializes every write; handlers reach it through a [`GroupHandle`].
 
+mod carry;
 mod commits;
 pub mod elsewhere;
 pub mod fork;

@@ -199,6 +199,45 @@ impl Conversation {
 /// (pending calls, unsent items and markers — interrupted, failed, cut
 /// short — are moved into it: they describe the last turn, which it cuts).
 fn take_backup(doc: &mut ConversationDoc, rolled_back_to: u64, now: i64) -> RollbackBackup {
+    // Every field named (no `..`): a new one is placed here on purpose.
+    let ConversationDoc {
+        // Kept in the backup (some moved into it, see below).
+        response_id: _,
+        usage: _,
+        last_user: _,
+        last_assistant: _,
+        pending_calls: _,
+        turns: _,
+        journal_items: _,
+        journal_bytes: _,
+        unsent: _,
+        interrupted: _,
+        failed: _,
+        cut_short: _,
+        checkpoints: _,
+        context: _,
+        // The conversation's own, unchanged by a rollback.
+        format: _,
+        id: _,
+        folder: _,
+        agent: _,
+        title: _,
+        created_at: _,
+        updated_at: _,
+        model: _,
+        approve_all: _,
+        base: _,
+        forked_from: _,
+        rollback: _,
+        older_rollbacks: _,
+        rollbacks: _,
+        // The user's `!command` output waits for the next message whatever
+        // the line; the calls log's epoch follows `pending_calls` on save.
+        pending_shell: _,
+        pending_shell_runs: _,
+        calls_epoch: _,
+        turn_open: _,
+    } = &*doc;
     RollbackBackup {
         response_id: doc.response_id.clone(),
         usage: doc.usage,
