@@ -267,14 +267,20 @@ pub fn marked(snippet: &str, hit: &SearchHit, open: &str, close: &str) -> String
         {
             continue;
         }
-        out.push_str(&visible(&snippet[at..start]));
+        out.push_str(&flat(&snippet[at..start]));
         out.push_str(open);
-        out.push_str(&visible(&snippet[start..end]));
+        out.push_str(&flat(&snippet[start..end]));
         out.push_str(close);
         at = end;
     }
-    out.push_str(&visible(&snippet[at..]));
+    out.push_str(&flat(&snippet[at..]));
     out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A snippet's text on one line: line breaks and tabs are spaces (not
+/// `\x0a`), any other control character shown escaped.
+fn flat(text: &str) -> String {
+    visible(&text.replace(['\n', '\r', '\t'], " ")).into_owned()
 }
 
 /// Hits, best first, numbered; the command that opens each. Highlights are

@@ -331,3 +331,14 @@ fn wire_enums_keep_their_json_words() {
     both.location = Location::Both as i32;
     assert_eq!(json::summary(&both, "/work/app")["where"], "both");
 }
+
+#[test]
+fn a_search_snippet_reads_on_one_line_with_its_breaks_as_spaces() {
+    let hit = agentx_shared::proto::SearchHit {
+        snippet: "first line\nsecond\tline \u{1b}[31m".into(),
+        highlights: vec![agentx_shared::proto::Highlight { start: 11, end: 17 }],
+        ..Default::default()
+    };
+    let shown = super::human::marked(&hit.snippet, &hit, "[", "]");
+    assert_eq!(shown, "first line [second] line \\x1b[31m");
+}

@@ -76,6 +76,19 @@ struct Line {
     item: Item,
 }
 
+/// What a tool call shows in search: a shell call as `$ command`, any
+/// other as its arguments (JSON).
+fn call_text(arguments: String) -> String {
+    #[derive(Deserialize)]
+    struct Shell {
+        command: String,
+    }
+    match serde_json::from_str::<Shell>(&arguments) {
+        Ok(shell) => format!("$ {}", shell.command),
+        Err(_) => arguments,
+    }
+}
+
 /// The turns of the journal's bytes `from..committed`; `from` must be where
 /// a line starts. A turn starts at a user message, or at the first indexed
 /// line when none came before; reading stops at a line that is not text.
@@ -120,7 +133,7 @@ pub(super) fn turns(journal: &Path, from: u64, committed: u64) -> Vec<Turn> {
                 text
             }
             Item::Assistant { text } => text,
-            Item::FunctionCall { arguments, .. } => arguments,
+            Item::FunctionCall { arguments, .. } => call_text(arguments),
             Item::FunctionOutput { output, .. } => output,
             // Its summary repeats what the transcript already holds.
             Item::Compaction { .. } => continue,
@@ -259,5 +272,20 @@ impl SearchIndex {
             },
         );
         added
+    }
+}
+
+#[cfg(test)]
+mod call_text_tests {
+    #[test]
+    fn a_shell_call_is_indexed_as_its_command_not_its_json() {
+        assert_eq!(
+            super::call_text(r#"{"command":"cargo test -p x"}"#.into()),
+            "$ cargo test -p x"
+        );
+        assert_eq!(
+            super::call_text(r#"{"path":"a"}"#.into()),
+            r#"{"path":"a"}"#
+        );
     }
 }
