@@ -66,10 +66,17 @@ impl SnapshotStore {
                     )));
                 };
                 let a = self.manifest_of(folder, &before)?;
+                let said = before
+                    .owners
+                    .iter()
+                    .find(|o| &o.session == session)
+                    .map(|o| o.label.clone())
+                    .unwrap_or_default();
+                let from = format!("before message {n} ({said:?}, snapshot {})", before.id);
                 let (b, to, side) = match after {
                     Some(after) => (
                         self.manifest_of(folder, &after)?,
-                        label(&after),
+                        format!("after it (snapshot {})", after.id),
                         Side::Stored,
                     ),
                     // Still running (or cut short): up to the folder now.
@@ -80,11 +87,7 @@ impl SnapshotStore {
                     ),
                 };
                 let files = self.compare(&a, &b, side)?;
-                Ok(Diff {
-                    from: label(&before),
-                    to,
-                    files,
-                })
+                Ok(Diff { from, to, files })
             }
             DiffOf::Since(to) => {
                 let snap = self.rewind_target(folder, to)?;

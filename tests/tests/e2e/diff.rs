@@ -33,7 +33,15 @@ fn a_message_s_changes_are_shown_as_a_diff_with_counts() {
     assert!(patch.contains("blob.bin (added): binary file"), "{patch}");
     assert!(!patch.contains('\x1b'), "no color into a pipe: {patch}");
 
-    let files = json_out(&env.run(["diff", "--json"]))["files"].clone();
+    let diff = json_out(&env.run(["diff", "--json"]));
+    // The sides are named by the message, not only by snapshot ids.
+    let from = diff["from"].as_str().unwrap();
+    assert!(from.starts_with("before message 1 (\"CALL "), "{diff}");
+    assert!(
+        diff["to"].as_str().unwrap().starts_with("after it"),
+        "{diff}"
+    );
+    let files = diff["files"].clone();
     let by_path = |p: &str| {
         files
             .as_array()
