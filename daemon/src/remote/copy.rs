@@ -1,7 +1,6 @@
 //! One conversation as the remote keeps it and as this machine does, side
 //! by side: read both, find what they share, and build the local journal.
 
-use std::io::Read as _;
 use std::path::Path;
 
 use tokio_postgres::Client;
@@ -154,29 +153,24 @@ pub async fn read_remote(
 
 /// The committed local journal: each record and the byte offset after it.
 pub fn read_local(journal: &Path, committed: u64) -> std::io::Result<Vec<(Record, u64)>> {
-    if committed == 0 {
-        return Ok(Vec::new());
-    }
-    let mut buf = Vec::new();
-    std::fs::File::open(journal)?
-        .take(committed)
-        .read_to_end(&mut buf)?;
-    let mut out = Vec::new();
-    let mut end = 0u64;
-    for line in buf.split_inclusive(|b| *b == b'\n') {
-        end += line.len() as u64;
-        let mut item: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_slice(line).map_err(std::io::Error::other)?;
-        let at = item.remove("at").and_then(|v| v.as_i64()).unwrap_or(0);
-        out.push((
-            Record {
-                at,
-                item: serde_json::Value::Object(item),
-            },
-            end,
-        ));
-    }
-    Ok(out)
+    let lines = crate::store::journal::read::<serde_json::Map<String, serde_json::Value>>(
+        journal, 0, committed,
+    )
+    .map_err(std::io::Error::other)?;
+    Ok(lines
+        .into_iter()
+        .map(|line| {
+            let mut item = line.value;
+            let at = item.remove("at").and_then(|v| v.as_i64()).unwrap_or(0);
+            (
+                Record {
+                    at,
+                    item: serde_json::Value::Object(item),
+                },
+                line.end,
+            )
+        })
+        .collect())
 }
 
 /// How many records from the start the two copies share (`remote` holds

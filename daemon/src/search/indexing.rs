@@ -91,38 +91,16 @@ fn call_text(arguments: String) -> String {
 
 /// The turns of the journal's bytes `from..committed`; `from` must be where
 /// a line starts. A turn starts at a user message, or at the first indexed
-/// line when none came before; reading stops at a line that is not text.
+/// line when none came before; reading stops at a damaged line (as every
+/// journal reader does, see `store::journal`).
 pub(super) fn turns(journal: &Path, from: u64, committed: u64) -> Vec<Turn> {
-    use std::io::{BufRead as _, Read as _, Seek as _};
-    let Ok(mut file) = std::fs::File::open(journal) else {
-        return Vec::new();
-    };
-    if from > 0 && file.seek(std::io::SeekFrom::Start(from)).is_err() {
-        return Vec::new();
+    let (lines, bad) = crate::store::journal::read_until_bad::<Line>(journal, from, committed);
+    if let Some(e) = bad {
+        tracing::warn!("search: indexing stops at {e}");
     }
-    let mut reader = std::io::BufReader::new(file.take(committed.saturating_sub(from)));
     let mut out: Vec<Turn> = Vec::new();
-    let mut pos = from;
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        let start = pos;
-        match reader.read_until(b'\n', &mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => pos += n as u64,
-        }
-        if buf.last() == Some(&b'\n') {
-            buf.pop();
-            if buf.last() == Some(&b'\r') {
-                buf.pop();
-            }
-        }
-        let Ok(line) = std::str::from_utf8(&buf) else {
-            break;
-        };
-        let Ok(line) = serde_json::from_str::<Line>(line) else {
-            continue;
-        };
+    for record in lines {
+        let (start, line) = (record.start, record.value);
         let text = match line.item {
             Item::User { text } => {
                 out.push(Turn {

@@ -6,7 +6,7 @@
 //! append and the document write) are cut off on load.
 
 use std::fs::File;
-use std::io::{self, BufRead as _, BufReader};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -653,23 +653,22 @@ pub fn read_journal(path: &Path, committed: u64) -> Result<Vec<Item>, LoadError>
 }
 
 /// The first `committed` bytes of journal contents as items; `path` only
-/// names the journal in errors.
+/// names the journal in errors. A line that does not parse is damage (see
+/// `store::journal`): the whole read fails, naming it.
 pub fn parse_journal(
     journal: impl io::Read,
     committed: u64,
     path: &Path,
 ) -> Result<Vec<Item>, LoadError> {
-    let reader = BufReader::new(io::Read::take(journal, committed));
-    let mut items = Vec::new();
-    for (n, line) in reader.lines().enumerate() {
-        let line = line?;
-        let entry: Entry = serde_json::from_str(&line).map_err(|e| LoadError::Corrupt {
-            path: path.to_path_buf(),
-            reason: format!("line {}: {e}", n + 1),
+    let records =
+        super::journal::parse::<Entry>(journal, (0, committed), path).map_err(|e| match e {
+            super::journal::JournalError::Io(e) => LoadError::Io(e),
+            super::journal::JournalError::Bad { line, reason, .. } => LoadError::Corrupt {
+                path: path.to_path_buf(),
+                reason: format!("line {line}: {reason}"),
+            },
         })?;
-        items.push(entry.item);
-    }
-    Ok(items)
+    Ok(records.into_iter().map(|r| r.value.item).collect())
 }
 
 /// A one-line title from the first message.

@@ -199,20 +199,18 @@ fn export_document(
     serde_json::to_string_pretty(&document).map_err(StoreError::encode)
 }
 
-/// The `at` of each committed journal line (best effort).
+/// The `at` of each committed journal line, up to a damaged one (the
+/// items after it are given the conversation's start time).
 fn journal_times(path: &Path, committed: u64) -> Vec<i64> {
     #[derive(Deserialize)]
     struct At {
         at: i64,
     }
-    let Ok(file) = std::fs::File::open(path) else {
-        return Vec::new();
-    };
-    let reader = std::io::BufReader::new(file.take(committed));
-    std::io::BufRead::lines(reader)
-        .map_while(Result::ok)
-        .map(|l| serde_json::from_str::<At>(&l).map(|a| a.at).unwrap_or(0))
-        .collect()
+    let (records, bad) = super::journal::read_until_bad::<At>(path, 0, committed);
+    if let Some(e) = bad {
+        tracing::warn!("export: item times stop at {e}");
+    }
+    records.into_iter().map(|r| r.value.at).collect()
 }
 
 /// Imports an export document into the group; returns the new conversation

@@ -6,6 +6,7 @@ mod commits;
 pub mod elsewhere;
 pub mod fork;
 mod group;
+pub mod journal;
 
 pub use commits::{Changed, Commits};
 pub mod conversation;

@@ -1,7 +1,6 @@
 //! The outbox: which conversations differ from what was last pushed (the
 //! start-up scan, the per-conversation push state) and what to push of each.
 
-use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -236,20 +235,14 @@ fn read_records(
     to: u64,
     base: &str,
 ) -> std::io::Result<Vec<Record>> {
-    if to <= from {
-        return Ok(Vec::new());
-    }
-    let mut file = std::fs::File::open(path)?;
-    file.seek(SeekFrom::Start(from))?;
-    let mut buf = Vec::new();
-    file.take(to - from).read_to_end(&mut buf)?;
+    let lines =
+        crate::store::journal::read::<serde_json::Map<String, serde_json::Value>>(path, from, to)
+            .map_err(std::io::Error::other)?;
     let mut out = Vec::new();
     let first = i64::try_from(first_seq).unwrap_or(i64::MAX);
-    let lines = buf.split(|b| *b == b'\n').filter(|l| !l.is_empty());
     let mut chain = base.to_owned();
     for (seq, line) in (first..).zip(lines) {
-        let mut item: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_slice(line).map_err(std::io::Error::other)?;
+        let mut item = line.value;
         let at = item.remove("at").and_then(|v| v.as_i64()).unwrap_or(0);
         let item = serde_json::Value::Object(item);
         chain = line::next(&chain, at, &item);

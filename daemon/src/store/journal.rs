@@ -1,0 +1,170 @@
+//! The one reader of a conversation's journal: the committed lines of a byte
+//! range, each parsed as the caller's record type, with where it starts and ends.
+//!
+//! One policy for a committed line that does not parse: it is damage,
+//! reported with the journal, the line's number and byte offset and why —
+//! never skipped, never read past. Loading a conversation fails with it (the
+//! store then treats the conversation as damaged), a push or a pull stops
+//! with it; views that only show or index ([`read_until_bad`]: search, an
+//! export's times) keep the lines before it and say what stopped them.
+
+use std::io::{self, BufRead as _, BufReader, Read, Seek as _, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+
+/// One committed line, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record<T> {
+    pub value: T,
+    /// Byte offsets in the journal: the line's first byte, and the byte
+    /// after its newline.
+    pub start: u64,
+    pub end: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("{}: line {line} (at byte {offset}) is not a journal record: {reason}", path.display())]
+    Bad {
+        path: PathBuf,
+        /// Counted from the start of the range read, from 1.
+        line: u64,
+        offset: u64,
+        reason: String,
+    },
+}
+
+/// The lines of `path` from byte `from` (where a line starts) to `to`
+/// (where the committed part ends), each parsed as `T`.
+pub fn read<T: DeserializeOwned>(
+    path: &Path,
+    from: u64,
+    to: u64,
+) -> Result<Vec<Record<T>>, JournalError> {
+    if to <= from {
+        return Ok(Vec::new());
+    }
+    let mut file = std::fs::File::open(path)?;
+    if from > 0 {
+        file.seek(SeekFrom::Start(from))?;
+    }
+    parse(file, (from, to), path)
+}
+
+/// [`read`] over journal contents given as a reader positioned at `from`;
+/// `path` only names the journal in errors.
+pub fn parse<T: DeserializeOwned>(
+    contents: impl Read,
+    (from, to): (u64, u64),
+    path: &Path,
+) -> Result<Vec<Record<T>>, JournalError> {
+    let (records, bad) = parse_until_bad(contents, (from, to), path);
+    match bad {
+        Some(e) => Err(e),
+        None => Ok(records),
+    }
+}
+
+/// [`read`], keeping the records before the first line that does not
+/// parse, and that line's error.
+pub fn read_until_bad<T: DeserializeOwned>(
+    path: &Path,
+    from: u64,
+    to: u64,
+) -> (Vec<Record<T>>, Option<JournalError>) {
+    if to <= from {
+        return (Vec::new(), None);
+    }
+    let opened = std::fs::File::open(path).and_then(|mut file| {
+        if from > 0 {
+            file.seek(SeekFrom::Start(from))?;
+        }
+        Ok(file)
+    });
+    match opened {
+        Ok(file) => parse_until_bad(file, (from, to), path),
+        Err(e) => (Vec::new(), Some(e.into())),
+    }
+}
+
+fn parse_until_bad<T: DeserializeOwned>(
+    contents: impl Read,
+    (from, to): (u64, u64),
+    path: &Path,
+) -> (Vec<Record<T>>, Option<JournalError>) {
+    let mut reader = BufReader::new(contents.take(to.saturating_sub(from)));
+    let mut records = Vec::new();
+    let mut at = from;
+    let mut buf = Vec::new();
+    for line in 1u64.. {
+        buf.clear();
+        let n = match reader.read_until(b'\n', &mut buf) {
+            Ok(0) => break,
+            Ok(n) => n as u64,
+            Err(e) => return (records, Some(e.into())),
+        };
+        let text = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        match serde_json::from_slice::<T>(text) {
+            Ok(value) => records.push(Record {
+                value,
+                start: at,
+                end: at + n,
+            }),
+            Err(e) => {
+                let bad = JournalError::Bad {
+                    path: path.to_path_buf(),
+                    line,
+                    offset: at,
+                    reason: e.to_string(),
+                };
+                return (records, Some(bad));
+            }
+        }
+        at += n;
+    }
+    (records, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct At {
+        at: i64,
+    }
+
+    #[test]
+    fn records_come_with_their_offsets_from_any_line_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        std::fs::write(&path, "{\"at\":1}\n{\"at\":22}\n{\"at\":3}\n").unwrap();
+        let all: Vec<Record<At>> = read(&path, 0, 28).unwrap();
+        assert_eq!(
+            all.iter()
+                .map(|r| (r.value.at, r.start, r.end))
+                .collect::<Vec<_>>(),
+            [(1, 0, 9), (22, 9, 19), (3, 19, 28)]
+        );
+        let tail: Vec<Record<At>> = read(&path, 9, 19).unwrap();
+        assert_eq!(tail.len(), 1);
+        assert_eq!(tail[0].value.at, 22);
+        // Past the committed end is not read.
+        assert_eq!(read::<At>(&path, 0, 9).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_bad_line_is_damage_named_by_line_and_offset_and_nothing_after_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        std::fs::write(&path, "{\"at\":1}\nnot json\n{\"at\":3}\n").unwrap();
+        let err = read::<At>(&path, 0, 27).unwrap_err().to_string();
+        assert!(err.contains("line 2 (at byte 9)"), "{err}");
+        let (kept, bad) = read_until_bad::<At>(&path, 0, 27);
+        assert_eq!(kept.len(), 1);
+        assert!(bad.is_some());
+    }
+}
