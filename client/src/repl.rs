@@ -36,6 +36,11 @@ struct Chat<'a> {
 }
 
 pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
+    run_with(ctx, target, None).await
+}
+
+/// The chat, sending `first` (`agentx "PROMPT"`) before reading anything.
+pub async fn run_with(ctx: &Ctx, target: Target, first: Option<String>) -> CliResult<()> {
     let config = ctx.config()?;
     let policy = ctx.approval(&config, ApprovalPolicy::Ask);
     crate::ui::entering_repl();
@@ -51,17 +56,35 @@ pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
         failures: 0,
     };
     chat.resolve_interrupted(opened).await?;
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
+    if chat.ui.interactive
+        && agentx_shared::folder::undo_off(&ctx.folder, home.as_deref().map(std::path::Path::new))
+    {
+        chat.ui.info(&format!(
+            "agentx: undo is off here: {} is your home folder or above it, so no snapshots are \
+             taken (/undo and /rewind cannot put files back); run agentx in a project folder",
+            ctx.folder.display()
+        ));
+    }
     if chat.ui.interactive {
         eprintln!("/help for commands, Ctrl-D to leave");
     }
+    let mut first = first;
     loop {
-        if chat.ui.interactive {
-            chat.refresh_completions().await;
-        }
-        let line = match chat.ui.read_line("› ").await {
-            Line::Text(line) => line,
-            Line::Interrupted => continue,
-            Line::Eof => break,
+        let line = if let Some(message) = first.take() {
+            if chat.ui.interactive {
+                println!("› {}", crate::show::visible_lines(&message));
+            }
+            message
+        } else {
+            if chat.ui.interactive {
+                chat.refresh_completions().await;
+            }
+            match chat.ui.read_message("› ").await {
+                Line::Text(line) => line,
+                Line::Interrupted => continue,
+                Line::Eof => break,
+            }
         };
         let line = line.trim();
         if line.is_empty() {
@@ -291,9 +314,15 @@ impl Chat<'_> {
             ));
         }
         if finished.status == TurnStatus::Failed as i32 && self.ui.interactive {
-            self.ui
-                .info(&format!("agentx: the turn failed: {}", finished.error));
-            return self.offer_recovery().await;
+            // One line and the ways on; the next message simply goes on
+            // from here (the failed turn stays as it is).
+            self.failures += 1;
+            self.ui.info(&format!(
+                "agentx: the turn failed: {} — /retry sends it again, /rollback drops it, /new \
+                 starts a new conversation, /clear deletes this one; or type your next message",
+                finished.error
+            ));
+            return Ok(());
         }
         if finished.status == TurnStatus::Failed as i32 {
             return Err(CliError::failed(format!(
@@ -348,36 +377,6 @@ impl Chat<'_> {
                 }
                 _ => {
                     eprintln!("please answer c, b, n or Enter");
-                    continue;
-                }
-            };
-        }
-    }
-
-    /// After a failed turn at a terminal: retry, new chain, rollback, clear, or go on.
-    async fn offer_recovery(&mut self) -> CliResult<()> {
-        self.failures += 1;
-        loop {
-            let answer = match self
-                .ui
-                .read_line(
-                    "[r]etry, [n]ew chain, roll[b]ack (drop the failed turn), [c]lear (delete this \
-                     conversation), or Enter to go on: ",
-                )
-                .await
-            {
-                Line::Text(t) => t.trim().to_lowercase(),
-                Line::Interrupted | Line::Eof => return Ok(()),
-            };
-            return match answer.as_str() {
-                "" => Ok(()),
-                "r" | "retry" => Box::pin(self.turn(None, Resolve::RetryRequest)).await,
-                "n" | "new chain" => Box::pin(self.turn(None, Resolve::NewChain)).await,
-                "b" | "rollback" => self.rollback(Pick::Choose).await,
-                // A deletion: asked, naming what goes, as /clear does.
-                "c" | "clear" => self.clear_command().await,
-                _ => {
-                    eprintln!("please answer r, n, b, c or Enter");
                     continue;
                 }
             };

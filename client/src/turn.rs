@@ -123,6 +123,8 @@ pub async fn run(
     };
     let mut cancelled = false;
     let mut answer = String::new();
+    // The line the running command shows (its live tail goes under it).
+    let mut running = String::new();
     loop {
         let message = tokio::select! {
             m = events.message() => m,
@@ -159,9 +161,18 @@ pub async fn run(
             Some(Event::ToolCall(call)) => {
                 let shown = shown_call(&call.arguments);
                 ui.info(&format!("» {}: {shown}", call.name));
-                ui.start_running(&format!("running {shown}"));
+                running = format!("running {shown}");
+                ui.start_running(&running);
             }
             Some(Event::ApprovalRequest(request)) => {
+                // The line above shortened a long command: the question
+                // shows it whole.
+                if shorten(&request.command) != request.command {
+                    ui.info(&format!(
+                        "  {}",
+                        crate::show::visible_lines(&request.command)
+                    ));
+                }
                 let decision = ask_approval(ui).await;
                 if decision == approval_decision::Decision::Unspecified {
                     cancelled = true;
@@ -173,7 +184,14 @@ pub async fn run(
                     };
                     let _ = tx.send(send(turn_input::Input::Approval(answer))).await;
                 }
-                ui.start_waiting("working…");
+                // An approved command shows its timer and live tail, as
+                // one that needed no approval does.
+                match decision {
+                    approval_decision::Decision::Yes | approval_decision::Decision::Always => {
+                        ui.start_running(&running);
+                    }
+                    _ => ui.start_waiting("working…"),
+                }
             }
             Some(Event::ToolOutput(piece)) => ui.tool_output(&piece.text),
             Some(Event::ToolResult(result)) => {
@@ -277,7 +295,9 @@ fn show_retry(ui: &mut Ui, r: &RetryNotice) {
         ui.info("agentx: (the answer above was cut off)");
         ui.streamed = false;
     }
-    ui.info(&format!(
+    // One line per attempt at a terminal: the whole cause is said once,
+    // when the turn fails.
+    ui.info_one_line(&format!(
         "agentx: retrying {}/{} in {:.1}s: {}",
         r.attempt,
         r.max_attempts,

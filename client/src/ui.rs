@@ -128,7 +128,21 @@ impl Ui {
         }
     }
 
-    /// Reads one line; the prompt is shown only on a terminal. The wait
+    /// Reads a message or command at the chat's prompt: kept in the
+    /// prompt history.
+    pub async fn read_message(&mut self, prompt: &str) -> Line {
+        let line = self.read_line(prompt).await;
+        if let (Line::Text(text), Input::Editor(editor)) = (&line, &mut self.input)
+            && History::keeps(text)
+        {
+            let _ = editor.add_history_entry(text.as_str());
+            self.history.append(text);
+        }
+        line
+    }
+
+    /// Reads one line (an answer to a question: not kept in the prompt
+    /// history); the prompt is shown only on a terminal. The wait
     /// runs off the async runtime, so the connection to agentd stays served
     /// (pings answered, a stopping daemon's goodbye taken) while the user
     /// thinks.
@@ -141,17 +155,11 @@ impl Ui {
                     (editor, line)
                 })
                 .await;
-                let Ok((mut editor, line)) = read else {
+                let Ok((editor, line)) = read else {
                     return Line::Eof;
                 };
                 let line = match line {
-                    Ok(line) => {
-                        if History::keeps(&line) {
-                            let _ = editor.add_history_entry(line.as_str());
-                            self.history.append(&line);
-                        }
-                        Line::Text(line)
-                    }
+                    Ok(line) => Line::Text(line),
                     Err(rustyline::error::ReadlineError::Interrupted) => Line::Interrupted,
                     Err(_) => Line::Eof,
                 };
@@ -284,6 +292,24 @@ impl Ui {
         if self.mid_line {
             println!();
             self.mid_line = false;
+        }
+    }
+
+    /// [`Ui::info`], cut to one line of the terminal (whole when stderr is
+    /// not a terminal).
+    pub fn info_one_line(&mut self, line: &str) {
+        let width = console::Term::stderr()
+            .size_checked()
+            .map(|(_, cols)| usize::from(cols));
+        match width {
+            Some(cols) if self.interactive && cols > 1 => {
+                let shown = crate::show::terminal_text(line).replace('\n', " ");
+                let shown = console::truncate_str(&shown, cols - 1, "…").into_owned();
+                self.stop_waiting();
+                self.end_text();
+                eprintln!("{shown}");
+            }
+            _ => self.info(line),
         }
     }
 
