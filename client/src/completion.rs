@@ -26,6 +26,7 @@ pub const COMMANDS: &[&str] = &[
     "retry",
     "compact",
     "model",
+    "approvals",
     "diff",
     "undo",
     "rewind",
@@ -33,6 +34,35 @@ pub const COMMANDS: &[&str] = &[
     "help",
     "exit",
 ];
+
+/// Alt-Enter and Ctrl-J insert a newline, and so does Enter after a `\\`
+/// at the end of the line (the `\\` goes when the line is sent): a
+/// message of several lines.
+pub fn bind_newline_keys(editor: &mut crate::ui::LineEditor) {
+    use rustyline::{Cmd, EventHandler, KeyCode, KeyEvent, Modifiers};
+    editor.bind_sequence(KeyEvent(KeyCode::Enter, Modifiers::ALT), Cmd::Newline);
+    editor.bind_sequence(KeyEvent::ctrl('J'), Cmd::Newline);
+    editor.bind_sequence(
+        KeyEvent(KeyCode::Enter, Modifiers::NONE),
+        EventHandler::Conditional(Box::new(BackslashEnter)),
+    );
+}
+
+/// Enter after a trailing `\\`: a newline.
+struct BackslashEnter;
+
+impl rustyline::ConditionalEventHandler for BackslashEnter {
+    fn handle(
+        &self,
+        _: &rustyline::Event,
+        _: rustyline::RepeatCount,
+        _: bool,
+        ctx: &rustyline::EventContext,
+    ) -> Option<rustyline::Cmd> {
+        let line = ctx.line();
+        (ctx.pos() == line.len() && line.ends_with('\\')).then_some(rustyline::Cmd::Newline)
+    }
+}
 
 /// What arguments may be offered now.
 #[derive(Debug, Default, Clone)]

@@ -18,6 +18,7 @@ mod repl;
 mod rpc;
 mod show;
 mod turn;
+mod typeahead;
 mod ui;
 mod usage;
 mod web;

@@ -7,8 +7,8 @@ use std::process::Stdio;
 use agentx_shared::config::Config;
 use agentx_shared::proto::{
     AppendShellTranscriptRequest, ApprovalPolicy, FailedResponse, GetStatusRequest,
-    OpenSessionRequest, Resolve, SessionStatus, SessionSummary, SetModelRequest, TurnEndKind,
-    TurnStart, TurnStatus, open_session_request::Target,
+    OpenSessionRequest, Resolve, SessionStatus, SessionSummary, SetApproveAllRequest,
+    SetModelRequest, TurnEndKind, TurnStart, TurnStatus, open_session_request::Target,
 };
 
 use crate::cli::OnPending;
@@ -66,6 +66,17 @@ pub async fn run_with(ctx: &Ctx, target: Target, first: Option<String>) -> CliRe
             ctx.folder.display()
         ));
     }
+    if chat.ui.interactive && chat.policy == ApprovalPolicy::Ask && !chat.session.id.is_empty() {
+        // An `[a]lways` of an earlier chat still holds: say so.
+        if let Ok(status) = ctx.status(&chat.session.id).await
+            && status.approve_all
+        {
+            chat.ui.info(
+                "approval auto (always, this conversation): commands run unasked — /approvals ask \
+                 takes it back",
+            );
+        }
+    }
     if chat.ui.interactive {
         eprintln!("/help for commands, Ctrl-D to leave");
     }
@@ -75,6 +86,10 @@ pub async fn run_with(ctx: &Ctx, target: Target, first: Option<String>) -> CliRe
             if chat.ui.interactive {
                 println!("› {}", crate::show::visible_lines(&message));
             }
+            message
+        } else if let Some(message) = chat.ui.next_queued() {
+            // Typed while the last turn ran.
+            println!("› {}  (queued)", crate::show::visible_lines(&message));
             message
         } else {
             if chat.ui.interactive {
@@ -191,6 +206,29 @@ pub async fn set_model(ctx: &Ctx, session_id: &str, model: &str) -> CliResult<Se
         .await
         .map_err(|s| CliError::from_status("setting the model", &s))?
         .into_inner())
+}
+
+/// An approval mode's name, as flags and config spell it.
+fn mode_name(policy: ApprovalPolicy) -> &'static str {
+    match policy {
+        ApprovalPolicy::Auto => "auto",
+        ApprovalPolicy::Never => "never",
+        _ => "ask",
+    }
+}
+
+/// `/approvals ask`: takes back (or sets) the `[a]lways` of `session_id`.
+pub async fn set_approve_all(ctx: &Ctx, session_id: &str, approve_all: bool) -> CliResult<()> {
+    ctx.sessions()
+        .set_approve_all(SetApproveAllRequest {
+            scope: ctx.scope(),
+            session_id: session_id.to_owned(),
+            approve_all,
+            provider: ctx.status_provider(),
+        })
+        .await
+        .map_err(|s| CliError::from_status("changing the approval mode", &s))?;
+    Ok(())
 }
 
 /// How many lines of each message the resume replay shows.
@@ -470,36 +508,41 @@ impl Chat<'_> {
             return Err(CliError::usage("! needs a command, e.g. !ls"));
         }
         let interactive = self.ui.interactive;
-        let mut child = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("exec 2>&1; {command}"))
-            .current_dir(&self.ctx.folder)
-            // Scripted input is the chat's, not the command's.
-            .stdin(if interactive {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| CliError::failed(format!("cannot run {command:?}: {e}")))?;
-        let mut captured = Vec::new();
-        if let Some(mut out) = child.stdout.take() {
-            let mut buf = [0u8; 8192];
-            let mut terminal = std::io::stdout();
-            loop {
-                match out.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        let _ = terminal.write_all(&buf[..n]);
-                        let _ = terminal.flush();
-                        let room = MAX_LOCAL_OUTPUT.saturating_sub(captured.len());
-                        captured.extend_from_slice(&buf[..n.min(room)]);
+        // The command gets the terminal as it was before the chat.
+        let ran = crate::typeahead::with_enter_as_newline(|| -> CliResult<_> {
+            let mut child = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("exec 2>&1; {command}"))
+                .current_dir(&self.ctx.folder)
+                // Scripted input is the chat's, not the command's.
+                .stdin(if interactive {
+                    Stdio::inherit()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .spawn()
+                .map_err(|e| CliError::failed(format!("cannot run {command:?}: {e}")))?;
+            let mut captured = Vec::new();
+            if let Some(mut out) = child.stdout.take() {
+                let mut buf = [0u8; 8192];
+                let mut terminal = std::io::stdout();
+                loop {
+                    match out.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            let _ = terminal.write_all(&buf[..n]);
+                            let _ = terminal.flush();
+                            let room = MAX_LOCAL_OUTPUT.saturating_sub(captured.len());
+                            captured.extend_from_slice(&buf[..n.min(room)]);
+                        }
                     }
                 }
             }
-        }
-        let status = child.wait().map_err(|e| CliError::failed(e.to_string()))?;
+            let status = child.wait().map_err(|e| CliError::failed(e.to_string()))?;
+            Ok((captured, status))
+        });
+        let (captured, status) = ran?;
         let mut transcript = format!("$ {command}\n{}", String::from_utf8_lossy(&captured));
         if !transcript.ends_with('\n') {
             transcript.push('\n');

@@ -12,6 +12,7 @@ use agentx_shared::proto::{
 };
 
 use crate::error::{CliError, CliResult};
+use crate::typeahead::{Key, TypeAhead};
 use crate::ui::{Line, Ui};
 
 /// Input to a running turn.
@@ -110,6 +111,31 @@ pub async fn run(
     start: TurnStart,
     ui: &mut Ui,
 ) -> CliResult<(TurnFinished, String)> {
+    // Keys pressed during the turn are read here, never echoed into it.
+    let partial = std::mem::take(&mut ui.typed.partial);
+    let mut keys = Some(TypeAhead::start(ui.interactive, partial));
+    let result = run_reading(channel, start, ui, &mut keys).await;
+    if let Some(keys) = keys {
+        ui.take_typed(keys.finish());
+    }
+    result
+}
+
+/// The next key of a running turn that asks for something.
+async fn next_key(keys: &mut Option<TypeAhead>) -> Key {
+    match keys {
+        Some(keys) => keys.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// [`run`], with the keys pressed meanwhile read by `keys`.
+async fn run_reading(
+    channel: &Channel,
+    start: TurnStart,
+    ui: &mut Ui,
+    keys: &mut Option<TypeAhead>,
+) -> CliResult<(TurnFinished, String)> {
     let mut ran_on = start.session_id.clone();
     let send = input;
     ui.start_waiting("thinking…");
@@ -132,6 +158,21 @@ pub async fn run(
                 cancelled = true;
                 ui.interrupted("cancelling the turn…");
                 let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
+                continue;
+            }
+            key = next_key(keys) => {
+                match key {
+                    Key::Interrupt if !cancelled => {
+                        cancelled = true;
+                        ui.info("Esc: cancelling the turn…");
+                        let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
+                    }
+                    Key::Interrupt => {}
+                    Key::Queued(line) => ui.note(&format!(
+                        "  queued, sent when this turn ends: {}",
+                        crate::show::visible(&line)
+                    )),
+                }
                 continue;
             }
         };
@@ -173,7 +214,13 @@ pub async fn run(
                         crate::show::visible_lines(&request.command)
                     ));
                 }
+                // The question reads its own key: the reader pauses.
+                if let Some(reading) = keys.take() {
+                    ui.take_typed(reading.finish());
+                }
                 let decision = ask_approval(ui).await;
+                let partial = std::mem::take(&mut ui.typed.partial);
+                *keys = Some(TypeAhead::start(ui.interactive, partial));
                 if decision == approval_decision::Decision::Unspecified {
                     cancelled = true;
                     let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
@@ -183,6 +230,11 @@ pub async fn run(
                         decision: decision as i32,
                     };
                     let _ = tx.send(send(turn_input::Input::Approval(answer))).await;
+                }
+                if decision == approval_decision::Decision::Always && crate::ui::in_repl() {
+                    ui.info(
+                        "approval auto (always, this conversation) — /approvals ask takes it back",
+                    );
                 }
                 // An approved command shows its timer and live tail, as
                 // one that needed no approval does.
@@ -360,11 +412,28 @@ pub fn cut_short_line(reason: &str) -> String {
     )
 }
 
-/// Asks y / n / always; `Unspecified` means the user interrupted.
+/// Asks y / n / always; `Unspecified` means the user interrupted. At a
+/// terminal one key answers (Esc interrupts).
 async fn ask_approval(ui: &mut Ui) -> approval_decision::Decision {
     use approval_decision::Decision;
     ui.stop_waiting();
     ui.end_text();
+    if ui.interactive {
+        use crate::typeahead::Answer;
+        eprint!("run it? [y]es / [n]o / [a]lways for this conversation / Esc interrupts: ");
+        let answer = tokio::task::spawn_blocking(crate::typeahead::approval_key)
+            .await
+            .unwrap_or(Answer::Gone);
+        let (word, decision) = match answer {
+            Answer::Yes => ("yes", Decision::Yes),
+            Answer::No => ("no", Decision::No),
+            Answer::Always => ("always", Decision::Always),
+            Answer::Interrupt => ("interrupted", Decision::Unspecified),
+            Answer::Gone => ("no", Decision::No),
+        };
+        eprintln!("{word}");
+        return decision;
+    }
     loop {
         match ui
             .read_line("run it? [y]es / [n]o / [a]lways for this conversation: ")

@@ -21,6 +21,11 @@ pub fn entering_repl() {
     IN_REPL.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Whether this process runs the REPL.
+pub fn in_repl() -> bool {
+    IN_REPL.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// How the user runs `command` (e.g. "rewind N") from where they are:
 /// `/rewind N` in the REPL, `agentx rewind N` at the shell.
 pub fn how(command: &str) -> String {
@@ -74,6 +79,12 @@ pub struct Ui {
     pub tool_lines: usize,
     /// The running command's line and its output so far (the live tail).
     running: Option<(String, String)>,
+    /// What was typed during turns and not sent yet.
+    pub typed: crate::typeahead::Typed,
+    /// Notes that wait for the streamed line to end.
+    notes: Vec<String>,
+    /// Enter typed between prompts stays Enter (terminal only).
+    enter: Option<crate::typeahead::EnterStaysEnter>,
 }
 
 impl Ui {
@@ -90,6 +101,7 @@ impl Ui {
         let input = if interactive {
             let config = rustyline::Config::builder()
                 .history_ignore_space(true)
+                .completion_type(rustyline::CompletionType::List)
                 .max_history_size(crate::history::MAX_LINES)
                 .map(|b| b.build());
             match config.and_then(LineEditor::with_config) {
@@ -100,6 +112,7 @@ impl Ui {
                     for line in history.load() {
                         let _ = editor.add_history_entry(line);
                     }
+                    crate::completion::bind_newline_keys(&mut editor);
                     Input::Editor(Box::new(editor))
                 }
                 Err(_) => Input::Lines,
@@ -118,6 +131,37 @@ impl Ui {
             streamed: false,
             tool_lines: agentx_shared::config::DEFAULT_TOOL_OUTPUT_LINES,
             running: None,
+            typed: crate::typeahead::Typed::default(),
+            notes: Vec::new(),
+            enter: interactive
+                .then(crate::typeahead::EnterStaysEnter::start)
+                .flatten(),
+        }
+    }
+
+    /// Keeps what was typed during a turn: lines to send, the rest for the
+    /// next prompt.
+    pub fn take_typed(&mut self, typed: crate::typeahead::Typed) {
+        self.typed.queued.extend(typed.queued);
+        self.typed.partial = typed.partial;
+        self.typed.eof |= typed.eof;
+    }
+
+    /// The next message typed during a turn, not sent yet.
+    pub fn next_queued(&mut self) -> Option<String> {
+        if self.typed.queued.is_empty() {
+            return None;
+        }
+        Some(self.typed.queued.remove(0))
+    }
+
+    /// A note on stderr that never breaks a streamed line: it waits for
+    /// the line's end.
+    pub fn note(&mut self, line: &str) {
+        if self.mid_line {
+            self.notes.push(line.to_owned());
+        } else {
+            self.info(line);
         }
     }
 
@@ -131,6 +175,10 @@ impl Ui {
     /// Reads a message or command at the chat's prompt: kept in the
     /// prompt history.
     pub async fn read_message(&mut self, prompt: &str) -> Line {
+        if std::mem::take(&mut self.typed.eof) {
+            // Ctrl-D pressed during the turn.
+            return Line::Eof;
+        }
         let line = self.read_line(prompt).await;
         if let (Line::Text(text), Input::Editor(editor)) = (&line, &mut self.input)
             && History::keeps(text)
@@ -150,8 +198,23 @@ impl Ui {
         let prompt = prompt.to_owned();
         match std::mem::replace(&mut self.input, Input::Lines) {
             Input::Editor(mut editor) => {
+                if let Some(enter) = &mut self.enter
+                    && !enter.drained
+                {
+                    // Lines typed as agentx started are taken as typed.
+                    enter.drained = true;
+                    let partial = std::mem::take(&mut self.typed.partial);
+                    let mut early = crate::typeahead::drain(partial);
+                    self.typed.partial = std::mem::take(&mut early.partial);
+                    self.typed.queued.extend(early.queued);
+                    if let Some(first) = self.next_queued() {
+                        self.input = Input::Editor(editor);
+                        return Line::Text(first);
+                    }
+                }
+                let initial = std::mem::take(&mut self.typed.partial);
                 let read = tokio::task::spawn_blocking(move || {
-                    let line = editor.readline(&prompt);
+                    let line = editor.readline_with_initial(&prompt, (&initial, ""));
                     (editor, line)
                 })
                 .await;
@@ -159,7 +222,8 @@ impl Ui {
                     return Line::Eof;
                 };
                 let line = match line {
-                    Ok(line) => Line::Text(line),
+                    // A `\\` before a newline asked for the newline.
+                    Ok(line) => Line::Text(line.replace("\\\n", "\n")),
                     Err(rustyline::error::ReadlineError::Interrupted) => Line::Interrupted,
                     Err(_) => Line::Eof,
                 };
@@ -293,6 +357,9 @@ impl Ui {
             println!();
             self.mid_line = false;
         }
+        for note in std::mem::take(&mut self.notes) {
+            eprintln!("{}", crate::show::terminal_text(&note));
+        }
     }
 
     /// [`Ui::info`], cut to one line of the terminal (whole when stderr is
@@ -330,11 +397,12 @@ pub fn ask(question: &str) -> crate::error::CliResult<String> {
             "{question} — no terminal to ask on: pass --yes to confirm"
         )));
     }
-    eprint!("{question} ");
     let mut answer = String::new();
-    std::io::stdin()
-        .read_line(&mut answer)
-        .map_err(|e| crate::error::CliError::failed(e.to_string()))?;
+    crate::typeahead::with_enter_as_newline(|| {
+        eprint!("{question} ");
+        std::io::stdin().read_line(&mut answer)
+    })
+    .map_err(|e| crate::error::CliError::failed(e.to_string()))?;
     Ok(answer.trim().to_lowercase())
 }
 

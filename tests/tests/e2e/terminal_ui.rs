@@ -14,6 +14,15 @@ fn gated_call(gate: &std::path::Path) -> String {
     )
 }
 
+/// Whether the model was sent `message` whole, as one JSON string.
+fn sent(model: &FakeModel, message: &str) -> bool {
+    let quoted = serde_json::Value::from(message).to_string();
+    model
+        .requests()
+        .iter()
+        .any(|r| r.body.to_string().contains(&quoted))
+}
+
 #[test]
 fn an_approved_command_shows_its_timer_and_live_output_as_with_auto() {
     let env = TestEnv::new();
@@ -184,4 +193,137 @@ fn usage_errors_are_one_line_and_exit_2() {
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
         assert!(err.starts_with("agentx: "), "{args:?}: {err}");
     }
+}
+
+#[test]
+fn esc_interrupts_a_running_turn_and_the_next_message_arrives_whole() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let Some(pane) = Pane::start(&env, &model, &["--auto"]) else {
+        return;
+    };
+    pane.wait_for("›");
+    let gate = env.root().join("gate");
+    pane.line(&gated_call(&gate));
+    pane.wait_for("│ first-1");
+    pane.key("Escape");
+    pane.wait_for("cancelling the turn");
+    pane.wait_for_n("›", 2);
+    pane.line("CALL echo after-$((1+2))");
+    pane.wait_for("│ after-3");
+    let screen = pane.screen();
+    assert!(!screen.contains("^["), "{screen}");
+    assert!(sent(&model, "CALL echo after-$((1+2))"), "{screen}");
+    // The interrupted command never got its gate.
+    assert!(!screen.contains("second-2"), "{screen}");
+}
+
+#[test]
+fn typing_during_a_turn_is_kept_out_of_it_queued_and_sent_after() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let Some(pane) = Pane::start(&env, &model, &["--auto"]) else {
+        return;
+    };
+    pane.wait_for("›");
+    let gate = env.root().join("gate");
+    pane.line(&gated_call(&gate));
+    pane.wait_for("│ first-1");
+    pane.line("typed ahead");
+    pane.type_text("half a thought");
+    let screen = pane.wait_for("queued, sent when this turn ends: typed ahead");
+    // Not echoed where the turn writes: only the note shows it.
+    assert_eq!(screen.matches("typed ahead").count(), 1, "{screen}");
+    assert!(!screen.contains("half a thought"), "{screen}");
+    std::fs::write(&gate, "").unwrap();
+    pane.wait_for("› typed ahead  (queued)");
+    pane.wait_for("echo: typed ahead");
+    // What was typed without Enter waits in the prompt, to edit or send.
+    pane.wait_for("› half a thought");
+    pane.type_text("!");
+    pane.key("Enter");
+    pane.wait_for("echo: half a thought!");
+}
+
+#[test]
+fn alt_enter_ctrl_j_and_a_trailing_backslash_insert_newlines() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let Some(pane) = Pane::start(&env, &model, &["--approval", "never"]) else {
+        return;
+    };
+    pane.wait_for("›");
+    pane.type_text("one");
+    pane.key("M-Enter");
+    pane.type_text("two");
+    pane.key("C-j");
+    pane.type_text("three\\");
+    pane.key("Enter");
+    pane.type_text("four");
+    pane.key("Enter");
+    pane.wait_for("four");
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while env.status()["turns"] != 1 {
+        assert!(std::time::Instant::now() < give_up, "{}", pane.screen());
+        std::thread::sleep(std::time::Duration::from_millis(30));
+    }
+    assert!(sent(&model, "one\ntwo\nthree\nfour"), "{}", pane.screen());
+}
+
+#[test]
+fn approval_is_one_key_and_esc_there_interrupts() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let Some(pane) = Pane::start(&env, &model, &["--approval", "ask"]) else {
+        return;
+    };
+    pane.wait_for("›");
+    pane.line("CALL echo one-$((0+1))");
+    pane.wait_for("run it?");
+    // One key, no Enter.
+    pane.type_text("y");
+    pane.wait_for("│ one-1");
+    pane.wait_for_n("›", 2);
+    pane.line("CALL echo two-$((1+1))");
+    pane.wait_for_n("run it?", 2);
+    pane.key("Escape");
+    pane.wait_for("interrupted");
+    let screen = pane.screen();
+    assert!(!screen.contains("│ two-2"), "{screen}");
+}
+
+#[test]
+fn always_shows_in_status_and_approvals_takes_it_back_or_changes_the_mode() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let Some(pane) = Pane::start(&env, &model, &["--approval", "ask"]) else {
+        return;
+    };
+    pane.wait_for("›");
+    pane.line("CALL echo one-$((0+1))");
+    pane.wait_for("run it?");
+    pane.type_text("a");
+    pane.wait_for("│ one-1");
+    pane.wait_for_n("›", 2);
+    pane.line("/status");
+    let screen = pane.wait_for("tool env");
+    assert!(
+        screen.contains("approval auto (always, this conversation)"),
+        "{screen}"
+    );
+    pane.line("/approvals");
+    pane.wait_for("— /approvals ask, auto or never changes it");
+    // Taken back: the next command is asked again.
+    pane.line("/approvals ask");
+    pane.wait_for("[a]lways is taken back");
+    pane.line("CALL echo two-$((1+1))");
+    pane.wait_for_n("run it?", 2);
+    pane.type_text("n");
+    pane.wait_for("declined");
+    // auto for this chat: no question.
+    pane.line("/approvals auto");
+    pane.wait_for("approval auto for this chat");
+    pane.line("CALL echo three-$((1+2))");
+    let screen = pane.wait_for("│ three-3");
+    assert_eq!(screen.matches("run it?").count(), 2, "{screen}");
 }
