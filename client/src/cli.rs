@@ -275,9 +275,10 @@ pub enum Command {
         /// Conversation N (1 = newest) or ID; none: the current one.
         #[arg(value_name = "N|ID")]
         target: Option<String>,
-        /// json (re-importable) or markdown.
-        #[arg(long, value_enum, default_value = "json")]
-        format: ExportFormat,
+        /// json (re-importable) or markdown (default: markdown for a FILE
+        /// ending in .md, else json).
+        #[arg(long, value_enum)]
+        format: Option<ExportFormat>,
         /// Write to FILE instead of stdout (never overwrites).
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,

@@ -48,6 +48,26 @@ pub fn bind_newline_keys(editor: &mut crate::ui::LineEditor) {
     );
 }
 
+/// `text` typed before the prompt came, each Tab in it done as Tab does
+/// at the prompt when one completion fits (else dropped).
+pub fn resolve_tabs(editor: &crate::ui::LineEditor, text: &str) -> String {
+    let mut out = String::new();
+    for (i, piece) in text.split('\t').enumerate() {
+        if i > 0
+            && let Some(helper) = editor.helper()
+        {
+            let ctx = Context::new(editor.history());
+            if let Ok((start, found)) = helper.complete(&out, out.len(), &ctx)
+                && let [only] = found.as_slice()
+            {
+                out = format!("{}{}", &out[..start], only.replacement);
+            }
+        }
+        out.push_str(piece);
+    }
+    out
+}
+
 /// Enter after a trailing `\\`: a newline.
 struct BackslashEnter;
 

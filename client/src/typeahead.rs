@@ -271,7 +271,8 @@ impl Reader {
                 // Ctrl-U: the whole line.
                 0x15 => self.line.clear(),
                 0x04 if self.line.is_empty() => self.eof = true,
-                b'\t' => self.line.push(b' '),
+                // Kept: the prompt completes it as Tab would.
+                b'\t' => self.line.push(b'\t'),
                 0..0x20 => {}
                 _ => self.line.push(b),
             }

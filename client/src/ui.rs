@@ -152,7 +152,11 @@ impl Ui {
         if self.typed.queued.is_empty() {
             return None;
         }
-        Some(self.typed.queued.remove(0))
+        let line = self.typed.queued.remove(0);
+        Some(match &self.input {
+            Input::Editor(editor) => crate::completion::resolve_tabs(editor, &line),
+            Input::Lines => line,
+        })
     }
 
     /// A note on stderr that never breaks a streamed line: it waits for
@@ -212,7 +216,10 @@ impl Ui {
                         return Line::Text(first);
                     }
                 }
-                let initial = std::mem::take(&mut self.typed.partial);
+                let initial = crate::completion::resolve_tabs(
+                    &editor,
+                    &std::mem::take(&mut self.typed.partial),
+                );
                 let read = tokio::task::spawn_blocking(move || {
                     let line = editor.readline_with_initial(&prompt, (&initial, ""));
                     (editor, line)

@@ -111,6 +111,11 @@ impl Chat<'_> {
                 crate::pager::print_diff(&reply, Format::Patch)?;
             }
             ("undo", arg) => {
+                if let Some(other) = arg.filter(|a| *a != "force").or(words.next()) {
+                    return Err(CliError::usage(format!(
+                        "/undo takes nothing or `force`, not {other:?}"
+                    )));
+                }
                 let force = arg == Some("force");
                 let yes = !self.ui.interactive;
                 let what = snapshots::Restore::Undo(self.session.id.clone());

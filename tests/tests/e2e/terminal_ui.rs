@@ -327,3 +327,34 @@ fn always_shows_in_status_and_approvals_takes_it_back_or_changes_the_mode() {
     let screen = pane.wait_for("│ three-3");
     assert_eq!(screen.matches("run it?").count(), 2, "{screen}");
 }
+
+#[test]
+fn export_to_a_md_file_writes_markdown_and_undo_refuses_extra_words() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(&env.chat(&model, ["--approval", "never"], "keep this\n"), 0);
+    let md = env.work.join("conv.md");
+    assert_code(&env.run(["export", "-o", md.to_str().unwrap()]), 0);
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(!text.trim_start().starts_with('{'), "{text}");
+    assert!(text.contains("keep this"), "{text}");
+    // --format still wins.
+    let json = env.work.join("conv2.md");
+    assert_code(
+        &env.run(["export", "--format", "json", "-o", json.to_str().unwrap()]),
+        0,
+    );
+    assert!(std::fs::read_to_string(&json).unwrap().starts_with('{'));
+
+    let Some(pane) = Pane::start(&env, &model, &["--approval", "never"]) else {
+        return;
+    };
+    pane.wait_for("keep this");
+    pane.line("/undo extra");
+    pane.wait_for("/undo takes nothing or `force`, not \"extra\"");
+    // The /resume picker numbers its rows as `/resume N` takes them.
+    pane.line("/resume");
+    pane.wait_for("resume (arrows or a number");
+    pane.wait_for("> 1  ");
+    pane.key("Escape");
+}
