@@ -33,6 +33,8 @@ struct Chat<'a> {
     session: SessionSummary,
     ui: Ui,
     failures: u32,
+    /// `[a]lways` holds for this conversation (as last known).
+    always: bool,
 }
 
 pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
@@ -54,6 +56,7 @@ pub async fn run_with(ctx: &Ctx, target: Target, first: Option<String>) -> CliRe
         session: opened.session.clone(),
         ui,
         failures: 0,
+        always: false,
     };
     chat.resolve_interrupted(opened).await?;
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
@@ -71,6 +74,7 @@ pub async fn run_with(ctx: &Ctx, target: Target, first: Option<String>) -> CliRe
         if let Ok(status) = ctx.status(&chat.session.id).await
             && status.approve_all
         {
+            chat.always = true;
             chat.ui.info(
                 "approval auto (always, this conversation): commands run unasked — /approvals ask \
                  takes it back",
@@ -175,6 +179,7 @@ impl<'a> Chat<'a> {
             session,
             ui: Ui::new(),
             failures: 0,
+            always: false,
         }
     }
 }
@@ -336,8 +341,13 @@ impl Chat<'_> {
         if let Some(meter) = &finished.context
             && finished.end_kind != TurnEndKind::Refused as i32
         {
-            self.ui
-                .info(&agentx_shared::context::Meter::from(meter).line());
+            let meter = agentx_shared::context::Meter::from(meter).line();
+            if self.ui.interactive {
+                let line = self.status_line(&meter);
+                self.ui.info(&line);
+            } else {
+                self.ui.info(&meter);
+            }
         }
         if finished.end_kind == TurnEndKind::Refused as i32 {
             return Err(CliError::failed(finished.error));
@@ -370,6 +380,28 @@ impl Chat<'_> {
             )));
         }
         turn::check(&finished)
+    }
+
+    /// The line after each turn at a terminal: context meter, model,
+    /// approval mode and the conversation's title.
+    fn status_line(&mut self, meter: &str) -> String {
+        if std::mem::take(&mut self.ui.answered_always) {
+            self.always = true;
+        }
+        let model = self
+            .ctx
+            .global
+            .model
+            .clone()
+            .or_else(|| Some(self.session.model.clone()).filter(|m| !m.is_empty()))
+            .unwrap_or_else(|| self.config.model.clone());
+        let approval = crate::render::human::approval_mode(mode_name(self.policy), self.always);
+        // The sandbox mode joins this line once there is one.
+        let mut line = format!("{meter} · {model} · approval {approval}");
+        if !self.session.title.is_empty() {
+            line.push_str(&format!(" · {}", visible(&self.session.title)));
+        }
+        line
     }
 
     /// What Tab may offer at the next prompt: this folder's conversations,

@@ -231,6 +231,9 @@ async fn run_reading(
                     };
                     let _ = tx.send(send(turn_input::Input::Approval(answer))).await;
                 }
+                if decision == approval_decision::Decision::Always {
+                    ui.answered_always = true;
+                }
                 if decision == approval_decision::Decision::Always && crate::ui::in_repl() {
                     ui.info(
                         "approval auto (always, this conversation) — /approvals ask takes it back",

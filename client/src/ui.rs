@@ -81,6 +81,8 @@ pub struct Ui {
     running: Option<(String, String)>,
     /// What was typed during turns and not sent yet.
     pub typed: crate::typeahead::Typed,
+    /// `[a]lways` was answered since the chat last looked.
+    pub answered_always: bool,
     /// Notes that wait for the streamed line to end.
     notes: Vec<String>,
     /// Enter typed between prompts stays Enter (terminal only).
@@ -132,6 +134,7 @@ impl Ui {
             tool_lines: agentx_shared::config::DEFAULT_TOOL_OUTPUT_LINES,
             running: None,
             typed: crate::typeahead::Typed::default(),
+            answered_always: false,
             notes: Vec::new(),
             enter: interactive
                 .then(crate::typeahead::EnterStaysEnter::start)

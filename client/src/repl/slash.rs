@@ -163,10 +163,12 @@ impl Chat<'_> {
             }
         };
         self.policy = policy;
+        self.always &= policy == ApprovalPolicy::Ask;
         if policy == ApprovalPolicy::Ask && !self.session.id.is_empty() {
             let status = self.ctx.status(&self.session.id).await?;
             if status.approve_all {
                 super::set_approve_all(self.ctx, &self.session.id, false).await?;
+                self.always = false;
                 println!("approval ask: [a]lways is taken back, every command is asked again");
                 return Ok(());
             }

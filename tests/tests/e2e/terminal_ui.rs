@@ -156,6 +156,8 @@ fn a_prompt_on_the_command_line_starts_the_chat_with_it() {
         return;
     };
     pane.wait_for("echo: fix the failing test");
+    // The status line after the turn: meter, model, approval mode, title.
+    pane.wait_for("· fake-model · approval never · an earlier talk");
     pane.line("and then more");
     pane.wait_for("echo: and then more");
     // It continued the folder's conversation.
@@ -304,6 +306,7 @@ fn always_shows_in_status_and_approvals_takes_it_back_or_changes_the_mode() {
     pane.wait_for("run it?");
     pane.type_text("a");
     pane.wait_for("│ one-1");
+    pane.wait_for("· fake-model · approval auto (always, this conversation)");
     pane.wait_for_n("›", 2);
     pane.line("/status");
     let screen = pane.wait_for("tool env");
