@@ -10,6 +10,7 @@ use anyhow::{Context as _, bail};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use agentx_tests::TestEnv;
+use agentx_tests::fake_model::FakeModel;
 
 use crate::{summary, time_command, which};
 
@@ -18,6 +19,7 @@ const RUNS: usize = 30;
 
 pub fn bench_terminal() -> anyhow::Result<()> {
     let env = TestEnv::new();
+    let model = FakeModel::start();
     let started = env.run(["daemon", "start"]);
     if !started.status.success() {
         bail!(
@@ -42,7 +44,10 @@ pub fn bench_terminal() -> anyhow::Result<()> {
         })?);
         prompt.push(to_prompt(|| {
             let mut cmd = env.agentx::<[&str; 0], &str>([]);
-            cmd.env("TERM", "xterm-256color");
+            cmd.env("TERM", "xterm-256color")
+                .env("AGENTX_BASE_URL", model.base_url())
+                .env("AGENTX_MODEL", "fake-model")
+                .env("OPENAI_API_KEY", agentx_tests::TEST_KEY);
             cmd
         })?);
         version_floor.extend(time_command(|| Command::new(&truth), 1)?);
