@@ -118,6 +118,7 @@ pub async fn run(
     if let Some(keys) = keys {
         ui.take_typed(keys.finish());
     }
+    ui.set_typing("");
     result
 }
 
@@ -168,6 +169,7 @@ async fn run_reading(
                         let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
                     }
                     Key::Interrupt => {}
+                    Key::Typing(text) => ui.set_typing(&text),
                     Key::Queued(line) => ui.note(&format!(
                         "  queued, sent when this turn ends: {}",
                         crate::show::visible(&line)

@@ -19,6 +19,8 @@ pub enum Key {
     Interrupt,
     /// A line typed and ended with Enter: sent after the turn.
     Queued(String),
+    /// The line being typed changed: it is now this.
+    Typing(String),
 }
 
 /// What was typed while the turn ran.
@@ -227,6 +229,17 @@ struct Reader {
 
 impl Reader {
     fn feed(&mut self, bytes: &[u8]) -> Vec<Key> {
+        let before = self.line.clone();
+        let mut keys = self.keys(bytes);
+        if self.line != before {
+            keys.push(Key::Typing(
+                String::from_utf8_lossy(&self.line).into_owned(),
+            ));
+        }
+        keys
+    }
+
+    fn keys(&mut self, bytes: &[u8]) -> Vec<Key> {
         let mut keys = Vec::new();
         let mut i = 0;
         while i < bytes.len() {
@@ -334,12 +347,15 @@ mod tests {
     #[test]
     fn lines_are_queued_and_esc_alone_interrupts() {
         let mut r = Reader::default();
-        assert_eq!(r.feed(b"hel"), vec![]);
-        assert_eq!(r.feed(b"lo\x7f\x7fp\r"), vec![Key::Queued("help".into())]);
+        assert_eq!(r.feed(b"hel"), vec![Key::Typing("hel".into())]);
+        assert_eq!(
+            r.feed(b"lo\x7f\x7fp\r"),
+            vec![Key::Queued("help".into()), Key::Typing(String::new())]
+        );
         assert_eq!(r.feed(b"\x1b"), vec![Key::Interrupt]);
         // Arrows and Alt-keys are neither text nor an interrupt.
-        assert_eq!(r.feed(b"\x1b[A\x1bOPx\x1bc"), vec![]);
-        assert_eq!(r.feed("é\x7fz".as_bytes()), vec![]);
+        assert_eq!(r.feed(b"\x1b[A\x1bOPx\x1bc"), vec![Key::Typing("x".into())]);
+        assert_eq!(r.feed("é\x7fz".as_bytes()), vec![Key::Typing("xz".into())]);
         let typed = r.typed();
         assert_eq!(typed.queued, vec!["help".to_owned()]);
         assert_eq!(typed.partial, "xz");

@@ -85,6 +85,10 @@ pub struct Ui {
     pub answered_always: bool,
     /// Notes that wait for the streamed line to end.
     notes: Vec<String>,
+    /// The spinner's own line.
+    spin_message: String,
+    /// What is being typed during the turn (not sent yet).
+    typing: String,
     /// Enter typed between prompts stays Enter (terminal only).
     enter: Option<crate::typeahead::EnterStaysEnter>,
 }
@@ -136,6 +140,8 @@ impl Ui {
             typed: crate::typeahead::Typed::default(),
             answered_always: false,
             notes: Vec::new(),
+            spin_message: String::new(),
+            typing: String::new(),
             enter: interactive
                 .then(crate::typeahead::EnterStaysEnter::start)
                 .flatten(),
@@ -167,6 +173,9 @@ impl Ui {
     pub fn note(&mut self, line: &str) {
         if self.mid_line {
             self.notes.push(line.to_owned());
+        } else if let Some(bar) = &self.spinner {
+            // Above the spinner, which goes on.
+            bar.println(crate::show::terminal_text(line));
         } else {
             self.info(line);
         }
@@ -269,7 +278,7 @@ impl Ui {
     /// More output of the running command: the live tail shows its last
     /// lines (as many as `tool_lines`).
     pub fn tool_output(&mut self, text: &str) {
-        let Some((line, output)) = &mut self.running else {
+        let Some((_, output)) = &mut self.running else {
             return;
         };
         output.push_str(text);
@@ -281,15 +290,32 @@ impl Ui {
                 .unwrap_or(output.len());
             output.drain(..cut);
         }
+        self.redraw();
+    }
+
+    /// What is being typed during the turn, shown under the spinner.
+    pub fn set_typing(&mut self, text: &str) {
+        text.clone_into(&mut self.typing);
+        self.redraw();
+    }
+
+    /// The spinner's message: its line, the running command's live tail,
+    /// what is being typed.
+    fn redraw(&self) {
         let Some(bar) = &self.spinner else {
             return;
         };
-        let lines: Vec<&str> = output.lines().collect();
-        let tail = &lines[lines.len().saturating_sub(self.tool_lines)..];
-        let mut message = crate::show::terminal_text(line).into_owned();
-        for l in tail {
-            let shown: String = crate::show::visible(l).chars().take(200).collect();
-            message.push_str(&format!("\n  │ {shown}"));
+        let mut message = crate::show::terminal_text(&self.spin_message).into_owned();
+        if let Some((_, output)) = &self.running {
+            let lines: Vec<&str> = output.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(self.tool_lines)..];
+            for l in tail {
+                let shown: String = crate::show::visible(l).chars().take(200).collect();
+                message.push_str(&format!("\n  │ {shown}"));
+            }
+        }
+        if !self.typing.is_empty() {
+            message.push_str(&format!("\n› {}", crate::show::visible(&self.typing)));
         }
         bar.set_message(message);
     }
@@ -303,9 +329,10 @@ impl Ui {
         if let Ok(style) = ProgressStyle::with_template(template) {
             bar.set_style(style);
         }
-        bar.set_message(crate::show::terminal_text(message).into_owned());
+        message.clone_into(&mut self.spin_message);
         bar.enable_steady_tick(Duration::from_millis(80));
         self.spinner = Some(bar);
+        self.redraw();
     }
 
     pub fn stop_waiting(&mut self) {

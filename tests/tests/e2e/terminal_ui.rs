@@ -233,15 +233,20 @@ fn typing_during_a_turn_is_kept_out_of_it_queued_and_sent_after() {
     pane.wait_for("│ first-1");
     pane.line("typed ahead");
     pane.type_text("half a thought");
-    let screen = pane.wait_for("queued, sent when this turn ends: typed ahead");
-    // Not echoed where the turn writes: only the note shows it.
+    pane.wait_for("queued, sent when this turn ends: typed ahead");
+    // What is being typed shows under the running command, which goes on.
+    let screen = pane.wait_for("› half a thought");
+    assert!(screen.contains("│ first-1"), "{screen}");
+    assert!(screen.contains("s) running"), "{screen}");
+    // Not echoed where the turn writes: only the note shows the queued line.
     assert_eq!(screen.matches("typed ahead").count(), 1, "{screen}");
-    assert!(!screen.contains("half a thought"), "{screen}");
+    assert_eq!(screen.matches("half a thought").count(), 1, "{screen}");
     std::fs::write(&gate, "").unwrap();
     pane.wait_for("› typed ahead  (queued)");
     pane.wait_for("echo: typed ahead");
     // What was typed without Enter waits in the prompt, to edit or send.
-    pane.wait_for("› half a thought");
+    pane.wait_for_n("› half a thought", 1);
+    pane.wait_for("echo: typed ahead");
     pane.type_text("!");
     pane.key("Enter");
     pane.wait_for("echo: half a thought!");
