@@ -62,7 +62,13 @@ pub async fn pick(ctx: &Ctx, hint: &str) -> CliResult<Option<Target>> {
         println!("{hint}");
         return Ok(None);
     }
-    let labels = human::labels(&list, &ctx.scope.folder);
+    // Numbered as `/resume N` takes them (1 = newest).
+    let width = list.len().to_string().len();
+    let labels: Vec<String> = human::labels(&list, &ctx.scope.folder)
+        .into_iter()
+        .enumerate()
+        .map(|(i, label)| format!("{:>width$}  {label}", i + 1))
+        .collect();
     let picked = crate::picker::pick("resume (arrows or a number, Enter, Esc = cancel)", &labels)?;
     Ok(picked.map(|index| Target::Id(list[index].id.clone())))
 }

@@ -21,6 +21,11 @@ pub struct Cli {
     #[arg(short = 'p', value_name = "PROMPT")]
     pub prompt: Option<String>,
 
+    /// Start (or continue) this folder's chat with PROMPT, as its first
+    /// message. A single word is taken as a mistyped command, not a prompt.
+    #[arg(value_name = "PROMPT")]
+    pub message: Option<String>,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -286,9 +291,10 @@ pub enum Command {
         /// Conversation N (1 = newest) or ID; none: the current one.
         #[arg(value_name = "N|ID")]
         target: Option<String>,
-        /// json (re-importable) or markdown.
-        #[arg(long, value_enum, default_value = "json")]
-        format: ExportFormat,
+        /// json (re-importable) or markdown (default: markdown for a FILE
+        /// ending in .md, else json).
+        #[arg(long, value_enum)]
+        format: Option<ExportFormat>,
         /// Write to FILE instead of stdout (never overwrites).
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,
@@ -352,6 +358,20 @@ pub enum DaemonAction {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+}
+
+/// A command-line error as one line: what is wrong, clap's tip when it
+/// has one (a similar command), and where the commands are listed.
+pub fn usage_line(err: &clap::Error) -> String {
+    let text = err.render().to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("invalid command line");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    let tip = lines
+        .find_map(|l| l.strip_prefix("tip: "))
+        .map(|t| format!("; {t}"))
+        .unwrap_or_default();
+    format!("{first}{tip} (agentx --help lists commands and options)")
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ pub const COMMANDS: &[&str] = &[
     "retry",
     "compact",
     "model",
+    "approvals",
     "diff",
     "undo",
     "rewind",
@@ -33,6 +34,55 @@ pub const COMMANDS: &[&str] = &[
     "help",
     "exit",
 ];
+
+/// Alt-Enter and Ctrl-J insert a newline, and so does Enter after a `\\`
+/// at the end of the line (the `\\` goes when the line is sent): a
+/// message of several lines.
+pub fn bind_newline_keys(editor: &mut crate::ui::LineEditor) {
+    use rustyline::{Cmd, EventHandler, KeyCode, KeyEvent, Modifiers};
+    editor.bind_sequence(KeyEvent(KeyCode::Enter, Modifiers::ALT), Cmd::Newline);
+    editor.bind_sequence(KeyEvent::ctrl('J'), Cmd::Newline);
+    editor.bind_sequence(
+        KeyEvent(KeyCode::Enter, Modifiers::NONE),
+        EventHandler::Conditional(Box::new(BackslashEnter)),
+    );
+}
+
+/// `text` typed before the prompt came, each Tab in it done as Tab does
+/// at the prompt when one completion fits (else dropped).
+pub fn resolve_tabs(editor: &crate::ui::LineEditor, text: &str) -> String {
+    let mut out = String::new();
+    for (i, piece) in text.split('\t').enumerate() {
+        if i > 0
+            && let Some(helper) = editor.helper()
+        {
+            let ctx = Context::new(editor.history());
+            if let Ok((start, found)) = helper.complete(&out, out.len(), &ctx)
+                && let [only] = found.as_slice()
+            {
+                out = format!("{}{}", &out[..start], only.replacement);
+            }
+        }
+        out.push_str(piece);
+    }
+    out
+}
+
+/// Enter after a trailing `\\`: a newline.
+struct BackslashEnter;
+
+impl rustyline::ConditionalEventHandler for BackslashEnter {
+    fn handle(
+        &self,
+        _: &rustyline::Event,
+        _: rustyline::RepeatCount,
+        _: bool,
+        ctx: &rustyline::EventContext,
+    ) -> Option<rustyline::Cmd> {
+        let line = ctx.line();
+        (ctx.pos() == line.len() && line.ends_with('\\')).then_some(rustyline::Cmd::Newline)
+    }
+}
 
 /// What arguments may be offered now.
 #[derive(Debug, Default, Clone)]

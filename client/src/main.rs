@@ -19,6 +19,7 @@ mod repl;
 mod rpc;
 mod show;
 mod turn;
+mod typeahead;
 mod ui;
 mod usage;
 mod web;
@@ -46,13 +47,13 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
-            let code = if err.use_stderr() {
-                Exit::Usage as u8
-            } else {
-                0
-            };
-            let _ = err.print();
-            return ExitCode::from(code);
+            if !err.use_stderr() {
+                // --help and --version.
+                let _ = err.print();
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("agentx: {}", cli::usage_line(&err));
+            return ExitCode::from(Exit::Usage as u8);
         }
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -99,10 +100,31 @@ fn exit_quietly_on_broken_pipe() {
 /// Runs the parsed command line: the commands that need no agentd here,
 /// the rest after connecting.
 async fn run(cli: Cli) -> CliResult<()> {
+    // A bad profile name is a usage error, even where AGENTX_HOME makes
+    // the name unused.
+    if let Some(name) = cli.global.profile.as_deref() {
+        check_component("profile name", name).map_err(|e| CliError::usage(e.to_string()))?;
+    }
     let profile = Profile::resolve(cli.global.profile.as_deref())
         .map_err(|err| CliError::unreachable(err.to_string()))?;
     check_component("agent name", &cli.global.agent).map_err(|e| CliError::usage(e.to_string()))?;
 
+    if let Some(message) = cli.message {
+        if cli.prompt.is_some() {
+            return Err(CliError::usage(
+                "-p PROMPT cannot be combined with a chat PROMPT",
+            ));
+        }
+        if !message.trim().contains(char::is_whitespace) {
+            return Err(CliError::usage(format!(
+                "unknown command {:?} (agentx --help lists them); a prompt is a quoted \
+                 sentence: agentx \"fix the failing test\"",
+                show::visible(&message)
+            )));
+        }
+        let ctx = Ctx::connect(profile, cli.global).await?;
+        return repl::run_with(&ctx, Target::Latest(true), Some(message)).await;
+    }
     let command = match (cli.command, cli.prompt) {
         (Some(Command::Daemon { action }), None) => {
             return commands::daemon::run(&profile, action).await;

@@ -7,8 +7,8 @@ use std::process::Stdio;
 use agentx_shared::config::Config;
 use agentx_shared::proto::{
     AppendShellTranscriptRequest, ApprovalPolicy, FailedResponse, GetStatusRequest,
-    OpenSessionRequest, Resolve, SessionStatus, SessionSummary, SetModelRequest, TurnEndKind,
-    TurnStart, TurnStatus, open_session_request::Target,
+    OpenSessionRequest, Resolve, SessionStatus, SessionSummary, SetApproveAllRequest,
+    SetModelRequest, TurnEndKind, TurnStart, TurnStatus, open_session_request::Target,
 };
 
 use crate::cli::OnPending;
@@ -33,9 +33,16 @@ struct Chat<'a> {
     session: SessionSummary,
     ui: Ui,
     failures: u32,
+    /// `[a]lways` holds for this conversation (as last known).
+    always: bool,
 }
 
 pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
+    run_with(ctx, target, None).await
+}
+
+/// The chat, sending `first` (`agentx "PROMPT"`) before reading anything.
+pub async fn run_with(ctx: &Ctx, target: Target, first: Option<String>) -> CliResult<()> {
     let config = ctx.config()?;
     let policy = ctx.approval(&config, ApprovalPolicy::Ask);
     crate::ui::entering_repl();
@@ -49,19 +56,54 @@ pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
         session: opened.session.clone(),
         ui,
         failures: 0,
+        always: false,
     };
     chat.resolve_interrupted(opened).await?;
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
+    if chat.ui.interactive
+        && agentx_shared::folder::undo_off(&ctx.folder, home.as_deref().map(std::path::Path::new))
+    {
+        chat.ui.info(&format!(
+            "agentx: undo is off here: {} is your home folder or above it, so no snapshots are \
+             taken (/undo and /rewind cannot put files back); run agentx in a project folder",
+            ctx.folder.display()
+        ));
+    }
+    if chat.ui.interactive && chat.policy == ApprovalPolicy::Ask && !chat.session.id.is_empty() {
+        // An `[a]lways` of an earlier chat still holds: say so.
+        if let Ok(status) = ctx.status(&chat.session.id).await
+            && status.approve_all
+        {
+            chat.always = true;
+            chat.ui.info(
+                "approval auto (always, this conversation): commands run unasked — /approvals ask \
+                 takes it back",
+            );
+        }
+    }
     if chat.ui.interactive {
         eprintln!("/help for commands, Ctrl-D to leave");
     }
+    let mut first = first;
     loop {
-        if chat.ui.interactive {
-            chat.refresh_completions().await;
-        }
-        let line = match chat.ui.read_line("› ").await {
-            Line::Text(line) => line,
-            Line::Interrupted => continue,
-            Line::Eof => break,
+        let line = if let Some(message) = first.take() {
+            if chat.ui.interactive {
+                println!("› {}", crate::show::visible_lines(&message));
+            }
+            message
+        } else if let Some(message) = chat.ui.next_queued() {
+            // Typed while the last turn ran.
+            println!("› {}  (queued)", crate::show::visible_lines(&message));
+            message
+        } else {
+            if chat.ui.interactive {
+                chat.refresh_completions().await;
+            }
+            match chat.ui.read_message("› ").await {
+                Line::Text(line) => line,
+                Line::Interrupted => continue,
+                Line::Eof => break,
+            }
         };
         let line = line.trim();
         if line.is_empty() {
@@ -137,6 +179,7 @@ impl<'a> Chat<'a> {
             session,
             ui: Ui::new(),
             failures: 0,
+            always: false,
         }
     }
 }
@@ -168,6 +211,29 @@ pub async fn set_model(ctx: &Ctx, session_id: &str, model: &str) -> CliResult<Se
         .await
         .map_err(|s| CliError::from_status("setting the model", &s))?
         .into_inner())
+}
+
+/// An approval mode's name, as flags and config spell it.
+fn mode_name(policy: ApprovalPolicy) -> &'static str {
+    match policy {
+        ApprovalPolicy::Auto => "auto",
+        ApprovalPolicy::Never => "never",
+        _ => "ask",
+    }
+}
+
+/// `/approvals ask`: takes back (or sets) the `[a]lways` of `session_id`.
+pub async fn set_approve_all(ctx: &Ctx, session_id: &str, approve_all: bool) -> CliResult<()> {
+    ctx.sessions()
+        .set_approve_all(SetApproveAllRequest {
+            scope: ctx.scope(),
+            session_id: session_id.to_owned(),
+            approve_all,
+            provider: ctx.status_provider(),
+        })
+        .await
+        .map_err(|s| CliError::from_status("changing the approval mode", &s))?;
+    Ok(())
 }
 
 /// How many lines of each message the resume replay shows.
@@ -275,8 +341,13 @@ impl Chat<'_> {
         if let Some(meter) = &finished.context
             && finished.end_kind != TurnEndKind::Refused as i32
         {
-            self.ui
-                .info(&agentx_shared::context::Meter::from(meter).line());
+            let meter = agentx_shared::context::Meter::from(meter).line();
+            if self.ui.interactive {
+                let line = self.status_line(&meter);
+                self.ui.info(&line);
+            } else {
+                self.ui.info(&meter);
+            }
         }
         if finished.end_kind == TurnEndKind::Refused as i32 {
             return Err(CliError::failed(finished.error));
@@ -291,9 +362,15 @@ impl Chat<'_> {
             ));
         }
         if finished.status == TurnStatus::Failed as i32 && self.ui.interactive {
-            self.ui
-                .info(&format!("agentx: the turn failed: {}", finished.error));
-            return self.offer_recovery().await;
+            // One line and the ways on; the next message simply goes on
+            // from here (the failed turn stays as it is).
+            self.failures += 1;
+            self.ui.info(&format!(
+                "agentx: the turn failed: {} — /retry sends it again, /rollback drops it, /new \
+                 starts a new conversation, /clear deletes this one; or type your next message",
+                finished.error
+            ));
+            return Ok(());
         }
         if finished.status == TurnStatus::Failed as i32 {
             return Err(CliError::failed(format!(
@@ -303,6 +380,28 @@ impl Chat<'_> {
             )));
         }
         turn::check(&finished)
+    }
+
+    /// The line after each turn at a terminal: context meter, model,
+    /// approval mode and the conversation's title.
+    fn status_line(&mut self, meter: &str) -> String {
+        if std::mem::take(&mut self.ui.answered_always) {
+            self.always = true;
+        }
+        let model = self
+            .ctx
+            .global
+            .model
+            .clone()
+            .or_else(|| Some(self.session.model.clone()).filter(|m| !m.is_empty()))
+            .unwrap_or_else(|| self.config.model.clone());
+        let approval = crate::render::human::approval_mode(mode_name(self.policy), self.always);
+        // The sandbox mode joins this line once there is one.
+        let mut line = format!("{meter} · {model} · approval {approval}");
+        if !self.session.title.is_empty() {
+            line.push_str(&format!(" · {}", visible(&self.session.title)));
+        }
+        line
     }
 
     /// What Tab may offer at the next prompt: this folder's conversations,
@@ -348,36 +447,6 @@ impl Chat<'_> {
                 }
                 _ => {
                     eprintln!("please answer c, b, n or Enter");
-                    continue;
-                }
-            };
-        }
-    }
-
-    /// After a failed turn at a terminal: retry, new chain, rollback, clear, or go on.
-    async fn offer_recovery(&mut self) -> CliResult<()> {
-        self.failures += 1;
-        loop {
-            let answer = match self
-                .ui
-                .read_line(
-                    "[r]etry, [n]ew chain, roll[b]ack (drop the failed turn), [c]lear (delete this \
-                     conversation), or Enter to go on: ",
-                )
-                .await
-            {
-                Line::Text(t) => t.trim().to_lowercase(),
-                Line::Interrupted | Line::Eof => return Ok(()),
-            };
-            return match answer.as_str() {
-                "" => Ok(()),
-                "r" | "retry" => Box::pin(self.turn(None, Resolve::RetryRequest)).await,
-                "n" | "new chain" => Box::pin(self.turn(None, Resolve::NewChain)).await,
-                "b" | "rollback" => self.rollback(Pick::Choose).await,
-                // A deletion: asked, naming what goes, as /clear does.
-                "c" | "clear" => self.clear_command().await,
-                _ => {
-                    eprintln!("please answer r, n, b, c or Enter");
                     continue;
                 }
             };
@@ -471,36 +540,41 @@ impl Chat<'_> {
             return Err(CliError::usage("! needs a command, e.g. !ls"));
         }
         let interactive = self.ui.interactive;
-        let mut child = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("exec 2>&1; {command}"))
-            .current_dir(&self.ctx.folder)
-            // Scripted input is the chat's, not the command's.
-            .stdin(if interactive {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| CliError::failed(format!("cannot run {command:?}: {e}")))?;
-        let mut captured = Vec::new();
-        if let Some(mut out) = child.stdout.take() {
-            let mut buf = [0u8; 8192];
-            let mut terminal = std::io::stdout();
-            loop {
-                match out.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        let _ = terminal.write_all(&buf[..n]);
-                        let _ = terminal.flush();
-                        let room = MAX_LOCAL_OUTPUT.saturating_sub(captured.len());
-                        captured.extend_from_slice(&buf[..n.min(room)]);
+        // The command gets the terminal as it was before the chat.
+        let ran = crate::typeahead::with_enter_as_newline(|| -> CliResult<_> {
+            let mut child = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("exec 2>&1; {command}"))
+                .current_dir(&self.ctx.folder)
+                // Scripted input is the chat's, not the command's.
+                .stdin(if interactive {
+                    Stdio::inherit()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .spawn()
+                .map_err(|e| CliError::failed(format!("cannot run {command:?}: {e}")))?;
+            let mut captured = Vec::new();
+            if let Some(mut out) = child.stdout.take() {
+                let mut buf = [0u8; 8192];
+                let mut terminal = std::io::stdout();
+                loop {
+                    match out.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            let _ = terminal.write_all(&buf[..n]);
+                            let _ = terminal.flush();
+                            let room = MAX_LOCAL_OUTPUT.saturating_sub(captured.len());
+                            captured.extend_from_slice(&buf[..n.min(room)]);
+                        }
                     }
                 }
             }
-        }
-        let status = child.wait().map_err(|e| CliError::failed(e.to_string()))?;
+            let status = child.wait().map_err(|e| CliError::failed(e.to_string()))?;
+            Ok((captured, status))
+        });
+        let (captured, status) = ran?;
         let mut transcript = format!("$ {command}\n{}", String::from_utf8_lossy(&captured));
         if !transcript.ends_with('\n') {
             transcript.push('\n');

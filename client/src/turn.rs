@@ -12,6 +12,7 @@ use agentx_shared::proto::{
 };
 
 use crate::error::{CliError, CliResult};
+use crate::typeahead::{Key, TypeAhead};
 use crate::ui::{Line, Ui};
 
 /// Input to a running turn.
@@ -110,6 +111,32 @@ pub async fn run(
     start: TurnStart,
     ui: &mut Ui,
 ) -> CliResult<(TurnFinished, String)> {
+    // Keys pressed during the turn are read here, never echoed into it.
+    let partial = std::mem::take(&mut ui.typed.partial);
+    let mut keys = Some(TypeAhead::start(ui.interactive, partial));
+    let result = run_reading(channel, start, ui, &mut keys).await;
+    if let Some(keys) = keys {
+        ui.take_typed(keys.finish());
+    }
+    ui.set_typing("");
+    result
+}
+
+/// The next key of a running turn that asks for something.
+async fn next_key(keys: &mut Option<TypeAhead>) -> Key {
+    match keys {
+        Some(keys) => keys.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// [`run`], with the keys pressed meanwhile read by `keys`.
+async fn run_reading(
+    channel: &Channel,
+    start: TurnStart,
+    ui: &mut Ui,
+    keys: &mut Option<TypeAhead>,
+) -> CliResult<(TurnFinished, String)> {
     let mut ran_on = start.session_id.clone();
     let send = input;
     ui.start_waiting("thinking…");
@@ -123,6 +150,8 @@ pub async fn run(
     };
     let mut cancelled = false;
     let mut answer = String::new();
+    // The line the running command shows (its live tail goes under it).
+    let mut running = String::new();
     loop {
         let message = tokio::select! {
             m = events.message() => m,
@@ -130,6 +159,22 @@ pub async fn run(
                 cancelled = true;
                 ui.interrupted("cancelling the turn…");
                 let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
+                continue;
+            }
+            key = next_key(keys) => {
+                match key {
+                    Key::Interrupt if !cancelled => {
+                        cancelled = true;
+                        ui.info("Esc: cancelling the turn…");
+                        let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
+                    }
+                    Key::Interrupt => {}
+                    Key::Typing(text) => ui.set_typing(&text),
+                    Key::Queued(line) => ui.note(&format!(
+                        "  queued, sent when this turn ends: {}",
+                        crate::show::visible(&line)
+                    )),
+                }
                 continue;
             }
         };
@@ -159,10 +204,25 @@ pub async fn run(
             Some(Event::ToolCall(call)) => {
                 let shown = shown_call(&call.arguments);
                 ui.info(&format!("» {}: {shown}", call.name));
-                ui.start_running(&format!("running {shown}"));
+                running = format!("running {shown}");
+                ui.start_running(&running);
             }
             Some(Event::ApprovalRequest(request)) => {
+                // The line above shortened a long command: the question
+                // shows it whole.
+                if shorten(&request.command) != request.command {
+                    ui.info(&format!(
+                        "  {}",
+                        crate::show::visible_lines(&request.command)
+                    ));
+                }
+                // The question reads its own key: the reader pauses.
+                if let Some(reading) = keys.take() {
+                    ui.take_typed(reading.finish());
+                }
                 let decision = ask_approval(ui).await;
+                let partial = std::mem::take(&mut ui.typed.partial);
+                *keys = Some(TypeAhead::start(ui.interactive, partial));
                 if decision == approval_decision::Decision::Unspecified {
                     cancelled = true;
                     let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
@@ -173,7 +233,22 @@ pub async fn run(
                     };
                     let _ = tx.send(send(turn_input::Input::Approval(answer))).await;
                 }
-                ui.start_waiting("working…");
+                if decision == approval_decision::Decision::Always {
+                    ui.answered_always = true;
+                }
+                if decision == approval_decision::Decision::Always && crate::ui::in_repl() {
+                    ui.info(
+                        "approval auto (always, this conversation) — /approvals ask takes it back",
+                    );
+                }
+                // An approved command shows its timer and live tail, as
+                // one that needed no approval does.
+                match decision {
+                    approval_decision::Decision::Yes | approval_decision::Decision::Always => {
+                        ui.start_running(&running);
+                    }
+                    _ => ui.start_waiting("working…"),
+                }
             }
             Some(Event::ToolOutput(piece)) => ui.tool_output(&piece.text),
             Some(Event::ToolResult(result)) => {
@@ -277,7 +352,9 @@ fn show_retry(ui: &mut Ui, r: &RetryNotice) {
         ui.info("agentx: (the answer above was cut off)");
         ui.streamed = false;
     }
-    ui.info(&format!(
+    // One line per attempt at a terminal: the whole cause is said once,
+    // when the turn fails.
+    ui.info_one_line(&format!(
         "agentx: retrying {}/{} in {:.1}s: {}",
         r.attempt,
         r.max_attempts,
@@ -340,11 +417,28 @@ pub fn cut_short_line(reason: &str) -> String {
     )
 }
 
-/// Asks y / n / always; `Unspecified` means the user interrupted.
+/// Asks y / n / always; `Unspecified` means the user interrupted. At a
+/// terminal one key answers (Esc interrupts).
 async fn ask_approval(ui: &mut Ui) -> approval_decision::Decision {
     use approval_decision::Decision;
     ui.stop_waiting();
     ui.end_text();
+    if ui.interactive {
+        use crate::typeahead::Answer;
+        eprint!("run it? [y]es / [n]o / [a]lways for this conversation / Esc interrupts: ");
+        let answer = tokio::task::spawn_blocking(crate::typeahead::approval_key)
+            .await
+            .unwrap_or(Answer::Gone);
+        let (word, decision) = match answer {
+            Answer::Yes => ("yes", Decision::Yes),
+            Answer::No => ("no", Decision::No),
+            Answer::Always => ("always", Decision::Always),
+            Answer::Interrupt => ("interrupted", Decision::Unspecified),
+            Answer::Gone => ("no", Decision::No),
+        };
+        eprintln!("{word}");
+        return decision;
+    }
     loop {
         match ui
             .read_line("run it? [y]es / [n]o / [a]lways for this conversation: ")

@@ -21,6 +21,11 @@ pub fn entering_repl() {
     IN_REPL.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Whether this process runs the REPL.
+pub fn in_repl() -> bool {
+    IN_REPL.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// How the user runs `command` (e.g. "rewind N") from where they are:
 /// `/rewind N` in the REPL, `agentx rewind N` at the shell.
 pub fn how(command: &str) -> String {
@@ -74,6 +79,18 @@ pub struct Ui {
     pub tool_lines: usize,
     /// The running command's line and its output so far (the live tail).
     running: Option<(String, String)>,
+    /// What was typed during turns and not sent yet.
+    pub typed: crate::typeahead::Typed,
+    /// `[a]lways` was answered since the chat last looked.
+    pub answered_always: bool,
+    /// Notes that wait for the streamed line to end.
+    notes: Vec<String>,
+    /// The spinner's own line.
+    spin_message: String,
+    /// What is being typed during the turn (not sent yet).
+    typing: String,
+    /// Enter typed between prompts stays Enter (terminal only).
+    enter: Option<crate::typeahead::EnterStaysEnter>,
 }
 
 impl Ui {
@@ -90,6 +107,7 @@ impl Ui {
         let input = if interactive {
             let config = rustyline::Config::builder()
                 .history_ignore_space(true)
+                .completion_type(rustyline::CompletionType::List)
                 .max_history_size(crate::history::MAX_LINES)
                 .map(|b| b.build());
             match config.and_then(LineEditor::with_config) {
@@ -100,6 +118,7 @@ impl Ui {
                     for line in history.load() {
                         let _ = editor.add_history_entry(line);
                     }
+                    crate::completion::bind_newline_keys(&mut editor);
                     Input::Editor(Box::new(editor))
                 }
                 Err(_) => Input::Lines,
@@ -118,6 +137,47 @@ impl Ui {
             streamed: false,
             tool_lines: agentx_shared::config::DEFAULT_TOOL_OUTPUT_LINES,
             running: None,
+            typed: crate::typeahead::Typed::default(),
+            answered_always: false,
+            notes: Vec::new(),
+            spin_message: String::new(),
+            typing: String::new(),
+            enter: interactive
+                .then(crate::typeahead::EnterStaysEnter::start)
+                .flatten(),
+        }
+    }
+
+    /// Keeps what was typed during a turn: lines to send, the rest for the
+    /// next prompt.
+    pub fn take_typed(&mut self, typed: crate::typeahead::Typed) {
+        self.typed.queued.extend(typed.queued);
+        self.typed.partial = typed.partial;
+        self.typed.eof |= typed.eof;
+    }
+
+    /// The next message typed during a turn, not sent yet.
+    pub fn next_queued(&mut self) -> Option<String> {
+        if self.typed.queued.is_empty() {
+            return None;
+        }
+        let line = self.typed.queued.remove(0);
+        Some(match &self.input {
+            Input::Editor(editor) => crate::completion::resolve_tabs(editor, &line),
+            Input::Lines => line,
+        })
+    }
+
+    /// A note on stderr that never breaks a streamed line: it waits for
+    /// the line's end.
+    pub fn note(&mut self, line: &str) {
+        if self.mid_line {
+            self.notes.push(line.to_owned());
+        } else if let Some(bar) = &self.spinner {
+            // Above the spinner, which goes on.
+            bar.println(crate::show::terminal_text(line));
+        } else {
+            self.info(line);
         }
     }
 
@@ -128,7 +188,25 @@ impl Ui {
         }
     }
 
-    /// Reads one line; the prompt is shown only on a terminal. The wait
+    /// Reads a message or command at the chat's prompt: kept in the
+    /// prompt history.
+    pub async fn read_message(&mut self, prompt: &str) -> Line {
+        if std::mem::take(&mut self.typed.eof) {
+            // Ctrl-D pressed during the turn.
+            return Line::Eof;
+        }
+        let line = self.read_line(prompt).await;
+        if let (Line::Text(text), Input::Editor(editor)) = (&line, &mut self.input)
+            && History::keeps(text)
+        {
+            let _ = editor.add_history_entry(text.as_str());
+            self.history.append(text);
+        }
+        line
+    }
+
+    /// Reads one line (an answer to a question: not kept in the prompt
+    /// history); the prompt is shown only on a terminal. The wait
     /// runs off the async runtime, so the connection to agentd stays served
     /// (pings answered, a stopping daemon's goodbye taken) while the user
     /// thinks.
@@ -136,22 +214,35 @@ impl Ui {
         let prompt = prompt.to_owned();
         match std::mem::replace(&mut self.input, Input::Lines) {
             Input::Editor(mut editor) => {
+                if let Some(enter) = &mut self.enter
+                    && !enter.drained
+                {
+                    // Lines typed as agentx started are taken as typed.
+                    enter.drained = true;
+                    let partial = std::mem::take(&mut self.typed.partial);
+                    let mut early = crate::typeahead::drain(partial);
+                    self.typed.partial = std::mem::take(&mut early.partial);
+                    self.typed.queued.extend(early.queued);
+                    if let Some(first) = self.next_queued() {
+                        self.input = Input::Editor(editor);
+                        return Line::Text(first);
+                    }
+                }
+                let initial = crate::completion::resolve_tabs(
+                    &editor,
+                    &std::mem::take(&mut self.typed.partial),
+                );
                 let read = tokio::task::spawn_blocking(move || {
-                    let line = editor.readline(&prompt);
+                    let line = editor.readline_with_initial(&prompt, (&initial, ""));
                     (editor, line)
                 })
                 .await;
-                let Ok((mut editor, line)) = read else {
+                let Ok((editor, line)) = read else {
                     return Line::Eof;
                 };
                 let line = match line {
-                    Ok(line) => {
-                        if History::keeps(&line) {
-                            let _ = editor.add_history_entry(line.as_str());
-                            self.history.append(&line);
-                        }
-                        Line::Text(line)
-                    }
+                    // A `\\` before a newline asked for the newline.
+                    Ok(line) => Line::Text(line.replace("\\\n", "\n")),
                     Err(rustyline::error::ReadlineError::Interrupted) => Line::Interrupted,
                     Err(_) => Line::Eof,
                 };
@@ -187,7 +278,7 @@ impl Ui {
     /// More output of the running command: the live tail shows its last
     /// lines (as many as `tool_lines`).
     pub fn tool_output(&mut self, text: &str) {
-        let Some((line, output)) = &mut self.running else {
+        let Some((_, output)) = &mut self.running else {
             return;
         };
         output.push_str(text);
@@ -199,15 +290,32 @@ impl Ui {
                 .unwrap_or(output.len());
             output.drain(..cut);
         }
+        self.redraw();
+    }
+
+    /// What is being typed during the turn, shown under the spinner.
+    pub fn set_typing(&mut self, text: &str) {
+        text.clone_into(&mut self.typing);
+        self.redraw();
+    }
+
+    /// The spinner's message: its line, the running command's live tail,
+    /// what is being typed.
+    fn redraw(&self) {
         let Some(bar) = &self.spinner else {
             return;
         };
-        let lines: Vec<&str> = output.lines().collect();
-        let tail = &lines[lines.len().saturating_sub(self.tool_lines)..];
-        let mut message = crate::show::terminal_text(line).into_owned();
-        for l in tail {
-            let shown: String = crate::show::visible(l).chars().take(200).collect();
-            message.push_str(&format!("\n  │ {shown}"));
+        let mut message = crate::show::terminal_text(&self.spin_message).into_owned();
+        if let Some((_, output)) = &self.running {
+            let lines: Vec<&str> = output.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(self.tool_lines)..];
+            for l in tail {
+                let shown: String = crate::show::visible(l).chars().take(200).collect();
+                message.push_str(&format!("\n  │ {shown}"));
+            }
+        }
+        if !self.typing.is_empty() {
+            message.push_str(&format!("\n› {}", crate::show::visible(&self.typing)));
         }
         bar.set_message(message);
     }
@@ -221,9 +329,10 @@ impl Ui {
         if let Ok(style) = ProgressStyle::with_template(template) {
             bar.set_style(style);
         }
-        bar.set_message(crate::show::terminal_text(message).into_owned());
+        message.clone_into(&mut self.spin_message);
         bar.enable_steady_tick(Duration::from_millis(80));
         self.spinner = Some(bar);
+        self.redraw();
     }
 
     pub fn stop_waiting(&mut self) {
@@ -285,6 +394,27 @@ impl Ui {
             println!();
             self.mid_line = false;
         }
+        for note in std::mem::take(&mut self.notes) {
+            eprintln!("{}", crate::show::terminal_text(&note));
+        }
+    }
+
+    /// [`Ui::info`], cut to one line of the terminal (whole when stderr is
+    /// not a terminal).
+    pub fn info_one_line(&mut self, line: &str) {
+        let width = console::Term::stderr()
+            .size_checked()
+            .map(|(_, cols)| usize::from(cols));
+        match width {
+            Some(cols) if self.interactive && cols > 1 => {
+                let shown = crate::show::terminal_text(line).replace('\n', " ");
+                let shown = console::truncate_str(&shown, cols - 1, "…").into_owned();
+                self.stop_waiting();
+                self.end_text();
+                eprintln!("{shown}");
+            }
+            _ => self.info(line),
+        }
     }
 
     /// Activity and notices go to stderr, so stdout carries only answers.
@@ -304,11 +434,12 @@ pub fn ask(question: &str) -> crate::error::CliResult<String> {
             "{question} — no terminal to ask on: pass --yes to confirm"
         )));
     }
-    eprint!("{question} ");
     let mut answer = String::new();
-    std::io::stdin()
-        .read_line(&mut answer)
-        .map_err(|e| crate::error::CliError::failed(e.to_string()))?;
+    crate::typeahead::with_enter_as_newline(|| {
+        eprint!("{question} ");
+        std::io::stdin().read_line(&mut answer)
+    })
+    .map_err(|e| crate::error::CliError::failed(e.to_string()))?;
     Ok(answer.trim().to_lowercase())
 }
 

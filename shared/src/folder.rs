@@ -3,6 +3,17 @@
 
 use thiserror::Error;
 
+/// Whether snapshots (and so undo and rewind) are off in `folder`: it is
+/// `/`, or `home` (the user's home folder) or a folder above it.
+pub fn undo_off(folder: &std::path::Path, home: Option<&std::path::Path>) -> bool {
+    // Real paths: HOME or the folder may be reached through a symlink.
+    let real = |p: &std::path::Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let real_folder = real(folder);
+    let at_or_above_home =
+        home.is_some_and(|h| h.starts_with(folder) || real(h).starts_with(&real_folder));
+    at_or_above_home || real_folder == std::path::Path::new("/")
+}
+
 /// A name that will become one path component was refused.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum NameError {

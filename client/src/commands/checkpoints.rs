@@ -171,7 +171,7 @@ fn choose(cps: &[Checkpoint]) -> CliResult<Option<u32>> {
     }
     let items = labels(cps);
     let picked = crate::picker::pick(
-        "roll back to (arrows or a number, Enter = newest, Esc = cancel)",
+        "roll back to (arrows or a number, Enter picks the marked one, Esc = cancel)",
         &items,
     )?;
     Ok(picked.and_then(|i| cps.get(i)).map(|cp| cp.index))

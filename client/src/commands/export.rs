@@ -15,9 +15,18 @@ use crate::ui::print_all;
 pub async fn run(
     ctx: &Ctx,
     target: Option<&str>,
-    format: ExportFormat,
+    format: Option<ExportFormat>,
     output: Option<&Path>,
 ) -> CliResult<()> {
+    // `-o conv.md` means Markdown unless --format says otherwise.
+    let markdown_file = output
+        .and_then(Path::extension)
+        .is_some_and(|e| e.eq_ignore_ascii_case("md") || e.eq_ignore_ascii_case("markdown"));
+    let format = format.unwrap_or(if markdown_file {
+        ExportFormat::Markdown
+    } else {
+        ExportFormat::Json
+    });
     let id = choose::resolve(ctx, target).await?;
     let document = ctx.rpc().export(&id).await?;
     let mut text = match format {

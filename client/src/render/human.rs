@@ -363,6 +363,16 @@ pub fn status(local: &Local, s: &SessionStatus, verbose: bool) -> Vec<String> {
     lines
 }
 
+/// The approval mode as shown: `ask`, `auto (always, this conversation)`
+/// once `[a]lways` was answered under `ask`.
+pub fn approval_mode(mode: &str, approve_all: bool) -> String {
+    if approve_all && mode == "ask" {
+        "auto (always, this conversation)".to_owned()
+    } else {
+        mode.to_owned()
+    }
+}
+
 /// The status lines naming the conversation and its transcript, usage and
 /// checkpoints.
 fn conversation(lines: &mut Vec<String>, local: &Local, s: &SessionStatus, verbose: bool) {
@@ -389,7 +399,8 @@ fn conversation(lines: &mut Vec<String>, local: &Local, s: &SessionStatus, verbo
         };
         lines.push(format!(
             "model         {model} ({}), approval {}{chosen}",
-            setup.provider, setup.approval
+            setup.provider,
+            approval_mode(setup.approval, s.approve_all)
         ));
         lines.push(format!(
             "tool env      {}",

@@ -26,6 +26,7 @@ messages are sent to the model; lines starting with / are commands:
   /rollback undo    revert the last rollback
   /compact [FOCUS]  summarise the conversation so it fits the model's window (the transcript keeps all)
   /model [NAME]     show the model, or use NAME for this conversation (`default` goes back)
+  /approvals [MODE] show the approval mode, or use ask, auto or never for this chat (ask also takes back [a]lways)
   /retry            send the last failed or interrupted turn again
   /retry new-chain  ... starting a new server-side chain from the saved conversation
   /diff [N]         what message N (1 = the last) changed, as a diff
@@ -70,8 +71,13 @@ impl Chat<'_> {
             ("status", arg) => {
                 let status = self.ctx.status(&self.session.id).await?;
                 let verbose = matches!(arg, Some("verbose" | "-v" | "--verbose"));
-                render::print(human::status(&self.ctx.local(), &status, verbose));
+                let mut local = self.ctx.local();
+                if let Some(setup) = &mut local.setup {
+                    setup.approval = super::mode_name(self.policy);
+                }
+                render::print(human::status(&local, &status, verbose));
             }
+            ("approvals", mode) => self.approvals(mode, words.next()).await?,
             ("checkpoints", _) => {
                 let cps = checkpoints::list(self.ctx, &self.session.id).await?;
                 checkpoints::print_list(&cps);
@@ -105,6 +111,11 @@ impl Chat<'_> {
                 crate::pager::print_diff(&reply, Format::Patch)?;
             }
             ("undo", arg) => {
+                if let Some(other) = arg.filter(|a| *a != "force").or(words.next()) {
+                    return Err(CliError::usage(format!(
+                        "/undo takes nothing or `force`, not {other:?}"
+                    )));
+                }
                 let force = arg == Some("force");
                 let yes = !self.ui.interactive;
                 let what = snapshots::Restore::Undo(self.session.id.clone());
@@ -122,6 +133,48 @@ impl Chat<'_> {
             }
         }
         Ok(Flow::Continue)
+    }
+
+    /// `/approvals [ask|auto|never]`: shows the mode, or sets it for this
+    /// chat; `ask` also takes back an `[a]lways`.
+    async fn approvals(&mut self, mode: Option<&str>, extra: Option<&str>) -> CliResult<()> {
+        use agentx_shared::proto::ApprovalPolicy;
+        if let Some(extra) = extra {
+            return Err(CliError::usage(format!(
+                "/approvals takes one mode (ask, auto or never), not {extra:?} too"
+            )));
+        }
+        let policy = match mode {
+            None => {
+                let status = self.ctx.status(&self.session.id).await?;
+                println!(
+                    "approval {} — /approvals ask, auto or never changes it for this chat",
+                    human::approval_mode(super::mode_name(self.policy), status.approve_all)
+                );
+                return Ok(());
+            }
+            Some("ask") => ApprovalPolicy::Ask,
+            Some("auto") => ApprovalPolicy::Auto,
+            Some("never") => ApprovalPolicy::Never,
+            Some(other) => {
+                return Err(CliError::usage(format!(
+                    "/approvals takes ask, auto or never, not {other:?}"
+                )));
+            }
+        };
+        self.policy = policy;
+        self.always &= policy == ApprovalPolicy::Ask;
+        if policy == ApprovalPolicy::Ask && !self.session.id.is_empty() {
+            let status = self.ctx.status(&self.session.id).await?;
+            if status.approve_all {
+                super::set_approve_all(self.ctx, &self.session.id, false).await?;
+                self.always = false;
+                println!("approval ask: [a]lways is taken back, every command is asked again");
+                return Ok(());
+            }
+        }
+        println!("approval {} for this chat", super::mode_name(policy));
+        Ok(())
     }
 
     /// `/fork [N]`: continue in a new conversation from checkpoint N.

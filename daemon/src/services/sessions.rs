@@ -12,8 +12,8 @@ use agentx_shared::proto::{
     FailedResponse, GetStatusRequest, ListCheckpointsReply, ListCheckpointsRequest,
     ListSessionsReply, ListSessionsRequest, OpenSessionReply, OpenSessionRequest, PendingToolCall,
     ProviderSettings, RemoteFork, RollbackReply, RollbackRequest, SessionStatus, SessionSummary,
-    SetModelRequest, SyncRemoteReply, SyncRemoteRequest, Timestamp, open_session_request::Target,
-    rollback_request,
+    SetApproveAllRequest, SetModelRequest, SyncRemoteReply, SyncRemoteRequest, Timestamp,
+    open_session_request::Target, rollback_request,
 };
 
 use super::{group_for, session_arg, status_of, summary};
@@ -288,6 +288,7 @@ pub fn session_status(doc: Option<&ConversationDoc>) -> SessionStatus {
         last_user_message: crate::turn::head(&doc.last_user, SHOWN_TEXT),
         last_assistant_message: crate::turn::head(&doc.last_assistant, SHOWN_TEXT),
         cut_short: doc.cut_short.as_ref().map(marker),
+        approve_all: doc.approve_all,
         ..SessionStatus::default()
     }
 }
@@ -597,6 +598,26 @@ impl Sessions for SessionsService {
         };
         let change = Change::settings(SettingsChange {
             model: Update::set_or_clear(Some(model).filter(|m| !m.is_empty())),
+            ..SettingsChange::default()
+        });
+        let doc = group.commit(&id, change).await.map_err(status_of)?;
+        let mut status = session_status(Some(&doc));
+        let folder = std::path::PathBuf::from(folder);
+        self.add_standing(&mut status, &group, &doc, req.provider.as_ref(), &folder)
+            .await;
+        Ok(Response::new(status))
+    }
+
+    async fn set_approve_all(
+        &self,
+        request: Request<SetApproveAllRequest>,
+    ) -> Result<Response<SessionStatus>, Status> {
+        let req = request.into_inner();
+        let (group, folder) = group_for(&self.store, req.scope.as_ref()).await?;
+        let id = session_arg(&req.session_id)?
+            .ok_or_else(|| Status::invalid_argument("name the conversation"))?;
+        let change = Change::settings(SettingsChange {
+            approve_all: Some(req.approve_all),
             ..SettingsChange::default()
         });
         let doc = group.commit(&id, change).await.map_err(status_of)?;

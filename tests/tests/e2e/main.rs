@@ -39,6 +39,7 @@ mod slow_readers;
 mod snapshots;
 mod systemd;
 mod terminal_safety;
+mod terminal_ui;
 mod tool_env;
 mod tool_processes;
 mod torture;

@@ -1,12 +1,12 @@
 //! The REPL in a real terminal (tmux: send-keys, capture-pane), as a person uses it:
-//! the failure menu never deletes a conversation on one key.
+//! /clear after a failed turn never deletes a conversation on one key.
 
 use agentx_tests::fake_model::{FakeModel, Reply};
 use agentx_tests::tmux::Pane;
 use agentx_tests::{TestEnv, assert_code, json_out};
 
 #[test]
-fn clear_in_the_failure_menu_asks_naming_what_goes_and_no_keeps_it() {
+fn clear_after_a_failed_turn_asks_naming_what_goes_and_no_keeps_it() {
     let env = TestEnv::new();
     let model = FakeModel::start();
     assert_code(&env.chat(&model, ["--approval", "never"], "keep me\n"), 0);
@@ -21,12 +21,9 @@ fn clear_in_the_failure_menu_asks_naming_what_goes_and_no_keeps_it() {
     };
     pane.wait_for("keep me");
     pane.line("this one fails");
-    let screen = pane.wait_for("or Enter to go on:");
-    assert!(
-        screen.contains("[c]lear (delete this conversation)"),
-        "{screen}"
-    );
-    pane.line("c");
+    let screen = pane.wait_for("scripted bad request");
+    assert!(screen.contains("/clear deletes this one"), "{screen}");
+    pane.line("/clear");
     // It asks, naming the conversation and what it holds.
     let screen = pane.wait_for("[y/N]");
     assert!(

@@ -19,6 +19,7 @@ mod oneshots;
 mod remote;
 mod search;
 mod snapshots;
+mod terminal;
 mod tools;
 mod turns;
 mod web;
@@ -37,6 +38,7 @@ fn main() -> anyhow::Result<()> {
             "web",
             "tools",
             "noisy",
+            "terminal",
         ]
     } else {
         args.iter().map(String::as_str).collect()
@@ -56,9 +58,10 @@ fn main() -> anyhow::Result<()> {
             "web" => web::bench_web()?,
             "tools" => tools::bench_tools()?,
             "noisy" => noisy::bench_noisy()?,
+            "terminal" => terminal::bench_terminal()?,
             other => {
                 bail!(
-                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools, noisy"
+                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools, noisy, terminal"
                 )
             }
         }
