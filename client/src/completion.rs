@@ -46,6 +46,37 @@ pub fn bind_newline_keys(editor: &mut crate::ui::LineEditor) {
         KeyEvent(KeyCode::Enter, Modifiers::NONE),
         EventHandler::Conditional(Box::new(BackslashEnter)),
     );
+    // Esc Esc: the rewind menu, as in Claude Code. At the prompt the
+    // editor reads Esc as the start of a key sequence: a lone Esc waits for
+    // the next key, and Esc Esc arrives as one Esc key.
+    editor.bind_sequence(
+        KeyEvent(KeyCode::Esc, Modifiers::NONE),
+        EventHandler::Conditional(Box::new(EscEsc)),
+    );
+}
+
+/// Set when Esc Esc asked for the rewind menu; taken by the chat loop.
+static REWIND_ASKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether Esc Esc asked for the rewind menu since the last call.
+pub fn rewind_asked() -> bool {
+    REWIND_ASKED.swap(false, std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Esc Esc: leaves the prompt as an interrupt would, asking for the menu.
+struct EscEsc;
+
+impl rustyline::ConditionalEventHandler for EscEsc {
+    fn handle(
+        &self,
+        _: &rustyline::Event,
+        _: rustyline::RepeatCount,
+        _: bool,
+        _: &rustyline::EventContext,
+    ) -> Option<rustyline::Cmd> {
+        REWIND_ASKED.store(true, std::sync::atomic::Ordering::SeqCst);
+        Some(rustyline::Cmd::Interrupt)
+    }
 }
 
 /// `text` typed before the prompt came, each Tab in it done as Tab does

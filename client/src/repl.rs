@@ -101,6 +101,7 @@ pub async fn run_with(ctx: &Ctx, target: Target, first: Option<String>) -> CliRe
             }
             match chat.ui.read_message("› ").await {
                 Line::Text(line) => line,
+                Line::Interrupted if crate::completion::rewind_asked() => "/rewind".to_owned(),
                 Line::Interrupted => continue,
                 Line::Eof => break,
             }

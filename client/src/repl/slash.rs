@@ -121,6 +121,7 @@ impl Chat<'_> {
                 let what = snapshots::Restore::Undo(self.session.id.clone());
                 snapshots::restore(self.ctx, what, yes, force).await?;
             }
+            ("rewind", None) if self.ui.interactive => self.rewind_menu().await?,
             ("rewind", None) => snapshots::rewind(self.ctx, None, false, false).await?,
             ("rewind", Some(n)) => {
                 let yes = !self.ui.interactive;
@@ -245,6 +246,80 @@ impl Chat<'_> {
             None => Resolve::RetryMessage,
         };
         self.turn(None, resolve).await
+    }
+
+    /// `/rewind` at a terminal (or Esc Esc): one menu of this conversation's
+    /// messages, then what to put back — files and conversation, the
+    /// conversation only, the files only. The message comes back into the
+    /// prompt to edit and send again.
+    async fn rewind_menu(&mut self) -> CliResult<()> {
+        use snapshots::rewind_to::{self, Halves};
+        let (_, messages, _) = rewind_to::listed(self.ctx, &self.session.id).await?;
+        if messages.is_empty() {
+            println!("no message of this conversation to rewind to yet");
+            return Ok(());
+        }
+        let rows: Vec<String> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let line = m.prompt.lines().next().unwrap_or("");
+                let short: String = line.chars().take(70).collect();
+                format!(
+                    "{:>3}  {}  {}",
+                    i + 1,
+                    crate::when::human(m.before.created_at.as_ref()),
+                    crate::show::visible(&short)
+                )
+            })
+            .collect();
+        let Some(n) = crate::picker::pick(
+            "rewind to before which message (arrows or a number, Enter, Esc = cancel)",
+            &rows,
+        )?
+        else {
+            println!("nothing changed");
+            return Ok(());
+        };
+        let choices = [
+            "restore code and conversation".to_owned(),
+            "restore the conversation only (files untouched)".to_owned(),
+            "restore the code only (the conversation goes on)".to_owned(),
+            "cancel".to_owned(),
+        ];
+        let halves = match crate::picker::pick("what to put back", &choices)? {
+            Some(0) => Halves {
+                code: true,
+                conversation: true,
+            },
+            Some(1) => Halves {
+                code: false,
+                conversation: true,
+            },
+            Some(2) => Halves {
+                code: true,
+                conversation: false,
+            },
+            _ => {
+                println!("nothing changed");
+                return Ok(());
+            }
+        };
+        let n = u32::try_from(n + 1).unwrap_or(u32::MAX);
+        let done = rewind_to::rewind(
+            self.ctx,
+            &self.session.id,
+            n,
+            halves,
+            (false, false, false),
+            0,
+        )
+        .await?;
+        if let Some(prompt) = done {
+            // Back into the prompt, to edit and send again.
+            self.ui.typed.partial = prompt;
+        }
+        Ok(())
     }
 
     /// `/clear`, confirmed at a terminal (saying when the remote copy goes too).

@@ -366,3 +366,43 @@ fn export_to_a_md_file_writes_markdown_and_undo_refuses_extra_words() {
     pane.wait_for("> 1  ");
     pane.key("Escape");
 }
+
+#[test]
+fn esc_esc_opens_one_rewind_menu_for_code_and_conversation_and_gives_the_message_back() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    for name in ["one", "two", "three"] {
+        let out = env.chat(
+            &model,
+            ["--auto"],
+            &format!("CALL echo {name} > {name}.txt\n"),
+        );
+        agentx_tests::assert_code(&out, 0);
+    }
+    let Some(pane) = Pane::start(&env, &model, &["--auto"]) else {
+        return;
+    };
+    pane.wait_for("›");
+    // Two presses, as a person makes them (not one escape sequence).
+    pane.key("Escape");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    pane.key("Escape");
+    pane.wait_for("rewind to before which message");
+    // The newest first: message 2 is `two`.
+    pane.key("Down");
+    pane.key("Enter");
+    pane.wait_for("what to put back");
+    pane.key("Enter");
+    pane.wait_for("rewind these changes?");
+    pane.line("y");
+    pane.wait_for("code restored, conversation rolled back");
+    // The message is back in the prompt, to edit and send again.
+    pane.wait_for("› CALL echo two > two.txt");
+    assert!(env.work.join("one.txt").exists());
+    assert!(!env.work.join("two.txt").exists() && !env.work.join("three.txt").exists());
+    assert_eq!(env.status()["turns"], 1);
+    pane.key("Enter");
+    // The history shown at start holds the first answer to it.
+    let screen = pane.wait_for_n("echo: CALL echo two > two.txt [turns seen: 2]", 2);
+    assert!(env.work.join("two.txt").exists(), "{screen}");
+}

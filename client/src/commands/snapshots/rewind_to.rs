@@ -59,6 +59,22 @@ pub fn messages(session: &str, snaps: &[SnapshotInfo], checkpoints: &[Checkpoint
         .collect()
 }
 
+/// The messages of conversation `session` ("" = the folder's current one)
+/// a rewind can go back before, newest first, and the listing's head.
+pub async fn listed(ctx: &Ctx, session: &str) -> CliResult<(String, Vec<Message>, String)> {
+    let status = ctx.status(session).await?;
+    if status.session_id.is_empty() {
+        return Err(CliError::failed(
+            "this folder has no conversation to rewind",
+        ));
+    }
+    let session = status.session_id;
+    let snaps = ctx.rpc().snapshots_list().await?.snapshots;
+    let listed = ctx.rpc().checkpoints(&session).await?;
+    let all = messages(&session, &snaps, &listed.checkpoints);
+    Ok((session, all, listed.head))
+}
+
 /// `agentx rewind --to N [--code|--conversation|--both]`.
 pub async fn run(
     ctx: &Ctx,
@@ -69,16 +85,23 @@ pub async fn run(
     // N was chosen when the command was typed: the conversation must not
     // move meanwhile (a turn, another rollback).
     let started = *crate::STARTED_MS.get_or_init(agentx_shared::time::now_ms);
-    let status = ctx.status("").await?;
-    if status.session_id.is_empty() {
-        return Err(CliError::failed(
-            "this folder has no conversation to rewind",
-        ));
-    }
-    let session = status.session_id;
-    let snaps = ctx.rpc().snapshots_list().await?.snapshots;
-    let listed = ctx.rpc().checkpoints(&session).await?;
-    let all = messages(&session, &snaps, &listed.checkpoints);
+    rewind(ctx, "", n, halves, (yes, force, as_json), started)
+        .await
+        .map(drop)
+}
+
+/// Rewinds conversation `session` ("" = current) to before message `n`;
+/// refused when the conversation moved after `since_ms` (0: only the
+/// listing's head is checked). The message's words when it was done.
+pub async fn rewind(
+    ctx: &Ctx,
+    session: &str,
+    n: u32,
+    halves: Halves,
+    (yes, force, as_json): (bool, bool, bool),
+    since_ms: i64,
+) -> CliResult<Option<String>> {
+    let (session, all, head) = listed(ctx, session).await?;
     let count = all.len();
     let Some(message) = n
         .checked_sub(1)
@@ -108,7 +131,7 @@ pub async fn run(
         .await?;
         if !applied {
             // The user said no: the conversation stays as it is too.
-            return Ok(());
+            return Ok(None);
         }
         code = "restored";
     }
@@ -132,8 +155,8 @@ pub async fn run(
                 scope: ctx.scope(),
                 session_id: session.clone(),
                 target: Some(target),
-                expect_head: listed.head.clone(),
-                unchanged_since_ms: started,
+                expect_head: head,
+                unchanged_since_ms: since_ms,
             })
             .await
             .map_err(|s| CliError::from_status("rollback", &s))?;
@@ -150,7 +173,7 @@ pub async fn run(
         println!("code {code}, conversation {conversation}; the message was:");
         println!("{shown}");
     }
-    Ok(())
+    Ok(Some(message.prompt))
 }
 
 fn one_line(text: &str) -> String {
