@@ -162,6 +162,9 @@ pub async fn run(
                 ui.start_running(&format!("running {shown}"));
             }
             Some(Event::ApprovalRequest(request)) => {
+                if !request.note.is_empty() {
+                    ui.info(&format!("agentx: {}", request.note));
+                }
                 let decision = ask_approval(ui).await;
                 if decision == approval_decision::Decision::Unspecified {
                     cancelled = true;

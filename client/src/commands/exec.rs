@@ -150,6 +150,7 @@ fn turn_start(ctx: &Ctx, prompt: String, prompt_from_args: bool) -> CliResult<Tu
         max_calls_per_reply: config.max_tool_calls_per_reply.unwrap_or(0),
         max_steps: config.max_tool_steps.unwrap_or(0),
         shell_environment: Some((&config.shell_environment).into()),
+        sandbox: Some((&ctx.sandbox(&config)).into()),
         ..TurnStart::default()
     })
 }

@@ -32,6 +32,7 @@ mod remote_slow;
 mod repl_terminal;
 mod resilience;
 mod resume_replay;
+mod sandbox;
 mod several_clients;
 mod slow_readers;
 mod snapshots;
