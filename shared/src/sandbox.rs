@@ -51,6 +51,11 @@ pub struct SandboxPolicy {
     pub writable_roots: Vec<PathBuf>,
 }
 
+/// The name (argv[0]) of a tool supervisor whose command is confined:
+/// agentd refuses every call from it and from all it started, so a
+/// sandboxed command cannot drive agentd through its socket.
+pub const CONFINED_SUPERVISOR: &str = "agentd-sandbox";
+
 /// The first Landlock ABI with truncate rights: below it a confined command
 /// could still empty a file outside the folder.
 pub const ABI_FILES: u32 = 3;

@@ -316,9 +316,9 @@ struct Turn<'a> {
     sending: u64,
     /// The instruction files the requests carry, with their sizes in bytes.
     instruction_files: Vec<(std::path::PathBuf, u64)>,
-    /// Sandboxed commands' private `TMPDIR`, made at the first and removed
-    /// with the turn.
-    tmpdir: Option<tempfile::TempDir>,
+    /// Sandboxed commands' private `TMPDIR` (made at the first, removed
+    /// with the turn) and the confinement made with it.
+    tmpdir: Option<(tempfile::TempDir, shell::Confine)>,
 }
 
 impl Engine {

@@ -147,7 +147,7 @@ impl Tools {
 
 /// Where a command is confined: the sandbox's rules (none: unconfined)
 /// and its private temporary directory (`TMPDIR`, `TMP`, `TEMP`).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Confine {
     pub rules: Option<sandbox::Rules>,
     pub tmpdir: Option<std::path::PathBuf>,
@@ -268,7 +268,8 @@ async fn spawn_supervised(
     let (reader, writer) = std::io::pipe()?;
     let mut cmd = spawn_command(command, cwd, env, writer);
     if let Some(rules) = &confine.rules {
-        cmd.env(sandbox::ENV, rules.encode()?);
+        cmd.env(sandbox::ENV, rules.encode()?)
+            .arg0(agentx_shared::sandbox::CONFINED_SUPERVISOR);
     }
     if let Some(tmpdir) = &confine.tmpdir {
         for name in ["TMPDIR", "TMP", "TEMP"] {

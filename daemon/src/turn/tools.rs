@@ -214,36 +214,34 @@ impl Turn<'_> {
     }
 
     /// Where this turn's commands run: the sandbox's rules and private
-    /// `TMPDIR` (made at the first command); `Err` with why when the
-    /// kernel cannot confine them as the mode says.
+    /// `TMPDIR` (both made at the first command, kept for the turn); `Err`
+    /// with why when the kernel cannot confine them as the mode says.
     fn confinement(&mut self) -> Result<shell::Confine, String> {
         match self.spec.sandbox.enforcement(self.engine.sandbox_abi) {
             Enforcement::Unconfined => return Ok(shell::Confine::default()),
             Enforcement::Unavailable(why) => return Err(why),
             Enforcement::Enforced => {}
         }
-        if self.tmpdir.is_none() {
-            let made = tempfile::Builder::new()
-                .prefix("agentx-tmp-")
-                .tempdir()
-                .map_err(|e| format!("its private TMPDIR could not be made ({e})"))?;
-            self.tmpdir = Some(made);
+        if let Some((_, confine)) = &self.tmpdir {
+            return Ok(confine.clone());
         }
-        let tmpdir = self
-            .tmpdir
-            .as_ref()
-            .map(|t| t.path().to_path_buf())
-            .ok_or_else(|| "its private TMPDIR is missing".to_owned())?;
+        let made = tempfile::Builder::new()
+            .prefix("agentx-tmp-")
+            .tempdir()
+            .map_err(|e| format!("its private TMPDIR could not be made ({e})"))?;
+        let tmpdir = made.path().to_path_buf();
         let rules = shell::sandbox::Rules::new(
             &self.spec.sandbox,
             &self.spec.folder,
             &tmpdir,
             &self.engine.profile,
         );
-        Ok(shell::Confine {
+        let confine = shell::Confine {
             rules,
             tmpdir: Some(tmpdir),
-        })
+        };
+        self.tmpdir = Some((made, confine.clone()));
+        Ok(confine)
     }
 
     /// Runs `command` as `confine` says, its output shown as it comes.

@@ -339,6 +339,28 @@ fn undo_takes_back_everything_a_sandboxed_command_did() {
 }
 
 #[test]
+fn a_sandboxed_command_cannot_drive_agentd_through_its_socket() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    if !landlock(&env) {
+        return;
+    }
+    // The socket is reachable by path (Landlock does not cover connecting
+    // to one): agentd itself refuses a caller below a confined supervisor.
+    let agentx = agentx_tests::agentx_bin().display().to_string();
+    let command = format!("{agentx} status --json; echo \"rc=$?\"");
+    let (out, result) = exec(&env, &model, &[], &command);
+    assert_code(&out, 0);
+    let output = output_of(&result);
+    assert!(output.contains("may not call agentd"), "{output}");
+    assert!(!output.contains("rc=0"), "{output}");
+    let (out, result) = exec(&env, &model, &["--sandbox", "danger-full-access"], &command);
+    assert_code(&out, 0);
+    let output = output_of(&result);
+    assert!(output.contains("rc=0"), "{output}");
+}
+
+#[test]
 fn status_reports_the_mode_and_whether_it_is_enforced() {
     let env = TestEnv::new();
     let status = json_out(&env.run(["status", "--json"]));

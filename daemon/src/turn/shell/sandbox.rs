@@ -5,8 +5,8 @@
 //! every entry of each directory on the way down to the profile except the
 //! one leading to it, and "list" on `/` (names in the profile can be listed,
 //! nothing in it opened). Writable trees that hold the profile (a folder
-//! that is the home folder) are split the same way. Rules are made afresh
-//! for each command, so they see the tree as it is.
+//! that is the home folder) are split the same way. A turn makes its rules
+//! at its first command, so they see the tree as it is then.
 
 use std::path::{Path, PathBuf};
 

@@ -17,6 +17,7 @@ mod daemon;
 mod noisy;
 mod oneshots;
 mod remote;
+mod sandbox;
 mod search;
 mod snapshots;
 mod tools;
@@ -37,6 +38,7 @@ fn main() -> anyhow::Result<()> {
             "web",
             "tools",
             "noisy",
+            "sandbox",
         ]
     } else {
         args.iter().map(String::as_str).collect()
@@ -56,9 +58,10 @@ fn main() -> anyhow::Result<()> {
             "web" => web::bench_web()?,
             "tools" => tools::bench_tools()?,
             "noisy" => noisy::bench_noisy()?,
+            "sandbox" => sandbox::bench_sandbox()?,
             other => {
                 bail!(
-                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools, noisy"
+                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools, noisy, sandbox"
                 )
             }
         }
