@@ -251,9 +251,11 @@ fn a_kernel_that_cannot_confine_is_never_a_silent_downgrade() {
     assert_eq!(status["sandbox"]["mode"], "workspace-write", "{status}");
     assert_eq!(status["sandbox"]["enforced"], false, "{status}");
 
-    // --auto: refused, in one line naming the way out.
+    // --auto: refused, in one line naming the way out; the one-shot fails.
     let (out, result) = exec(&env, &model, &[], "touch ran.txt");
+    assert_code(&out, 1);
     assert!(!env.work.join("ran.txt").exists());
+    assert!(!stderr(&out).contains("need approval"), "{}", stderr(&out));
     let output = output_of(&result);
     assert!(
         output.contains("--sandbox danger-full-access"),
