@@ -149,7 +149,7 @@ impl Tools {
 /// and its private temporary directory (`TMPDIR`, `TMP`, `TEMP`).
 #[derive(Debug, Default, Clone)]
 pub struct Confine {
-    pub rules: Option<sandbox::Rules>,
+    pub rules: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
     pub tmpdir: Option<std::path::PathBuf>,
 }
 
@@ -267,9 +267,24 @@ async fn spawn_supervised(
 )> {
     let (reader, writer) = std::io::pipe()?;
     let mut cmd = spawn_command(command, cwd, env, writer);
-    if let Some(rules) = &confine.rules {
-        cmd.env(sandbox::ENV, rules.encode()?)
+    if let Some(ruleset) = &confine.rules {
+        use std::os::fd::AsRawFd as _;
+        let fd = ruleset.as_raw_fd();
+        let held = std::sync::Arc::clone(ruleset);
+        cmd.env(sandbox::ENV, fd.to_string())
             .arg0(agentx_shared::sandbox::CONFINED_SUPERVISOR);
+        // SAFETY: fcntl is async-signal-safe. The child alone keeps the
+        // ruleset across exec (the flag is per descriptor table); `held`
+        // keeps it open until the command is spawned.
+        unsafe {
+            cmd.pre_exec(move || {
+                let _ = &held;
+                if nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
     }
     if let Some(tmpdir) = &confine.tmpdir {
         for name in ["TMPDIR", "TMP", "TEMP"] {

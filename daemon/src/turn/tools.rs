@@ -235,7 +235,10 @@ impl Turn<'_> {
             &self.spec.folder,
             &tmpdir,
             &self.engine.profile,
-        );
+        )
+        .map(|r| r.ruleset())
+        .transpose()
+        .map_err(|e| format!("its Landlock rules could not be made ({e})"))?;
         let confine = shell::Confine {
             rules,
             tmpdir: Some(tmpdir),

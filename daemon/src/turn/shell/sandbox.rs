@@ -1,5 +1,6 @@
-//! The command sandbox: agentd turns a policy into Landlock rules, and the
-//! supervisor confines itself to them before it starts `sh`.
+//! The command sandbox: agentd turns a policy into a Landlock ruleset (a
+//! file descriptor; making one confines nobody), and the supervisor it
+//! inherits confines itself with it before it starts `sh`.
 //!
 //! Landlock only grants, so "read everything but the profile" is read on
 //! every entry of each directory on the way down to the profile except the
@@ -15,10 +16,13 @@ use landlock::{
     ABI, Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible as _, PathBeneath,
     PathFd, Ruleset, RulesetAttr as _, RulesetCreatedAttr as _,
 };
+use std::os::fd::OwnedFd;
+
 use serde::{Deserialize, Serialize};
 
-/// The variable that hands the supervisor its rules (removed before `sh`).
-pub(super) const ENV: &str = "AGENTD_SANDBOX_RULES";
+/// The variable that names the supervisor's ruleset descriptor (removed
+/// before `sh`).
+pub(super) const ENV: &str = "AGENTD_SANDBOX_FD";
 
 /// The test hook: `AGENTX_SANDBOX_ABI=N` makes agentd act as if the kernel
 /// offered Landlock ABI N at most (0: none).
@@ -72,19 +76,17 @@ impl Rules {
         })
     }
 
-    /// The rules as the supervisor's variable holds them.
-    pub(super) fn encode(&self) -> std::io::Result<String> {
-        serde_json::to_string(self).map_err(std::io::Error::other)
+    /// The ruleset of these rules, ready for a supervisor to enforce (made
+    /// once a turn: a command then costs only the enforcing).
+    pub fn ruleset(&self) -> std::io::Result<std::sync::Arc<OwnedFd>> {
+        self.create()
+            .map_err(std::io::Error::other)?
+            .map(std::sync::Arc::new)
+            .ok_or_else(|| std::io::Error::other("the kernel made no Landlock ruleset"))
     }
 
-    /// The rules a supervisor was given.
-    pub(super) fn decode(text: &[u8]) -> Option<Self> {
-        serde_json::from_slice(text).ok()
-    }
-
-    /// Confines this process (and all it starts) to the rules: from here
-    /// on the kernel refuses the rest. The first error stops it.
-    pub(super) fn enforce(&self) -> Result<(), landlock::RulesetError> {
+    /// Makes the ruleset; the first error stops it.
+    fn create(&self) -> Result<Option<OwnedFd>, landlock::RulesetError> {
         let abi = ABI::V3;
         let mut ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::HardRequirement)
@@ -105,9 +107,32 @@ impl Rules {
         for path in &self.devices {
             created = add(created, path, AccessFs::from_file(abi))?;
         }
-        created.restrict_self()?;
-        Ok(())
+        Ok(created.into())
     }
+}
+
+/// Confines this process (and all it starts) with the ruleset `fd`
+/// names: from here on the kernel refuses the rest. The errno on failure.
+pub(super) fn enforce(fd: i32) -> Result<(), i32> {
+    let last = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL)
+    };
+    // SAFETY: prctl and landlock_restrict_self take plain integers; the
+    // descriptor is ours (inherited for this) and closed after.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(last());
+        }
+        let done = libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32);
+        let errno = last();
+        libc::close(fd);
+        if done != 0 {
+            return Err(errno);
+        }
+    }
+    Ok(())
 }
 
 /// Grants `access` on `path` (file rights only for a file); a path that
@@ -233,8 +258,9 @@ mod tests {
             ..SandboxPolicy::default()
         };
         assert_eq!(Rules::new(&full, &home, &tmp, &profile), None);
-        let decoded = Rules::decode(rules.encode().unwrap().as_bytes());
-        assert_eq!(decoded, Some(rules));
+        if kernel_abi(None) >= 4 {
+            assert!(rules.ruleset().is_ok());
+        }
     }
 
     #[test]

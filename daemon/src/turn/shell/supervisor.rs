@@ -84,7 +84,7 @@ extern "C" fn hook() {
         .and_then(|p| std::str::from_utf8(p).ok())
         .and_then(|p| p.parse::<i32>().ok());
     let rules = std::env::var_os(super::sandbox::ENV)
-        .map(|text| super::sandbox::Rules::decode(text.as_bytes()));
+        .map(|text| text.to_str().and_then(|fd| fd.parse::<i32>().ok()));
     let code = match (parent, args.next()) {
         (Some(parent), Some(command)) => {
             supervise(Pid::from_raw(parent), OsStr::from_bytes(command), rules)
@@ -94,18 +94,15 @@ extern "C" fn hook() {
     std::process::exit(code);
 }
 
-/// `rules`: `None` unconfined, `Some(None)` rules that did not decode.
-fn supervise(parent: Pid, command: &OsStr, rules: Option<Option<super::sandbox::Rules>>) -> i32 {
+/// `rules`: `None` unconfined, else the ruleset's descriptor
+/// (`Some(None)`: one that could not be read).
+fn supervise(parent: Pid, command: &OsStr, rules: Option<Option<i32>>) -> i32 {
     let Some(watched) = take_over(parent) else {
         return 1;
     };
     if let Some(rules) = rules {
-        let enforced = rules.map(|r| r.enforce());
-        if !matches!(enforced, Some(Ok(()))) {
-            let errno = match enforced {
-                Some(Err(e)) => sandbox_errno(&e),
-                _ => Errno::EINVAL as i32,
-            };
+        let enforced = rules.map_or(Err(Errno::EINVAL as i32), super::sandbox::enforce);
+        if let Err(errno) = enforced {
             report(&format!("sandbox {errno}\n"));
             return 1;
         }
@@ -294,20 +291,6 @@ fn children(me: Pid) -> Vec<Pid> {
 fn report(line: &str) {
     let _ = nix::unistd::write(std::io::stdout(), line.as_bytes());
     let _ = silence(nix::unistd::dup2_stdout);
-}
-
-/// The errno behind a sandbox that could not be set up.
-fn sandbox_errno(e: &landlock::RulesetError) -> i32 {
-    let mut source: Option<&dyn std::error::Error> = Some(e);
-    while let Some(err) = source {
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && let Some(errno) = io.raw_os_error()
-        {
-            return errno;
-        }
-        source = err.source();
-    }
-    Errno::ENOTSUP as i32
 }
 
 /// Tells agentd that `sh` could not start, and why.
