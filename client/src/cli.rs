@@ -59,6 +59,11 @@ pub struct Global {
     #[arg(short = 'm', long, global = true, value_name = "NAME")]
     pub model: Option<String>,
 
+    /// The sandbox tool commands run in (default: sandbox in config.toml,
+    /// else workspace-write).
+    #[arg(long, global = true, value_enum, value_name = "MODE")]
+    pub sandbox: Option<Sandbox>,
+
     /// The chat only: when the last turn was interrupted and no terminal can
     /// ask, continue it, retry its message, or start a new conversation
     /// (a one-shot refuses it: it never has one).
@@ -71,6 +76,26 @@ pub enum OnPending {
     Continue,
     Retry,
     New,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Sandbox {
+    /// No writes but a private temporary directory; no network.
+    ReadOnly,
+    /// Writes in the folder and a private temporary directory; no network.
+    WorkspaceWrite,
+    /// No sandbox: commands run with your full rights.
+    DangerFullAccess,
+}
+
+impl From<Sandbox> for agentx_shared::sandbox::SandboxMode {
+    fn from(s: Sandbox) -> Self {
+        match s {
+            Sandbox::ReadOnly => Self::ReadOnly,
+            Sandbox::WorkspaceWrite => Self::WorkspaceWrite,
+            Sandbox::DangerFullAccess => Self::DangerFullAccess,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

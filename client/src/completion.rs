@@ -27,6 +27,7 @@ pub const COMMANDS: &[&str] = &[
     "compact",
     "model",
     "approvals",
+    "sandbox",
     "diff",
     "undo",
     "rewind",
@@ -145,6 +146,9 @@ fn arguments(command: &str, known: &Known) -> Vec<String> {
         "retry" => vec!["new-chain".to_owned()],
         "undo" => vec!["force".to_owned()],
         "status" => vec!["verbose".to_owned()],
+        "sandbox" => ["read-only", "workspace-write", "danger-full-access"]
+            .map(str::to_owned)
+            .to_vec(),
         _ => Vec::new(),
     }
 }

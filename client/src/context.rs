@@ -9,6 +9,7 @@ use agentx_shared::config::{ApprovalMode, Config, DEFAULT_BASE_URL, ProviderKind
 use agentx_shared::profile::Profile;
 use agentx_shared::proto::sessions_client::SessionsClient;
 use agentx_shared::proto::{ApprovalPolicy, ProviderSettings, Scope, SessionStatus};
+use agentx_shared::sandbox::{SandboxMode, SandboxPolicy};
 
 use crate::cli::{Approval, Global};
 use crate::connect::{self, Daemon};
@@ -23,6 +24,8 @@ pub struct Ctx {
     pub folder: PathBuf,
     /// Replaced when the REPL reconnects to a restarted agentd.
     daemon: std::cell::RefCell<Daemon>,
+    /// The sandbox mode `/sandbox` chose (wins over --sandbox and the file).
+    sandbox_chosen: std::cell::Cell<Option<SandboxMode>>,
 }
 
 /// The model, provider and approval mode the chat uses here.
@@ -33,14 +36,21 @@ pub struct Setup {
     pub approval: &'static str,
     /// Which variables tool commands see (`[shell_environment]`).
     pub shell_environment: agentx_shared::shell_env::ShellEnvironment,
+    /// The sandbox commands run in.
+    pub sandbox: SandboxPolicy,
+    /// The Landlock ABI agentd's kernel offers (0: none).
+    pub landlock_abi: u32,
 }
 
 impl Setup {
-    /// One line: `gpt-5 (responses), approval ask`.
+    /// One line: `gpt-5 (responses), approval ask, sandbox workspace-write (enforced)`.
     pub fn line(&self) -> String {
         format!(
-            "{} ({}), approval {}",
-            self.model, self.provider, self.approval
+            "{} ({}), approval {}, sandbox {}",
+            self.model,
+            self.provider,
+            self.approval,
+            self.sandbox.line(self.landlock_abi)
         )
     }
 }
@@ -71,6 +81,7 @@ impl Ctx {
             scope,
             folder,
             daemon: std::cell::RefCell::new(daemon),
+            sandbox_chosen: std::cell::Cell::new(None),
         })
     }
 
@@ -176,7 +187,26 @@ impl Ctx {
             base_url: config.base_url.clone(),
             approval,
             shell_environment: config.shell_environment.clone(),
+            sandbox: self.sandbox(&config),
+            landlock_abi: self.hello().landlock_abi,
         })
+    }
+
+    /// The sandbox of this run: `/sandbox`, then --sandbox, then config.toml.
+    pub fn sandbox(&self, config: &Config) -> SandboxPolicy {
+        let mut policy = config.sandbox.clone();
+        if let Some(mode) = self.global.sandbox {
+            policy.mode = mode.into();
+        }
+        if let Some(mode) = self.sandbox_chosen.get() {
+            policy.mode = mode;
+        }
+        policy
+    }
+
+    /// `/sandbox MODE`: the mode for the rest of this chat.
+    pub fn choose_sandbox(&self, mode: SandboxMode) {
+        self.sandbox_chosen.set(Some(mode));
     }
 
     /// The tool policy: --approval/--auto, then config.toml, then `fallback`.

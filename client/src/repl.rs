@@ -322,6 +322,7 @@ impl Chat<'_> {
             max_calls_per_reply: config.max_tool_calls_per_reply.unwrap_or(0),
             max_steps: config.max_tool_steps.unwrap_or(0),
             shell_environment: Some((&config.shell_environment).into()),
+            sandbox: Some((&self.ctx.sandbox(config)).into()),
         };
         let (finished, ran_on) =
             match turn::run(&self.ctx.channel(), start.clone(), &mut self.ui).await {

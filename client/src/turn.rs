@@ -216,6 +216,14 @@ async fn run_reading(
                         crate::show::visible_lines(&request.command)
                     ));
                 }
+                // Why it asks (the sandbox cannot confine it, or it was
+                // denied and may run outside it).
+                if !request.note.is_empty() {
+                    ui.info(&format!(
+                        "agentx: {}",
+                        crate::show::visible_lines(&request.note)
+                    ));
+                }
                 // The question reads its own key: the reader pauses.
                 if let Some(reading) = keys.take() {
                     ui.take_typed(reading.finish());

@@ -65,7 +65,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     } = Listener::acquire(&config.profile.socket)?;
     let shutdown = Shutdown::default();
     let served = Arc::new(AtomicU64::new(0));
+    let landlock_abi = crate::turn::shell::sandbox::kernel_abi(
+        config
+            .env
+            .var(crate::turn::shell::sandbox::PRETEND_ENV)
+            .and_then(|v| v.trim().parse().ok()),
+    );
     let info = Arc::new(DaemonInfo {
+        landlock_abi,
         pid: std::process::id(),
         version: config
             .reported_version
@@ -83,7 +90,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<DaemonServer<DaemonService>>().await;
     let (reflection, reflection_v1alpha) = reflection()?;
-    let domain = Domain::start(&config.profile, &shutdown, &config.env)?;
+    let domain = Domain::start(&config.profile, &shutdown, &config.env, landlock_abi)?;
 
     let uid = nix::unistd::geteuid().as_raw();
     let routes = routes(&info, domain)
@@ -228,6 +235,7 @@ impl Domain {
         profile: &Profile,
         shutdown: &Shutdown,
         env: &Arc<Environment>,
+        landlock_abi: u32,
     ) -> anyhow::Result<Self> {
         // The store announces its commits; the indexer and the pusher
         // subscribe (the store knows neither).
@@ -252,6 +260,7 @@ impl Domain {
             models,
             shutdown.clone(),
             crate::turn::provider::ProxyVars::from_environment(env),
+            landlock_abi,
         ));
         let search = crate::search::start(
             profile.dir.join("search"),

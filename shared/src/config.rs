@@ -82,6 +82,21 @@ struct File {
     auto_compact_at: Option<f64>,
     /// Project-instruction file names (default `["AGENTS.md"]`).
     instruction_files: Option<Vec<String>>,
+    /// The command sandbox's mode (Codex names it `sandbox_mode`).
+    #[serde(alias = "sandbox_mode")]
+    sandbox: Option<crate::sandbox::SandboxMode>,
+    /// TCP for sandboxed commands.
+    sandbox_network: Option<bool>,
+    /// Codex's `[sandbox_workspace_write]` table.
+    sandbox_workspace_write: Option<WorkspaceWriteFile>,
+}
+
+/// `[sandbox_workspace_write]`, with Codex's keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkspaceWriteFile {
+    network_access: Option<bool>,
+    writable_roots: Option<Vec<std::path::PathBuf>>,
 }
 
 /// One `[models.NAME]` table.
@@ -155,6 +170,8 @@ pub struct Config {
     /// Percent of the window past which compaction is automatic.
     pub auto_compact_at: f64,
     pub instruction_files: Vec<String>,
+    /// The command sandbox (`--sandbox` overrides its mode).
+    pub sandbox: crate::sandbox::SandboxPolicy,
 }
 
 impl Config {
@@ -259,8 +276,35 @@ impl Config {
                 None => DEFAULT_AUTO_COMPACT_AT,
             },
             instruction_files: file.instruction_files.unwrap_or_default(),
+            sandbox: sandbox_policy(
+                file.sandbox,
+                file.sandbox_network,
+                file.sandbox_workspace_write,
+            )?,
         })
     }
+}
+
+/// The sandbox the file sets: `sandbox_network` or Codex's
+/// `network_access`, and absolute writable roots.
+fn sandbox_policy(
+    mode: Option<crate::sandbox::SandboxMode>,
+    network: Option<bool>,
+    workspace: Option<WorkspaceWriteFile>,
+) -> Result<crate::sandbox::SandboxPolicy, ConfigError> {
+    let workspace = workspace.unwrap_or_default();
+    let writable_roots = workspace.writable_roots.unwrap_or_default();
+    if let Some(bad) = writable_roots.iter().find(|r| !r.is_absolute()) {
+        return Err(ConfigError::Invalid(format!(
+            "writable_roots in config.toml: {} is not an absolute path",
+            bad.display()
+        )));
+    }
+    Ok(crate::sandbox::SandboxPolicy {
+        mode: mode.unwrap_or_default(),
+        network: network.or(workspace.network_access).unwrap_or(false),
+        writable_roots,
+    })
 }
 
 #[cfg(test)]
@@ -324,6 +368,36 @@ mod tests {
         assert!(load("auto_compact_at = 120", &[]).is_err());
         assert!(load("", &[("AGENTX_CONTEXT_WINDOW", "lots")]).is_err());
         assert!(load("", &[("AGENTX_AUTO_COMPACT", "maybe")]).is_err());
+    }
+
+    #[test]
+    fn the_sandbox_takes_its_keys_and_codexs() {
+        use crate::sandbox::SandboxMode;
+        let c = load("", &[]).unwrap();
+        assert_eq!(c.sandbox, crate::sandbox::SandboxPolicy::default());
+        let c = load("sandbox = \"read-only\"\nsandbox_network = true", &[]).unwrap();
+        assert_eq!(c.sandbox.mode, SandboxMode::ReadOnly);
+        assert!(c.sandbox.network);
+        let c = load(
+            "sandbox_mode = \"danger-full-access\"\n[sandbox_workspace_write]\n\
+             network_access = true\nwritable_roots = [\"/data\"]",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.sandbox.mode, SandboxMode::DangerFullAccess);
+        assert!(c.sandbox.network);
+        assert_eq!(
+            c.sandbox.writable_roots,
+            [std::path::PathBuf::from("/data")]
+        );
+        assert!(
+            load(
+                "[sandbox_workspace_write]\nwritable_roots = [\"data\"]",
+                &[]
+            )
+            .is_err()
+        );
+        assert!(toml::from_str::<File>("sandbox = \"open\"").is_err());
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod profile;
 pub mod proto;
 #[cfg(feature = "test-support")]
 pub mod rng;
+pub mod sandbox;
 pub mod shell_env;
 pub mod terminal;
 pub mod time;

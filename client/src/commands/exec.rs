@@ -37,6 +37,7 @@ pub async fn exec(
         mid_line: false,
         answer: String::new(),
         needed_approval: 0,
+        unconfinable: 0,
     };
     let mut cancelled = false;
     // A frozen agentd (SIGSTOP) is named within seconds, not after the
@@ -150,6 +151,7 @@ fn turn_start(ctx: &Ctx, prompt: String, prompt_from_args: bool) -> CliResult<Tu
         max_calls_per_reply: config.max_tool_calls_per_reply.unwrap_or(0),
         max_steps: config.max_tool_steps.unwrap_or(0),
         shell_environment: Some((&config.shell_environment).into()),
+        sandbox: Some((&ctx.sandbox(&config)).into()),
         ..TurnStart::default()
     })
 }
@@ -178,6 +180,8 @@ struct Output {
     answer: String,
     /// Calls not run because nobody could approve them.
     needed_approval: usize,
+    /// Calls not run because the kernel cannot confine them.
+    unconfinable: usize,
 }
 
 impl Output {
@@ -191,7 +195,12 @@ impl Output {
             && r.denied
             && !r.not_run.is_empty()
         {
-            self.needed_approval += 1;
+            // agentd names the way out of a sandbox the kernel cannot enforce.
+            if r.not_run.contains("--sandbox danger-full-access") {
+                self.unconfinable += 1;
+            } else {
+                self.needed_approval += 1;
+            }
         }
         if self.as_json {
             if let Some(line) = JsonEvent::of(event) {
@@ -277,6 +286,11 @@ impl Output {
             eprintln!("{}", crate::show::terminal_text(&line));
         }
         match status {
+            "completed" if self.unconfinable > 0 => Err(CliError::failed(format!(
+                "{} the model asked for not run: the sandbox cannot confine commands here \
+                 (--sandbox danger-full-access runs them unconfined)",
+                agentx_shared::plural::count(self.unconfinable as u64, "command")
+            ))),
             "completed" if self.needed_approval > 0 => Err(CliError::failed(format!(
                 "{} the model asked for not run: they need approval, and a one-shot runs \
                  commands only with --auto (or --approval auto)",

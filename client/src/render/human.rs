@@ -406,6 +406,10 @@ fn conversation(lines: &mut Vec<String>, local: &Local, s: &SessionStatus, verbo
             "tool env      {}",
             setup.shell_environment.describe()
         ));
+        lines.push(format!(
+            "sandbox       {}",
+            setup.sandbox.line(setup.landlock_abi)
+        ));
         if verbose {
             lines.push(format!("server        {}", setup.base_url));
         }

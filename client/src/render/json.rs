@@ -70,6 +70,7 @@ pub fn status(local: &Local, s: &SessionStatus) -> Value {
         "base_url": setup.map(|s| s.base_url.clone()),
         "approval": setup.map(|s| s.approval),
         "shell_environment": setup.map(|s| shell_environment(&s.shell_environment)),
+        "sandbox": setup.map(sandbox),
         "response_id": if s.response_id.is_empty() { Value::Null } else { json!(s.response_id) },
         "folder": local.folder,
         "agent": local.agent,
@@ -161,6 +162,26 @@ pub fn hit(h: &SearchHit) -> Value {
 
 /// The tool environment policy in force (`set` by name only: its values
 /// may be secrets the user chose to give tools, not to print).
+/// `{mode, enforced, network, writable_roots, landlock_abi, reason}`:
+/// `enforced` is false for danger-full-access and where the kernel cannot
+/// confine commands (`reason` says why).
+fn sandbox(setup: &crate::context::Setup) -> Value {
+    use agentx_shared::sandbox::Enforcement;
+    let p = &setup.sandbox;
+    let enforcement = p.enforcement(setup.landlock_abi);
+    json!({
+        "mode": p.mode.as_str(),
+        "enforced": enforcement == Enforcement::Enforced,
+        "network": p.network || enforcement == Enforcement::Unconfined,
+        "writable_roots": p.writable_roots,
+        "landlock_abi": setup.landlock_abi,
+        "reason": match enforcement {
+            Enforcement::Unavailable(why) => Some(why),
+            _ => None,
+        },
+    })
+}
+
 fn shell_environment(p: &agentx_shared::shell_env::ShellEnvironment) -> Value {
     json!({
         "inherit": p.inherit.as_str(),

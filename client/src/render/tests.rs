@@ -19,6 +19,8 @@ fn local() -> Local {
             base_url: "http://127.0.0.1:9/v1".into(),
             approval: "ask",
             shell_environment: Default::default(),
+            sandbox: Default::default(),
+            landlock_abi: 7,
         }),
         daemon_pid: 42,
         daemon_version: "0.1.0".into(),
@@ -134,6 +136,7 @@ fn a_status_for_people_names_each_part() {
             "model         gpt-5 (responses), approval ask",
             "tool env      inherit all, secrets removed (*KEY* *SECRET* *TOKEN* *PASSWORD* \
              *CREDENTIAL*), the provider key never",
+            "sandbox       workspace-write (enforced)",
             "turns         2 (5 transcript items)",
             "usage         0 total = 0 in (0 cached) + 0 out (0 reasoning)",
             "checkpoints   2",
@@ -158,6 +161,10 @@ fn a_status_document_keeps_its_fields() {
     assert_eq!(doc["approval"], "ask");
     assert_eq!(doc["shell_environment"]["inherit"], "all");
     assert_eq!(doc["shell_environment"]["default_excludes"][0], "*KEY*");
+    assert_eq!(
+        doc["sandbox"].to_string(),
+        r#"{"enforced":true,"landlock_abi":7,"mode":"workspace-write","network":false,"reason":null,"writable_roots":[]}"#
+    );
     assert_eq!(doc["daemon"].to_string(), r#"{"pid":42,"version":"0.1.0"}"#);
     assert_eq!(
         doc["remote"].to_string(),

@@ -3,6 +3,7 @@
 
 use agentx_shared::proto::Resolve;
 use agentx_shared::proto::open_session_request::Target;
+use agentx_shared::sandbox::SandboxMode;
 
 use super::{Chat, Flow, open};
 use crate::choose;
@@ -27,6 +28,7 @@ messages are sent to the model; lines starting with / are commands:
   /compact [FOCUS]  summarise the conversation so it fits the model's window (the transcript keeps all)
   /model [NAME]     show the model, or use NAME for this conversation (`default` goes back)
   /approvals [MODE] show the approval mode, or use ask, auto or never for this chat (ask also takes back [a]lways)
+  /sandbox [MODE]   show the command sandbox, or use MODE (read-only, workspace-write, danger-full-access) from now on
   /retry            send the last failed or interrupted turn again
   /retry new-chain  ... starting a new server-side chain from the saved conversation
   /diff [N]         what message N (1 = the last) changed, as a diff
@@ -95,6 +97,19 @@ impl Chat<'_> {
                 let name = if name == "default" { "" } else { name };
                 let status = super::set_model(self.ctx, &self.session.id, name).await?;
                 render::print(human::model(&status));
+            }
+            ("sandbox", arg) => {
+                if let Some(name) = arg {
+                    let mode = SandboxMode::parse(name).ok_or_else(|| {
+                        CliError::usage(format!(
+                            "/sandbox takes {}, not {name:?}",
+                            SandboxMode::NAMES
+                        ))
+                    })?;
+                    self.ctx.choose_sandbox(mode);
+                }
+                let setup = self.ctx.setup()?;
+                println!("sandbox: {}", setup.sandbox.line(setup.landlock_abi));
             }
             ("clear", _) => self.clear_command().await?,
             ("diff", arg) => {

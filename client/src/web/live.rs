@@ -56,6 +56,7 @@ pub async fn start(State(web): State<Arc<Web>>, Json(body): Json<StartBody>) -> 
         message: body.message,
         approval: web.approval as i32,
         provider: Some(provider),
+        sandbox: web.sandbox.clone(),
         client_pid: std::process::id(),
         ..TurnStart::default()
     };

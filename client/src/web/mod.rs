@@ -31,6 +31,8 @@ pub struct Web {
     /// Provider settings for turns, or why turns cannot be sent (no key).
     pub provider: Result<ProviderSettings, String>,
     pub approval: ApprovalPolicy,
+    /// The command sandbox of turns started here (`None`: agentd's default).
+    pub sandbox: Option<agentx_shared::proto::SandboxPolicy>,
     pub guard: guard::Guard,
     /// Running turns started from a page: where approvals and Stop go.
     pub turns: Mutex<HashMap<String, mpsc::Sender<TurnInput>>>,
@@ -58,17 +60,19 @@ pub async fn run(ctx: &Ctx, no_open: bool, port: Option<u16>) -> CliResult<()> {
         (
             provider_settings(&config),
             ctx.approval(&config, ApprovalPolicy::Ask),
+            (&ctx.sandbox(&config)).into(),
         )
     });
-    let (provider, approval) = match provider {
-        Ok((p, a)) => (Ok(p), a),
-        Err(e) => (Err(e.message), ApprovalPolicy::Ask),
+    let (provider, approval, sandbox) = match provider {
+        Ok((p, a, s)) => (Ok(p), a, Some(s)),
+        Err(e) => (Err(e.message), ApprovalPolicy::Ask, None),
     };
     let web = Arc::new(Web {
         channel: ctx.channel(),
         scope: ctx.scope.clone(),
         provider,
         approval,
+        sandbox,
         guard,
         turns: Mutex::new(HashMap::new()),
     });

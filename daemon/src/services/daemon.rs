@@ -21,6 +21,8 @@ const MAX_PING_DELAY: Duration = Duration::from_secs(10);
 /// Facts about this daemon process, shared by the services.
 pub struct DaemonInfo {
     pub pid: u32,
+    /// The Landlock ABI the command sandbox has (0: none).
+    pub landlock_abi: u32,
     pub version: String,
     pub started_at: SystemTime,
     pub started: Instant,
@@ -69,6 +71,7 @@ impl Daemon for DaemonService {
             protocol: PROTOCOL,
             pid: self.info.pid,
             compatible,
+            landlock_abi: self.info.landlock_abi,
         }))
     }
 

@@ -141,7 +141,11 @@ impl Turns for TurnsService {
             None => ShellEnvironment::default(),
             Some(p) => ShellEnvironment::try_from(p).map_err(Status::invalid_argument)?,
         };
-        let spec = turn_spec(
+        let sandbox = match start.sandbox.clone() {
+            None => agentx_shared::sandbox::SandboxPolicy::default(),
+            Some(p) => p.try_into().map_err(Status::invalid_argument)?,
+        };
+        let mut spec = turn_spec(
             start,
             PathBuf::from(folder),
             mode,
@@ -149,6 +153,7 @@ impl Turns for TurnsService {
             policy,
             self.tuning,
         );
+        spec.sandbox = sandbox;
 
         let (input_tx, input_rx) = mpsc::channel::<Input>(16);
         let cancel_tx = Arc::new(watch::channel(false).0);
@@ -232,6 +237,7 @@ fn turn_spec(
         retry_base: tuning.retry_base,
         prefs: super::prefs_of(start.provider.as_ref()),
         bounds: crate::turn::Bounds::from_request(start.max_calls_per_reply, start.max_steps),
+        sandbox: agentx_shared::sandbox::SandboxPolicy::default(),
     }
 }
 
@@ -498,9 +504,14 @@ fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
             name: crate::turn::head(&name, 200),
             arguments: shown_arguments(arguments),
         }),
-        Event::ApprovalRequest { call_id, command } => W::ApprovalRequest(proto::ApprovalRequest {
+        Event::ApprovalRequest {
+            call_id,
+            command,
+            note,
+        } => W::ApprovalRequest(proto::ApprovalRequest {
             call_id,
             command: crate::turn::head(&command, WIRE_COMMAND),
+            note: crate::turn::head(&note, WIRE_COMMAND),
         }),
         Event::ToolResult {
             call_id,

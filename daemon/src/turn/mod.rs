@@ -86,6 +86,8 @@ pub enum Event {
     ApprovalRequest {
         call_id: String,
         command: String,
+        /// What the user should know first ("": nothing).
+        note: String,
     },
     ToolResult {
         call_id: String,
@@ -171,6 +173,8 @@ pub struct TurnSpec {
     pub prefs: window::Prefs,
     /// How much tool work the turn may do.
     pub bounds: Bounds,
+    /// The sandbox its tool commands run in.
+    pub sandbox: agentx_shared::sandbox::SandboxPolicy,
 }
 
 /// How much tool work one turn may do: calls run from one model reply
@@ -218,6 +222,8 @@ pub struct Engine {
     pub shutdown: crate::shutdown::Shutdown,
     /// The shell tool's commands, killed by that stop.
     tools: shell::Tools,
+    /// The Landlock ABI the command sandbox has (0: none).
+    sandbox_abi: u32,
 }
 
 impl Engine {
@@ -228,8 +234,10 @@ impl Engine {
         models: std::sync::Arc<window::Models>,
         shutdown: crate::shutdown::Shutdown,
         own_proxy: provider::ProxyVars,
+        sandbox_abi: u32,
     ) -> Self {
         Self {
+            sandbox_abi,
             clients: provider::Clients::default(),
             own_proxy,
             models,
@@ -308,6 +316,9 @@ struct Turn<'a> {
     sending: u64,
     /// The instruction files the requests carry, with their sizes in bytes.
     instruction_files: Vec<(std::path::PathBuf, u64)>,
+    /// Sandboxed commands' private `TMPDIR` (made at the first, removed
+    /// with the turn) and the confinement made with it.
+    tmpdir: Option<(tempfile::TempDir, shell::Confine)>,
 }
 
 impl Engine {
@@ -359,6 +370,7 @@ impl Engine {
             silent_overflow: false,
             sending: 0,
             instruction_files,
+            tmpdir: None,
         };
         turn.emit(Event::Started {
             session_id: doc.id.clone(),

@@ -5,6 +5,7 @@
 //! all it started when agentd dies, stops, or gives up on it.
 
 mod output;
+pub mod sandbox;
 mod spawner;
 mod supervisor;
 
@@ -87,8 +88,15 @@ impl Tools {
         timeout: Duration,
         cancel: watch::Receiver<bool>,
     ) -> std::io::Result<Outcome> {
-        self.run_with(command, cwd, env, (timeout, cancel), None)
-            .await
+        self.run_with(
+            command,
+            cwd,
+            env,
+            &Confine::default(),
+            (timeout, cancel),
+            None,
+        )
+        .await
     }
 
     /// Runs the command as `run` does (a `true` on `cancel` kills it, agentd
@@ -100,6 +108,7 @@ impl Tools {
         command: &str,
         cwd: &Path,
         env: &Environment,
+        confine: &Confine,
         (timeout, cancel): (Duration, watch::Receiver<bool>),
         progress: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
     ) -> std::io::Result<Outcome> {
@@ -108,7 +117,7 @@ impl Tools {
             return Ok(Outcome::not_run_stopping());
         }
         let (status_pipe, pipe, mut kill) =
-            spawn_supervised(command, cwd, env, stop.clone()).await?;
+            spawn_supervised(command, (cwd, env, confine), stop.clone()).await?;
         let ended = watch_command(
             (status_pipe, pipe),
             &mut kill,
@@ -134,6 +143,14 @@ impl Tools {
             stopped,
         })
     }
+}
+
+/// Where a command is confined: the sandbox's rules (none: unconfined)
+/// and its private temporary directory (`TMPDIR`, `TMP`, `TEMP`).
+#[derive(Debug, Default, Clone)]
+pub struct Confine {
+    pub rules: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+    pub tmpdir: Option<std::path::PathBuf>,
 }
 
 /// How a command's watch ended, before the stop flag is looked at again.
@@ -185,9 +202,16 @@ async fn watch_command(
                 Ok(n) if n > 0 => {}
                 _ => {
                     let exit_code = match parse_report(&report) {
-                        Err(errno) => {
+                        Err(Failed::Start(errno)) => {
                             kill.armed = false;
                             return Err(std::io::Error::from_raw_os_error(errno));
+                        }
+                        Err(Failed::Sandbox(errno)) => {
+                            kill.armed = false;
+                            return Err(std::io::Error::other(format!(
+                                "the sandbox could not be set up ({}); nothing ran",
+                                std::io::Error::from_raw_os_error(errno)
+                            )));
                         }
                         Ok(code) => code,
                     };
@@ -234,8 +258,7 @@ async fn watch_command(
 /// switch that kills the command.
 async fn spawn_supervised(
     command: &str,
-    cwd: &Path,
-    env: &Environment,
+    (cwd, env, confine): (&Path, &Environment, &Confine),
     stop: ToolStop,
 ) -> std::io::Result<(
     tokio::process::ChildStdout,
@@ -243,7 +266,31 @@ async fn spawn_supervised(
     KillSwitch,
 )> {
     let (reader, writer) = std::io::pipe()?;
-    let cmd = spawn_command(command, cwd, env, writer);
+    let mut cmd = spawn_command(command, cwd, env, writer);
+    if let Some(ruleset) = &confine.rules {
+        use std::os::fd::AsRawFd as _;
+        let fd = ruleset.as_raw_fd();
+        let held = std::sync::Arc::clone(ruleset);
+        cmd.env(sandbox::ENV, fd.to_string())
+            .arg0(agentx_shared::sandbox::CONFINED_SUPERVISOR);
+        // SAFETY: fcntl is async-signal-safe. The child alone keeps the
+        // ruleset across exec (the flag is per descriptor table); `held`
+        // keeps it open until the command is spawned.
+        unsafe {
+            cmd.pre_exec(move || {
+                let _ = &held;
+                if nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    if let Some(tmpdir) = &confine.tmpdir {
+        for name in ["TMPDIR", "TMP", "TEMP"] {
+            cmd.env(name, tmpdir);
+        }
+    }
     // Forked by the one thread that lives as long as agentd: the death
     // signal below is keyed to the forking thread, not to the process.
     let mut child = spawner::spawn(cmd).await?;
@@ -328,9 +375,18 @@ fn spawn_command(
     cmd
 }
 
+/// Why a supervisor ran no command.
+#[derive(Debug, PartialEq, Eq)]
+enum Failed {
+    /// `sh` could not start (errno).
+    Start(i32),
+    /// The sandbox could not be set up (errno).
+    Sandbox(i32),
+}
+
 /// The supervisor's one line: `Ok(exit code)` (`None`: a signal, or no
-/// report), `Err(errno)` when `sh` could not start.
-fn parse_report(report: &[u8]) -> Result<Option<i32>, i32> {
+/// report), `Err` when it ran nothing.
+fn parse_report(report: &[u8]) -> Result<Option<i32>, Failed> {
     let text = String::from_utf8_lossy(report);
     let mut words = text.split_whitespace();
     let (kind, value) = (
@@ -339,7 +395,8 @@ fn parse_report(report: &[u8]) -> Result<Option<i32>, i32> {
     );
     match (kind, value) {
         (Some("exit"), Some(code)) => Ok(Some(code)),
-        (Some("error"), Some(errno)) => Err(errno),
+        (Some("error"), Some(errno)) => Err(Failed::Start(errno)),
+        (Some("sandbox"), Some(errno)) => Err(Failed::Sandbox(errno)),
         _ => Ok(None),
     }
 }

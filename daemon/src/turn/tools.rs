@@ -2,6 +2,7 @@
 //! policy, run in the caller's environment, and committed before the next.
 
 use agentx_shared::conversation::{CallState, Item, PendingCall};
+use agentx_shared::sandbox::Enforcement;
 
 use serde_json::Value;
 
@@ -123,10 +124,29 @@ impl Turn<'_> {
             Err((message, reason)) => return Ok(Ran::not_run(message, reason)),
             Ok(command) => command,
         };
-        let approved = if was_running {
-            self.approve_rerun(&call.call_id, &command).await?
-        } else {
-            self.approve(&call.call_id, &command).await?
+        let confine = self.confinement();
+        if let Err(why) = &confine
+            && self.spec.policy == Policy::Auto
+        {
+            let line = unconfinable(why);
+            return Ok(Ran {
+                denied: true,
+                ..Ran::not_run(line.clone(), line)
+            });
+        }
+        let approved = match (&confine, was_running) {
+            (Err(why), true) => {
+                let note = format!(
+                    "it was running when the turn was interrupted, and would run unconfined: {why}"
+                );
+                self.approve_each(&call.call_id, &command, &note).await?
+            }
+            (Ok(_), true) => self.approve_rerun(&call.call_id, &command).await?,
+            (Err(why), false) => {
+                let note = format!("it would run unconfined: {why}");
+                self.approve_each(&call.call_id, &command, &note).await?
+            }
+            (Ok(_), false) => self.approve(&call.call_id, &command).await?,
         };
         if !approved {
             // Said as it is: declined by the user, or never asked because
@@ -150,12 +170,94 @@ impl Turn<'_> {
                 ..Ran::not_run(output.to_owned(), reason.to_owned())
             });
         }
+        // Approved unconfined (the kernel could not confine it).
+        let confine = confine.unwrap_or_default();
         pending[i].state = CallState::Running;
         self.update_call(pending, i).await?;
+        let mut outcome = self.run_command(&call.call_id, &command, &confine).await;
+        // Escalation is the user's alone: in ask mode a command the
+        // sandbox seems to have denied may run again outside it.
+        if let Ok(o) = &outcome
+            && confine.rules.is_some()
+            && self.spec.policy == Policy::Ask
+            && !o.cancelled
+            && o.exit_code != Some(0)
+            && looks_denied(&o.output)
+            && self.approve_each(&call.call_id, &command, ESCALATE).await?
+        {
+            let outside = shell::Confine {
+                rules: None,
+                tmpdir: confine.tmpdir.clone(),
+            };
+            outcome = self.run_command(&call.call_id, &command, &outside).await;
+        }
+        match outcome {
+            Ok(o) if o.cancelled => {
+                pending[i].state = CallState::Finished;
+                pending[i].exit_code = o.exit_code;
+                pending[i].output = o.for_model_when(self.client_gone());
+                self.update_call(pending, i).await?;
+                Err(Stop::Cancelled)
+            }
+            Ok(o) => Ok(Ran {
+                output: o.for_model(),
+                exit_code: o.exit_code,
+                denied: false,
+                timed_out: o.timed_out,
+                not_run: None,
+            }),
+            Err(e) => Ok(Ran::not_run(
+                format!("could not start the command: {e}"),
+                format!("could not start it: {e}"),
+            )),
+        }
+    }
+
+    /// Where this turn's commands run: the sandbox's rules and private
+    /// `TMPDIR` (both made at the first command, kept for the turn); `Err`
+    /// with why when the kernel cannot confine them as the mode says.
+    fn confinement(&mut self) -> Result<shell::Confine, String> {
+        match self.spec.sandbox.enforcement(self.engine.sandbox_abi) {
+            Enforcement::Unconfined => return Ok(shell::Confine::default()),
+            Enforcement::Unavailable(why) => return Err(why),
+            Enforcement::Enforced => {}
+        }
+        if let Some((_, confine)) = &self.tmpdir {
+            return Ok(confine.clone());
+        }
+        let made = tempfile::Builder::new()
+            .prefix("agentx-tmp-")
+            .tempdir()
+            .map_err(|e| format!("its private TMPDIR could not be made ({e})"))?;
+        let tmpdir = made.path().to_path_buf();
+        let rules = shell::sandbox::Rules::new(
+            &self.spec.sandbox,
+            &self.spec.folder,
+            &tmpdir,
+            &self.engine.profile,
+        )
+        .map(|r| r.ruleset())
+        .transpose()
+        .map_err(|e| format!("its Landlock rules could not be made ({e})"))?;
+        let confine = shell::Confine {
+            rules,
+            tmpdir: Some(tmpdir),
+        };
+        self.tmpdir = Some((made, confine.clone()));
+        Ok(confine)
+    }
+
+    /// Runs `command` as `confine` says, its output shown as it comes.
+    async fn run_command(
+        &self,
+        call_id: &str,
+        command: &str,
+        confine: &shell::Confine,
+    ) -> std::io::Result<shell::Outcome> {
         // Its output goes to the client as it comes, for display.
         let (progress, mut pieces) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
         let events = self.io.events.clone();
-        let call_id = call.call_id.clone();
+        let call_id = call_id.to_owned();
         let live = self.io.live.clone();
         let forward = tokio::spawn(async move {
             // Display only: never waits on a slow or gone client, and holds
@@ -200,48 +302,40 @@ impl Turn<'_> {
             .engine
             .tools
             .run_with(
-                &command,
+                command,
                 &self.spec.folder,
                 &self.spec.tool_env,
+                confine,
                 (self.spec.shell_timeout, self.io.cancel.clone()),
                 Some(progress),
             )
             .await;
         // Every piece shown before the result.
         let _ = forward.await;
-        match outcome {
-            Ok(o) if o.cancelled => {
-                pending[i].state = CallState::Finished;
-                pending[i].exit_code = o.exit_code;
-                pending[i].output = o.for_model_when(self.client_gone());
-                self.update_call(pending, i).await?;
-                Err(Stop::Cancelled)
-            }
-            Ok(o) => Ok(Ran {
-                output: o.for_model(),
-                exit_code: o.exit_code,
-                denied: false,
-                timed_out: o.timed_out,
-                not_run: None,
-            }),
-            Err(e) => Ok(Ran::not_run(
-                format!("could not start the command: {e}"),
-                format!("could not start it: {e}"),
-            )),
-        }
+        outcome
     }
 
     /// A call that was running when the turn died may have had effects:
     /// only an explicit answer from the user runs it again.
     async fn approve_rerun(&mut self, call_id: &str, command: &str) -> Result<bool, Stop> {
+        let note = "it was running when the turn was interrupted: run it again?";
+        self.approve_each(call_id, command, note).await
+    }
+
+    /// Asks about this one command whatever "always" said before (ask mode
+    /// only; other policies: no), with `note` after it.
+    async fn approve_each(
+        &mut self,
+        call_id: &str,
+        command: &str,
+        note: &str,
+    ) -> Result<bool, Stop> {
         if self.spec.policy != Policy::Ask {
             return Ok(false);
         }
         let saved = self.approve_all;
         self.approve_all = false;
-        let command =
-            format!("{command}   (it was running when the turn was interrupted: run it again?)");
-        let answer = self.approve(call_id, &command).await;
+        let answer = self.ask(call_id, command, note).await;
         self.approve_all = saved;
         answer
     }
@@ -254,11 +348,21 @@ impl Turn<'_> {
             Policy::Ask if self.approve_all => return Ok(true),
             Policy::Ask => {}
         }
+        self.ask(call_id, command, "").await
+    }
+
+    /// Asks the client whether to run `command`, telling `note` too.
+    async fn ask(&mut self, call_id: &str, command: &str, note: &str) -> Result<bool, Stop> {
         // Answers sent before this question are not answers to it.
         while self.io.inputs.try_recv().is_ok() {}
         self.emit(Event::ApprovalRequest {
             call_id: call_id.to_owned(),
-            command: command.to_owned(),
+            command: if note.is_empty() {
+                command.to_owned()
+            } else {
+                format!("{command}   ({note})")
+            },
+            note: note.to_owned(),
         })
         .await;
         let mut cancel = self.io.cancel.clone();
@@ -297,6 +401,25 @@ impl Turn<'_> {
 /// a one-shot that meets it exits non-zero).
 const NEEDS_APPROVAL: &str =
     "needs approval (approval policy never): run with --auto or --approval auto to allow commands";
+
+/// The one line a command the kernel cannot confine gets in auto mode
+/// (the model and the user see it).
+fn unconfinable(why: &str) -> String {
+    format!(
+        "not run: the sandbox cannot confine commands here ({why}); run agentx with \
+         --sandbox danger-full-access to let commands run unconfined"
+    )
+}
+
+/// The question after a sandboxed command seems to have been denied.
+const ESCALATE: &str = "the sandbox denied it: run it again outside the sandbox?";
+
+/// Whether a failed command's output reads like the sandbox refused it.
+fn looks_denied(output: &str) -> bool {
+    ["Permission denied", "Operation not permitted"]
+        .iter()
+        .any(|w| output.contains(w))
+}
 
 /// What one call gave: its output for the model and how it went.
 struct Ran {

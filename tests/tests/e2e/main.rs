@@ -34,6 +34,7 @@ mod repl_terminal;
 mod resilience;
 mod resume_replay;
 mod rewind_to;
+mod sandbox;
 mod several_clients;
 mod slow_readers;
 mod snapshots;

@@ -258,7 +258,13 @@ fn shell_environment_in_config_means_what_codex_says() {
     );
     let seen = tool_env(&env, &model, SECRETS);
     let mut got = names(&seen);
-    got.retain(|n| !matches!(*n, "PWD" | "SHLVL" | "_" | "OLDPWD"));
+    // (The sandbox gives every command its private TMPDIR, TMP and TEMP.)
+    got.retain(|n| {
+        !matches!(
+            *n,
+            "PWD" | "SHLVL" | "_" | "OLDPWD" | "TMPDIR" | "TMP" | "TEMP"
+        )
+    });
     got.sort_unstable();
     assert_eq!(got, ["GITHUB_TOKEN", "HARMLESS"], "{seen}");
 }

@@ -13,8 +13,12 @@
 //! - runs `/bin/sh -c COMMAND` in a new process group, with the output pipe
 //!   agentd gave it as stderr as both stdout and stderr, and then lets go of
 //!   that pipe so agentd sees its end when the command's processes do;
+//! - confines itself to the sandbox's rules when agentd gave some (the
+//!   variable `sandbox::ENV`, which `sh` never sees), so `sh` and all it
+//!   starts are confined too; rules it cannot apply mean no command;
 //! - reports how `sh` ended as one line on its stdout (`exit N`,
-//!   `signal N`, or `error ERRNO` when `sh` could not start);
+//!   `signal N`, `error ERRNO` when `sh` could not start, or `sandbox
+//!   ERRNO` when the sandbox could not be set up);
 //! - stays while any process of the command lives; on SIGTERM (agentd's
 //!   death, a timeout, a cancel, agentd stopping), SIGINT, SIGHUP or SIGQUIT
 //!   it kills `sh`'s process group and, round after round, every process
@@ -79,19 +83,30 @@ extern "C" fn hook() {
         .next()
         .and_then(|p| std::str::from_utf8(p).ok())
         .and_then(|p| p.parse::<i32>().ok());
+    let rules = std::env::var_os(super::sandbox::ENV)
+        .map(|text| text.to_str().and_then(|fd| fd.parse::<i32>().ok()));
     let code = match (parent, args.next()) {
         (Some(parent), Some(command)) => {
-            supervise(Pid::from_raw(parent), OsStr::from_bytes(command))
+            supervise(Pid::from_raw(parent), OsStr::from_bytes(command), rules)
         }
         _ => 2,
     };
     std::process::exit(code);
 }
 
-fn supervise(parent: Pid, command: &OsStr) -> i32 {
+/// `rules`: `None` unconfined, else the ruleset's descriptor
+/// (`Some(None)`: one that could not be read).
+fn supervise(parent: Pid, command: &OsStr, rules: Option<Option<i32>>) -> i32 {
     let Some(watched) = take_over(parent) else {
         return 1;
     };
+    if let Some(rules) = rules {
+        let enforced = rules.map_or(Err(Errno::EINVAL as i32), super::sandbox::enforce);
+        if let Err(errno) = enforced {
+            report(&format!("sandbox {errno}\n"));
+            return 1;
+        }
+    }
     let Some(sh) = spawn_sh(command) else {
         return 1;
     };
@@ -161,7 +176,8 @@ fn spawn_sh(command: &OsStr) -> Option<Pid> {
         }
     };
     let mut sh = std::process::Command::new("/bin/sh");
-    sh.arg("-c")
+    sh.env_remove(super::sandbox::ENV)
+        .arg("-c")
         .arg(command)
         .stdin(Stdio::null())
         .stdout(Stdio::from(output))

@@ -351,8 +351,7 @@ async fn a_command_outlives_the_thread_that_asked_for_it() {
     let started = std::thread::spawn(move || {
         runtime.block_on(spawn_supervised(
             "sleep 1; echo SURVIVED",
-            &folder,
-            &Environment::default(),
+            (&folder, &Environment::default(), &super::Confine::default()),
             stop,
         ))
     })

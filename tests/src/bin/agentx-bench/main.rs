@@ -17,6 +17,7 @@ mod daemon;
 mod noisy;
 mod oneshots;
 mod remote;
+mod sandbox;
 mod search;
 mod snapshots;
 mod terminal;
@@ -39,6 +40,7 @@ fn main() -> anyhow::Result<()> {
             "tools",
             "noisy",
             "terminal",
+            "sandbox",
         ]
     } else {
         args.iter().map(String::as_str).collect()
@@ -59,9 +61,10 @@ fn main() -> anyhow::Result<()> {
             "tools" => tools::bench_tools()?,
             "noisy" => noisy::bench_noisy()?,
             "terminal" => terminal::bench_terminal()?,
+            "sandbox" => sandbox::bench_sandbox()?,
             other => {
                 bail!(
-                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools, noisy, terminal"
+                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools, noisy, terminal, sandbox"
                 )
             }
         }

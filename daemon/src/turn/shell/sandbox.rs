@@ -1,0 +1,272 @@
+//! The command sandbox: agentd turns a policy into a Landlock ruleset (a
+//! file descriptor; making one confines nobody), and the supervisor it
+//! inherits confines itself with it before it starts `sh`.
+//!
+//! Landlock only grants, so "read everything but the profile" is read on
+//! every entry of each directory on the way down to the profile except the
+//! one leading to it, and "list" on `/` (names in the profile can be listed,
+//! nothing in it opened). Writable trees that hold the profile (a folder
+//! that is the home folder) are split the same way. A turn makes its rules
+//! at its first command, so they see the tree as it is then.
+
+use std::path::{Path, PathBuf};
+
+use agentx_shared::sandbox::{SandboxMode, SandboxPolicy};
+use landlock::{
+    ABI, Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible as _, PathBeneath,
+    PathFd, Ruleset, RulesetAttr as _, RulesetCreatedAttr as _,
+};
+use std::os::fd::OwnedFd;
+
+use serde::{Deserialize, Serialize};
+
+/// The variable that names the supervisor's ruleset descriptor (removed
+/// before `sh`).
+pub(super) const ENV: &str = "AGENTD_SANDBOX_FD";
+
+/// The test hook: `AGENTX_SANDBOX_ABI=N` makes agentd act as if the kernel
+/// offered Landlock ABI N at most (0: none).
+pub const PRETEND_ENV: &str = "AGENTX_SANDBOX_ABI";
+
+/// Device files every command may write (and read).
+const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+
+/// What one confined command may do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rules {
+    /// Trees (or files) readable and executable.
+    read: Vec<PathBuf>,
+    /// Trees writable (and readable).
+    write: Vec<PathBuf>,
+    /// Devices writable.
+    devices: Vec<PathBuf>,
+    /// No TCP connect or bind.
+    deny_tcp: bool,
+}
+
+impl Rules {
+    /// The rules of `policy` for a command in `folder` with its private
+    /// `tmpdir`, keeping `profile` out of reach. `None` for
+    /// danger-full-access (nothing to confine).
+    pub fn new(
+        policy: &SandboxPolicy,
+        folder: &Path,
+        tmpdir: &Path,
+        profile: &Path,
+    ) -> Option<Self> {
+        let profile = canonical(profile);
+        let mut roots: Vec<PathBuf> = vec![canonical(tmpdir)];
+        match policy.mode {
+            SandboxMode::DangerFullAccess => return None,
+            SandboxMode::ReadOnly => {}
+            SandboxMode::WorkspaceWrite => {
+                roots.push(canonical(folder));
+                roots.extend(policy.writable_roots.iter().map(|r| canonical(r)));
+            }
+        }
+        let mut write = Vec::new();
+        for root in roots {
+            write.extend(around(&root, &profile));
+        }
+        Some(Self {
+            read: around(Path::new("/"), &profile),
+            write,
+            devices: DEVICES.iter().map(PathBuf::from).collect(),
+            deny_tcp: !policy.network,
+        })
+    }
+
+    /// The ruleset of these rules, ready for a supervisor to enforce (made
+    /// once a turn: a command then costs only the enforcing).
+    pub fn ruleset(&self) -> std::io::Result<std::sync::Arc<OwnedFd>> {
+        self.create()
+            .map_err(std::io::Error::other)?
+            .map(std::sync::Arc::new)
+            .ok_or_else(|| std::io::Error::other("the kernel made no Landlock ruleset"))
+    }
+
+    /// Makes the ruleset; the first error stops it.
+    fn create(&self) -> Result<Option<OwnedFd>, landlock::RulesetError> {
+        let abi = ABI::V3;
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessFs::from_all(abi))?;
+        if self.deny_tcp {
+            ruleset = ruleset.handle_access(AccessNet::from_all(ABI::V4))?;
+        }
+        let mut created = ruleset.create()?;
+        // `/` itself (and so every directory) may be listed.
+        created = add(created, Path::new("/"), AccessFs::ReadDir.into())?;
+        let read = AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::Execute;
+        for path in &self.read {
+            created = add(created, path, read)?;
+        }
+        for path in &self.write {
+            created = add(created, path, AccessFs::from_all(abi))?;
+        }
+        for path in &self.devices {
+            created = add(created, path, AccessFs::from_file(abi))?;
+        }
+        Ok(created.into())
+    }
+}
+
+/// Confines this process (and all it starts) with the ruleset `fd`
+/// names: from here on the kernel refuses the rest. The errno on failure.
+pub(super) fn enforce(fd: i32) -> Result<(), i32> {
+    let last = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL)
+    };
+    // SAFETY: prctl and landlock_restrict_self take plain integers; the
+    // descriptor is ours (inherited for this) and closed after.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(last());
+        }
+        let done = libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32);
+        let errno = last();
+        libc::close(fd);
+        if done != 0 {
+            return Err(errno);
+        }
+    }
+    Ok(())
+}
+
+/// Grants `access` on `path` (file rights only for a file); a path that
+/// does not exist (any more) is skipped.
+fn add(
+    created: landlock::RulesetCreated,
+    path: &Path,
+    access: BitFlags<AccessFs>,
+) -> Result<landlock::RulesetCreated, landlock::RulesetError> {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(created);
+    };
+    let Ok(fd) = PathFd::new(path) else {
+        return Ok(created);
+    };
+    let access = if meta.is_dir() {
+        access
+    } else {
+        access & AccessFs::from_file(ABI::V3)
+    };
+    if access.is_empty() {
+        return Ok(created);
+    }
+    created.add_rule(PathBeneath::new(fd, access))
+}
+
+/// `root`, or when it holds `hidden` the entries around the way down to
+/// it: every entry of each directory on that way except the next step.
+/// Entries that resolve into `hidden` (or above it) are left out too.
+fn around(root: &Path, hidden: &Path) -> Vec<PathBuf> {
+    if hidden.starts_with(root) && hidden != root {
+        let mut out = Vec::new();
+        let mut dir = root.to_path_buf();
+        for step in hidden
+            .strip_prefix(root)
+            .into_iter()
+            .flat_map(Path::components)
+        {
+            let next = dir.join(step);
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                for entry in entries.flatten() {
+                    let path = entry.path();
+                    if path == next {
+                        continue;
+                    }
+                    let target = canonical(&path);
+                    if target.starts_with(hidden) || hidden.starts_with(&target) {
+                        continue;
+                    }
+                    out.push(path);
+                }
+            }
+            dir = next;
+        }
+        out
+    } else if root.starts_with(hidden) {
+        Vec::new()
+    } else {
+        vec![root.to_path_buf()]
+    }
+}
+
+/// `path` with its links resolved, or as it is when it cannot be.
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// The Landlock ABI this kernel offers (0: none), at most what `pretend`
+/// (the test hook) says.
+pub fn kernel_abi(pretend: Option<u32>) -> u32 {
+    // SAFETY: the version query takes no attributes and changes nothing.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    let real = u32::try_from(v).unwrap_or(0);
+    pretend.map_or(real, |p| p.min(real))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_profile_is_left_out_of_what_is_readable_and_writable() {
+        let top = tempfile::tempdir().unwrap();
+        let top = canonical(top.path());
+        let home = top.join("home");
+        let profile = home.join(".agentx");
+        std::fs::create_dir_all(profile.join("sessions")).unwrap();
+        std::fs::create_dir_all(home.join("project")).unwrap();
+        std::fs::write(home.join(".bashrc"), "").unwrap();
+        std::os::unix::fs::symlink(&profile, home.join("alias")).unwrap();
+        let tmp = top.join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        // The folder is the home folder: writable around the profile.
+        let rules = Rules::new(&SandboxPolicy::default(), &home, &tmp, &profile).unwrap();
+        assert!(rules.write.contains(&home.join("project")));
+        assert!(rules.write.contains(&home.join(".bashrc")));
+        assert!(rules.write.contains(&tmp));
+        for list in [&rules.read, &rules.write] {
+            assert!(!list.iter().any(|p| p.starts_with(&profile)), "{list:?}");
+            assert!(!list.contains(&home.join("alias")), "{list:?}");
+            assert!(!list.iter().any(|p| profile.starts_with(p)), "{list:?}");
+        }
+        assert!(rules.read.contains(&home.join("project")));
+        assert!(rules.deny_tcp);
+        // read-only: the temporary directory only.
+        let ro = SandboxPolicy {
+            mode: SandboxMode::ReadOnly,
+            network: true,
+            ..SandboxPolicy::default()
+        };
+        let rules = Rules::new(&ro, &home, &tmp, &profile).unwrap();
+        assert_eq!(rules.write, std::slice::from_ref(&tmp));
+        assert!(!rules.deny_tcp);
+        let full = SandboxPolicy {
+            mode: SandboxMode::DangerFullAccess,
+            ..SandboxPolicy::default()
+        };
+        assert_eq!(Rules::new(&full, &home, &tmp, &profile), None);
+        if kernel_abi(None) >= 4 {
+            assert!(rules.ruleset().is_ok());
+        }
+    }
+
+    #[test]
+    fn the_test_hook_only_lowers_the_abi() {
+        let real = kernel_abi(None);
+        assert_eq!(kernel_abi(Some(0)), 0);
+        assert_eq!(kernel_abi(Some(real + 5)), real);
+    }
+}
