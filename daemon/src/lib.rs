@@ -64,6 +64,7 @@ pub mod fuzzing;
 mod layers;
 mod listener;
 mod logging;
+mod mcp;
 mod memory;
 mod peer;
 mod pidlock;
@@ -77,6 +78,7 @@ mod server;
 mod services;
 mod shutdown;
 mod snapshot;
+mod spawner;
 mod store;
 mod turn;
 

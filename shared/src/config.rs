@@ -82,6 +82,8 @@ struct File {
     auto_compact_at: Option<f64>,
     /// Project-instruction file names (default `["AGENTS.md"]`).
     instruction_files: Option<Vec<String>>,
+    /// `[mcp_servers.NAME]`: the MCP servers agentd runs.
+    mcp_servers: Option<BTreeMap<String, crate::mcp_config::McpServerFile>>,
 }
 
 /// One `[models.NAME]` table.
@@ -124,6 +126,38 @@ pub fn remote_url(
         .filter(|u| !u.is_empty()))
 }
 
+/// The MCP servers configured in `path` (a missing file has none); a bad
+/// entry is an error naming it.
+pub fn mcp_servers(
+    path: &Path,
+) -> Result<BTreeMap<String, crate::mcp_config::McpServer>, ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => mcp_servers_in(&text, path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(source) => Err(ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        }),
+    }
+}
+
+/// The MCP servers configured in `text`, the contents of `path`.
+pub fn mcp_servers_in(
+    text: &str,
+    path: &Path,
+) -> Result<BTreeMap<String, crate::mcp_config::McpServer>, ConfigError> {
+    let file = toml::from_str::<File>(text).map_err(|e| ConfigError::Parse {
+        path: path.display().to_string(),
+        message: e.message().to_owned(),
+    })?;
+    crate::mcp_config::servers(file.mcp_servers.unwrap_or_default()).map_err(|message| {
+        ConfigError::Parse {
+            path: path.display().to_string(),
+            message,
+        }
+    })
+}
+
 /// The effective configuration of one `agentx` invocation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -155,6 +189,8 @@ pub struct Config {
     /// Percent of the window past which compaction is automatic.
     pub auto_compact_at: f64,
     pub instruction_files: Vec<String>,
+    /// `[mcp_servers.NAME]`, checked.
+    pub mcp_servers: BTreeMap<String, crate::mcp_config::McpServer>,
 }
 
 impl Config {
@@ -259,6 +295,8 @@ impl Config {
                 None => DEFAULT_AUTO_COMPACT_AT,
             },
             instruction_files: file.instruction_files.unwrap_or_default(),
+            mcp_servers: crate::mcp_config::servers(file.mcp_servers.unwrap_or_default())
+                .map_err(ConfigError::Invalid)?,
         })
     }
 }

@@ -71,6 +71,8 @@ impl Chat<'_> {
                 let status = self.ctx.status(&self.session.id).await?;
                 let verbose = matches!(arg, Some("verbose" | "-v" | "--verbose"));
                 render::print(human::status(&self.ctx.local(), &status, verbose));
+                let mcp = crate::commands::mcp::states(self.ctx).await.ok();
+                crate::commands::status::print_mcp(mcp.as_deref());
             }
             ("checkpoints", _) => {
                 let cps = checkpoints::list(self.ctx, &self.session.id).await?;

@@ -6,6 +6,7 @@ pub mod compact;
 pub mod context;
 pub mod instructions;
 pub mod live;
+mod mcp_calls;
 pub mod meter;
 pub mod provider;
 mod resolve;
@@ -218,6 +219,8 @@ pub struct Engine {
     pub shutdown: crate::shutdown::Shutdown,
     /// The shell tool's commands, killed by that stop.
     tools: shell::Tools,
+    /// The profile's MCP servers (none in benchmarks and unit tests).
+    mcp: Option<std::sync::Arc<crate::mcp::Manager>>,
 }
 
 impl Engine {
@@ -236,7 +239,14 @@ impl Engine {
             profile,
             tools: shell::Tools::new(shutdown.clone()),
             shutdown,
+            mcp: None,
         }
+    }
+
+    /// Turns offer the tools of `mcp`'s servers and call them there.
+    pub fn with_mcp(mut self, mcp: std::sync::Arc<crate::mcp::Manager>) -> Self {
+        self.mcp = Some(mcp);
+        self
     }
 }
 
@@ -308,6 +318,10 @@ struct Turn<'a> {
     sending: u64,
     /// The instruction files the requests carry, with their sizes in bytes.
     instruction_files: Vec<(std::path::PathBuf, u64)>,
+    /// The MCP tools offered to the model in this step.
+    mcp_tools: Vec<crate::mcp::Tool>,
+    /// MCP servers whose tools could not be listed were told once.
+    mcp_told: bool,
 }
 
 impl Engine {
@@ -359,6 +373,8 @@ impl Engine {
             silent_overflow: false,
             sending: 0,
             instruction_files,
+            mcp_tools: Vec::new(),
+            mcp_told: false,
         };
         turn.emit(Event::Started {
             session_id: doc.id.clone(),
@@ -643,6 +659,7 @@ impl Turn<'_> {
             if self.cancelled() {
                 return Err(Stop::Cancelled);
             }
+            self.refresh_mcp_tools().await;
             let send = self.unsent.clone();
             let sent = self.counter.items(&send);
             let before = self.fill.map_or(0, |f| f.tokens);

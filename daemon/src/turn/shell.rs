@@ -5,7 +5,6 @@
 //! all it started when agentd dies, stops, or gives up on it.
 
 mod output;
-mod spawner;
 mod supervisor;
 
 use output::Bounded;
@@ -246,7 +245,7 @@ async fn spawn_supervised(
     let cmd = spawn_command(command, cwd, env, writer);
     // Forked by the one thread that lives as long as agentd: the death
     // signal below is keyed to the forking thread, not to the process.
-    let mut child = spawner::spawn(cmd).await?;
+    let mut child = crate::spawner::spawn(cmd).await?;
     let Some(status_pipe) = child.stdout.take() else {
         return Err(std::io::Error::other("the supervisor has no status pipe"));
     };
