@@ -190,6 +190,14 @@ impl Server {
                 // A dropped sender also ends the wait: the start is over.
                 let _ = rx.wait_for(|done| *done).await;
             }
+            // One start per call: a start that failed is this call's error
+            // (the next call starts it again, after the backoff).
+            if let Phase::Crashed(e) = &self.lock().phase {
+                return Err(format!(
+                    "MCP server {} could not be started: {e}",
+                    self.config.name
+                ));
+            }
         }
     }
 
@@ -248,8 +256,12 @@ impl Server {
             .await
             .map_err(|e| format!("cannot start {command:?}: {e}"))?;
         let pid = child.id();
+        // Until the owner task has it, a start given up on (timed out)
+        // kills what it started.
+        let mut orphan = KillOnDrop(pid);
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             let _ = child.kill().await;
+            orphan.0 = None;
             return Err("its pipes could not be opened".to_owned());
         };
         let handler = Handler {
@@ -261,6 +273,7 @@ impl Server {
             Ok(service) => service,
             Err(e) => {
                 super::process::end(&mut child).await;
+                orphan.0 = None;
                 return Err(format!("it did not answer initialize: {e}"));
             }
         };
@@ -276,6 +289,7 @@ impl Server {
             gone: gone_rx,
         });
         // The task that owns the process for its whole life.
+        orphan.0 = None;
         let me = Arc::clone(self);
         tokio::spawn(async move {
             let crashed = tokio::select! {
@@ -287,11 +301,9 @@ impl Server {
             };
             // Closing the connection closes the server's stdin: its cue to exit.
             drop(service.cancel().await);
-            if crashed.is_none() {
-                super::process::end(&mut child).await;
-            } else {
-                super::process::end(&mut child).await;
-                me.crashed(generation, crashed.unwrap_or_default());
+            super::process::end(&mut child).await;
+            if let Some(why) = crashed {
+                me.crashed(generation, why);
             }
             let _ = gone_tx.send(true);
         });
@@ -402,6 +414,18 @@ impl Drop for InFlight {
         st.last_used = Instant::now();
         if self.ok {
             st.crashes = 0;
+        }
+    }
+}
+
+/// Kills the process group of a server whose start was given up on.
+struct KillOnDrop(Option<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            let group = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
         }
     }
 }
