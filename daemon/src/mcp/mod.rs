@@ -75,6 +75,28 @@ pub struct Manager {
     catalog: Arc<catalog::Catalog>,
     servers: Mutex<HashMap<Key, Arc<Server>>>,
     max_processes: usize,
+    /// config.toml's servers as last read, with the file's size and times
+    /// then: read again only when those change.
+    read: Mutex<Option<(FileStamp, Servers)>>,
+}
+
+type Servers = BTreeMap<String, McpServer>;
+
+/// What tells one version of config.toml from another: size, mtime and
+/// ctime (ns), inode.
+type FileStamp = Option<(u64, i64, i64, i64, i64, u64)>;
+
+fn stamp(path: &Path) -> FileStamp {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(path).ok()?;
+    Some((
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+        m.ino(),
+    ))
 }
 
 impl Manager {
@@ -95,6 +117,7 @@ impl Manager {
             catalog: Arc::new(catalog::Catalog::new(cache_dir)),
             servers: Mutex::new(HashMap::new()),
             max_processes: max_processes.max(1),
+            read: Mutex::new(None),
         });
         let weak = Arc::downgrade(&manager);
         tokio::spawn(async move {
@@ -113,8 +136,20 @@ impl Manager {
     }
 
     /// The servers config.toml names now.
-    pub fn configured(&self) -> Result<BTreeMap<String, McpServer>, String> {
-        agentx_shared::mcp_config::load(&self.config_path).map_err(|e| e.to_string())
+    pub fn configured(&self) -> Result<Servers, String> {
+        let now = stamp(&self.config_path);
+        if let Some((seen, servers)) = lock(&self.read).as_ref()
+            && *seen == now
+        {
+            return Ok(servers.clone());
+        }
+        let servers =
+            agentx_shared::mcp_config::load(&self.config_path).map_err(|e| e.to_string())?;
+        // Kept only when the file did not change while it was read.
+        if stamp(&self.config_path) == now {
+            *lock(&self.read) = Some((now, servers.clone()));
+        }
+        Ok(servers)
     }
 
     /// The tools of every enabled server for a turn in `folder`: from the

@@ -14,6 +14,7 @@ use agentx_shared::proto::{
 
 mod context;
 mod daemon;
+mod mcp;
 mod noisy;
 mod oneshots;
 mod remote;
@@ -37,6 +38,7 @@ fn main() -> anyhow::Result<()> {
             "web",
             "tools",
             "noisy",
+            "mcp",
         ]
     } else {
         args.iter().map(String::as_str).collect()
@@ -56,9 +58,10 @@ fn main() -> anyhow::Result<()> {
             "web" => web::bench_web()?,
             "tools" => tools::bench_tools()?,
             "noisy" => noisy::bench_noisy()?,
+            "mcp" => mcp::bench_mcp()?,
             other => {
                 bail!(
-                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools, noisy"
+                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools, noisy, mcp"
                 )
             }
         }
