@@ -185,8 +185,10 @@ fn a_hung_call_is_bounded_by_tool_timeout_and_the_turn_goes_on() {
     assert_code(&out, 0);
     let told = outputs(&model);
     assert!(told[0].contains("timed out after 1 s"), "{told:?}");
-    // The same server answers the next call.
-    assert_eq!(pid_from(&told[1]), started(&env)[0], "{told:?}");
+    // The same server answers the next call, and was told to cancel the hung one.
+    let pid = started(&env)[0];
+    assert_eq!(pid_from(&told[1]), pid, "{told:?}");
+    assert_eq!(marked(&env, "cancelled-"), vec![pid]);
 }
 
 #[test]
@@ -346,6 +348,28 @@ fn a_server_ignoring_stdin_close_and_sigterm_is_killed_on_stop() {
     assert!(wait_pid_gone(pid, Duration::from_secs(10)), "still running");
     // It was asked first: its stdin was closed before the signals.
     assert_eq!(marked(&env, "stdin-closed-"), vec![pid]);
+}
+
+#[test]
+fn an_mcp_call_running_when_agentd_dies_is_a_pending_call() {
+    let env = misbehaving("");
+    let model = FakeModel::start();
+    let client = env.chat_command(&model, ["--approval", "auto"], "TOOL mcp__bad__hang {}\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while marked(&env, "call-hang-").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never reached the server"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    env.kill_daemons();
+    let _ = client.wait_with_output();
+    let status = json_out(&env.run(["status", "--json"]));
+    let pending = &status["pending_tool_calls"];
+    assert_eq!(pending.as_array().map(Vec::len), Some(1), "{status}");
+    assert_eq!(pending[0]["name"], "mcp__bad__hang");
+    assert_eq!(pending[0]["state"], "running", "{status}");
 }
 
 #[test]
