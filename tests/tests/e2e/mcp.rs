@@ -346,8 +346,10 @@ fn a_server_ignoring_stdin_close_and_sigterm_is_killed_on_stop() {
     let pid = started(&env)[0];
     assert_code(&env.run(["daemon", "stop"]), 0);
     assert!(wait_pid_gone(pid, Duration::from_secs(10)), "still running");
-    // It was asked first: its stdin was closed before the signals.
+    // It was asked first (its stdin closed), then sent SIGTERM, then killed:
+    // agentd's stop did it, not the death signal of agentd's exit.
     assert_eq!(marked(&env, "stdin-closed-"), vec![pid]);
+    assert_eq!(marked(&env, "sigterm-"), vec![pid]);
 }
 
 #[test]
