@@ -375,6 +375,48 @@ fn an_mcp_call_running_when_agentd_dies_is_a_pending_call() {
 }
 
 #[test]
+fn at_the_process_bound_the_least_recently_used_idle_server_makes_room() {
+    let env = misbehaving("");
+    let config = std::fs::read_to_string(env.root().join("profile/config.toml")).unwrap();
+    env.write_config(&format!(
+        "{config}\n{}",
+        config.replace("[mcp_servers.bad]", "[mcp_servers.other]")
+    ));
+    let out = env
+        .agentx(["daemon", "start"])
+        .env("AGENTX_MCP_MAX_PROCESSES", "1")
+        .output()
+        .unwrap();
+    assert_code(&out, 0);
+    let model = FakeModel::start();
+    // The first turn lists both servers' tools (one process at a time).
+    assert_code(&env.chat(&model, ["exec", "hi"], ""), 0);
+    assert_code(&call(&env, &model, "mcp__bad__pid", json!({})), 0);
+    let bad = pid_from(&outputs(&model)[0]);
+    assert_code(&call(&env, &model, "mcp__other__pid", json!({})), 0);
+    assert!(
+        wait_pid_gone(bad, Duration::from_secs(10)),
+        "no room was made"
+    );
+    let live = processes_with("mcp_misbehaving.py");
+    assert_eq!(
+        started(&env).iter().filter(|p| live.contains(p)).count(),
+        1,
+        "more than one server process at the bound of 1"
+    );
+    let list = json_out(&env.run(["mcp", "list", "--json"]));
+    let state = |name: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .map(|s| s["state"].clone())
+    };
+    assert_eq!(state("bad"), Some(json!("idle")), "{list}");
+    assert_eq!(state("other"), Some(json!("running")), "{list}");
+}
+
+#[test]
 fn mcp_add_get_and_remove_edit_config_toml_and_keep_the_rest() {
     let env = TestEnv::new();
     env.write_config("# my settings\nmodel = \"m\"  # keep me\n");
