@@ -261,6 +261,10 @@ impl Domain {
             profile.dir.join("mcp-tools"),
             env.path("HOME").unwrap_or_else(|| profile.dir.clone()),
             crate::mcp::base_environment(|k| env.var_os(k).map(ToOwned::to_owned)),
+            {
+                let env = Arc::clone(env);
+                Arc::new(move |k: &str| env.non_empty(k))
+            },
             env.non_empty("AGENTX_MCP_MAX_PROCESSES")
                 .and_then(|n| n.trim().parse().ok())
                 .unwrap_or(crate::mcp::DEFAULT_MAX_PROCESSES),

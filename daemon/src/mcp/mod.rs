@@ -28,6 +28,9 @@ pub use process::base_environment;
 pub use server::CallError;
 use server::{Phase, Server};
 
+/// Reads a variable of agentd's environment (a bearer token's).
+pub type Lookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// The most server processes agentd runs at once by default.
 pub const DEFAULT_MAX_PROCESSES: usize = 32;
 
@@ -72,6 +75,7 @@ pub struct Manager {
     config_path: PathBuf,
     home: PathBuf,
     base_env: Arc<Vec<(OsString, OsString)>>,
+    secret: Lookup,
     catalog: Arc<catalog::Catalog>,
     servers: Mutex<HashMap<Key, Arc<Server>>>,
     max_processes: usize,
@@ -108,12 +112,14 @@ impl Manager {
         cache_dir: PathBuf,
         home: PathBuf,
         base_env: Vec<(OsString, OsString)>,
+        secret: Lookup,
         max_processes: usize,
     ) -> Arc<Self> {
         let manager = Arc::new(Self {
             config_path,
             home,
             base_env: Arc::new(base_env),
+            secret,
             catalog: Arc::new(catalog::Catalog::new(cache_dir)),
             servers: Mutex::new(HashMap::new()),
             max_processes: max_processes.max(1),
@@ -277,6 +283,7 @@ impl Manager {
             folder,
             cwd,
             Arc::clone(&self.base_env),
+            Arc::clone(&self.secret),
             Arc::clone(&self.catalog),
         );
         servers.insert(key, Arc::clone(&s));

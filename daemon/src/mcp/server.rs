@@ -78,6 +78,8 @@ pub struct Server {
     pub folder: Option<PathBuf>,
     cwd: PathBuf,
     base_env: Arc<Vec<(OsString, OsString)>>,
+    /// A variable of agentd's environment (bearer tokens).
+    secret: super::Lookup,
     catalog: Arc<Catalog>,
     state: Mutex<State>,
 }
@@ -104,6 +106,7 @@ impl Server {
         folder: Option<PathBuf>,
         cwd: PathBuf,
         base_env: Arc<Vec<(OsString, OsString)>>,
+        secret: super::Lookup,
         catalog: Arc<Catalog>,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -111,6 +114,7 @@ impl Server {
             folder,
             cwd,
             base_env,
+            secret,
             catalog,
             state: Mutex::new(State {
                 phase: Phase::Configured,
@@ -237,14 +241,21 @@ impl Server {
 
     /// Spawns the process, initializes the session and lists its tools.
     async fn connect(self: &Arc<Self>, generation: u64) -> Result<Arc<Conn>, String> {
-        let Transport::Stdio {
-            command,
-            args,
-            env,
-            cwd,
-        } = &self.config.transport
-        else {
-            return Err("streamable HTTP servers are not supported yet".to_owned());
+        let (command, args, env, cwd) = match &self.config.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => (command, args, env, cwd),
+            Transport::Http {
+                url,
+                bearer_token_env_var,
+            } => {
+                return self
+                    .connect_http(generation, url, bearer_token_env_var)
+                    .await;
+            }
         };
         let cwd = cwd.clone().unwrap_or_else(|| self.cwd.clone());
         let vars = self
@@ -264,12 +275,7 @@ impl Server {
             orphan.0 = None;
             return Err("its pipes could not be opened".to_owned());
         };
-        let handler = Handler {
-            server: self.config.name.clone(),
-            fingerprint: self.config.fingerprint(),
-            catalog: Arc::clone(&self.catalog),
-        };
-        let service = match handler.serve((stdout, stdin)).await {
+        let service = match self.handler().serve((stdout, stdin)).await {
             Ok(service) => service,
             Err(e) => {
                 super::process::end(&mut child).await;
@@ -307,18 +313,78 @@ impl Server {
             }
             let _ = gone_tx.send(true);
         });
-        match peer.list_all_tools().await {
-            Ok(tools) => self.catalog.put(
-                &self.config.name,
-                &self.config.fingerprint(),
-                catalog::from_rmcp(tools),
-            ),
+        self.list_tools(&conn).await?;
+        Ok(conn)
+    }
+
+    /// Connects to a streamable HTTP server (no process of agentd's).
+    async fn connect_http(
+        self: &Arc<Self>,
+        generation: u64,
+        url: &str,
+        token_var: &Option<String>,
+    ) -> Result<Arc<Conn>, String> {
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+        if let Some(var) = token_var {
+            let token = (self.secret)(var).ok_or_else(|| {
+                format!("{var} (its bearer_token_env_var) is not set in agentd's environment")
+            })?;
+            config = config.auth_header(token);
+        }
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let service = self
+            .handler()
+            .serve(transport)
+            .await
+            .map_err(|e| format!("it did not answer initialize: {e}"))?;
+        let peer = service.peer().clone();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let (gone_tx, gone_rx) = watch::channel(false);
+        let conn = Arc::new(Conn {
+            peer: peer.clone(),
+            pid: None,
+            since: SystemTime::now(),
+            generation,
+            stop: Mutex::new(Some(stop_tx)),
+            gone: gone_rx,
+        });
+        tokio::spawn(async move {
+            let _ = stop_rx.await;
+            // Ends the session (DELETE) and the connection.
+            drop(service.cancel().await);
+            let _ = gone_tx.send(true);
+        });
+        self.list_tools(&conn).await?;
+        Ok(conn)
+    }
+
+    /// What hears this server's notifications.
+    fn handler(&self) -> Handler {
+        Handler {
+            server: self.config.name.clone(),
+            fingerprint: self.config.fingerprint(),
+            catalog: Arc::clone(&self.catalog),
+        }
+    }
+
+    /// Lists the tools of a new connection into the catalog.
+    async fn list_tools(&self, conn: &Arc<Conn>) -> Result<(), String> {
+        match conn.peer.list_all_tools().await {
+            Ok(tools) => {
+                self.catalog.put(
+                    &self.config.name,
+                    &self.config.fingerprint(),
+                    catalog::from_rmcp(tools),
+                );
+                Ok(())
+            }
             Err(e) => {
                 conn.stop();
-                return Err(format!("it did not list its tools: {e}"));
+                Err(format!("it did not list its tools: {e}"))
             }
         }
-        Ok(conn)
     }
 
     /// The process of `generation` died on its own.
@@ -383,10 +449,15 @@ impl Server {
         };
         match result {
             Err(_) => Err(CallError::TimedOut(timeout)),
-            Ok(Err(e)) => Err(CallError::Failed(format!(
-                "the MCP server {} did not answer the call: {e}",
-                self.config.name
-            ))),
+            Ok(Err(e)) => {
+                if matches!(e, rmcp::ServiceError::TransportClosed) {
+                    self.crashed(held.conn.generation, "its connection closed".to_owned());
+                }
+                Err(CallError::Failed(format!(
+                    "the MCP server {} did not answer the call: {e}",
+                    self.config.name
+                )))
+            }
             Ok(Ok(result)) => {
                 held.ok = true;
                 serde_json::to_value(&result).map_err(|e| CallError::Failed(e.to_string()))

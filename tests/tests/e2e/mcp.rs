@@ -148,6 +148,48 @@ fn the_model_calls_server_everythings_echo_and_sees_its_answer() {
 }
 
 #[test]
+fn the_model_calls_echo_of_server_everything_over_streamable_http() {
+    let Some(bin) = everything() else { return };
+    // server-everything's own HTTP mode, on a free port of 127.0.0.1.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = std::process::Command::new(&bin)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the HTTP server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let env = TestEnv::new();
+    env.write_config(&format!(
+        "[mcp_servers.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
+    ));
+    let model = FakeModel::start();
+    model.push(Reply::tool_call(
+        "mcp__web__echo",
+        json!({"message": "over http"}),
+    ));
+    let out = env.chat(&model, ["exec", "--auto", "echo it"], "");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_code(&out, 0);
+    let told = outputs(&model);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].contains("over http"), "{told:?}");
+}
+
+#[test]
 fn one_shots_and_a_chat_share_one_server_process() {
     let env = misbehaving("");
     let model = FakeModel::start();
