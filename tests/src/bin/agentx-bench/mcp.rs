@@ -57,7 +57,8 @@ pub fn bench_mcp() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let (cold, warm) = runtime.block_on(through_agentd(&env, &model))?;
+    let (cold, warm) = runtime.block_on(through_agentd(&env, &model, Call::Echo))?;
+    let (_, shell) = runtime.block_on(through_agentd(&env, &model, Call::ShellTrue))?;
     let direct = runtime.block_on(direct_calls(&server))?;
     let (agentd_ms, direct_ms) = (median_ms(warm.clone()), median_ms(direct));
     println!(
@@ -74,6 +75,11 @@ pub fn bench_mcp() -> anyhow::Result<()> {
         "{:<62} {:>8.2} ms",
         "added by agentd per call (difference of medians)",
         agentd_ms - direct_ms
+    );
+    println!(
+        "{:<62} {:>8.2} ms",
+        format!("a shell `true` call through agentd, same journaling (median of {CALLS})"),
+        median_ms(shell)
     );
     println!(
         "{:<62} {:>8.2} ms",
@@ -142,12 +148,20 @@ fn concurrent(env: &TestEnv, model: &FakeModel, starts: &std::path::Path) -> any
     Ok(())
 }
 
-/// One conversation calling echo `CALLS + 1` times after a restart of
+/// What a benchmark turn calls.
+#[derive(Clone, Copy, PartialEq)]
+enum Call {
+    Echo,
+    ShellTrue,
+}
+
+/// One conversation calling `call` `CALLS + 1` times after a restart of
 /// agentd: the first call (cold) and the others (warm), each from its tool
 /// call event to its tool result event.
 async fn through_agentd(
     env: &TestEnv,
     model: &FakeModel,
+    call: Call,
 ) -> anyhow::Result<(Duration, Vec<Duration>)> {
     let _ = env.run(["daemon", "restart"]);
     let channel = agentx_shared::transport::connect(&env.socket()).await?;
@@ -168,7 +182,10 @@ async fn through_agentd(
         let start = TurnStart {
             scope: Some(scope.clone()),
             session_id: session.clone(),
-            message: format!("TOOL mcp__everything__echo {{\"message\":\"m{i}\"}}"),
+            message: match call {
+                Call::Echo => format!("TOOL mcp__everything__echo {{\"message\":\"m{i}\"}}"),
+                Call::ShellTrue => format!("CALL true # m{i}"),
+            },
             approval: ApprovalPolicy::Auto as i32,
             provider: Some(provider.clone()),
             ..TurnStart::default()
@@ -188,7 +205,7 @@ async fn through_agentd(
             match event.event {
                 Some(turn_event::Event::ToolCall(_)) => called = Some(Instant::now()),
                 Some(turn_event::Event::ToolResult(r)) => {
-                    if !r.output.contains(&format!("m{i}")) {
+                    if call == Call::Echo && !r.output.contains(&format!("m{i}")) {
                         bail!("the echo call failed: {}", r.output);
                     }
                     took = called.map(|c| c.elapsed());
