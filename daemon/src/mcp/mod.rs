@@ -206,14 +206,15 @@ impl Manager {
         (tools, notices)
     }
 
-    /// Calls the tool the model knows as `name` with JSON `arguments`.
+    /// Calls `tool` with JSON `arguments`: the text for the model and
+    /// whether the tool said it failed.
     pub async fn call(
         &self,
         tool: &Tool,
         arguments: serde_json::Map<String, Value>,
         folder: &Path,
         cancel: watch::Receiver<bool>,
-    ) -> Result<String, CallError> {
+    ) -> Result<(String, bool), CallError> {
         let configured = self.configured().map_err(CallError::Failed)?;
         let Some(config) = configured.get(&tool.server).filter(|c| c.enabled) else {
             return Err(CallError::Failed(format!(
@@ -226,7 +227,7 @@ impl Manager {
             self.make_room(&server).map_err(CallError::Failed)?;
         }
         let result = server.call(&tool.tool, arguments, cancel).await?;
-        Ok(output::for_model(&result))
+        Ok((output::for_model(&result), output::is_error(&result)))
     }
 
     /// Starts `server` if need be (within the process bound).

@@ -7,13 +7,15 @@ use serde_json::Value;
 const KEEP_HEAD: usize = 16 * 1024;
 const KEEP_TAIL: usize = 16 * 1024;
 
-/// The text of a `tools/call` result as JSON (`content`, `structuredContent`,
-/// `isError`), bounded.
+/// Whether a `tools/call` result says the tool failed (`isError`).
+pub fn is_error(result: &Value) -> bool {
+    result["isError"].as_bool() == Some(true)
+}
+
+/// The text of a `tools/call` result as JSON (`content`, `structuredContent`),
+/// bounded.
 pub fn for_model(result: &Value) -> String {
     let mut text = String::new();
-    if result["isError"].as_bool() == Some(true) {
-        text.push_str("the tool reported an error:\n");
-    }
     let blocks = result["content"].as_array().map_or(&[][..], Vec::as_slice);
     for block in blocks {
         if !text.is_empty() && !text.ends_with('\n') {
@@ -98,8 +100,9 @@ mod tests {
             got.starts_with("Echo: hi\n[an image (image/png, 4 bytes"),
             "{got}"
         );
-        let err = for_model(&json!({"isError": true, "content": [{"type": "text", "text": "no"}]}));
-        assert_eq!(err, "the tool reported an error:\nno");
+        let err = json!({"isError": true, "content": [{"type": "text", "text": "no"}]});
+        assert!(is_error(&err) && !is_error(&r));
+        assert_eq!(for_model(&err), "no");
         let big = "é".repeat(100_000);
         let got = for_model(&json!({"content": [{"type": "text", "text": big}]}));
         assert!(

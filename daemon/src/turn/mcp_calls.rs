@@ -117,10 +117,17 @@ impl Turn<'_> {
         let outcome = mcp
             .call(&tool, arguments, &self.spec.folder, self.io.cancel.clone())
             .await;
+        // A first line for the status, as a shell command's output has;
+        // 0 and 1 tell the client how it went.
+        let at = format!("(MCP server {}, tool {})", tool.server, tool.tool);
         match outcome {
-            Ok(output) => Ok(Ran {
-                output,
-                exit_code: None,
+            Ok((output, failed)) => Ok(Ran {
+                output: if failed {
+                    format!("the tool reported an error {at}\n{output}")
+                } else {
+                    format!("done {at}\n{output}")
+                },
+                exit_code: Some(i32::from(failed)),
                 denied: false,
                 timed_out: false,
                 not_run: None,
@@ -138,8 +145,8 @@ impl Turn<'_> {
                 not_run: None,
             }),
             Err(CallError::Failed(e)) => Ok(Ran {
-                output: format!("the call failed: {e}"),
-                exit_code: None,
+                output: format!("the call failed {at}\n{e}"),
+                exit_code: Some(1),
                 denied: false,
                 timed_out: false,
                 not_run: None,

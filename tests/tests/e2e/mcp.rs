@@ -140,6 +140,10 @@ fn the_model_calls_server_everythings_echo_and_sees_its_answer() {
     assert_eq!(told.len(), 1, "{told:?}");
     assert!(told[0].contains("hello from the model"), "{told:?}");
     model.assert_schema_clean();
+    // The terminal shows the call and how it went.
+    let err = stderr(&out);
+    assert!(err.contains("mcp__everything__echo"), "{err}");
+    assert!(err.contains("exit 0"), "{err}");
 
     let list = json_out(&env.run(["mcp", "list", "--json"]));
     assert_eq!(list[0]["name"], "everything");
@@ -289,7 +293,7 @@ fn garbage_on_stdout_is_skipped_and_huge_output_is_cut() {
     let out = env.chat(&model, ["exec", "--auto", "go"], "");
     assert_code(&out, 0);
     let told = outputs(&model);
-    assert_eq!(told[0], "after the garbage");
+    assert!(told[0].ends_with("\nafter the garbage"), "{told:?}");
     assert!(told[1].len() < 40_000, "{}", told[1].len());
     assert!(told[1].contains("bytes left out"), "{}", &told[1][..100]);
     // What the tool printed reaches the terminal without its escapes.
@@ -317,7 +321,7 @@ fn a_changed_tool_list_reaches_the_next_request() {
     // The notification and the next request race: the call of `extra`
     // is answered by the server either way once the list has changed.
     let told = outputs(&model);
-    assert!(told[1].starts_with("pid "), "{told:?}");
+    assert!(told[1].contains("\npid "), "{told:?}");
     assert!(
         names(2).contains(&"mcp__bad__extra".to_owned()),
         "{:?}",
