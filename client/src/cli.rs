@@ -320,6 +320,7 @@ pub enum McpAction {
     },
     /// One server: its configuration and state.
     Get {
+        /// The server's name, as config.toml names it.
         name: String,
         /// Print JSON instead of text.
         #[arg(long)]
@@ -327,6 +328,7 @@ pub enum McpAction {
     },
     /// Add a server that runs COMMAND (stdio) to config.toml.
     Add {
+        /// The new server's name: letters, digits, `_` and `-`.
         name: String,
         /// A variable for the server, KEY=VALUE (repeatable).
         #[arg(long, value_name = "KEY=VALUE")]
@@ -340,6 +342,7 @@ pub enum McpAction {
     },
     /// Remove a server from config.toml.
     Remove {
+        /// The server's name, as config.toml names it.
         name: String,
         /// Print JSON instead of text.
         #[arg(long)]
