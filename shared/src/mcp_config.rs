@@ -36,6 +36,11 @@ pub(crate) struct McpServerFile {
     tool_timeout_sec: Option<f64>,
     idle_timeout_sec: Option<f64>,
     scope: Option<Scope>,
+    /// Overrides the turn's approval policy for this server's calls.
+    approval: Option<crate::config::ApprovalMode>,
+    /// Overrides `approval` for single tools.
+    #[serde(default)]
+    tool_approval: BTreeMap<String, crate::config::ApprovalMode>,
 }
 
 /// Whether one process serves every folder or each folder gets its own.
@@ -87,6 +92,10 @@ pub struct McpServer {
     pub tool_timeout: Duration,
     pub idle_timeout: Duration,
     pub scope: Scope,
+    /// The server's approval setting, over the turn's policy.
+    pub approval: Option<crate::config::ApprovalMode>,
+    /// Per-tool approval settings, over the server's.
+    pub tool_approval: BTreeMap<String, crate::config::ApprovalMode>,
 }
 
 impl McpServer {
@@ -172,6 +181,8 @@ impl McpServer {
                 DEFAULT_IDLE_TIMEOUT_SEC,
             )?,
             scope: file.scope.unwrap_or_default(),
+            approval: file.approval,
+            tool_approval: file.tool_approval,
         })
     }
 
@@ -181,6 +192,12 @@ impl McpServer {
             .as_ref()
             .is_none_or(|only| only.iter().any(|t| t == tool))
             && !self.disabled_tools.iter().any(|t| t == tool)
+    }
+
+    /// The approval setting for `tool`: its own, else the server's
+    /// (`None`: the turn's policy decides).
+    pub fn approval_for(&self, tool: &str) -> Option<crate::config::ApprovalMode> {
+        self.tool_approval.get(tool).copied().or(self.approval)
     }
 
     /// A fingerprint of what starts the server and what it offers: a tool
@@ -232,7 +249,8 @@ mod tests {
         let s = parse(
             "[mcp_servers.docs]\ncommand = \"npx\"\nargs = [\"-y\", \"x\"]\nenv = { A = \"1\" }\n\
              enabled_tools = [\"a\", \"b\"]\ndisabled_tools = [\"b\"]\ntool_timeout_sec = 2.5\n\
-             idle_timeout_sec = 30\nscope = \"folder\"\n\
+             idle_timeout_sec = 30\nscope = \"folder\"\napproval = \"never\"\n\
+             tool_approval = { a = \"auto\" }\n\
              [mcp_servers.web]\nurl = \"https://mcp.example/mcp\"\nbearer_token_env_var = \"T\"\n",
         )
         .unwrap();
@@ -242,6 +260,9 @@ mod tests {
         assert_eq!(docs.idle_timeout, Duration::from_secs(30));
         assert_eq!(docs.startup_timeout, Duration::from_secs(10));
         assert!(docs.allows("a") && !docs.allows("b") && !docs.allows("c"));
+        use crate::config::ApprovalMode;
+        assert_eq!(docs.approval_for("a"), Some(ApprovalMode::Auto));
+        assert_eq!(docs.approval_for("b"), Some(ApprovalMode::Never));
         assert!(matches!(&docs.transport, Transport::Stdio { args, .. } if args.len() == 2));
         let web = &s["web"];
         assert_eq!(web.scope, Scope::Profile);

@@ -46,6 +46,8 @@ pub struct Tool {
     pub tool: String,
     pub description: String,
     pub schema: Value,
+    /// Its approval setting (`None`: the turn's policy).
+    pub approval: Option<agentx_shared::config::ApprovalMode>,
 }
 
 /// One server's state, for listings.
@@ -195,6 +197,7 @@ impl Manager {
                     continue;
                 }
                 tools.push(Tool {
+                    approval: config.approval_for(&t.name),
                     name: names::exposed(&name, &t.name, &mut taken),
                     server: name.clone(),
                     tool: t.name,

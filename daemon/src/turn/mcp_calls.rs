@@ -4,8 +4,10 @@
 use agentx_shared::conversation::{CallState, PendingCall};
 use serde_json::{Value, json};
 
+use agentx_shared::config::ApprovalMode;
+
 use super::tools::Ran;
-use super::{Event, Stop, Turn, head};
+use super::{Event, Policy, Stop, Turn, head};
 use crate::mcp::{CallError, Tool};
 
 /// `body` with `tools` added to its tool list, in the provider's form.
@@ -104,13 +106,20 @@ impl Turn<'_> {
             tool.tool,
             head(&call.arguments, 2000)
         );
+        // The server's or the tool's own setting, else the turn's policy.
+        let policy = match tool.approval {
+            Some(ApprovalMode::Ask) => Policy::Ask,
+            Some(ApprovalMode::Auto) => Policy::Auto,
+            Some(ApprovalMode::Never) => Policy::Never,
+            None => self.spec.policy,
+        };
         let approved = if was_running {
             self.approve_rerun(&call.call_id, &question).await?
         } else {
-            self.approve(&call.call_id, &question).await?
+            self.approve_under(policy, &call.call_id, &question).await?
         };
         if !approved {
-            return Ok(self.declined(was_running));
+            return Ok(self.declined_under(policy, was_running));
         }
         pending[i].state = CallState::Running;
         self.update_call(pending, i).await?;
@@ -202,6 +211,7 @@ mod tests {
             tool: "echo".into(),
             description: "Echoes".into(),
             schema: json!({"type": "object", "properties": {"message": {"type": "string"}}}),
+            approval: None,
         };
         let body = with_tools(
             json!({"tools": [{"name": "shell"}]}),

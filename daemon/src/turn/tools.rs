@@ -218,12 +218,17 @@ impl Turn<'_> {
     /// What a call not approved gives: declined by the user, or never
     /// asked because this turn's policy lets nothing run (no one to ask).
     pub(super) fn declined(&self, was_running: bool) -> Ran {
+        self.declined_under(self.spec.policy, was_running)
+    }
+
+    /// [`Self::declined`] under `policy`.
+    pub(super) fn declined_under(&self, policy: Policy, was_running: bool) -> Ran {
         let (output, reason) = if was_running {
             (
                 "interrupted while running and not run again (it may have partly run)",
                 "",
             )
-        } else if self.spec.policy == Policy::Never {
+        } else if policy == Policy::Never {
             (
                 "not run: commands need approval, and this turn's approval policy is never \
                  (nobody was asked); the user can allow commands with --auto",
@@ -259,7 +264,17 @@ impl Turn<'_> {
 
     /// Whether to run a command under the policy, asking the client if needed.
     pub(super) async fn approve(&mut self, call_id: &str, command: &str) -> Result<bool, Stop> {
-        match self.spec.policy {
+        self.approve_under(self.spec.policy, call_id, command).await
+    }
+
+    /// Whether to run a command under `policy`, asking the client if needed.
+    pub(super) async fn approve_under(
+        &mut self,
+        policy: Policy,
+        call_id: &str,
+        command: &str,
+    ) -> Result<bool, Stop> {
+        match policy {
             Policy::Auto => return Ok(true),
             Policy::Never => return Ok(false),
             Policy::Ask if self.approve_all => return Ok(true),

@@ -463,6 +463,22 @@ fn at_the_process_bound_the_least_recently_used_idle_server_makes_room() {
 }
 
 #[test]
+fn per_server_and_per_tool_approval_settings_override_the_turns_policy() {
+    let env = misbehaving("approval = \"never\"\ntool_approval = { pid = \"auto\" }");
+    let model = FakeModel::start();
+    // A one-shot without --auto: `pid` runs (its own setting), `garbage`
+    // does not even with --auto (the server's).
+    let out = env.chat(&model, ["exec", "TOOL mcp__bad__pid {}"], "");
+    assert_code(&out, 0);
+    let out = call(&env, &model, "mcp__bad__garbage", json!({}));
+    assert_code(&out, 1);
+    let told = outputs(&model);
+    assert!(told[0].contains("\npid "), "{told:?}");
+    assert!(told[1].contains("approval policy is never"), "{told:?}");
+    assert!(marked(&env, "call-garbage-").is_empty());
+}
+
+#[test]
 fn mcp_add_get_and_remove_edit_config_toml_and_keep_the_rest() {
     let env = TestEnv::new();
     env.write_config("# my settings\nmodel = \"m\"  # keep me\n");
