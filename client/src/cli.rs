@@ -339,6 +339,11 @@ pub enum Command {
     },
     /// Print the agentx(1) man page (roff).
     Man,
+    /// MCP servers agentd runs for this profile: list, get, add, remove.
+    Mcp {
+        #[command(subcommand)]
+        action: McpAction,
+    },
     /// Manage the agentd daemon.
     Daemon {
         #[command(subcommand)]
@@ -350,6 +355,46 @@ pub enum Command {
 pub enum ExportFormat {
     Json,
     Markdown,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum McpAction {
+    /// Every configured server: its state and tool count.
+    List {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One server: its configuration and state.
+    Get {
+        /// The server's name, as config.toml names it.
+        name: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a server that runs COMMAND (stdio) to config.toml.
+    Add {
+        /// The new server's name: letters, digits, `_` and `-`.
+        name: String,
+        /// A variable for the server, KEY=VALUE (repeatable).
+        #[arg(long, value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// The command and its arguments, after --.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Remove a server from config.toml.
+    Remove {
+        /// The server's name, as config.toml names it.
+        name: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

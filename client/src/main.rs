@@ -129,6 +129,9 @@ async fn run(cli: Cli) -> CliResult<()> {
         (Some(Command::Daemon { action }), None) => {
             return commands::daemon::run(&profile, action).await;
         }
+        (Some(Command::Mcp { action }), None) => {
+            return commands::mcp::run(profile, cli.global, action).await;
+        }
         (Some(Command::Completions { shell }), None) => {
             return commands::manuals::completions(shell);
         }
@@ -238,7 +241,10 @@ async fn dispatch(ctx: &Ctx, command: Command) -> CliResult<()> {
         } => commands::snapshots::rewind(ctx, index, yes, force).await,
         Command::Oneshots { json, action } => commands::oneshots::run(ctx, json, action).await,
         Command::Web { no_open, port } => web::run(ctx, no_open, port).await,
-        Command::Daemon { .. } | Command::Completions { .. } | Command::Man => Ok(()),
+        Command::Daemon { .. }
+        | Command::Mcp { .. }
+        | Command::Completions { .. }
+        | Command::Man => Ok(()),
     }
 }
 

@@ -8,14 +8,16 @@
 //! 1. Helpers that know no other module: `environment` (agentd's
 //!    environment, read once at start), `durable` (atomic file writing),
 //!    `shutdown` (the one stop handle), `cli`, `authority`, `listener`,
-//!    `peer`, `pidlock`, `logging`.
+//!    `peer`, `pidlock`, `logging`, `spawner` (the thread that forks
+//!    children that must not outlive agentd).
 //! 2. `store` (conversations on disk) and `snapshot` (folder snapshots),
 //!    independent of each other. The store announces its changes
 //!    (`store::Changed`) to subscribers it is handed and knows none of them.
 //! 3. `search` (the local index) over the store; `remote` (PostgreSQL) over
-//!    the store and search's hit type.
-//! 4. `turn`: the engine of one turn over the store. It names the remote
-//!    only for its URL redaction, never its state.
+//!    the store and search's hit type; `mcp` (the MCP servers agentd runs)
+//!    over the spawner.
+//! 4. `turn`: the engine of one turn over the store and the MCP servers.
+//!    It names the remote only for its URL redaction, never its state.
 //! 5. `runner`: a turn from start to finish over `turn`, `remote` (the
 //!    pre-turn pull) and `snapshot` (before and after).
 //! 6. `services` (the gRPC edge: wire types converted there) and `server`
@@ -38,9 +40,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("pidlock", &[]),
     ("priority", &[]),
     ("shutdown", &[]),
+    ("spawner", &[]),
     ("store", &["durable", "environment", "priority"]),
     ("snapshot", &["durable", "environment", "priority"]),
     ("search", &["store", "memory"]),
+    ("mcp", &["spawner", "durable"]),
     (
         "remote",
         &["store", "durable", "environment", "search::Hit"],
@@ -52,6 +56,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "durable",
             "environment",
             "shutdown",
+            "spawner",
+            "mcp",
             "remote::redact_userinfo",
         ],
     ),
@@ -73,6 +79,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "peer",
             "memory",
             "priority",
+            "mcp",
         ],
     ),
     (
@@ -91,6 +98,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "listener",
             "peer",
             "pidlock",
+            "mcp",
         ],
     ),
     ("benching", &["turn", "store", "search"]),

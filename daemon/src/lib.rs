@@ -13,7 +13,8 @@
 //!   replacement, unlink only what it bound), `peer` (SO_PEERCRED check),
 //!   `authority` (rewrites a socket-path `:authority` from grpc-core
 //!   clients), `logging`, `cli`, `durable` (atomic writes, quarantine),
-//!   `shutdown` (the one stop handle: requested, then stopping) and
+//!   `shutdown` (the one stop handle: requested, then stopping),
+//!   `spawner` (the one thread forking tool supervisors and MCP servers) and
 //!   `environment` (agentd's environment, read once in [`run`] and handed
 //!   on; the others take typed settings parsed from it).
 //! - `store`: conversations on disk. One actor per folder key and agent
@@ -38,11 +39,15 @@
 //!   listing, search, pull and the pusher), `listen` (LISTEN/NOTIFY), `search`,
 //!   `pusher` (`outbox`, `send`), `pull` over `copy` and `line`, `rule`
 //!   (the fork rule as a pure function), `clear`.
+//! - `mcp`: the MCP servers agentd owns: `server` (one process and its
+//!   state), `process` (fork and end), `catalog` (tool lists by
+//!   configuration), `names`, `output`.
 //! - `turn`: the engine of one turn. `mod` = its steps, `tools` (approvals
 //!   and calls), `retry`, the `responses` and `chat` providers over `sse`
 //!   and `provider` (`error`, `http`), `context`, `compact`, `window`,
 //!   `tokens`, `meter`, `instructions` (AGENTS.md), `resolve`, and the
-//!   `shell` tool with its output and supervisor.
+//!   `shell` tool with its output and supervisor, `mcp_calls` (MCP tools
+//!   offered and called).
 //! - `runner`: one turn from start to finish (lease, pre-turn pull, before
 //!   and after snapshots, ending on stop).
 //! - `services`: the gRPC edge, one file per service; wire ↔ domain
@@ -64,6 +69,7 @@ pub mod fuzzing;
 mod layers;
 mod listener;
 mod logging;
+mod mcp;
 mod memory;
 mod peer;
 mod pidlock;
@@ -77,6 +83,7 @@ mod server;
 mod services;
 mod shutdown;
 mod snapshot;
+mod spawner;
 mod store;
 mod turn;
 

@@ -54,6 +54,9 @@ pub struct Config {
     pub env: Arc<Environment>,
 }
 
+/// How long MCP servers get to exit when agentd stops.
+const MCP_STOP_TIMEOUT: Duration = Duration::from_secs(6);
+
 /// How often agentd checks that its pid file and socket are still its own.
 const GUARD_EVERY: Duration = Duration::from_millis(500);
 
@@ -91,6 +94,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     health.set_serving::<DaemonServer<DaemonService>>().await;
     let (reflection, reflection_v1alpha) = reflection()?;
     let domain = Domain::start(&config.profile, &shutdown, &config.env, landlock_abi)?;
+    let mcp = Arc::clone(&domain.mcp);
 
     let uid = nix::unistd::geteuid().as_raw();
     let routes = routes(&info, domain)
@@ -121,7 +125,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     shutdown.wait_requested().await;
     begin_stopping(owned_path.as_ref(), &shutdown);
 
-    drain(server, &shutdown).await;
+    // MCP servers end with the tool commands: stdin closed, SIGTERM, SIGKILL.
+    tokio::join!(drain(server, &shutdown), mcp.stop_all(MCP_STOP_TIMEOUT));
     // State is written durably before each RPC returns, so nothing is left
     // to flush here; later stores hook their shutdown in at this point.
     tracing::info!("agentd stopped");
@@ -138,11 +143,13 @@ fn routes(info: &Arc<DaemonInfo>, domain: Domain) -> Routes {
         remote,
         tuning,
         machine,
+        mcp,
     } = domain;
     Routes::new(DaemonServer::new(DaemonService::new(
         Arc::clone(info),
         remote.clone(),
         search.clone(),
+        mcp,
     )))
     .add_service(SessionsServer::new(SessionsService::new(
         Arc::clone(&store),
@@ -228,6 +235,8 @@ struct Domain {
     tuning: crate::services::turns::Tuning,
     /// This machine's name, as the remote store knows it.
     machine: String,
+    /// The profile's MCP servers.
+    mcp: Arc<crate::mcp::Manager>,
 }
 
 impl Domain {
@@ -255,13 +264,29 @@ impl Domain {
         let models = Arc::new(crate::turn::window::Models::open(
             profile.dir.join("model-windows.json"),
         ));
-        let engine = Arc::new(Engine::new(
-            profile.dir.clone(),
-            models,
-            shutdown.clone(),
-            crate::turn::provider::ProxyVars::from_environment(env),
-            landlock_abi,
-        ));
+        let mcp = crate::mcp::Manager::start(
+            profile.config_file(),
+            profile.dir.join("mcp-tools"),
+            env.path("HOME").unwrap_or_else(|| profile.dir.clone()),
+            crate::mcp::base_environment(|k| env.var_os(k).map(ToOwned::to_owned)),
+            {
+                let env = Arc::clone(env);
+                Arc::new(move |k: &str| env.non_empty(k))
+            },
+            env.non_empty("AGENTX_MCP_MAX_PROCESSES")
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(crate::mcp::DEFAULT_MAX_PROCESSES),
+        );
+        let engine = Arc::new(
+            Engine::new(
+                profile.dir.clone(),
+                models,
+                shutdown.clone(),
+                crate::turn::provider::ProxyVars::from_environment(env),
+                landlock_abi,
+            )
+            .with_mcp(Arc::clone(&mcp)),
+        );
         let search = crate::search::start(
             profile.dir.join("search"),
             profile.sessions_dir(),
@@ -289,6 +314,7 @@ impl Domain {
             remote,
             tuning: crate::services::turns::Tuning::from_environment(env),
             machine,
+            mcp,
         })
     }
 }

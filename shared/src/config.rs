@@ -89,6 +89,8 @@ struct File {
     sandbox_network: Option<bool>,
     /// Codex's `[sandbox_workspace_write]` table.
     sandbox_workspace_write: Option<WorkspaceWriteFile>,
+    /// `[mcp_servers.NAME]`: the MCP servers agentd runs.
+    mcp_servers: Option<BTreeMap<String, crate::mcp_config::McpServerFile>>,
 }
 
 /// `[sandbox_workspace_write]`, with Codex's keys.
@@ -139,6 +141,38 @@ pub fn remote_url(
         .filter(|u| !u.is_empty()))
 }
 
+/// The MCP servers configured in `path` (a missing file has none); a bad
+/// entry is an error naming it.
+pub fn mcp_servers(
+    path: &Path,
+) -> Result<BTreeMap<String, crate::mcp_config::McpServer>, ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => mcp_servers_in(&text, path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(source) => Err(ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        }),
+    }
+}
+
+/// The MCP servers configured in `text`, the contents of `path`.
+pub fn mcp_servers_in(
+    text: &str,
+    path: &Path,
+) -> Result<BTreeMap<String, crate::mcp_config::McpServer>, ConfigError> {
+    let file = toml::from_str::<File>(text).map_err(|e| ConfigError::Parse {
+        path: path.display().to_string(),
+        message: e.message().to_owned(),
+    })?;
+    crate::mcp_config::servers(file.mcp_servers.unwrap_or_default()).map_err(|message| {
+        ConfigError::Parse {
+            path: path.display().to_string(),
+            message,
+        }
+    })
+}
+
 /// The effective configuration of one `agentx` invocation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -172,6 +206,8 @@ pub struct Config {
     pub instruction_files: Vec<String>,
     /// The command sandbox (`--sandbox` overrides its mode).
     pub sandbox: crate::sandbox::SandboxPolicy,
+    /// `[mcp_servers.NAME]`, checked.
+    pub mcp_servers: BTreeMap<String, crate::mcp_config::McpServer>,
 }
 
 impl Config {
@@ -281,6 +317,8 @@ impl Config {
                 file.sandbox_network,
                 file.sandbox_workspace_write,
             )?,
+            mcp_servers: crate::mcp_config::servers(file.mcp_servers.unwrap_or_default())
+                .map_err(ConfigError::Invalid)?,
         })
     }
 }

@@ -6,6 +6,7 @@ pub mod context;
 pub mod conversation;
 pub mod export;
 pub mod folder;
+pub mod mcp_config;
 pub mod plural;
 pub mod procfs;
 pub mod profile;

@@ -94,6 +94,8 @@ async fn status(profile: &Profile, json: bool) -> CliResult<()> {
                 "rpcs_served": reply.rpcs_served,
                 "remote": json::remote(reply.remote.as_ref()),
                 "search_note": if reply.search_note.is_empty() { serde_json::Value::Null } else { json!(reply.search_note) },
+                "mcp_servers": reply.mcp_servers.iter().map(super::mcp::state_json).collect::<Vec<_>>(),
+                "mcp_error": if reply.mcp_error.is_empty() { serde_json::Value::Null } else { json!(reply.mcp_error) },
             })
         );
         return Ok(());
@@ -170,6 +172,13 @@ fn print_running(reply: &DaemonStatusReply, compatible: bool, started_at: &str) 
     }
     if !reply.search_note.is_empty() {
         println!("  search:   {}", crate::show::visible(&reply.search_note));
+    }
+    if !reply.mcp_error.is_empty() {
+        println!("  mcp:      {}", crate::show::visible(&reply.mcp_error));
+    }
+    for (i, line) in super::mcp::lines(&reply.mcp_servers).iter().enumerate() {
+        let label = if i == 0 { "mcp:" } else { "" };
+        println!("  {label:<9} {line}");
     }
 }
 

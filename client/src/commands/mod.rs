@@ -10,6 +10,7 @@ pub mod export;
 pub mod fork;
 pub mod import;
 pub mod manuals;
+pub mod mcp;
 pub mod oneshots;
 pub mod rename;
 pub mod search;

@@ -78,6 +78,8 @@ impl Chat<'_> {
                     setup.approval = super::mode_name(self.policy);
                 }
                 render::print(human::status(&local, &status, verbose));
+                let mcp = crate::commands::mcp::states(self.ctx).await.ok();
+                crate::commands::status::print_mcp(mcp.as_deref());
             }
             ("approvals", mode) => self.approvals(mode, words.next()).await?,
             ("checkpoints", _) => {

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant, SystemTime};
 use tonic::{Request, Response, Status};
 
 use agentx_shared::proto::{
-    DaemonStatusReply, DaemonStatusRequest, HelloReply, HelloRequest, PingReply, PingRequest,
-    ShutdownReply, ShutdownRequest, daemon_server::Daemon,
+    DaemonStatusReply, DaemonStatusRequest, HelloReply, HelloRequest, McpServerState,
+    McpServersReply, McpServersRequest, PingReply, PingRequest, ShutdownReply, ShutdownRequest,
+    daemon_server::Daemon,
 };
 use agentx_shared::version::PROTOCOL;
 
@@ -38,6 +39,7 @@ pub struct DaemonService {
     info: Arc<DaemonInfo>,
     remote: Option<Arc<crate::remote::Remote>>,
     search: Option<Arc<SearchIndex>>,
+    mcp: Arc<crate::mcp::Manager>,
 }
 
 impl DaemonService {
@@ -45,12 +47,40 @@ impl DaemonService {
         info: Arc<DaemonInfo>,
         remote: Option<Arc<crate::remote::Remote>>,
         search: Option<Arc<SearchIndex>>,
+        mcp: Arc<crate::mcp::Manager>,
     ) -> Self {
         Self {
             info,
             remote,
             search,
+            mcp,
         }
+    }
+
+    /// The MCP servers on the wire, and why they could not be read.
+    fn mcp_states(&self) -> (Vec<McpServerState>, String) {
+        match self.mcp.status() {
+            Ok(list) => (list.into_iter().map(mcp_to_wire).collect(), String::new()),
+            Err(e) => (Vec::new(), e),
+        }
+    }
+}
+
+fn mcp_to_wire(s: crate::mcp::Status) -> McpServerState {
+    McpServerState {
+        name: s.name,
+        folder: s
+            .folder
+            .map(|f| f.display().to_string())
+            .unwrap_or_default(),
+        state: s.state.to_owned(),
+        pid: s.pid.unwrap_or(0),
+        since: s.since.map(agentx_shared::time::to_wire),
+        calls_in_flight: u32::try_from(s.in_flight).unwrap_or(u32::MAX),
+        error: s.error.unwrap_or_default(),
+        tools: s.tools.map_or(-1, |n| i32::try_from(n).unwrap_or(i32::MAX)),
+        command: s.command,
+        scope: s.scope.to_owned(),
     }
 }
 
@@ -93,6 +123,7 @@ impl Daemon for DaemonService {
         _request: Request<DaemonStatusRequest>,
     ) -> Result<Response<DaemonStatusReply>, Status> {
         let info = &self.info;
+        let (mcp_servers, mcp_error) = self.mcp_states();
         Ok(Response::new(DaemonStatusReply {
             pid: info.pid,
             version: info.version.clone(),
@@ -114,7 +145,17 @@ impl Daemon for DaemonService {
                 .as_ref()
                 .and_then(|s| s.rebuild_note())
                 .unwrap_or_default(),
+            mcp_servers,
+            mcp_error,
         }))
+    }
+
+    async fn mcp_servers(
+        &self,
+        _request: Request<McpServersRequest>,
+    ) -> Result<Response<McpServersReply>, Status> {
+        let (servers, error) = self.mcp_states();
+        Ok(Response::new(McpServersReply { servers, error }))
     }
 
     async fn shutdown(

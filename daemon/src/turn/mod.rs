@@ -6,6 +6,7 @@ pub mod compact;
 pub mod context;
 pub mod instructions;
 pub mod live;
+mod mcp_calls;
 pub mod meter;
 pub mod provider;
 mod resolve;
@@ -224,6 +225,8 @@ pub struct Engine {
     tools: shell::Tools,
     /// The Landlock ABI the command sandbox has (0: none).
     sandbox_abi: u32,
+    /// The profile's MCP servers (none in benchmarks and unit tests).
+    mcp: Option<std::sync::Arc<crate::mcp::Manager>>,
 }
 
 impl Engine {
@@ -244,7 +247,14 @@ impl Engine {
             profile,
             tools: shell::Tools::new(shutdown.clone()),
             shutdown,
+            mcp: None,
         }
+    }
+
+    /// Turns offer the tools of `mcp`'s servers and call them there.
+    pub fn with_mcp(mut self, mcp: std::sync::Arc<crate::mcp::Manager>) -> Self {
+        self.mcp = Some(mcp);
+        self
     }
 }
 
@@ -319,6 +329,10 @@ struct Turn<'a> {
     /// Sandboxed commands' private `TMPDIR` (made at the first, removed
     /// with the turn) and the confinement made with it.
     tmpdir: Option<(tempfile::TempDir, shell::Confine)>,
+    /// The MCP tools offered to the model in this step.
+    mcp_tools: Vec<crate::mcp::Tool>,
+    /// MCP servers whose tools could not be listed were told once.
+    mcp_told: bool,
 }
 
 impl Engine {
@@ -371,6 +385,8 @@ impl Engine {
             sending: 0,
             instruction_files,
             tmpdir: None,
+            mcp_tools: Vec::new(),
+            mcp_told: false,
         };
         turn.emit(Event::Started {
             session_id: doc.id.clone(),
@@ -655,6 +671,7 @@ impl Turn<'_> {
             if self.cancelled() {
                 return Err(Stop::Cancelled);
             }
+            self.refresh_mcp_tools().await;
             let send = self.unsent.clone();
             let sent = self.counter.items(&send);
             let before = self.fill.map_or(0, |f| f.tokens);

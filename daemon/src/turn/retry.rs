@@ -158,6 +158,7 @@ impl Turn<'_> {
             };
             responses::request_body(settings, instructions, previous.as_deref(), input)
         };
+        let body = super::mcp_calls::with_tools(body, &self.mcp_tools, chat);
         Ok((body, previous.is_some()))
     }
 

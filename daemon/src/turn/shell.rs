@@ -6,7 +6,6 @@
 
 mod output;
 pub mod sandbox;
-mod spawner;
 mod supervisor;
 
 use output::Bounded;
@@ -293,7 +292,7 @@ async fn spawn_supervised(
     }
     // Forked by the one thread that lives as long as agentd: the death
     // signal below is keyed to the forking thread, not to the process.
-    let mut child = spawner::spawn(cmd).await?;
+    let mut child = crate::spawner::spawn(cmd).await?;
     let Some(status_pipe) = child.stdout.take() else {
         return Err(std::io::Error::other("the supervisor has no status pipe"));
     };

@@ -103,7 +103,7 @@ impl Turn<'_> {
 
     /// Makes where call `i` stands durable: one append to the calls log,
     /// whatever the number of pending calls.
-    async fn update_call(&self, pending: &[PendingCall], i: usize) -> Result<(), Stop> {
+    pub(super) async fn update_call(&self, pending: &[PendingCall], i: usize) -> Result<(), Stop> {
         Ok(self
             .group
             .update_call(&self.session, i, pending[i].clone())
@@ -120,6 +120,9 @@ impl Turn<'_> {
         was_running: bool,
     ) -> Result<Ran, Stop> {
         let call = pending[i].clone();
+        if call.name.starts_with(crate::mcp::PREFIX) {
+            return self.run_mcp_call(pending, i, was_running).await;
+        }
         let command = match parse_command(&call) {
             Err((message, reason)) => return Ok(Ran::not_run(message, reason)),
             Ok(command) => command,
@@ -149,26 +152,7 @@ impl Turn<'_> {
             (Ok(_), false) => self.approve(&call.call_id, &command).await?,
         };
         if !approved {
-            // Said as it is: declined by the user, or never asked because
-            // this turn's policy lets nothing run (no one to ask).
-            let (output, reason) = if was_running {
-                (
-                    "interrupted while running and not run again (it may have partly run)",
-                    "",
-                )
-            } else if self.spec.policy == Policy::Never {
-                (
-                    "not run: commands need approval, and this turn's approval policy is never \
-                     (nobody was asked); the user can allow commands with --auto",
-                    NEEDS_APPROVAL,
-                )
-            } else {
-                ("the user declined to run this command", "")
-            };
-            return Ok(Ran {
-                denied: true,
-                ..Ran::not_run(output.to_owned(), reason.to_owned())
-            });
+            return Ok(self.declined(was_running));
         }
         // Approved unconfined (the kernel could not confine it).
         let confine = confine.unwrap_or_default();
@@ -315,9 +299,37 @@ impl Turn<'_> {
         outcome
     }
 
+    /// What a call not approved gives: declined by the user, or never
+    /// asked because this turn's policy lets nothing run (no one to ask).
+    pub(super) fn declined(&self, was_running: bool) -> Ran {
+        self.declined_under(self.spec.policy, was_running)
+    }
+
+    /// [`Self::declined`] under `policy`.
+    pub(super) fn declined_under(&self, policy: Policy, was_running: bool) -> Ran {
+        let (output, reason) = if was_running {
+            (
+                "interrupted while running and not run again (it may have partly run)",
+                "",
+            )
+        } else if policy == Policy::Never {
+            (
+                "not run: commands need approval, and this turn's approval policy is never \
+                 (nobody was asked); the user can allow commands with --auto",
+                NEEDS_APPROVAL,
+            )
+        } else {
+            ("the user declined to run this command", "")
+        };
+        Ran {
+            denied: true,
+            ..Ran::not_run(output.to_owned(), reason.to_owned())
+        }
+    }
+
     /// A call that was running when the turn died may have had effects:
     /// only an explicit answer from the user runs it again.
-    async fn approve_rerun(&mut self, call_id: &str, command: &str) -> Result<bool, Stop> {
+    pub(super) async fn approve_rerun(&mut self, call_id: &str, command: &str) -> Result<bool, Stop> {
         let note = "it was running when the turn was interrupted: run it again?";
         self.approve_each(call_id, command, note).await
     }
@@ -341,8 +353,18 @@ impl Turn<'_> {
     }
 
     /// Whether to run a command under the policy, asking the client if needed.
-    async fn approve(&mut self, call_id: &str, command: &str) -> Result<bool, Stop> {
-        match self.spec.policy {
+    pub(super) async fn approve(&mut self, call_id: &str, command: &str) -> Result<bool, Stop> {
+        self.approve_under(self.spec.policy, call_id, command).await
+    }
+
+    /// Whether to run a command under `policy`, asking the client if needed.
+    pub(super) async fn approve_under(
+        &mut self,
+        policy: Policy,
+        call_id: &str,
+        command: &str,
+    ) -> Result<bool, Stop> {
+        match policy {
             Policy::Auto => return Ok(true),
             Policy::Never => return Ok(false),
             Policy::Ask if self.approve_all => return Ok(true),
@@ -422,19 +444,19 @@ fn looks_denied(output: &str) -> bool {
 }
 
 /// What one call gave: its output for the model and how it went.
-struct Ran {
-    output: String,
-    exit_code: Option<i32>,
-    denied: bool,
-    timed_out: bool,
+pub(super) struct Ran {
+    pub(super) output: String,
+    pub(super) exit_code: Option<i32>,
+    pub(super) denied: bool,
+    pub(super) timed_out: bool,
     /// Why it never ran (bad arguments, could not start).
-    not_run: Option<String>,
+    pub(super) not_run: Option<String>,
 }
 
 impl Ran {
     /// A call that did not run: `output` for the model, `reason` for the
     /// user (empty: none shown).
-    fn not_run(output: String, reason: String) -> Self {
+    pub(super) fn not_run(output: String, reason: String) -> Self {
         Self {
             output,
             exit_code: None,

@@ -144,7 +144,8 @@ impl RecordedRequest {
 /// model saw history (the last user text comes from this input, or from the
 /// chain when this input has none, e.g. only tool outputs). A user text
 /// `CALL <command>` in this input (with an empty script) gets a `shell` call
-/// running that command.
+/// running that command; `TOOL <name> <json>` a call of function `name`
+/// with those arguments.
 ///
 /// [`post_json`] and [`HttpReply::events`] are a tiny blocking client for tests.
 pub struct FakeModel {

@@ -258,8 +258,8 @@ fn echo_text(chain: &[&Stored], input: &[Value]) -> String {
     )
 }
 
-/// The reply for this request: the script's next one, else a `CALL`
-/// directive in the input, else a stall on the stall marker, else none
+/// The reply for this request: the script's next one, else a `CALL` (or
+/// `TOOL <name> <json>`) directive in the input, else a stall on the stall marker, else none
 /// (the default reply).
 fn next_reply(state: &mut FakeState, input: &[Value], default_text: &str) -> Option<Reply> {
     let mut reply = state.script.pop_front();
@@ -273,6 +273,20 @@ fn next_reply(state: &mut FakeState, input: &[Value], default_text: &str) -> Opt
             .and_then(|t| t.trim_end().strip_prefix("CALL ").map(str::to_owned))
     {
         reply = Some(Reply::tool_call("shell", json!({ "command": command })));
+    }
+    // `TOOL <name> <json arguments>`: a call of that function.
+    if reply.is_none()
+        && let Some((name, arguments)) = input
+            .iter()
+            .filter_map(user_text)
+            .next_back()
+            .and_then(|t| t.trim_end().strip_prefix("TOOL ").map(str::to_owned))
+            .and_then(|rest| {
+                let (name, args) = rest.split_once(' ').unwrap_or((rest.as_str(), "{}"));
+                Some((name.to_owned(), serde_json::from_str::<Value>(args).ok()?))
+            })
+    {
+        reply = Some(Reply::tool_call(name, arguments));
     }
     if reply.is_none()
         && let Some((marker, d)) = &state.stall_marker

@@ -17,6 +17,7 @@ mod library;
 mod lifecycle_hostile;
 mod listings;
 mod long_conversations;
+mod mcp;
 mod oneshot_approval;
 mod oneshots;
 mod pipes;

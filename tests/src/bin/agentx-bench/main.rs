@@ -14,6 +14,7 @@ use agentx_shared::proto::{
 
 mod context;
 mod daemon;
+mod mcp;
 mod noisy;
 mod oneshots;
 mod remote;
@@ -41,6 +42,7 @@ fn main() -> anyhow::Result<()> {
             "noisy",
             "terminal",
             "sandbox",
+            "mcp",
         ]
     } else {
         args.iter().map(String::as_str).collect()
@@ -62,9 +64,10 @@ fn main() -> anyhow::Result<()> {
             "noisy" => noisy::bench_noisy()?,
             "terminal" => terminal::bench_terminal()?,
             "sandbox" => sandbox::bench_sandbox()?,
+            "mcp" => mcp::bench_mcp()?,
             other => {
                 bail!(
-                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools, noisy, terminal, sandbox"
+                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools, noisy, terminal, sandbox, mcp"
                 )
             }
         }

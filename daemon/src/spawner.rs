@@ -1,5 +1,5 @@
-//! The one thread that forks every tool supervisor. It lives as long as
-//! agentd, so a supervisor's death signal fires only when agentd dies.
+//! The one thread that forks every tool supervisor and MCP server. It lives
+//! as long as agentd, so a child's death signal fires only when agentd dies.
 //!
 //! `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits,
 //! not the process: a supervisor forked on a tokio thread (a blocking-pool
@@ -28,7 +28,7 @@ static QUEUE: OnceLock<mpsc::Sender<Request>> = OnceLock::new();
 /// Starts `command` from the spawner thread; the child is registered with
 /// the current runtime. The command (and the pipe ends it holds) is dropped
 /// on that thread once the child runs.
-pub(super) async fn spawn(command: std::process::Command) -> io::Result<tokio::process::Child> {
+pub(crate) async fn spawn(command: std::process::Command) -> io::Result<tokio::process::Child> {
     let (reply, answer) = oneshot::channel();
     let request = Request {
         command,

@@ -1,0 +1,510 @@
+//! MCP servers owned by agentd: a real server nobody here wrote
+//! (`@modelcontextprotocol/server-everything`, installed by `.ci/run`) and a
+//! misbehaving one of ours (tests/fixtures/mcp_misbehaving.py) called from
+//! turns; one process shared by one-shots and chats, stopped when idle, and
+//! never outliving agentd.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agentx_tests::fake_model::{FakeModel, Reply};
+use agentx_tests::{TestEnv, assert_code, json_out, skip, stderr, stdout, wait_pid_gone};
+use serde_json::{Value, json};
+
+/// The repository's root.
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+/// server-everything as `.ci/run` installs it, if it is there.
+fn everything() -> Option<PathBuf> {
+    let bin = repo().join(".mcp-servers/node_modules/.bin/mcp-server-everything");
+    if bin.exists() {
+        Some(bin)
+    } else {
+        skip(
+            "server-everything is not installed (npm install --prefix .mcp-servers @modelcontextprotocol/server-everything)",
+        );
+        None
+    }
+}
+
+/// A profile whose server `bad` is the misbehaving fixture, with `extra`
+/// lines in its table; markers go to `<root>/markers`.
+fn misbehaving(extra: &str) -> TestEnv {
+    let env = TestEnv::new();
+    let markers = env.root().join("markers");
+    std::fs::create_dir_all(&markers).unwrap();
+    let script = repo().join("tests/fixtures/mcp_misbehaving.py");
+    env.write_config(&format!(
+        "[mcp_servers.bad]\ncommand = \"python3\"\nargs = [{script:?}]\n\
+         env = {{ MARKER_DIR = {markers:?} }}\n{extra}\n",
+        script = script.display().to_string(),
+        markers = markers.display().to_string(),
+    ));
+    env
+}
+
+/// The pids of the fixture's processes that ever started (by marker).
+fn started(env: &TestEnv) -> Vec<i32> {
+    marked(env, "started-")
+}
+
+fn marked(env: &TestEnv, prefix: &str) -> Vec<i32> {
+    let mut pids: Vec<i32> = std::fs::read_dir(env.root().join("markers"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix(prefix)?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Every live process whose command line mentions `needle`.
+fn processes_with(needle: &str) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = stat.split(") ").nth(1).is_some_and(|r| r.starts_with('Z'));
+        if !zombie && String::from_utf8_lossy(&cmdline).contains(needle) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The output the model was sent for the first call answered in a request.
+fn outputs(model: &FakeModel) -> Vec<String> {
+    model
+        .requests()
+        .iter()
+        .flat_map(|r| r.body["input"].as_array().cloned().unwrap_or_default())
+        .filter(|i| i["type"] == "function_call_output")
+        .map(|i| i["output"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Runs `exec --auto TOOL name args` to completion.
+fn call(env: &TestEnv, model: &FakeModel, name: &str, args: Value) -> std::process::Output {
+    env.chat(
+        model,
+        ["exec", "--auto", &format!("TOOL {name} {args}")],
+        "",
+    )
+}
+
+/// The pid a `pid` call answered.
+fn pid_from(output: &str) -> i32 {
+    output
+        .split("pid ")
+        .nth(1)
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {output:?}"))
+}
+
+#[test]
+fn the_model_calls_server_everythings_echo_and_sees_its_answer() {
+    let Some(bin) = everything() else { return };
+    let env = TestEnv::new();
+    env.write_config(&format!(
+        "[mcp_servers.everything]\ncommand = {:?}\n",
+        bin.display().to_string()
+    ));
+    let model = FakeModel::start();
+    model.push(Reply::tool_call(
+        "mcp__everything__echo",
+        json!({"message": "hello from the model"}),
+    ));
+    let out = env.chat(&model, ["exec", "--auto", "echo something"], "");
+    assert_code(&out, 0);
+    let requests = model.requests();
+    // The first request offers the tool with its schema.
+    let tools = requests[0].body["tools"].as_array().unwrap().clone();
+    let echo = tools
+        .iter()
+        .find(|t| t["name"] == "mcp__everything__echo")
+        .unwrap_or_else(|| panic!("no echo tool in {tools:#?}"));
+    assert_eq!(
+        echo["parameters"]["properties"]["message"]["type"],
+        "string"
+    );
+    // The server's answer reaches the next request.
+    let told = outputs(&model);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].contains("hello from the model"), "{told:?}");
+    model.assert_schema_clean();
+    // The terminal shows the call and how it went.
+    let err = stderr(&out);
+    assert!(err.contains("mcp__everything__echo"), "{err}");
+    assert!(err.contains("exit 0"), "{err}");
+
+    let list = json_out(&env.run(["mcp", "list", "--json"]));
+    assert_eq!(list[0]["name"], "everything");
+    assert_eq!(list[0]["state"], "running", "{list}");
+    assert!(list[0]["tools"].as_u64().unwrap() > 3, "{list}");
+}
+
+#[test]
+fn the_model_calls_echo_of_server_everything_over_streamable_http() {
+    let Some(bin) = everything() else { return };
+    // server-everything's own HTTP mode, on a free port of 127.0.0.1.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = std::process::Command::new(&bin)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the HTTP server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let env = TestEnv::new();
+    env.write_config(&format!(
+        "[mcp_servers.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
+    ));
+    let model = FakeModel::start();
+    model.push(Reply::tool_call(
+        "mcp__web__echo",
+        json!({"message": "over http"}),
+    ));
+    let out = env.chat(&model, ["exec", "--auto", "echo it"], "");
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_code(&out, 0);
+    let told = outputs(&model);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].contains("over http"), "{told:?}");
+}
+
+#[test]
+fn one_shots_and_a_chat_share_one_server_process() {
+    let env = misbehaving("");
+    let model = FakeModel::start();
+    // Two one-shots at once, then a chat, each calling the server.
+    let a = env.chat_command(&model, ["exec", "--auto", "TOOL mcp__bad__pid {}"], "");
+    let b = env.chat_command(&model, ["exec", "--auto", "TOOL mcp__bad__pid {}"], "");
+    assert_code(&a.wait_with_output().unwrap(), 0);
+    assert_code(&b.wait_with_output().unwrap(), 0);
+    let out = env.chat(&model, ["--approval", "auto"], "TOOL mcp__bad__pid {}\n");
+    assert_code(&out, 0);
+    let told = outputs(&model);
+    assert_eq!(told.len(), 3, "{told:?}");
+    let pids: Vec<i32> = told.iter().map(|o| pid_from(o)).collect();
+    assert!(pids.iter().all(|p| *p == pids[0]), "{pids:?}");
+    assert_eq!(started(&env), vec![pids[0]], "more than one server started");
+    let script = "mcp_misbehaving.py";
+    let live: Vec<i32> = processes_with(script)
+        .into_iter()
+        .filter(|p| *p == pids[0])
+        .collect();
+    assert_eq!(live, vec![pids[0]]);
+    // Status shows it running with its pid.
+    let status = json_out(&env.run(["daemon", "status", "--json"]));
+    assert_eq!(status["mcp_servers"][0]["state"], "running", "{status}");
+    assert_eq!(status["mcp_servers"][0]["pid"], pids[0]);
+}
+
+#[test]
+fn a_hung_call_is_bounded_by_tool_timeout_and_the_turn_goes_on() {
+    let env = misbehaving("tool_timeout_sec = 1");
+    let model = FakeModel::start();
+    model.push(Reply::tool_call("mcp__bad__hang", json!({})));
+    model.push(Reply::tool_call("mcp__bad__pid", json!({})));
+    let out = env.chat(&model, ["exec", "--auto", "go"], "");
+    assert_code(&out, 0);
+    let told = outputs(&model);
+    assert!(told[0].contains("timed out after 1 s"), "{told:?}");
+    // The same server answers the next call, and was told to cancel the hung one.
+    let pid = started(&env)[0];
+    assert_eq!(pid_from(&told[1]), pid, "{told:?}");
+    assert_eq!(marked(&env, "cancelled-"), vec![pid]);
+}
+
+#[test]
+fn a_crash_mid_call_is_an_error_and_the_next_call_starts_it_again() {
+    let env = misbehaving("");
+    let model = FakeModel::start();
+    let out = call(&env, &model, "mcp__bad__pid", json!({}));
+    assert_code(&out, 0);
+    let first = pid_from(&outputs(&model)[0]);
+    let out = call(&env, &model, "mcp__bad__crash", json!({}));
+    assert_code(&out, 0);
+    let told = outputs(&model);
+    assert!(told[1].contains("the call failed"), "{told:?}");
+    let out = call(&env, &model, "mcp__bad__pid", json!({}));
+    assert_code(&out, 0);
+    let second = pid_from(&outputs(&model)[2]);
+    assert_ne!(first, second, "the crashed server was not started again");
+    assert_eq!(started(&env), {
+        let mut v = vec![first, second];
+        v.sort_unstable();
+        v
+    });
+}
+
+#[test]
+fn a_server_that_never_starts_ends_failed_not_in_a_loop() {
+    let env = TestEnv::new();
+    env.write_config(
+        "[mcp_servers.dead]\ncommand = \"python3\"\nargs = [\"-c\", \"import sys; sys.exit(3)\"]\n",
+    );
+    // Its tools were never listed: the turn goes on without them.
+    let model = FakeModel::start();
+    let out = env.chat(&model, ["exec", "--auto", "hello"], "");
+    assert_code(&out, 0);
+    assert!(stderr(&out).contains("MCP server dead"), "{}", stderr(&out));
+    for _ in 0..6 {
+        let _ = env.chat(&model, ["exec", "--auto", "hello"], "");
+    }
+    let list = json_out(&env.run(["mcp", "list", "--json"]));
+    assert_eq!(list[0]["state"], "failed", "{list}");
+    assert!(
+        list[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("crashes in a row"),
+        "{list}"
+    );
+}
+
+#[test]
+fn garbage_on_stdout_is_skipped_and_huge_output_is_cut() {
+    let env = misbehaving("");
+    let model = FakeModel::start();
+    model.push(Reply::tool_call("mcp__bad__garbage", json!({})));
+    model.push(Reply::tool_call("mcp__bad__huge", json!({})));
+    let out = env.chat(&model, ["exec", "--auto", "go"], "");
+    assert_code(&out, 0);
+    let told = outputs(&model);
+    assert!(told[0].ends_with("\nafter the garbage"), "{told:?}");
+    assert!(told[1].len() < 40_000, "{}", told[1].len());
+    assert!(told[1].contains("bytes left out"), "{}", &told[1][..100]);
+    // What the tool printed reaches the terminal without its escapes.
+    assert!(!stdout(&out).contains('\x1b'));
+}
+
+#[test]
+fn a_changed_tool_list_reaches_the_next_request() {
+    let env = misbehaving("");
+    let model = FakeModel::start();
+    model.push(Reply::tool_call("mcp__bad__grow", json!({})));
+    model.push(Reply::tool_call("mcp__bad__extra", json!({})));
+    let out = env.chat(&model, ["exec", "--auto", "go"], "");
+    assert_code(&out, 0);
+    let requests = model.requests();
+    let names = |i: usize| -> Vec<String> {
+        requests[i].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert!(!names(0).contains(&"mcp__bad__extra".to_owned()));
+    // The notification and the next request race: the call of `extra`
+    // is answered by the server either way once the list has changed.
+    let told = outputs(&model);
+    assert!(told[1].contains("\npid "), "{told:?}");
+    assert!(
+        names(2).contains(&"mcp__bad__extra".to_owned()),
+        "{:?}",
+        names(2)
+    );
+}
+
+#[test]
+fn an_idle_server_is_stopped_and_started_again_on_the_next_call() {
+    let env = misbehaving("idle_timeout_sec = 1");
+    let model = FakeModel::start();
+    assert_code(&call(&env, &model, "mcp__bad__pid", json!({})), 0);
+    let first = started(&env)[0];
+    assert!(
+        wait_pid_gone(first, Duration::from_secs(20)),
+        "never stopped"
+    );
+    // Stopped gracefully: its stdin was closed.
+    assert_eq!(marked(&env, "stdin-closed-"), vec![first]);
+    let list = json_out(&env.run(["mcp", "list", "--json"]));
+    assert_eq!(list[0]["state"], "idle", "{list}");
+    assert_code(&call(&env, &model, "mcp__bad__pid", json!({})), 0);
+    assert_eq!(started(&env).len(), 2);
+}
+
+#[test]
+fn killing_agentd_leaves_no_server_behind() {
+    // A server that would outlive the end of its stdin: only the death
+    // signal agentd's spawner thread gave it ends it.
+    let env = misbehaving("");
+    let config = std::fs::read_to_string(env.root().join("profile/config.toml")).unwrap();
+    env.write_config(&config.replace("env = { ", "env = { STUBBORN = \"1\", "));
+    let model = FakeModel::start();
+    assert_code(&call(&env, &model, "mcp__bad__pid", json!({})), 0);
+    let pid = started(&env)[0];
+    env.kill_daemons();
+    assert!(
+        wait_pid_gone(pid, Duration::from_secs(10)),
+        "the server outlived a killed agentd"
+    );
+}
+
+#[test]
+fn daemon_stop_ends_each_server() {
+    let env = misbehaving("");
+    let model = FakeModel::start();
+    assert_code(&call(&env, &model, "mcp__bad__pid", json!({})), 0);
+    let pid = started(&env)[0];
+    assert_code(&env.run(["daemon", "stop"]), 0);
+    assert!(wait_pid_gone(pid, Duration::from_secs(10)));
+    assert_eq!(marked(&env, "stdin-closed-"), vec![pid]);
+}
+
+#[test]
+fn a_server_ignoring_stdin_close_and_sigterm_is_killed_on_stop() {
+    let env = TestEnv::new();
+    let markers = env.root().join("markers");
+    std::fs::create_dir_all(&markers).unwrap();
+    let script = repo().join("tests/fixtures/mcp_misbehaving.py");
+    env.write_config(&format!(
+        "[mcp_servers.bad]\ncommand = \"python3\"\nargs = [{:?}]\n\
+         env = {{ MARKER_DIR = {:?}, STUBBORN = \"1\" }}\n",
+        script.display().to_string(),
+        markers.display().to_string(),
+    ));
+    let model = FakeModel::start();
+    assert_code(&call(&env, &model, "mcp__bad__pid", json!({})), 0);
+    let pid = started(&env)[0];
+    assert_code(&env.run(["daemon", "stop"]), 0);
+    assert!(wait_pid_gone(pid, Duration::from_secs(10)), "still running");
+    // It was asked first (its stdin closed), then sent SIGTERM, then killed:
+    // agentd's stop did it, not the death signal of agentd's exit.
+    assert_eq!(marked(&env, "stdin-closed-"), vec![pid]);
+    assert_eq!(marked(&env, "sigterm-"), vec![pid]);
+}
+
+#[test]
+fn an_mcp_call_running_when_agentd_dies_is_a_pending_call() {
+    let env = misbehaving("");
+    let model = FakeModel::start();
+    let client = env.chat_command(&model, ["--approval", "auto"], "TOOL mcp__bad__hang {}\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while marked(&env, "call-hang-").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never reached the server"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    env.kill_daemons();
+    let _ = client.wait_with_output();
+    let status = json_out(&env.run(["status", "--json"]));
+    let pending = &status["pending_tool_calls"];
+    assert_eq!(pending.as_array().map(Vec::len), Some(1), "{status}");
+    assert_eq!(pending[0]["name"], "mcp__bad__hang");
+    assert_eq!(pending[0]["state"], "running", "{status}");
+}
+
+#[test]
+fn at_the_process_bound_the_least_recently_used_idle_server_makes_room() {
+    let env = misbehaving("");
+    let config = std::fs::read_to_string(env.root().join("profile/config.toml")).unwrap();
+    env.write_config(&format!(
+        "{config}\n{}",
+        config.replace("[mcp_servers.bad]", "[mcp_servers.other]")
+    ));
+    let out = env
+        .agentx(["daemon", "start"])
+        .env("AGENTX_MCP_MAX_PROCESSES", "1")
+        .output()
+        .unwrap();
+    assert_code(&out, 0);
+    let model = FakeModel::start();
+    // The first turn lists both servers' tools (one process at a time).
+    assert_code(&env.chat(&model, ["exec", "hi"], ""), 0);
+    assert_code(&call(&env, &model, "mcp__bad__pid", json!({})), 0);
+    let bad = pid_from(&outputs(&model)[0]);
+    assert_code(&call(&env, &model, "mcp__other__pid", json!({})), 0);
+    assert!(
+        wait_pid_gone(bad, Duration::from_secs(10)),
+        "no room was made"
+    );
+    let live = processes_with("mcp_misbehaving.py");
+    assert_eq!(
+        started(&env).iter().filter(|p| live.contains(p)).count(),
+        1,
+        "more than one server process at the bound of 1"
+    );
+    let list = json_out(&env.run(["mcp", "list", "--json"]));
+    let state = |name: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .map(|s| s["state"].clone())
+    };
+    assert_eq!(state("bad"), Some(json!("idle")), "{list}");
+    assert_eq!(state("other"), Some(json!("running")), "{list}");
+}
+
+#[test]
+fn per_server_and_per_tool_approval_settings_override_the_turns_policy() {
+    let env = misbehaving("approval = \"never\"\ntool_approval = { pid = \"auto\" }");
+    let model = FakeModel::start();
+    // A one-shot without --auto: `pid` runs (its own setting), `garbage`
+    // does not even with --auto (the server's).
+    let out = env.chat(&model, ["exec", "TOOL mcp__bad__pid {}"], "");
+    assert_code(&out, 0);
+    let out = call(&env, &model, "mcp__bad__garbage", json!({}));
+    assert_code(&out, 1);
+    let told = outputs(&model);
+    assert!(told[0].contains("\npid "), "{told:?}");
+    assert!(told[1].contains("approval policy is never"), "{told:?}");
+    assert!(marked(&env, "call-garbage-").is_empty());
+}
+
+#[test]
+fn mcp_add_get_and_remove_edit_config_toml_and_keep_the_rest() {
+    let env = TestEnv::new();
+    env.write_config("# my settings\nmodel = \"m\"  # keep me\n");
+    let out = env.run([
+        "mcp", "add", "docs", "--env", "A=1", "--", "npx", "-y", "pkg",
+    ]);
+    assert_code(&out, 0);
+    let text = std::fs::read_to_string(env.root().join("profile/config.toml")).unwrap();
+    assert!(
+        text.starts_with("# my settings\nmodel = \"m\"  # keep me\n"),
+        "{text}"
+    );
+    let got = json_out(&env.run(["mcp", "get", "docs", "--json"]));
+    assert_eq!(got["command"], "npx");
+    assert_eq!(got["args"], json!(["-y", "pkg"]));
+    assert_eq!(got["env"], json!(["A"]));
+    assert_eq!(got["processes"][0]["state"], "configured");
+    // A name taken, a bad name, no command: refused with a usage error.
+    assert_code(&env.run(["mcp", "add", "docs", "--", "x"]), 2);
+    assert_code(&env.run(["mcp", "add", "a b", "--", "x"]), 2);
+    let out = env.run(["mcp", "remove", "docs", "--json"]);
+    assert_eq!(json_out(&out)["removed"], "docs");
+    let text = std::fs::read_to_string(env.root().join("profile/config.toml")).unwrap();
+    assert!(!text.contains("docs"), "{text}");
+    assert!(text.contains("# keep me"), "{text}");
+    assert_code(&env.run(["mcp", "remove", "docs"]), 2);
+    let list = json_out(&env.run(["mcp", "list", "--json"]));
+    assert_eq!(list, json!([]));
+}
