@@ -1,6 +1,8 @@
 //! Running one turn from the client: opens the bidirectional stream, renders
 //! events as they come, answers approval requests, and cancels on Ctrl-C.
 
+use std::io::IsTerminal as _;
+
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
@@ -123,6 +125,10 @@ pub async fn run(
     };
     let mut cancelled = false;
     let mut answer = String::new();
+    // On a terminal, each call is shown once it is done, folded; meanwhile
+    // the spinner names it.
+    let folded = ui.stream && std::io::stderr().is_terminal();
+    let mut calls: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     loop {
         let message = tokio::select! {
             m = events.message() => m,
@@ -158,10 +164,18 @@ pub async fn run(
             Some(Event::AnswerChunk(piece)) => answer.push_str(&piece),
             Some(Event::ToolCall(call)) => {
                 let shown = shown_call(&call.arguments);
-                ui.info(&format!("» {}: {shown}", call.name));
+                if folded {
+                    ui.end_text();
+                    calls.insert(call.call_id, shown.clone());
+                } else {
+                    ui.info(&format!("» {}: {shown}", call.name));
+                }
                 ui.start_running(&format!("running {shown}"));
             }
             Some(Event::ApprovalRequest(request)) => {
+                if folded {
+                    ui.info(&format!("$ {}", request.command));
+                }
                 let decision = ask_approval(ui).await;
                 if decision == approval_decision::Decision::Unspecified {
                     cancelled = true;
@@ -177,7 +191,15 @@ pub async fn run(
             }
             Some(Event::ToolOutput(piece)) => ui.tool_output(&piece.text),
             Some(Event::ToolResult(result)) => {
-                show_tool_result(ui, &result);
+                match calls.remove(&result.call_id) {
+                    Some(shown) => {
+                        let tail = ui.tool_lines.div_ceil(2);
+                        let styled = crate::ui::color_wanted();
+                        let lines = crate::render::tool_block::lines(&shown, &result, tail, styled);
+                        ui.shown_lines(&lines);
+                    }
+                    None => show_tool_result(ui, &result),
+                }
                 ui.start_waiting("thinking…");
             }
             Some(Event::Notice(text)) => ui.info(&format!("agentx: {text}")),

@@ -74,6 +74,8 @@ pub struct Ui {
     pub tool_lines: usize,
     /// The running command's line and its output so far (the live tail).
     running: Option<(String, String)>,
+    /// The streamed answer, rendered as Markdown a block at a time.
+    markdown: Option<crate::render::markdown::stream::Stream>,
 }
 
 impl Ui {
@@ -118,6 +120,7 @@ impl Ui {
             streamed: false,
             tool_lines: agentx_shared::config::DEFAULT_TOOL_OUTPUT_LINES,
             running: None,
+            markdown: None,
         }
     }
 
@@ -233,18 +236,35 @@ impl Ui {
         }
     }
 
-    /// Streams answer text to stdout (terminal only).
+    /// Streams answer text to stdout (terminal only), rendered as Markdown:
+    /// each block is printed when it is complete; the spinner stays while
+    /// the first one comes.
     pub fn text(&mut self, delta: &str) {
         if !self.stream {
             return;
         }
         self.streamed = true;
-        self.stop_waiting();
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(crate::show::terminal_text(delta).as_bytes());
-        let _ = out.flush();
-        if !delta.is_empty() {
-            self.mid_line = !delta.ends_with('\n');
+        let styled = color_wanted();
+        let lines = self
+            .markdown
+            .get_or_insert_with(|| crate::render::markdown::stream::Stream::new(styled))
+            .push(delta);
+        self.print_answer_lines(lines);
+    }
+
+    /// Prints rendered answer lines (already made safe), above the spinner.
+    fn print_answer_lines(&mut self, lines: Vec<String>) {
+        if lines.is_empty() {
+            return;
+        }
+        let mut text = String::new();
+        for line in lines {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        match &self.spinner {
+            Some(bar) => bar.suspend(|| write_stdout(&text)),
+            None => write_stdout(&text),
         }
     }
 
@@ -281,9 +301,23 @@ impl Ui {
     }
 
     pub fn end_text(&mut self) {
+        if let Some(mut markdown) = self.markdown.take() {
+            let rest = markdown.finish();
+            self.print_answer_lines(rest);
+        }
         if self.mid_line {
             println!();
             self.mid_line = false;
+        }
+    }
+
+    /// Lines rendered by agentx (their outside text already made safe, the
+    /// styling its own), to stderr like every other activity.
+    pub fn shown_lines(&mut self, lines: &[String]) {
+        self.stop_waiting();
+        self.end_text();
+        for line in lines {
+            eprintln!("{line}");
         }
     }
 
@@ -293,6 +327,18 @@ impl Ui {
         self.end_text();
         eprintln!("{}", crate::show::terminal_text(line));
     }
+}
+
+/// Whether agentx styles what it prints: not when `NO_COLOR` is set.
+pub fn color_wanted() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Writes `text` to stdout and flushes it.
+fn write_stdout(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
 }
 
 /// Asks `question` on the terminal (it says what may be answered) and

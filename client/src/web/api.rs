@@ -183,6 +183,14 @@ pub async fn transcript(
         .map(|(i, item)| {
             let mut item = item.clone();
             if let Value::Object(fields) = &mut item {
+                // An answer as the page shows it: Markdown, rendered here
+                // and sanitized (the page inserts only this HTML).
+                if fields.get("type").and_then(Value::as_str) == Some("assistant")
+                    && let Some(text) = fields.get("text").and_then(Value::as_str)
+                {
+                    let html = crate::render::markdown::html::render(text);
+                    fields.insert("html".into(), json!(html));
+                }
                 if fields.get("type").and_then(Value::as_str) == Some("user") {
                     turn += 1;
                     fields.insert("turn".into(), json!(turn));

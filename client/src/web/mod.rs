@@ -72,6 +72,8 @@ pub async fn run(ctx: &Ctx, no_open: bool, port: Option<u16>) -> CliResult<()> {
         guard,
         turns: Mutex::new(HashMap::new()),
     });
+    // Code highlighting's syntaxes, loaded before the first page asks.
+    tokio::task::spawn_blocking(crate::render::markdown::highlight::warm_up);
     let app = router(Arc::clone(&web));
     println!("{url}");
     let _ = std::io::stdout().flush();
