@@ -276,6 +276,15 @@ pub fn output_lines(output: &str) -> u64 {
 
 /// The line a compaction shows: sizes, and why it ran.
 pub fn compaction_line(c: &agentx_shared::proto::CompactionEvent) -> String {
+    format!(
+        "{} ({})",
+        agentx_shared::conversation::Item::compaction_line(c.tokens_before, c.tokens_after),
+        compaction_note(c)
+    )
+}
+
+/// Why a compaction ran and how it went.
+pub fn compaction_note(c: &agentx_shared::proto::CompactionEvent) -> String {
     let why = match c.reason.as_str() {
         "auto" => "the context was nearly full",
         "overflow" => "the request did not fit the window",
@@ -287,10 +296,7 @@ pub fn compaction_line(c: &agentx_shared::proto::CompactionEvent) -> String {
     } else {
         "summarised"
     };
-    format!(
-        "{} ({why}; {how}; the transcript keeps everything)",
-        agentx_shared::conversation::Item::compaction_line(c.tokens_before, c.tokens_after)
-    )
+    format!("{why}; {how}; the transcript keeps everything")
 }
 
 /// A retry, saying so when part of an answer was already shown.

@@ -59,7 +59,7 @@ pub async fn start(State(web): State<Arc<Web>>, Json(body): Json<StartBody>) -> 
         client_pid: std::process::id(),
         ..TurnStart::default()
     };
-    let (tx, events) = crate::turn::open(&web.channel, start, "the turn")
+    let (tx, events) = crate::turn::open(&web.channel(), start, "the turn")
         .await
         .map_err(|e| ApiError::bad(e.message))?;
     let turn = token()?;

@@ -57,34 +57,35 @@ const MAX_LINE_BYTES: usize = 4096;
 
 struct Syntaxes {
     set: SyntaxSet,
-    /// Scope prefixes and their kinds, the more specific first.
-    kinds: Vec<(Scope, Kind)>,
+    /// Scope prefixes and their kinds (`None`: plain), the more specific first.
+    kinds: Vec<(Scope, Option<Kind>)>,
 }
 
 fn syntaxes() -> &'static Syntaxes {
     static SYNTAXES: OnceLock<Syntaxes> = OnceLock::new();
     SYNTAXES.get_or_init(|| {
         let kinds = [
-            ("comment", Kind::Comment),
-            ("string", Kind::String),
-            ("constant", Kind::Constant),
-            ("keyword.operator", Kind::Keyword),
-            ("keyword", Kind::Keyword),
-            ("storage.type", Kind::Keyword),
-            ("storage.modifier", Kind::Keyword),
-            ("storage", Kind::Keyword),
-            ("entity.name.function", Kind::Function),
-            ("support.function", Kind::Function),
-            ("variable.function", Kind::Function),
-            ("meta.function-call", Kind::Function),
-            ("entity.name.type", Kind::Type),
-            ("entity.name.class", Kind::Type),
-            ("entity.name.struct", Kind::Type),
-            ("entity.name.enum", Kind::Type),
-            ("support.type", Kind::Type),
-            ("support.class", Kind::Type),
-            ("entity.name.tag", Kind::Tag),
-            ("entity.other.attribute-name", Kind::Tag),
+            ("comment", Some(Kind::Comment)),
+            ("string", Some(Kind::String)),
+            ("constant", Some(Kind::Constant)),
+            // Operators stay plain: `=` is not a keyword to the eye.
+            ("keyword.operator", None),
+            ("keyword", Some(Kind::Keyword)),
+            ("storage.type", Some(Kind::Keyword)),
+            ("storage.modifier", Some(Kind::Keyword)),
+            ("storage", Some(Kind::Keyword)),
+            ("entity.name.function", Some(Kind::Function)),
+            ("support.function", Some(Kind::Function)),
+            ("variable.function", Some(Kind::Function)),
+            ("meta.function-call", Some(Kind::Function)),
+            ("entity.name.type", Some(Kind::Type)),
+            ("entity.name.class", Some(Kind::Type)),
+            ("entity.name.struct", Some(Kind::Type)),
+            ("entity.name.enum", Some(Kind::Type)),
+            ("support.type", Some(Kind::Type)),
+            ("support.class", Some(Kind::Type)),
+            ("entity.name.tag", Some(Kind::Tag)),
+            ("entity.other.attribute-name", Some(Kind::Tag)),
         ]
         .into_iter()
         .filter_map(|(name, kind)| Scope::new(name).ok().map(|s| (s, kind)))
@@ -101,14 +102,19 @@ pub fn warm_up() {
     let _ = syntaxes();
 }
 
-/// The kind of the innermost scope that has one.
-fn kind_of(stack: &ScopeStack, kinds: &[(Scope, Kind)]) -> Option<Kind> {
-    stack.as_slice().iter().rev().find_map(|scope| {
-        kinds
-            .iter()
-            .find(|(prefix, _)| prefix.is_prefix_of(*scope))
-            .map(|(_, kind)| *kind)
-    })
+/// The kind of the innermost scope that is listed.
+fn kind_of(stack: &ScopeStack, kinds: &[(Scope, Option<Kind>)]) -> Option<Kind> {
+    stack
+        .as_slice()
+        .iter()
+        .rev()
+        .find_map(|scope| {
+            kinds
+                .iter()
+                .find(|(prefix, _)| prefix.is_prefix_of(*scope))
+                .map(|(_, kind)| *kind)
+        })
+        .flatten()
 }
 
 /// `code` split in lines (without their line breaks), coloured for
