@@ -247,7 +247,12 @@ impl Ui {
         let styled = color_wanted();
         let lines = self
             .markdown
-            .get_or_insert_with(|| crate::render::markdown::stream::Stream::new(styled))
+            .get_or_insert_with(|| {
+                // Code highlighting's syntaxes load beside the first answer,
+                // not at start and not when its first code block is due.
+                crate::render::markdown::highlight::warm_up_in_background();
+                crate::render::markdown::stream::Stream::new(styled)
+            })
             .push(delta);
         self.print_answer_lines(lines);
     }

@@ -155,6 +155,10 @@ def screenshot(driver, arg):
     open_conversation(driver, arg["title"])
     for details in driver.find_elements(By.CSS_SELECTOR, "#transcript details.tool")[:1]:
         details.find_element(By.TAG_NAME, "summary").click()
+    # The last answer (Markdown, a code block) in view above the composer.
+    answers = driver.find_elements(By.CSS_SELECTOR, "#transcript .msg.assistant")
+    if answers:
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", answers[-1])
     driver.save_screenshot(arg["path"])
     return {"saved": arg["path"]}
 
@@ -241,7 +245,9 @@ def layout(driver, arg):
     driver.find_element(By.ID, "send").click()
     browser.wait(driver, lambda d: d.find_element(By.CSS_SELECTOR, "#live .msg.assistant").get_attribute("data-finished"))
     checkpoint_times = [t.get_attribute("title") for t in driver.find_elements(By.CSS_SELECTOR, "#transcript .checkpoint time")]
+    lines = driver.execute_script("return document.getElementById('main').innerText").split("\n")
     return {
+        "stray_null": "null" in [line.strip() for line in lines],
         "times": times,
         "focused": focused,
         "taller_than_window": page_height > height * 2,

@@ -568,7 +568,7 @@ fn the_suite_takes_the_readme_screenshot() {
         &python,
         &web,
         "screenshot",
-        json!({"title": "Tidy the README", "path": shot, "width": 900, "height": 620}),
+        json!({"title": "Tidy the README", "path": shot, "width": 900, "height": 760}),
     );
     let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
@@ -779,6 +779,7 @@ fn a_long_page_keeps_the_composer_in_reach_shows_times_and_one_pager() {
     assert_eq!(got["composer_in_middle"], true, "{got}");
     assert_eq!(got["pagers_before"], 1, "{got}");
     assert_eq!(got["pagers_after"], 1, "{got}");
+    assert_eq!(got["stray_null"], false, "{got}");
     // The focus went to the content the link led to.
     assert_eq!(got["focused"]["in_main"], true, "{got}");
     // Relative times, the absolute one on hover.

@@ -102,6 +102,16 @@ pub fn warm_up() {
     let _ = syntaxes();
 }
 
+/// Loads the syntaxes on a thread of their own, once per process.
+pub fn warm_up_in_background() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        let _ = std::thread::Builder::new()
+            .name("syntaxes".into())
+            .spawn(warm_up);
+    });
+}
+
 /// The kind of the innermost scope that is listed.
 fn kind_of(stack: &ScopeStack, kinds: &[(Scope, Option<Kind>)]) -> Option<Kind> {
     stack

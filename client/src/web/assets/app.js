@@ -92,7 +92,8 @@ async function answer(res) {
 
 function show(...nodes) {
   const m = main();
-  m.replaceChildren(...nodes);
+  // Parts a view leaves out (null) are left out, not shown as "null".
+  m.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
 }
 
 function fail(err) {
