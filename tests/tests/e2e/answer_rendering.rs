@@ -73,3 +73,22 @@ fn piped_and_json_answers_are_the_model_s_text_exactly() {
     let result: serde_json::Value = serde_json::from_str(said.lines().last().unwrap()).unwrap();
     assert_eq!(result["text"], ANSWER, "{said}");
 }
+
+#[test]
+fn a_one_shot_on_a_terminal_renders_markdown_too() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    model.push(Reply::text(ANSWER));
+    let Some(pane) = Pane::start(&env, &model, &["exec", "show me"]) else {
+        return;
+    };
+    let screen = pane.wait_for("a link (https://example.com/x)");
+    assert!(
+        screen.contains("Here is bold news and cargo test."),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains("**") && !screen.contains("```"),
+        "{screen}"
+    );
+}
