@@ -1,6 +1,8 @@
 //! Running one turn from the client: opens the bidirectional stream, renders
 //! events as they come, answers approval requests, and cancels on Ctrl-C.
 
+use std::io::IsTerminal as _;
+
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
@@ -152,6 +154,10 @@ async fn run_reading(
     let mut answer = String::new();
     // The line the running command shows (its live tail goes under it).
     let mut running = String::new();
+    // On a terminal, each call is shown once it is done, folded; meanwhile
+    // the spinner names it.
+    let folded = ui.stream && std::io::stderr().is_terminal();
+    let mut calls: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     loop {
         let message = tokio::select! {
             m = events.message() => m,
@@ -203,14 +209,26 @@ async fn run_reading(
             Some(Event::AnswerChunk(piece)) => answer.push_str(&piece),
             Some(Event::ToolCall(call)) => {
                 let shown = shown_call(&call.arguments);
-                ui.info(&format!("» {}: {shown}", call.name));
+                if folded {
+                    ui.end_text();
+                    calls.insert(call.call_id, shown.clone());
+                } else {
+                    ui.info(&format!("» {}: {shown}", call.name));
+                }
                 running = format!("running {shown}");
                 ui.start_running(&running);
             }
             Some(Event::ApprovalRequest(request)) => {
-                // The line above shortened a long command: the question
-                // shows it whole.
-                if shorten(&request.command) != request.command {
+                if folded {
+                    // The call's line waits for its result: the question
+                    // shows the command whole now.
+                    ui.info(&format!(
+                        "$ {}",
+                        crate::show::visible_lines(&request.command)
+                    ));
+                } else if shorten(&request.command) != request.command {
+                    // The line above shortened a long command: the question
+                    // shows it whole.
                     ui.info(&format!(
                         "  {}",
                         crate::show::visible_lines(&request.command)
@@ -260,7 +278,15 @@ async fn run_reading(
             }
             Some(Event::ToolOutput(piece)) => ui.tool_output(&piece.text),
             Some(Event::ToolResult(result)) => {
-                show_tool_result(ui, &result);
+                match calls.remove(&result.call_id) {
+                    Some(shown) => {
+                        let tail = ui.tool_lines.div_ceil(2);
+                        let styled = crate::ui::color_wanted();
+                        let lines = crate::render::tool_block::lines(&shown, &result, tail, styled);
+                        ui.shown_lines(&lines);
+                    }
+                    None => show_tool_result(ui, &result),
+                }
                 ui.start_waiting("thinking…");
             }
             Some(Event::Notice(text)) => ui.info(&format!("agentx: {text}")),
@@ -337,6 +363,15 @@ pub fn output_lines(output: &str) -> u64 {
 
 /// The line a compaction shows: sizes, and why it ran.
 pub fn compaction_line(c: &agentx_shared::proto::CompactionEvent) -> String {
+    format!(
+        "{} ({})",
+        agentx_shared::conversation::Item::compaction_line(c.tokens_before, c.tokens_after),
+        compaction_note(c)
+    )
+}
+
+/// Why a compaction ran and how it went.
+pub fn compaction_note(c: &agentx_shared::proto::CompactionEvent) -> String {
     let why = match c.reason.as_str() {
         "auto" => "the context was nearly full",
         "overflow" => "the request did not fit the window",
@@ -348,10 +383,7 @@ pub fn compaction_line(c: &agentx_shared::proto::CompactionEvent) -> String {
     } else {
         "summarised"
     };
-    format!(
-        "{} ({why}; {how}; the transcript keeps everything)",
-        agentx_shared::conversation::Item::compaction_line(c.tokens_before, c.tokens_after)
-    )
+    format!("{why}; {how}; the transcript keeps everything")
 }
 
 /// A retry, saying so when part of an answer was already shown.

@@ -91,6 +91,8 @@ pub struct Ui {
     typing: String,
     /// Enter typed between prompts stays Enter (terminal only).
     enter: Option<crate::typeahead::EnterStaysEnter>,
+    /// The streamed answer, rendered as Markdown a block at a time.
+    markdown: Option<crate::render::markdown::stream::Stream>,
 }
 
 impl Ui {
@@ -145,6 +147,7 @@ impl Ui {
             enter: interactive
                 .then(crate::typeahead::EnterStaysEnter::start)
                 .flatten(),
+            markdown: None,
         }
     }
 
@@ -342,18 +345,40 @@ impl Ui {
         }
     }
 
-    /// Streams answer text to stdout (terminal only).
+    /// Streams answer text to stdout (terminal only), rendered as Markdown:
+    /// each block is printed when it is complete; the spinner stays while
+    /// the first one comes.
     pub fn text(&mut self, delta: &str) {
         if !self.stream {
             return;
         }
         self.streamed = true;
-        self.stop_waiting();
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(crate::show::terminal_text(delta).as_bytes());
-        let _ = out.flush();
-        if !delta.is_empty() {
-            self.mid_line = !delta.ends_with('\n');
+        let styled = color_wanted();
+        let lines = self
+            .markdown
+            .get_or_insert_with(|| {
+                // Code highlighting's syntaxes load beside the first answer,
+                // not at start and not when its first code block is due.
+                crate::render::markdown::highlight::warm_up_in_background();
+                crate::render::markdown::stream::Stream::new(styled)
+            })
+            .push(delta);
+        self.print_answer_lines(lines);
+    }
+
+    /// Prints rendered answer lines (already made safe), above the spinner.
+    fn print_answer_lines(&mut self, lines: Vec<String>) {
+        if lines.is_empty() {
+            return;
+        }
+        let mut text = String::new();
+        for line in lines {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        match &self.spinner {
+            Some(bar) => bar.suspend(|| write_stdout(&text)),
+            None => write_stdout(&text),
         }
     }
 
@@ -390,6 +415,10 @@ impl Ui {
     }
 
     pub fn end_text(&mut self) {
+        if let Some(mut markdown) = self.markdown.take() {
+            let rest = markdown.finish();
+            self.print_answer_lines(rest);
+        }
         if self.mid_line {
             println!();
             self.mid_line = false;
@@ -417,12 +446,34 @@ impl Ui {
         }
     }
 
+    /// Lines rendered by agentx (their outside text already made safe, the
+    /// styling its own), to stderr like every other activity.
+    pub fn shown_lines(&mut self, lines: &[String]) {
+        self.stop_waiting();
+        self.end_text();
+        for line in lines {
+            eprintln!("{line}");
+        }
+    }
+
     /// Activity and notices go to stderr, so stdout carries only answers.
     pub fn info(&mut self, line: &str) {
         self.stop_waiting();
         self.end_text();
         eprintln!("{}", crate::show::terminal_text(line));
     }
+}
+
+/// Whether agentx styles what it prints: not when `NO_COLOR` is set.
+pub fn color_wanted() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Writes `text` to stdout and flushes it.
+fn write_stdout(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
 }
 
 /// Asks `question` on the terminal (it says what may be answered) and

@@ -131,6 +131,16 @@ impl Pane {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The screen and its scrollback with the styling escapes tmux keeps
+    /// (SGR: bold, colours), to check how text was shown.
+    pub fn styled_screen(&self) -> String {
+        let out = self
+            .tmux(["capture-pane", "-p", "-e", "-J", "-S", "-1000"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Waits until the screen shows `needle` `n` times (the screen when it
     /// did); panics with the screen after 20 s.
     pub fn wait_for_n(&self, needle: &str, n: usize) -> String {

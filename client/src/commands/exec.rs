@@ -36,6 +36,7 @@ pub async fn exec(
         stream: !as_json && std::io::stdout().is_terminal(),
         mid_line: false,
         answer: String::new(),
+        markdown: None,
         needed_approval: 0,
         unconfinable: 0,
     };
@@ -169,6 +170,18 @@ fn stream_error(status: &tonic::Status) -> CliError {
     }
 }
 
+/// Rendered answer lines (already made safe) to stdout.
+fn print_lines(lines: &[String]) {
+    if lines.is_empty() {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
+}
+
 /// Where a one-shot's events go: JSON lines, or the answer on stdout and
 /// activity on stderr.
 struct Output {
@@ -178,6 +191,8 @@ struct Output {
     mid_line: bool,
     /// The answer when it comes in pieces.
     answer: String,
+    /// The streamed answer, rendered as Markdown a block at a time.
+    markdown: Option<crate::render::markdown::stream::Stream>,
     /// Calls not run because nobody could approve them.
     needed_approval: usize,
     /// Calls not run because the kernel cannot confine them.
@@ -208,11 +223,17 @@ impl Output {
             }
             return;
         }
+        if !matches!(event, Event::TextDelta(_)) {
+            self.end_answer();
+        }
         match event {
             Event::TextDelta(delta) if self.stream => {
-                print!("{}", crate::show::terminal_text(delta));
-                let _ = std::io::stdout().flush();
-                self.mid_line = !delta.ends_with('\n');
+                let styled = crate::ui::color_wanted();
+                let lines = self
+                    .markdown
+                    .get_or_insert_with(|| crate::render::markdown::stream::Stream::new(styled))
+                    .push(delta);
+                print_lines(&lines);
             }
             Event::ToolCall(c) => {
                 let line = format!("» {}: {}", c.name, crate::turn::shown_call(&c.arguments));
@@ -250,8 +271,16 @@ impl Output {
         }
     }
 
+    /// Prints what is held of a streamed answer.
+    fn end_answer(&mut self) {
+        if let Some(mut markdown) = self.markdown.take() {
+            print_lines(&markdown.finish());
+        }
+    }
+
     /// The result: printed, and the exit status it means.
     fn finished(&mut self, mut f: TurnFinished) -> CliResult<()> {
+        self.end_answer();
         if f.text_in_chunks {
             f.text = std::mem::take(&mut self.answer);
         }

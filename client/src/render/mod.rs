@@ -5,6 +5,8 @@ pub mod diff;
 pub mod exec_events;
 pub mod human;
 pub mod json;
+pub mod markdown;
+pub mod tool_block;
 
 use agentx_shared::proto::{Location, OneshotStatus, RemoteSync};
 

@@ -183,6 +183,17 @@ pub async fn transcript(
         .map(|(i, item)| {
             let mut item = item.clone();
             if let Value::Object(fields) = &mut item {
+                // An answer as the page shows it: Markdown, rendered here
+                // and sanitized (the page inserts only this HTML).
+                if fields.get("type").and_then(Value::as_str) == Some("assistant")
+                    && let Some(text) = fields.get("text").and_then(Value::as_str)
+                {
+                    let html = crate::render::markdown::html::render(text);
+                    fields.insert("html".into(), json!(html));
+                }
+                if fields.get("type").and_then(Value::as_str) == Some("compaction") {
+                    compaction_fields(fields);
+                }
                 if fields.get("type").and_then(Value::as_str) == Some("user") {
                     turn += 1;
                     fields.insert("turn".into(), json!(turn));
@@ -224,6 +235,34 @@ pub async fn transcript(
         "checkpoint_count": checkpoints.checkpoints.len(),
         "head": checkpoints.head,
     }))
+}
+
+/// A compaction as the page shows it: its boundary line and a note on why
+/// and how; the model's replacement context (large) stays out.
+fn compaction_fields(fields: &mut serde_json::Map<String, Value>) {
+    let number = |name: &str| fields.get(name).and_then(Value::as_u64).unwrap_or(0);
+    let text = |name: &str| {
+        fields
+            .get(name)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let event = agentx_shared::proto::CompactionEvent {
+        tokens_before: number("tokens_before"),
+        tokens_after: number("tokens_after"),
+        reason: text("reason"),
+        trimmed_only: text("summary").is_empty(),
+    };
+    fields.remove("context");
+    fields.insert(
+        "line".into(),
+        json!(agentx_shared::conversation::Item::compaction_line(
+            event.tokens_before,
+            event.tokens_after
+        )),
+    );
+    fields.insert("note".into(), json!(crate::turn::compaction_note(&event)));
 }
 
 fn is_user(item: &Value) -> bool {

@@ -31,7 +31,7 @@ pub struct ForkBody {
 
 /// A new conversation from a checkpoint; the original is untouched.
 pub async fn fork(State(web): State<Arc<Web>>, Json(body): Json<ForkBody>) -> ApiResult {
-    let forked = LibraryClient::new(web.channel.clone())
+    let forked = LibraryClient::new(web.channel())
         .fork(ForkRequest {
             scope: Some(body.at.scope(&web)),
             session_id: body.id,
@@ -56,7 +56,7 @@ pub struct RollbackBody {
 
 /// Restores a checkpoint (no files touched), as `agentx rollback`.
 pub async fn rollback(State(web): State<Arc<Web>>, Json(body): Json<RollbackBody>) -> ApiResult {
-    let reply = SessionsClient::new(web.channel.clone())
+    let reply = SessionsClient::new(web.channel())
         .rollback(RollbackRequest {
             scope: Some(body.at.scope(&web)),
             session_id: body.id,
@@ -74,7 +74,7 @@ pub async fn rollback(State(web): State<Arc<Web>>, Json(body): Json<RollbackBody
 /// The folder's snapshot timeline, newest first.
 pub async fn snapshots(State(web): State<Arc<Web>>, Query(at): Query<Where>) -> ApiResult {
     let scope = at.scope(&web);
-    let reply = SnapshotsClient::new(web.channel.clone())
+    let reply = SnapshotsClient::new(web.channel())
         .list_snapshots(ListSnapshotsRequest {
             scope: Some(scope.clone()),
         })
@@ -123,7 +123,7 @@ pub async fn diff(State(web): State<Arc<Web>>, Query(query): Query<DiffQuery>) -
         (None, Some(since)) => diff_request::Target::SinceId(since),
         _ => return Err(ApiError::bad("diff needs a conversation or a snapshot")),
     };
-    let reply = SnapshotsClient::new(web.channel.clone())
+    let reply = SnapshotsClient::new(web.channel())
         .diff(DiffRequest {
             scope: Some(query.at.scope(&web)),
             target: Some(target),
@@ -196,7 +196,7 @@ fn changes_json(list: &[PlannedChange]) -> Vec<Value> {
 /// What an undo or rewind would do, without doing it.
 pub async fn plan_restore(State(web): State<Arc<Web>>, Json(body): Json<RestoreBody>) -> ApiResult {
     let request = body.request(&web)?;
-    let plan = SnapshotsClient::new(web.channel.clone())
+    let plan = SnapshotsClient::new(web.channel())
         .plan_restore(request)
         .await
         .map_err(|s| ApiError::rpc("planning the restore", &s))?
@@ -213,7 +213,7 @@ pub async fn plan_restore(State(web): State<Arc<Web>>, Json(body): Json<RestoreB
 /// The restore the CLI runs, conflicts included (skipped unless forced).
 pub async fn restore(State(web): State<Arc<Web>>, Json(body): Json<RestoreBody>) -> ApiResult {
     let request = body.request(&web)?;
-    let reply = SnapshotsClient::new(web.channel.clone())
+    let reply = SnapshotsClient::new(web.channel())
         .restore(request)
         .await
         .map_err(|s| ApiError::rpc("restoring", &s))?

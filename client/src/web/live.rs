@@ -60,7 +60,7 @@ pub async fn start(State(web): State<Arc<Web>>, Json(body): Json<StartBody>) -> 
         client_pid: std::process::id(),
         ..TurnStart::default()
     };
-    let (tx, events) = crate::turn::open(&web.channel, start, "the turn")
+    let (tx, events) = crate::turn::open(&web.channel(), start, "the turn")
         .await
         .map_err(|e| ApiError::bad(e.message))?;
     let turn = token()?;
@@ -85,42 +85,50 @@ fn stream(
     registered: Registered,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let head = futures_util::stream::iter([Ok(first)]);
-    let rest = futures_util::stream::unfold(Some((events, registered)), |state| async move {
-        let (mut events, registered) = state?;
-        match events.message().await {
-            Ok(Some(event)) => {
-                let (name, data) = event_json(event);
-                let done = name == "finished";
-                let next = (!done).then_some((events, registered));
-                Some((
-                    Ok(Event::default().event(name).data(data.to_string())),
-                    next,
-                ))
+    let rest = futures_util::stream::unfold(
+        Some((events, registered, String::new())),
+        |state| async move {
+            let (mut events, registered, mut chunks) = state?;
+            match events.message().await {
+                Ok(Some(event)) => {
+                    let (name, data) = event_json(event, &mut chunks);
+                    let done = name == "finished";
+                    let next = (!done).then_some((events, registered, chunks));
+                    Some((
+                        Ok(Event::default().event(name).data(data.to_string())),
+                        next,
+                    ))
+                }
+                Ok(None) => Some((
+                    Ok(Event::default().event("error").data(
+                        json!({"error": "agentd ended the turn without a result"}).to_string(),
+                    )),
+                    None,
+                )),
+                Err(status) => Some((
+                    Ok(Event::default().event("error").data(
+                        json!({"error": crate::turn::cut_short(&status).message}).to_string(),
+                    )),
+                    None,
+                )),
             }
-            Ok(None) => Some((
-                Ok(Event::default()
-                    .event("error")
-                    .data(json!({"error": "agentd ended the turn without a result"}).to_string())),
-                None,
-            )),
-            Err(status) => Some((
-                Ok(Event::default()
-                    .event("error")
-                    .data(json!({"error": crate::turn::cut_short(&status).message}).to_string())),
-                None,
-            )),
-        }
-    });
+        },
+    );
     futures_util::StreamExt::chain(head, rest)
 }
 
-/// A turn event as the page reads it: a name and a JSON object.
-fn event_json(event: TurnEvent) -> (&'static str, Value) {
+/// A turn event as the page reads it: a name and a JSON object. `chunks`
+/// gathers an answer sent in pieces; the last event carries the whole
+/// answer rendered (sanitized HTML).
+fn event_json(event: TurnEvent, chunks: &mut String) -> (&'static str, Value) {
     use turn_event::Event as E;
     match event.event {
         Some(E::Started(s)) => ("started", json!({ "session_id": s.session_id })),
         Some(E::TextDelta(text)) => ("text", json!({ "text": text })),
-        Some(E::AnswerChunk(text)) => ("chunk", json!({ "text": text })),
+        Some(E::AnswerChunk(text)) => {
+            chunks.push_str(&text);
+            ("chunk", json!({ "text": text }))
+        }
         Some(E::ToolCall(c)) => (
             "tool_call",
             json!({ "call_id": c.call_id, "name": c.name, "arguments": c.arguments }),
@@ -161,6 +169,12 @@ fn event_json(event: TurnEvent) -> (&'static str, Value) {
                 TurnStatus::Interrupted => "interrupted",
                 TurnStatus::Unspecified => "",
             };
+            let answer = if f.text_in_chunks {
+                chunks.as_str()
+            } else {
+                f.text.as_str()
+            };
+            let html = crate::render::markdown::html::render(answer);
             (
                 "finished",
                 json!({
@@ -169,6 +183,7 @@ fn event_json(event: TurnEvent) -> (&'static str, Value) {
                     "text_in_chunks": f.text_in_chunks,
                     "error": f.error,
                     "cut_short": f.cut_short,
+                    "html": html,
                 }),
             )
         }

@@ -4,6 +4,7 @@
 mod api;
 mod assets;
 mod changes;
+mod daemon;
 mod guard;
 mod live;
 mod reply;
@@ -25,7 +26,8 @@ use crate::error::{CliError, CliResult};
 
 /// What every request handler shares.
 pub struct Web {
-    pub channel: Channel,
+    /// agentd, started again when it is gone.
+    pub link: daemon::Link,
     /// The folder and agent `agentx web` was started for (the default scope).
     pub scope: Scope,
     /// Provider settings for turns, or why turns cannot be sent (no key).
@@ -41,7 +43,12 @@ pub struct Web {
 impl Web {
     /// The calls to agentd about `scope`.
     pub fn rpc(&self, scope: &Scope) -> crate::rpc::Rpc {
-        crate::rpc::Rpc::new(self.channel.clone(), scope.clone())
+        crate::rpc::Rpc::new(self.channel(), scope.clone())
+    }
+
+    /// The connection to agentd.
+    pub fn channel(&self) -> Channel {
+        self.link.channel()
     }
 }
 
@@ -68,7 +75,7 @@ pub async fn run(ctx: &Ctx, no_open: bool, port: Option<u16>) -> CliResult<()> {
         Err(e) => (Err(e.message), ApprovalPolicy::Ask, None),
     };
     let web = Arc::new(Web {
-        channel: ctx.channel(),
+        link: daemon::Link::new(ctx.profile.clone(), ctx.channel()),
         scope: ctx.scope.clone(),
         provider,
         approval,
@@ -76,6 +83,8 @@ pub async fn run(ctx: &Ctx, no_open: bool, port: Option<u16>) -> CliResult<()> {
         guard,
         turns: Mutex::new(HashMap::new()),
     });
+    // Code highlighting's syntaxes, loaded before the first page asks.
+    tokio::task::spawn_blocking(crate::render::markdown::highlight::warm_up);
     let app = router(Arc::clone(&web));
     println!("{url}");
     let _ = std::io::stdout().flush();
@@ -109,7 +118,11 @@ fn router(web: Arc<Web>) -> Router {
         .route("/api/restore", post(changes::restore))
         .route("/api/turn", post(live::start))
         .route("/api/turn/approve", post(live::approve))
-        .route("/api/turn/stop", post(live::stop));
+        .route("/api/turn/stop", post(live::stop))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&web),
+            daemon::ensure,
+        ));
     let app = Router::new()
         .route("/", get(assets::index))
         .route("/app.js", get(assets::script))

@@ -23,6 +23,14 @@ impl ApiError {
         }
     }
 
+    /// agentd could not be reached or started.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+        }
+    }
+
     /// An RPC failure, mapped to the nearest HTTP status.
     pub fn rpc(what: &str, status: &tonic::Status) -> Self {
         use tonic::Code;

@@ -4,6 +4,7 @@
 //! Run one area with `cargo test -p agentx-tests --test e2e AREA::`, e.g.
 //! `cargo test -p agentx-tests --test e2e remote_lines::`.
 
+mod answer_rendering;
 mod blind_spots;
 mod chat;
 mod chat_completions;

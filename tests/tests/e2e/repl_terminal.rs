@@ -238,7 +238,7 @@ fn a_running_command_shows_a_timer_and_its_output_as_it_comes() {
     assert!(screen.contains("s) running"), "no timer: {screen}");
     assert!(!screen.contains("second-2"), "{screen}");
     std::fs::write(&gate, "").unwrap();
-    pane.wait_for("exit 0, 2 lines of output");
+    pane.wait_for("✓ exit 0 · 2 lines");
     let screen = pane.screen();
     assert!(screen.contains("  │ second-2"), "{screen}");
 }

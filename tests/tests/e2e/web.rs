@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use agentx_tests::fake_model::FakeModel;
+use agentx_tests::fake_model::{FakeModel, Reply};
 use agentx_tests::{TEST_KEY, TestEnv, assert_code, json_out, skip};
 use serde_json::{Value, json};
 
@@ -356,7 +356,7 @@ fn an_item_kind_the_page_does_not_know_is_shown_as_stored() {
     let web = WebView::start(&env, &model, &[]);
     let got = flow(&python, &web, "unknown", json!({"title": "Compacted"}));
     let summary = got["summary"].as_str().unwrap();
-    assert!(summary.contains("compaction"), "{got}");
+    assert!(summary.contains("hologram"), "{got}");
     assert!(summary.contains("Earlier turns, summed up"), "{got}");
     assert!(
         got["body"]
@@ -556,6 +556,10 @@ fn the_suite_takes_the_readme_screenshot() {
         "Tidy the README",
         "printf '# demo\\n\\nUsage: run it.\\n' > README.md",
     );
+    model.push(Reply::text(
+        "Glad it helps. What changed:\n\n- a **Usage** section under the title\n- `# demo` \
+         stays the first line\n\n```sh\ncat README.md  # to read it\n```\n",
+    ));
     let out = env.chat(&model, Vec::<&str>::new(), "thanks, that reads well\n");
     assert_code(&out, 0);
     let web = WebView::start(&env, &model, &[]);
@@ -564,7 +568,7 @@ fn the_suite_takes_the_readme_screenshot() {
         &python,
         &web,
         "screenshot",
-        json!({"title": "Tidy the README", "path": shot, "width": 900, "height": 620}),
+        json!({"title": "Tidy the README", "path": shot, "width": 900, "height": 760}),
     );
     let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG"), "a PNG");
@@ -669,4 +673,164 @@ fn another_local_port_gets_nothing_that_grants_access() {
         "",
     );
     assert_eq!(status, 401);
+}
+
+/// An answer in Markdown: what the model wrote as HTML (a script, an image
+/// with a handler, a `javascript:` link) is shown as text and never runs.
+const MARKDOWN_ANSWER: &str = "Here is **the plan** and `cargo test`.\n\n\
+     1. read [the docs](https://example.com/docs)\n2. run it\n\n\
+     ```rust\nfn main() { let x = 1; }\n```\n\n\
+     <script>window.__pwned = true</script>\n\n\
+     <img src=x onerror=\"window.__pwned = true\"> [click me](javascript:window.__pwned=true)\n";
+
+#[test]
+fn answers_are_markdown_rendered_and_nothing_the_model_wrote_runs() {
+    let Some(python) = browser_python() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    model.push(Reply::text(MARKDOWN_ANSWER));
+    assert_code(&env.chat(&model, Vec::<&str>::new(), "plan it\n"), 0);
+    assert_code(&env.run(["rename", "Plans"]), 0);
+    model.push(Reply::text("A **live** answer"));
+    let web = WebView::start(&env, &model, &[]);
+    let got = flow(
+        &python,
+        &web,
+        "markdown",
+        json!({"title": "Plans", "message": "again"}),
+    );
+    assert_eq!(got["strong"], json!(["the plan"]), "{got}");
+    assert_eq!(got["code"], json!(["cargo test"]), "{got}");
+    assert_eq!(got["keywords"], json!(["fn", "let"]), "highlighted: {got}");
+    assert_eq!(got["items"], json!(["read the docs", "run it"]), "{got}");
+    assert_eq!(
+        got["links"],
+        json!([{"href": "https://example.com/docs", "rel": "noopener noreferrer", "target": "_blank"}]),
+        "{got}"
+    );
+    assert_eq!(got["inert"], json!(["click me"]), "{got}");
+    let text = got["text"].as_str().unwrap();
+    assert!(!text.contains("**"), "{text}");
+    assert!(
+        text.contains("<script>window.__pwned = true</script>"),
+        "raw HTML shown as text: {text}"
+    );
+    assert_eq!(got["scripts"], 0, "{got}");
+    assert_eq!(got["pwned"], false, "{got}");
+    assert_eq!(got["live_strong"], json!(["live"]), "{got}");
+    assert_eq!(got["live_text"], "A live answer", "{got}");
+}
+
+#[test]
+fn a_compaction_shows_as_its_boundary_line_and_note() {
+    let Some(python) = browser_python() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(&model, Vec::<&str>::new(), "first thing\nsecond thing\n"),
+        0,
+    );
+    model.push(Reply::text("Earlier turns, summed up"));
+    assert_code(&env.chat(&model, ["compact"], ""), 0);
+    assert_code(&env.chat(&model, Vec::<&str>::new(), "after it\n"), 0);
+    assert_code(&env.run(["rename", "Compacted"]), 0);
+    let web = WebView::start(&env, &model, &[]);
+    let got = flow(&python, &web, "compaction", json!({"title": "Compacted"}));
+    let line = got["lines"][0].as_str().unwrap();
+    assert!(
+        line.starts_with("— compacted: ") && line.ends_with(" tokens —"),
+        "{got}"
+    );
+    assert_eq!(
+        got["notes"][0], "asked; summarised; the transcript keeps everything",
+        "{got}"
+    );
+    assert_eq!(got["unknown"], 0, "no raw record: {got}");
+    let messages = got["messages"].to_string();
+    assert!(
+        messages.contains("first thing") && messages.contains("after it"),
+        "{messages}"
+    );
+}
+
+#[test]
+fn a_long_page_keeps_the_composer_in_reach_shows_times_and_one_pager() {
+    let Some(python) = browser_python() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    let lines: String = (1..=30).map(|i| format!("message number {i}\n")).collect();
+    assert_code(&env.chat(&model, Vec::<&str>::new(), &lines), 0);
+    assert_code(&env.run(["rename", "Long one"]), 0);
+    let web = WebView::start(&env, &model, &[]);
+    let got = flow(
+        &python,
+        &web,
+        "layout",
+        json!({"title": "Long one", "message": "one more"}),
+    );
+    assert_eq!(got["taller_than_window"], true, "{got}");
+    assert_eq!(got["composer_at_top"], true, "{got}");
+    assert_eq!(got["composer_in_middle"], true, "{got}");
+    assert_eq!(got["pagers_before"], 1, "{got}");
+    assert_eq!(got["pagers_after"], 1, "{got}");
+    assert_eq!(got["stray_null"], false, "{got}");
+    // The focus went to the content the link led to.
+    assert_eq!(got["focused"]["in_main"], true, "{got}");
+    // Relative times, the absolute one on hover.
+    let time = &got["times"][0];
+    let iso = time["datetime"].as_str().unwrap();
+    let year = &iso[..4];
+    assert!(iso.ends_with('Z') && iso.len() >= 20, "{got}");
+    assert!(time["title"].as_str().unwrap().contains(year), "{got}");
+    assert_eq!(time["text"], "just now", "{got}");
+    assert!(
+        got["checkpoint_times"][0].as_str().unwrap().contains(year),
+        "{got}"
+    );
+}
+
+#[test]
+fn the_page_starts_agentd_again_when_it_is_gone() {
+    let Some(python) = browser_python() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    conversation(&env, &model, "Still here", "true");
+    let web = WebView::start(&env, &model, &[]);
+    assert_code(&env.run(["daemon", "stop"]), 0);
+    assert_eq!(env.daemon_pids(), Vec::<i32>::new(), "agentd is stopped");
+    let got = flow(&python, &web, "titles", json!({}));
+    assert_eq!(got["titles"], json!(["Still here"]), "{got}");
+    assert_eq!(got["errors"], json!([]), "{got}");
+    assert_eq!(env.daemon_pids().len(), 1, "agentd runs again");
+}
+
+#[test]
+fn an_error_never_leaves_thinking_on_screen() {
+    let Some(python) = browser_python() else {
+        return;
+    };
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    conversation(&env, &model, "Too much", "true");
+    let web = WebView::start(&env, &model, &[]);
+    let got = flow(
+        &python,
+        &web,
+        "failing_send",
+        json!({"title": "Too much", "size": (1 << 20) + 1}),
+    );
+    assert_eq!(got["finished"], "error", "{got}");
+    assert_eq!(got["state"], "failed", "{got}");
+    assert!(
+        got["errors"].to_string().contains("accepts at most"),
+        "{got}"
+    );
 }

@@ -58,6 +58,13 @@ function when(ms) {
   return new Date(ms).toLocaleString();
 }
 
+// A relative time, with the absolute one on hover.
+function timeEl(ms) {
+  if (!ms) return "";
+  const d = new Date(ms);
+  return el("time", { datetime: d.toISOString(), title: d.toLocaleString(undefined, { dateStyle: "full", timeStyle: "medium" }), text: when(ms) });
+}
+
 async function api(path, params) {
   const q = new URLSearchParams();
   for (const [k, v] of Object.entries(params || {})) {
@@ -85,7 +92,8 @@ async function answer(res) {
 
 function show(...nodes) {
   const m = main();
-  m.replaceChildren(...nodes);
+  // Parts a view leaves out (null) are left out, not shown as "null".
+  m.replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
 }
 
 function fail(err) {
@@ -99,6 +107,10 @@ function where(folder, agent) {
 
 // ---- routing ------------------------------------------------------------
 
+// After a link is followed, the keyboard focus moves to the new content
+// (unless the view put it somewhere itself).
+let followed = false;
+
 function route() {
   const hash = location.hash.replace(/^#\/?/, "");
   const [name, query] = hash.split("?");
@@ -108,10 +120,15 @@ function route() {
   if (nav) document.getElementById(nav).setAttribute("aria-current", "page");
   const views = { "": listView, c: conversationView, search: searchView, snapshots: snapshotsView, diff: diffView };
   const view = views[name] || listView;
-  Promise.resolve(view(params)).catch(fail);
+  const moveFocus = followed;
+  followed = false;
+  Promise.resolve(view(params)).catch(fail).then(() => {
+    const m = main();
+    if (moveFocus && !m.contains(document.activeElement)) m.focus({ preventScroll: true });
+  });
 }
 
-window.addEventListener("hashchange", route);
+window.addEventListener("hashchange", () => { followed = true; route(); });
 document.addEventListener("keydown", (e) => {
   const typing = /^(INPUT|TEXTAREA|SELECT)$/.test(document.activeElement.tagName);
   if (e.key === "/" && !typing) {
@@ -152,7 +169,7 @@ async function listView(params) {
     const link = el("a", { href: hashFor("c", { id: s.id, folder: s.folder, agent: s.agent }), class: "session" },
       s.title || "(untitled)");
     const meta = el("span", { class: "meta" },
-      " · " + s.turns + (s.turns === 1 ? " turn" : " turns") + " · " + when(s.updated_ms) + " · " + s.id.slice(0, 8),
+      " · " + s.turns + (s.turns === 1 ? " turn" : " turns") + " · ", timeEl(s.updated_ms), " · " + s.id.slice(0, 8),
       s.forked_from ? " · forked at turn " + s.forked_from.turn : "");
     const li = el("li", { "data-id": s.id }, el("div", {}, link,
       s.location !== "local" ? el("span", { class: "badge", text: s.location }) : null, meta));
@@ -186,6 +203,15 @@ async function listView(params) {
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));
 }
 
+// An answer: the HTML agentx rendered from its Markdown (every text in it
+// escaped there, links only to http(s)), or its text as is.
+function answerBody(html, text) {
+  const body = el("div", { class: "text md" });
+  if (typeof html === "string" && html) body.innerHTML = html;
+  else body.textContent = text || "";
+  return body;
+}
+
 function renderItem(item, ctx) {
   const type = item.type;
   if (type === "user") {
@@ -198,7 +224,16 @@ function renderItem(item, ctx) {
   if (type === "assistant") {
     return el("article", { class: "msg assistant", "data-index": item.index },
       el("div", { class: "who" }, el("strong", { text: "Assistant" })),
-      el("div", { class: "text", text: item.text || "" }));
+      answerBody(item.html, item.text));
+  }
+  if (type === "compaction") {
+    // Where the model's view was replaced by a summary; the transcript
+    // keeps all that came before.
+    return el("div", { class: "compaction", role: "separator", "data-index": item.index },
+      el("p", { class: "line", text: item.line || "— compacted —" }),
+      item.note ? el("p", { class: "note", text: item.note }) : null,
+      item.summary ? el("details", {}, el("summary", { text: "The summary the model went on from" }),
+        el("div", { class: "text", text: item.summary })) : null);
   }
   if (type === "function_call") {
     let shown = item.arguments || "";
@@ -253,8 +288,7 @@ async function conversationView(params) {
     actions,
     pager,
     transcript,
-    pager.cloneNode(true),
-    composer(data),
+    ...composer(data, data.pages > 1 ? pager.cloneNode(true) : null),
   );
   document.body.dataset.ready = "conversation";
   document.body.dataset.readyAt = String(performance.now());
@@ -263,7 +297,7 @@ async function conversationView(params) {
 
 function checkpointBar(data, mark) {
   const bar = el("div", { class: "checkpoint", "data-checkpoint": mark.index },
-    el("span", { text: "checkpoint " + mark.index + (mark.index === 1 ? " (newest)" : "") }));
+    el("span", {}, "checkpoint " + mark.index + (mark.index === 1 ? " (newest)" : "") + " · ", timeEl(mark.created_ms)));
   const fork = el("button", { type: "button", text: "Fork from here", onclick: async () => {
     try {
       const s = await post("fork", { id: data.id, checkpoint: mark.index, folder: data.folder, agent: data.agent });
@@ -286,7 +320,9 @@ function checkpointBar(data, mark) {
 
 // ---- continuing a conversation ------------------------------------------
 
-function composer(data) {
+// The turn sent from here (shown after the transcript), the lower pager
+// and the form, which stays at the bottom of the window on long pages.
+function composer(data, lowerPager) {
   const box = el("textarea", { id: "message", "aria-label": "Message", placeholder: "Message (Ctrl-Enter sends)" });
   const send = el("button", { type: "submit", class: "primary", id: "send", text: "Send" });
   const stop = el("button", { type: "button", id: "stop", text: "Stop", disabled: true });
@@ -296,7 +332,8 @@ function composer(data) {
       el("span", { class: "meta", text: info.can_send ? "tool calls: " + info.approval : info.cannot_send || "" })));
   box.addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) form.requestSubmit(); });
   if (!info.can_send) send.disabled = true;
-  return el("section", { "aria-label": "Continue" }, live, form);
+  form.setAttribute("aria-label", "Continue the conversation");
+  return [live, lowerPager, form];
 }
 
 async function runTurn(data, box, send, stop, live) {
@@ -304,7 +341,7 @@ async function runTurn(data, box, send, stop, live) {
   if (!message.trim()) return;
   send.disabled = true;
   const ask = el("article", { class: "msg user" }, el("div", { class: "who" }, el("strong", { text: "You" })), el("div", { class: "text", text: message }));
-  const said = el("div", { class: "text", id: "answer" });
+  const said = el("div", { class: "text md", id: "answer" });
   const events = el("div", { class: "events" });
   const reply = el("article", { class: "msg assistant live" }, el("div", { class: "who" }, el("strong", { text: "Assistant" }), el("span", { id: "turn-state", text: "thinking…" })), events, said);
   live.replaceChildren(ask, reply);
@@ -341,9 +378,13 @@ async function runTurn(data, box, send, stop, live) {
       events.append(panel);
       yes.focus();
     } else if (name === "notice") events.append(el("p", { class: "note", text: d.text }));
-    else if (name === "error") { state(""); events.append(el("p", { class: "error", role: "alert", text: d.error })); }
-    else if (name === "finished") {
-      if (d.text_in_chunks) said.textContent = chunks;
+    else if (name === "error") {
+      state("failed");
+      events.append(el("p", { class: "error", role: "alert", text: d.error }));
+      reply.dataset.finished = "error";
+    } else if (name === "finished") {
+      if (d.html) said.innerHTML = d.html;
+      else if (d.text_in_chunks) said.textContent = chunks;
       else if (d.text && !said.textContent) said.textContent = d.text;
       state(d.status === "completed" ? "done" : d.status + (d.error ? ": " + d.error : ""));
       reply.dataset.finished = d.status;
@@ -378,6 +419,12 @@ async function runTurn(data, box, send, stop, live) {
     events.append(el("p", { class: "error", role: "alert", text: err.message }));
     reply.dataset.finished = "error";
   } finally {
+    // Whatever happened, "thinking…" does not stay.
+    if (!reply.dataset.finished) {
+      events.append(el("p", { class: "error", role: "alert", text: "the turn ended without a result" }));
+      reply.dataset.finished = "error";
+    }
+    if (reply.dataset.finished === "error") state("failed");
     send.disabled = false;
     stop.disabled = true;
     document.body.dataset.turn = reply.dataset.finished || "ended";
@@ -442,7 +489,7 @@ async function snapshotsView(params) {
     } });
     const row = el("tr", {},
       el("td", { text: String(s.index) }),
-      el("td", { text: when(s.created_ms) }),
+      el("td", {}, timeEl(s.created_ms)),
       el("td", { text: s.phase + (s.label ? " — " + s.label : "") }),
       el("td", { text: s.files + " files, " + s.changed_files + " changed" }),
       el("td", {}, el("a", { href: hashFor("diff", { since: s.id, folder: data.folder, agent: params.agent }), text: "diff to now" }), " ", rewind));
@@ -512,7 +559,7 @@ async function searchView(params) {
   for (const h of data.hits) {
     results.append(el("li", { class: "hit" },
       el("a", { href: hashFor("c", { id: h.session_id, folder: h.folder, agent: h.agent }), text: h.title || "(untitled)" }),
-      el("span", { class: "meta", text: " · " + h.folder + (h.turn ? " · turn " + h.turn : " · title") + " · " + when(h.at_ms) + (h.where === "remote" ? " · remote" : "") }),
+      el("span", { class: "meta" }, " · " + h.folder + (h.turn ? " · turn " + h.turn : " · title") + " · ", timeEl(h.at_ms), h.where === "remote" ? " · remote" : ""),
       el("div", { class: "text" }, highlighted(h.snippet, h.highlights))));
   }
   document.body.dataset.ready = "search";

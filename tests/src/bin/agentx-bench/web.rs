@@ -24,6 +24,9 @@ fn time(ms: i64) -> String {
     agentx_shared::export::time_of(ms)
 }
 
+/// Checkpoints a conversation keeps.
+const MAX_CHECKPOINTS: usize = 20;
+
 /// An export document: `turns` exchanges, every fifth with a tool call.
 fn document(id: &str, title: &str, folder: &str, turns: usize, start_ms: i64) -> String {
     let mut transcript = Vec::with_capacity(turns * 3);
@@ -44,6 +47,9 @@ fn document(id: &str, title: &str, folder: &str, turns: usize, start_ms: i64) ->
         checkpoints
             .push(json!({"turns": t + 1, "transcript_items": transcript.len(), "created_at": at}));
     }
+    // A conversation keeps its newest checkpoints only (import refuses more).
+    let dropped = checkpoints.len().saturating_sub(MAX_CHECKPOINTS);
+    let checkpoints = checkpoints.split_off(dropped);
     let last = time(start_ms + turns as i64 * 1000);
     json!({
         "format": "agentx-conversation", "version": 1, "exported_at": last, "exported_by": "bench",
