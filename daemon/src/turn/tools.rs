@@ -329,7 +329,11 @@ impl Turn<'_> {
 
     /// A call that was running when the turn died may have had effects:
     /// only an explicit answer from the user runs it again.
-    pub(super) async fn approve_rerun(&mut self, call_id: &str, command: &str) -> Result<bool, Stop> {
+    pub(super) async fn approve_rerun(
+        &mut self,
+        call_id: &str,
+        command: &str,
+    ) -> Result<bool, Stop> {
         let note = "it was running when the turn was interrupted: run it again?";
         self.approve_each(call_id, command, note).await
     }
