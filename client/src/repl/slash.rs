@@ -33,7 +33,7 @@ messages are sent to the model; lines starting with / are commands:
   /retry new-chain  ... starting a new server-side chain from the saved conversation
   /diff [N]         what message N (1 = the last) changed, as a diff
   /undo [force]     put back what the last message changed (shows the list first)
-  /rewind [N|ID]    list snapshots, or put the folder back as snapshot N had it
+  /rewind [N|ID]    the rewind menu (Esc Esc too), or put the folder back as snapshot N had it
   /clear            delete this conversation's stored state and start fresh
   /help             this list (Tab completes commands and their arguments)
   /exit             leave (also Ctrl-D)
@@ -295,7 +295,11 @@ impl Chat<'_> {
             &rows,
         )?
         else {
-            println!("nothing changed");
+            println!(
+                "nothing changed; `{}` (or `{}`) puts the folder back as a snapshot had it (`!agentx snapshots` lists them)",
+                crate::ui::how("rewind N"),
+                crate::ui::how("rewind ID")
+            );
             return Ok(());
         };
         let choices = [

@@ -336,7 +336,12 @@ fn the_profile_disk_filling_up_during_a_tool_call_is_settled_once_freed() {
     let filler = env.home.join("filler");
     let call = format!("CALL cat /dev/zero > {} ; echo filled", filler.display());
     for restart in [false, true] {
-        let out = say(&env, &model, &call);
+        // The profile is out of the sandbox's reach: this tool needs none.
+        let out = env.chat(
+            &model,
+            ["--auto", "--sandbox", "danger-full-access"],
+            &format!("{call}\n"),
+        );
         assert_fails_on_full_disk(&out, "a turn whose tool fills the disk");
         assert_profile_sound(&env);
         std::fs::remove_file(&filler).unwrap();

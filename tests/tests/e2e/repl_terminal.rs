@@ -144,7 +144,10 @@ fn hints_inside_the_repl_name_slash_commands() {
         return;
     };
     pane.wait_for("make a snapshot");
+    // `/rewind` opens the rewind menu; leaving it names the commands.
     pane.line("/rewind");
+    pane.wait_for("rewind to before which message");
+    pane.key("Escape");
     let screen = pane.wait_for("puts the folder back");
     assert!(screen.contains("`/rewind N` (or `/rewind ID`)"), "{screen}");
     assert!(!screen.contains("agentx rewind"), "{screen}");

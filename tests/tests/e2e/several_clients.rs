@@ -213,7 +213,12 @@ fn a_one_shot_whose_branch_point_was_cleared_meanwhile_says_so() {
             "touch {s}; while [ ! -e {g} ]; do sleep 0.05; done",
             s = started.display(), g = go.display())}),
     });
-    let child = env.chat_command(&model, ["exec", "--auto", "wait"], "");
+    // The gate lives outside the folder: the command may write there.
+    let child = env.chat_command(
+        &model,
+        ["--sandbox", "danger-full-access", "exec", "--auto", "wait"],
+        "",
+    );
     while !started.exists() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -398,7 +403,12 @@ fn a_killed_client_is_recorded_as_gone_not_as_cancelled_by_the_user() {
         arguments: serde_json::json!({"command": format!(
             "touch {s}; sleep 600", s = started.display())}),
     });
-    let child = env.chat_command(&model, ["--approval", "auto"], "run it\n");
+    // The gate lives outside the folder: the command may write there.
+    let child = env.chat_command(
+        &model,
+        ["--approval", "auto", "--sandbox", "danger-full-access"],
+        "run it\n",
+    );
     while !started.exists() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -440,7 +450,7 @@ fn ctrl_c_on_a_terminal_shows_one_caret_c() {
             "touch {s}; sleep 600", s = started.display())}),
     });
     let line = format!(
-        "stty cols 200; exec {} --approval auto",
+        "stty cols 200; exec {} --approval auto --sandbox danger-full-access",
         agentx_tests::agentx_bin().display()
     );
     let mut script = {
