@@ -385,7 +385,7 @@ impl Chat<'_> {
     }
 
     /// The line after each turn at a terminal: context meter, model,
-    /// approval mode and the conversation's title.
+    /// approval mode, sandbox mode and the conversation's title.
     fn status_line(&mut self, meter: &str) -> String {
         if std::mem::take(&mut self.ui.answered_always) {
             self.always = true;
@@ -398,8 +398,8 @@ impl Chat<'_> {
             .or_else(|| Some(self.session.model.clone()).filter(|m| !m.is_empty()))
             .unwrap_or_else(|| self.config.model.clone());
         let approval = crate::render::human::approval_mode(mode_name(self.policy), self.always);
-        // The sandbox mode joins this line once there is one.
-        let mut line = format!("{meter} · {model} · approval {approval}");
+        let sandbox = self.ctx.sandbox(&self.config).mode.as_str();
+        let mut line = format!("{meter} · {model} · approval {approval} · sandbox {sandbox}");
         if !self.session.title.is_empty() {
             line.push_str(&format!(" · {}", visible(&self.session.title)));
         }

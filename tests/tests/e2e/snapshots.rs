@@ -253,7 +253,12 @@ fn undo_and_rewind_refuse_while_a_turn_runs_in_the_folder() {
             s1 = g("started").display(), g1 = g("go").display(),
             s2 = g("half").display(), g2 = g("go2").display())}),
     });
-    let child = env.chat_command(&model, ["--auto"], "write two files\n");
+    // Its gates live outside the folder: the command may write there.
+    let child = env.chat_command(
+        &model,
+        ["--auto", "--sandbox", "danger-full-access"],
+        "write two files\n",
+    );
     let refused = |when: &str| {
         for args in [vec!["undo", "--yes"], vec!["rewind", "1", "--yes"]] {
             let out = env.run(&args);

@@ -40,7 +40,7 @@ fn an_approved_command_shows_its_timer_and_live_output_as_with_auto() {
     assert!(screen.contains("s) running"), "no timer: {screen}");
     assert!(!screen.contains("second-2"), "{screen}");
     std::fs::write(&gate, "").unwrap();
-    pane.wait_for("exit 0, 2 lines of output");
+    pane.wait_for("✓ exit 0 · 2 lines");
 }
 
 #[test]
@@ -54,7 +54,7 @@ fn prompt_history_keeps_messages_not_answers_to_questions() {
     pane.line("CALL echo asked-$((2+2))");
     pane.wait_for("run it?");
     pane.line("y");
-    pane.wait_for("exit 0, 1 line of output");
+    pane.wait_for("✓ exit 0 · 1 line");
     pane.wait_for_n("›", 2);
     // Up brings back the message, not the `y`.
     let before = pane.screen().matches("CALL echo asked").count();
@@ -157,7 +157,7 @@ fn a_prompt_on_the_command_line_starts_the_chat_with_it() {
     };
     pane.wait_for("echo: fix the failing test");
     // The status line after the turn: meter, model, approval mode, title.
-    pane.wait_for("· fake-model · approval never · an earlier talk");
+    pane.wait_for("· fake-model · approval never · sandbox workspace-write · an earlier talk");
     pane.line("and then more");
     pane.wait_for("echo: and then more");
     // It continued the folder's conversation.
