@@ -484,8 +484,13 @@ fn a_garbled_search_index_is_rebuilt_while_running_and_at_start() {
     }
     assert_eq!(env.daemon_pids(), pid);
 
-    // Damaged before a start: the checksums show it. (The running agentd
-    // may have rebuilt it already, so it is garbled again once stopped.)
+    // Damaged before a start: the checksums show it. First a whole index
+    // on disk (the running agentd may or may not have rebuilt it, and a
+    // rebuild stopped halfway looks like no index at all to a start): a
+    // restart rebuilds it, and once it finds again it is whole. Then it is
+    // garbled with agentd stopped.
+    assert_code(&env.run(["daemon", "stop"]), 0);
+    env.search_until(&["walrus"], |h| h.len() == 1);
     assert_code(&env.run(["daemon", "stop"]), 0);
     garble_in_place(&dir);
     let out = env.run(["sessions", "--json"]);

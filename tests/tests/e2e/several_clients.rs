@@ -619,6 +619,12 @@ fn rollbacks_started_together_never_stack() {
             0,
         );
         assert_eq!(env.status()["checkpoints"], 6);
+        // "Together": all three commands are running before any rollback
+        // is served (agentd is held until each has connected), as three
+        // typed at once are; else a slow start after another's rollback
+        // would rightly see the new state.
+        let daemon = nix::unistd::Pid::from_raw(env.daemon_pids()[0]);
+        nix::sys::signal::kill(daemon, nix::sys::signal::Signal::SIGSTOP).unwrap();
         let children: Vec<_> = (0..3)
             .map(|_| {
                 env.agentx(["rollback", "2"])
@@ -628,6 +634,21 @@ fn rollbacks_started_together_never_stack() {
                     .unwrap()
             })
             .collect();
+        for child in &children {
+            let fds = format!("/proc/{}/fd", child.id());
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !std::fs::read_dir(&fds).unwrap().flatten().any(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+            }) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "a rollback never connected"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        nix::sys::signal::kill(daemon, nix::sys::signal::Signal::SIGCONT).unwrap();
         let outs: Vec<_> = children
             .into_iter()
             .map(|c| c.wait_with_output().unwrap())
