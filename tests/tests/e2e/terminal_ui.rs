@@ -382,7 +382,9 @@ fn esc_esc_opens_one_rewind_menu_for_code_and_conversation_and_gives_the_message
     let Some(pane) = Pane::start(&env, &model, &["--auto"]) else {
         return;
     };
-    pane.wait_for("›");
+    // The prompt itself, after the three exchanges shown on resume (keys
+    // sent before it are read as typed ahead, not by the editor).
+    pane.wait_for_n("›", 4);
     // Two presses, as a person makes them (not one escape sequence).
     pane.key("Escape");
     std::thread::sleep(std::time::Duration::from_millis(300));
