@@ -71,7 +71,9 @@ fn prompt_history_is_kept_privately_across_sessions_without_space_led_lines() {
 
     // The next REPL has it: Up brings the line back to the prompt.
     let pane = Pane::start(&env, &model, &["--approval", "never"]).unwrap();
-    pane.wait_for("remember this line");
+    // The prompt itself, after the two exchanges shown on resume: keys sent
+    // before it are read as typed ahead, not by the line editor.
+    pane.wait_for_n("›", 3);
     let before = pane.screen().matches("remember this line").count();
     pane.key("Up");
     pane.wait_for_n("remember this line", before + 1);
