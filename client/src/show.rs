@@ -22,6 +22,22 @@ pub fn first_lines(text: &str, n: usize) -> String {
     )
 }
 
+/// The first non-empty line of `text`, trimmed, at most `max` characters
+/// (then `…`), shown safely.
+pub fn one_line(text: &str, max: usize) -> String {
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let taken: String = line.chars().take(max).collect();
+    let mut out = visible(&taken).into_owned();
+    if line.chars().count() > max {
+        out.push('…');
+    }
+    out
+}
+
 /// Rows as aligned text: every column but the last padded to its widest
 /// cell (in characters), those marked in `right` aligned right, two spaces
 /// between columns. Relative times and counts of different widths stay in

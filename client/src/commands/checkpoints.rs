@@ -22,20 +22,6 @@ async fn list_with_head(ctx: &Ctx, session_id: &str) -> CliResult<ListCheckpoint
     Ok(ctx.rpc().checkpoints(session_id).await?)
 }
 
-fn one_line(text: &str, max: usize) -> String {
-    let line = text
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim();
-    let taken: String = line.chars().take(max).collect();
-    let mut out = crate::show::visible(&taken).into_owned();
-    if line.chars().count() > max {
-        out.push('…');
-    }
-    out
-}
-
 /// One aligned line per checkpoint: number, when, the message.
 fn labels(cps: &[Checkpoint]) -> Vec<String> {
     let rows: Vec<Vec<String>> = cps
@@ -45,7 +31,7 @@ fn labels(cps: &[Checkpoint]) -> Vec<String> {
                 cp.index.to_string(),
                 crate::when::human(cp.created_at.as_ref()),
                 if cp.note.is_empty() {
-                    one_line(&cp.last_user_message, 60)
+                    crate::show::one_line(&cp.last_user_message, 60)
                 } else {
                     format!("({})", cp.note)
                 },
@@ -178,7 +164,7 @@ fn choose(cps: &[Checkpoint]) -> CliResult<Option<u32>> {
 }
 
 pub fn describe(status: &SessionStatus) -> String {
-    let last = one_line(&status.last_user_message, 60);
+    let last = crate::show::one_line(&status.last_user_message, 60);
     if last.is_empty() {
         format!("rolled back to the start ({} turns)", status.turns)
     } else {

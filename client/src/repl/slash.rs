@@ -280,13 +280,11 @@ impl Chat<'_> {
             .iter()
             .enumerate()
             .map(|(i, m)| {
-                let line = m.prompt.lines().next().unwrap_or("");
-                let short: String = line.chars().take(70).collect();
                 format!(
                     "{:>3}  {}  {}",
                     i + 1,
                     crate::when::human(m.before.created_at.as_ref()),
-                    crate::show::visible(&short)
+                    crate::show::one_line(&m.prompt, 70)
                 )
             })
             .collect();

@@ -113,7 +113,10 @@ pub async fn rewind(
     };
     let shown = crate::show::visible(&message.prompt).into_owned();
     if !as_json {
-        eprintln!("rewinding to before message {n}: {}", one_line(&shown));
+        eprintln!(
+            "rewinding to before message {n}: {}",
+            crate::show::one_line(&message.prompt, 60)
+        );
     }
     let mut code = "untouched";
     if halves.code {
@@ -174,15 +177,6 @@ pub async fn rewind(
         println!("{shown}");
     }
     Ok(Some(message.prompt))
-}
-
-fn one_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or("");
-    let mut out: String = line.chars().take(60).collect();
-    if line.chars().count() > 60 || text.lines().nth(1).is_some() {
-        out.push('…');
-    }
-    out
 }
 
 #[cfg(test)]
