@@ -21,6 +21,7 @@ fn turn_items() -> (String, Vec<Item>) {
         Item::FunctionOutput {
             call_id: "call_1".into(),
             output,
+            images: Vec::new(),
         },
         Item::Assistant {
             text: "I changed the error type to carry a span. ".repeat(95),

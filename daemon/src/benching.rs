@@ -32,6 +32,7 @@ impl CallsBench {
                 state: CallState::Finished,
                 exit_code: Some(0),
                 output: "test result: ok. 12 passed; 0 failed\n".repeat(8),
+                images: Vec::new(),
             })
             .collect();
         let conversation = crate::store::conversation::Conversation::create(dir, doc)?;
@@ -112,6 +113,7 @@ fn bench_turn(n: usize) -> Vec<agentx_shared::conversation::Item> {
                 "fn span_{n}(start: usize, end: usize) -> Span {{ Span {{ start, end }} }}\n"
             )
             .repeat(12),
+            images: Vec::new(),
         },
         Item::Assistant {
             text: format!(

@@ -173,7 +173,19 @@ fn item() -> impl Strategy<Value = Item> {
             name,
             arguments
         }),
-        (text(), text()).prop_map(|(call_id, output)| Item::FunctionOutput { call_id, output }),
+        (
+            text(),
+            text(),
+            proptest::collection::vec(("[a-z/]{0,12}", "[A-Za-z0-9+/=]{0,16}"), 0..2)
+        )
+            .prop_map(|(call_id, output, images)| Item::FunctionOutput {
+                call_id,
+                output,
+                images: images
+                    .into_iter()
+                    .map(|(mime, base64)| agentx_shared::conversation::ToolImage { mime, base64 })
+                    .collect(),
+            }),
     ]
 }
 

@@ -94,6 +94,10 @@ pub enum Item {
     FunctionOutput {
         call_id: String,
         output: String,
+        /// Images the tool returned (an MCP tool's image content), passed to
+        /// the model in the form its API takes.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ToolImage>,
     },
     /// A compaction: from here on the model sees `context` instead of
     /// everything before it; the transcript keeps it all (docs/guide.md: "Long
@@ -144,6 +148,24 @@ pub struct PendingCall {
     pub exit_code: Option<i32>,
     #[serde(default)]
     pub output: String,
+    /// Images the call returned, kept with its output.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ToolImage>,
+}
+
+/// An image a tool returned: its media type and its bytes in base64, as
+/// MCP gives them and as the providers' data URLs take them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolImage {
+    pub mime: String,
+    pub base64: String,
+}
+
+impl ToolImage {
+    /// The image as a `data:` URL.
+    pub fn data_url(&self) -> String {
+        format!("data:{};base64,{}", self.mime, self.base64)
+    }
 }
 
 impl From<&PendingCall> for proto::PendingToolCall {

@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use agentx_shared::mcp_config::{McpServer, Scope};
 
 pub use names::PREFIX;
+pub use output::ForModel;
 pub use process::base_environment;
 pub use server::CallError;
 use server::{Phase, Server};
@@ -209,15 +210,15 @@ impl Manager {
         (tools, notices)
     }
 
-    /// Calls `tool` with JSON `arguments`: the text for the model and
-    /// whether the tool said it failed.
+    /// Calls `tool` with JSON `arguments`: what the model is given (text and
+    /// images) and whether the tool said it failed.
     pub async fn call(
         &self,
         tool: &Tool,
         arguments: serde_json::Map<String, Value>,
         folder: &Path,
         cancel: watch::Receiver<bool>,
-    ) -> Result<(String, bool), CallError> {
+    ) -> Result<(ForModel, bool), CallError> {
         let configured = self.configured().map_err(CallError::Failed)?;
         let Some(config) = configured.get(&tool.server).filter(|c| c.enabled) else {
             return Err(CallError::Failed(format!(

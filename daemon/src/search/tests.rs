@@ -32,6 +32,7 @@ fn call(n: u32, arguments: &str, output: &str) -> [Item; 2] {
         Item::FunctionOutput {
             call_id: format!("call_{n}"),
             output: output.into(),
+            images: Vec::new(),
         },
     ]
 }

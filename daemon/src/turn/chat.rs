@@ -27,15 +27,38 @@ pub(super) fn tools() -> Value {
 
 /// Messages from a normalized transcript: the instructions as the system
 /// message, assistant text and its tool calls merged into one message, and
-/// each tool result as a `tool` message.
+/// each tool result as a `tool` message (images a tool returned as a user
+/// message after the group's results: `tool` messages take text only).
 pub fn messages(instructions: &str, items: &[Item]) -> Vec<Value> {
     let mut out = vec![json!({"role": "system", "content": instructions})];
+    let mut pending_images: Vec<Value> = Vec::new();
     let mut i = 0;
     while i < items.len() {
         match &items[i] {
             Item::User { text } => out.push(json!({"role": "user", "content": text})),
-            Item::FunctionOutput { call_id, output } => {
+            Item::FunctionOutput {
+                call_id,
+                output,
+                images,
+            } => {
                 out.push(json!({"role": "tool", "tool_call_id": call_id, "content": output}));
+                if !images.is_empty() {
+                    pending_images.push(json!({
+                        "type": "text",
+                        "text": format!("The images tool call {call_id} returned:"),
+                    }));
+                    pending_images.extend(images.iter().map(|image| {
+                        json!({"type": "image_url", "image_url": {"url": image.data_url()}})
+                    }));
+                }
+                // A `tool` message takes text only: the images follow the
+                // call group's last result as a user message.
+                if !matches!(items.get(i + 1), Some(Item::FunctionOutput { .. }))
+                    && !pending_images.is_empty()
+                {
+                    let parts = std::mem::take(&mut pending_images);
+                    out.push(json!({"role": "user", "content": parts}));
+                }
             }
             // Never in a model view (`context::model_view` flattens it).
             Item::Compaction { .. } => {}
@@ -308,10 +331,12 @@ mod tests {
             Item::FunctionOutput {
                 call_id: "c1".into(),
                 output: "a".into(),
+                images: Vec::new(),
             },
             Item::FunctionOutput {
                 call_id: "c2".into(),
                 output: "b".into(),
+                images: Vec::new(),
             },
             Item::Assistant {
                 text: "done".into(),
@@ -338,6 +363,47 @@ mod tests {
             }],
         );
         assert_eq!(only_calls[1]["content"], Value::Null);
+    }
+
+    #[test]
+    fn images_follow_the_call_groups_results_as_a_user_message() {
+        let image = agentx_shared::conversation::ToolImage {
+            mime: "image/png".into(),
+            base64: "iVBO".into(),
+        };
+        let call = |id: &str| Item::FunctionCall {
+            call_id: id.into(),
+            name: "mcp__e__img".into(),
+            arguments: "{}".into(),
+        };
+        let items = vec![
+            Item::User { text: "hi".into() },
+            call("c1"),
+            call("c2"),
+            Item::FunctionOutput {
+                call_id: "c1".into(),
+                output: "one".into(),
+                images: vec![image.clone()],
+            },
+            Item::FunctionOutput {
+                call_id: "c2".into(),
+                output: "two".into(),
+                images: Vec::new(),
+            },
+        ];
+        let m = messages("x", &items);
+        let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(
+            roles,
+            ["system", "user", "assistant", "tool", "tool", "user"]
+        );
+        assert_eq!(m[3]["content"], "one");
+        assert_eq!(m[5]["content"][0]["type"], "text");
+        assert!(m[5]["content"][0]["text"].as_str().unwrap().contains("c1"));
+        assert_eq!(
+            m[5]["content"][1],
+            json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}})
+        );
     }
 
     fn read(chunks: &[Value]) -> ModelReply {

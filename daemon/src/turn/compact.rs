@@ -171,7 +171,15 @@ pub fn trim_oldest(view: &[Item], target: u64, counter: &Counter, instructions: 
                 break;
             }
             for item in &mut out {
-                if let Item::FunctionOutput { output, .. } = item {
+                if let Item::FunctionOutput { output, images, .. } = item {
+                    // Images go first: each costs as much as a page of text.
+                    if !images.is_empty() {
+                        output.push_str(&format!(
+                            "\n[{} image(s) left out to fit the context window]",
+                            images.len()
+                        ));
+                        images.clear();
+                    }
                     let keep = counter.text(output).saturating_sub(over + 16).max(16);
                     *output = middle_out(output, bytes_for(keep));
                 }
@@ -663,6 +671,7 @@ mod tests {
         Item::FunctionOutput {
             call_id: id.into(),
             output: text.into(),
+            images: Vec::new(),
         }
     }
 

@@ -22,7 +22,22 @@ pub fn to_input(item: &Item) -> Value {
         } => {
             json!({"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments})
         }
-        Item::FunctionOutput { call_id, output } => {
+        Item::FunctionOutput {
+            call_id,
+            output,
+            images,
+        } if !images.is_empty() => {
+            let mut parts = vec![json!({"type": "input_text", "text": output})];
+            parts.extend(
+                images
+                    .iter()
+                    .map(|image| json!({"type": "input_image", "image_url": image.data_url()})),
+            );
+            json!({"type": "function_call_output", "call_id": call_id, "output": parts})
+        }
+        Item::FunctionOutput {
+            call_id, output, ..
+        } => {
             json!({"type": "function_call_output", "call_id": call_id, "output": output})
         }
         // Never in a model view (see [`model_view`]); its summary if it were.
@@ -75,6 +90,7 @@ pub fn normalize(items: &[Item]) -> Vec<Item> {
                 out.push(Item::FunctionOutput {
                     call_id,
                     output: ABORTED.to_owned(),
+                    images: Vec::new(),
                 });
             }
         }
@@ -99,6 +115,7 @@ pub fn normalize(items: &[Item]) -> Vec<Item> {
         out.push(Item::FunctionOutput {
             call_id,
             output: ABORTED.to_owned(),
+            images: Vec::new(),
         });
     }
     out
@@ -119,10 +136,32 @@ mod tests {
         Item::FunctionOutput {
             call_id: id.into(),
             output: "ok".into(),
+            images: Vec::new(),
         }
     }
     fn user(t: &str) -> Item {
         Item::User { text: t.into() }
+    }
+
+    #[test]
+    fn an_output_with_images_is_a_list_of_text_and_images() {
+        let plain = to_input(&output("c1"));
+        assert_eq!(plain["output"], "ok");
+        let with = to_input(&Item::FunctionOutput {
+            call_id: "c1".into(),
+            output: "see".into(),
+            images: vec![agentx_shared::conversation::ToolImage {
+                mime: "image/png".into(),
+                base64: "iVBO".into(),
+            }],
+        });
+        assert_eq!(
+            with["output"],
+            json!([
+                {"type": "input_text", "text": "see"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBO"}
+            ])
+        );
     }
 
     #[test]
@@ -145,14 +184,16 @@ mod tests {
                 call("c2"),
                 Item::FunctionOutput {
                     call_id: "c1".into(),
-                    output: ABORTED.into()
+                    output: ABORTED.into(),
+                    images: Vec::new(),
                 },
                 output("c2"),
                 user("b"),
                 call("c3"),
                 Item::FunctionOutput {
                     call_id: "c3".into(),
-                    output: ABORTED.into()
+                    output: ABORTED.into(),
+                    images: Vec::new(),
                 },
             ]
         );

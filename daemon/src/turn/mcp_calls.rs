@@ -132,10 +132,11 @@ impl Turn<'_> {
         match outcome {
             Ok((output, failed)) => Ok(Ran {
                 output: if failed {
-                    format!("the tool reported an error {at}\n{output}")
+                    format!("the tool reported an error {at}\n{}", output.text)
                 } else {
-                    format!("done {at}\n{output}")
+                    format!("done {at}\n{}", output.text)
                 },
+                images: output.images,
                 exit_code: Some(i32::from(failed)),
                 denied: false,
                 timed_out: false,
@@ -148,6 +149,7 @@ impl Turn<'_> {
                     after.as_secs_f64(),
                     tool.server
                 ),
+                images: Vec::new(),
                 exit_code: None,
                 denied: false,
                 timed_out: true,
@@ -155,6 +157,7 @@ impl Turn<'_> {
             }),
             Err(CallError::Failed(e)) => Ok(Ran {
                 output: format!("the call failed {at}\n{e}"),
+                images: Vec::new(),
                 exit_code: Some(1),
                 denied: false,
                 timed_out: false,

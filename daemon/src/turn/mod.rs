@@ -752,6 +752,7 @@ fn bound_calls(reply: &ModelReply, max: usize) -> (Vec<PendingCall>, Vec<Item>) 
                 "not run: the reply asked for {total} tool calls and at most {max} run per \
                  reply; ask again for the ones still needed"
             ),
+            images: Vec::new(),
         })
         .collect();
     (pending_calls(&reply.calls[..total.min(max)]), refused)
@@ -768,6 +769,7 @@ fn pending_calls(calls: &[provider::Call]) -> Vec<PendingCall> {
             state: CallState::NotStarted,
             exit_code: None,
             output: String::new(),
+            images: Vec::new(),
         })
         .collect()
 }

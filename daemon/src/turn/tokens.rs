@@ -7,6 +7,10 @@ use tiktoken_rs::CoreBPE;
 /// What each message costs beyond its text (role, separators).
 const PER_ITEM: u64 = 4;
 
+/// What one image a tool returned is counted as: about a 1024×1024 image at
+/// OpenAI's high detail (765 tokens), rounded up; servers report the truth.
+pub const IMAGE_TOKENS: u64 = 800;
+
 /// Texts longer than this are counted on three windows of [`WINDOW`]
 /// bytes (head, middle, tail) and scaled: a turn's accounting stays under
 /// a tenth of a millisecond whatever its sizes (`scripts/bench context`).
@@ -86,7 +90,11 @@ impl Counter {
                     name,
                     arguments,
                 } => self.text(call_id) + self.text(name) + self.text(arguments),
-                Item::FunctionOutput { call_id, output } => self.text(call_id) + self.text(output),
+                Item::FunctionOutput {
+                    call_id,
+                    output,
+                    images,
+                } => self.text(call_id) + self.text(output) + IMAGE_TOKENS * images.len() as u64,
                 Item::Compaction { context, .. } => self.items(context),
             }
     }

@@ -1,7 +1,7 @@
 //! Tool calls within a turn: each call approved (or declined) under the
 //! policy, run in the caller's environment, and committed before the next.
 
-use agentx_shared::conversation::{CallState, Item, PendingCall};
+use agentx_shared::conversation::{CallState, Item, PendingCall, ToolImage};
 use agentx_shared::sandbox::Enforcement;
 
 use serde_json::Value;
@@ -14,13 +14,21 @@ impl Turn<'_> {
     pub(super) fn answer_unrun_calls(pending: &[PendingCall]) -> Vec<Item> {
         pending
             .iter()
-            .map(|c| Item::FunctionOutput {
-                call_id: c.call_id.clone(),
-                output: if c.state == CallState::Finished {
-                    c.output.clone()
-                } else {
-                    context::ABORTED.to_owned()
-                },
+            .map(|c| {
+                let finished = c.state == CallState::Finished;
+                Item::FunctionOutput {
+                    call_id: c.call_id.clone(),
+                    output: if finished {
+                        c.output.clone()
+                    } else {
+                        context::ABORTED.to_owned()
+                    },
+                    images: if finished {
+                        c.images.clone()
+                    } else {
+                        Vec::new()
+                    },
+                }
             })
             .collect()
     }
@@ -60,6 +68,7 @@ impl Turn<'_> {
             let was_running = resuming && call.state == CallState::Running;
             let Ran {
                 output,
+                images,
                 exit_code,
                 denied,
                 timed_out,
@@ -68,6 +77,7 @@ impl Turn<'_> {
             pending[i].state = CallState::Finished;
             pending[i].exit_code = exit_code;
             pending[i].output = output.clone();
+            pending[i].images = images;
             self.update_call(&pending, i).await?;
             self.emit(Event::ToolResult {
                 call_id: call.call_id.clone(),
@@ -84,6 +94,7 @@ impl Turn<'_> {
             .map(|c| Item::FunctionOutput {
                 call_id: c.call_id.clone(),
                 output: c.output.clone(),
+                images: c.images.clone(),
             })
             .collect();
         self.commit(Change {
@@ -185,6 +196,7 @@ impl Turn<'_> {
             }
             Ok(o) => Ok(Ran {
                 output: o.for_model(),
+                images: Vec::new(),
                 exit_code: o.exit_code,
                 denied: false,
                 timed_out: o.timed_out,
@@ -450,6 +462,8 @@ fn looks_denied(output: &str) -> bool {
 /// What one call gave: its output for the model and how it went.
 pub(super) struct Ran {
     pub(super) output: String,
+    /// Images the tool returned (MCP image content).
+    pub(super) images: Vec<ToolImage>,
     pub(super) exit_code: Option<i32>,
     pub(super) denied: bool,
     pub(super) timed_out: bool,
@@ -463,6 +477,7 @@ impl Ran {
     pub(super) fn not_run(output: String, reason: String) -> Self {
         Self {
             output,
+            images: Vec::new(),
             exit_code: None,
             denied: false,
             timed_out: false,
@@ -513,6 +528,7 @@ mod tests {
             state: CallState::NotStarted,
             exit_code: None,
             output: String::new(),
+            images: Vec::new(),
         }
     }
 

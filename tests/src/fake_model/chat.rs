@@ -12,9 +12,17 @@ pub fn validate(body: &Value) -> Vec<String> {
     let mut open: Vec<String> = Vec::new();
     for (i, m) in messages.iter().enumerate() {
         match m["role"].as_str() {
-            Some("system" | "user") => {
+            Some("system") => {
                 if !m["content"].is_string() {
                     errors.push(format!("messages[{i}].content must be a string"));
+                }
+            }
+            // A user message may be a list of text and image parts.
+            Some("user") => {
+                if !m["content"].is_string() && !user_parts_valid(&m["content"]) {
+                    errors.push(format!(
+                        "messages[{i}].content must be a string or a list of text and image_url parts"
+                    ));
                 }
             }
             Some("assistant") => {
@@ -30,6 +38,9 @@ pub fn validate(body: &Value) -> Vec<String> {
                         "messages[{i}]: an assistant message needs content or tool_calls"
                     ));
                 }
+            }
+            Some("tool") if !m["content"].is_string() => {
+                errors.push(format!("messages[{i}]: a tool message's content must be a string"));
             }
             Some("tool") => match m["tool_call_id"].as_str() {
                 Some(id) if open.iter().any(|o| o == id) => open.retain(|o| o != id),
@@ -57,6 +68,24 @@ pub fn validate(body: &Value) -> Vec<String> {
         errors.push("tools must be function definitions".into());
     }
     errors
+}
+
+/// A user message's parts as OpenAI's API takes them: text, and images
+/// as `image_url` with an http(s) or `data:image/...;base64,` URL.
+fn user_parts_valid(content: &Value) -> bool {
+    let Some(parts) = content.as_array() else {
+        return false;
+    };
+    !parts.is_empty()
+        && parts.iter().all(|p| match p["type"].as_str() {
+            Some("text") => p["text"].is_string(),
+            Some("image_url") => p["image_url"]["url"].as_str().is_some_and(|u| {
+                u.starts_with("https://")
+                    || u.split_once(";base64,")
+                        .is_some_and(|(head, _)| head.starts_with("data:image/"))
+            }),
+            _ => false,
+        })
 }
 
 pub(super) fn error(status: StatusCode, message: &str) -> Response {

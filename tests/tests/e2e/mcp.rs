@@ -151,6 +151,91 @@ fn the_model_calls_server_everythings_echo_and_sees_its_answer() {
     assert!(list[0]["tools"].as_u64().unwrap() > 3, "{list}");
 }
 
+/// A profile whose server `everything` is server-everything over stdio.
+fn with_everything(bin: &std::path::Path) -> TestEnv {
+    let env = TestEnv::new();
+    env.write_config(&format!(
+        "[mcp_servers.everything]\ncommand = {:?}\n",
+        bin.display().to_string()
+    ));
+    env
+}
+
+#[test]
+fn an_image_a_tool_returns_reaches_the_model_as_an_image() {
+    let Some(bin) = everything() else { return };
+    let env = with_everything(&bin);
+    let model = FakeModel::start();
+    model.push(Reply::tool_call("mcp__everything__get-tiny-image", json!({})));
+    let out = env.chat(&model, ["--auto"], "show me the logo\n");
+    assert_code(&out, 0);
+    model.assert_schema_clean();
+    let requests = model.requests();
+    let output = requests
+        .iter()
+        .flat_map(|r| r.body["input"].as_array().cloned().unwrap_or_default())
+        .find(|i| i["type"] == "function_call_output")
+        .expect("the call's output was sent");
+    // Responses: the output is a list of its text and the image.
+    let parts = output["output"].as_array().unwrap_or_else(|| panic!("{output}"));
+    assert_eq!(parts[0]["type"], "input_text", "{output}");
+    let text = parts[0]["text"].as_str().unwrap();
+    assert!(text.contains("Here's the image you requested"), "{text}");
+    assert!(text.contains("passed on to the model"), "{text}");
+    assert_eq!(parts[1]["type"], "input_image", "{output}");
+    assert!(
+        parts[1]["image_url"]
+            .as_str()
+            .unwrap()
+            .starts_with("data:image/png;base64,iVBORw0KGgo"),
+        "{output}"
+    );
+    // The image is kept with the conversation: when the server forgot it,
+    // the whole transcript is sent again, image included.
+    model.forget_response_ids();
+    model.push(Reply::text("it is round"));
+    assert_code(&env.chat(&model, [] as [&str; 0], "and its shape?\n"), 0);
+    model.assert_schema_clean();
+    let resent = model.requests().pop().unwrap().body["input"].to_string();
+    assert!(resent.contains("and its shape?"), "{resent}");
+    assert!(
+        resent.contains("\"input_image\"") && resent.contains("data:image/png;base64,iVBOR"),
+        "{resent}"
+    );
+}
+
+#[test]
+fn an_image_reaches_a_chat_completions_server_after_the_tool_message() {
+    let Some(bin) = everything() else { return };
+    let mut env = with_everything(&bin);
+    env.extra_env
+        .push(("AGENTX_PROVIDER".into(), "chat".into()));
+    let model = FakeModel::start();
+    model.push(Reply::tool_call("mcp__everything__get-tiny-image", json!({})));
+    let out = env.chat(&model, ["exec", "--auto", "show me the logo"], "");
+    assert_code(&out, 0);
+    let requests = model.requests();
+    let last = requests.last().unwrap();
+    assert!(last.schema_errors.is_empty(), "{:?}", last.schema_errors);
+    let messages = last.body["messages"].as_array().unwrap();
+    let tool = messages
+        .iter()
+        .position(|m| m["role"] == "tool")
+        .unwrap_or_else(|| panic!("{messages:#?}"));
+    // A tool message takes text; the image follows as the user's.
+    assert!(messages[tool]["content"].is_string(), "{:?}", messages[tool]);
+    let image = &messages[tool + 1];
+    assert_eq!(image["role"], "user", "{messages:#?}");
+    assert_eq!(image["content"][1]["type"], "image_url", "{image}");
+    assert!(
+        image["content"][1]["image_url"]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("data:image/png;base64,iVBORw0KGgo"),
+        "{image}"
+    );
+}
+
 #[test]
 fn the_model_calls_echo_of_server_everything_over_streamable_http() {
     let Some(bin) = everything() else { return };

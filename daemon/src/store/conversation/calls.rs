@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use agentx_shared::conversation::{CallState, PendingCall};
+use agentx_shared::conversation::{CallState, PendingCall, ToolImage};
 
 use super::ConversationDoc;
 use crate::durable;
@@ -28,6 +28,8 @@ struct Record {
     exit_code: Option<i32>,
     #[serde(default)]
     output: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    images: Vec<ToolImage>,
 }
 
 /// How much of the log file holds records of the document's epoch, and
@@ -70,6 +72,7 @@ impl CallsLog {
                 call.state = record.state;
                 call.exit_code = record.exit_code;
                 call.output = record.output;
+                call.images = record.images;
             }
         }
         Ok(Self { valid, on_disk })
@@ -100,6 +103,7 @@ impl CallsLog {
             state: call.state,
             exit_code: call.exit_code,
             output: call.output.clone(),
+            images: call.images.clone(),
         };
         let mut line = serde_json::to_vec(&record).map_err(io::Error::other)?;
         line.push(b'\n');

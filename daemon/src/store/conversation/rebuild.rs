@@ -200,6 +200,7 @@ fn replay(doc: &mut ConversationDoc, records: &[Record]) -> Replay {
                     state: CallState::Running,
                     exit_code: None,
                     output: String::new(),
+                    images: Vec::new(),
                 });
                 after_reply = i + 1;
             }

@@ -105,6 +105,7 @@ mod tests {
                 1 => Item::FunctionOutput {
                     call_id: format!("c{i}"),
                     output: "x".repeat((i * 997) % 90_000),
+                    images: Vec::new(),
                 },
                 _ => Item::Assistant {
                     text: format!("answer {i} ").repeat(i % 7 + 1),

@@ -163,6 +163,7 @@ fn a_document_is_rebuilt_from_the_journal_up_to_its_last_good_record() {
             Item::FunctionOutput {
                 call_id: "c1".into(),
                 output: "ok".into(),
+                images: Vec::new(),
             },
             Item::Assistant { text: "two".into() },
         ],
@@ -253,6 +254,7 @@ fn pending(n: usize) -> Vec<PendingCall> {
             state: CallState::NotStarted,
             exit_code: None,
             output: String::new(),
+            images: Vec::new(),
         })
         .collect()
 }

@@ -547,7 +547,11 @@ fn export_document(folder: &str, bytes: usize) -> anyhow::Result<Vec<u8>> {
             name: "shell".into(),
             arguments: format!("{{\"command\":\"cat part-{t}.log\"}}"),
         }));
-        transcript.push(entry(Item::FunctionOutput { call_id, output }));
+        transcript.push(entry(Item::FunctionOutput {
+            call_id,
+            output,
+            images: Vec::new(),
+        }));
         transcript.push(entry(Item::Assistant {
             text: format!("Part {t} is shown above."),
         }));
