@@ -414,6 +414,46 @@ fn a_changed_tool_list_reaches_the_next_request() {
     );
 }
 
+/// `exec --auto TOOL name {}` run in `folder`; the output the model was sent.
+fn call_in(env: &TestEnv, model: &FakeModel, folder: &std::path::Path, name: &str) -> String {
+    let out = env
+        .agentx(["exec", "--auto", &format!("TOOL {name} {{}}")])
+        .current_dir(folder)
+        .env("AGENTX_BASE_URL", model.base_url())
+        .env("AGENTX_MODEL", "fake-model")
+        .env("OPENAI_API_KEY", agentx_tests::TEST_KEY)
+        .output()
+        .unwrap();
+    assert_code(&out, 0);
+    outputs(model).pop().unwrap_or_default()
+}
+
+#[test]
+fn a_folder_scoped_server_runs_once_per_folder_in_that_folder() {
+    let env = misbehaving("scope = \"folder\"");
+    let other = env.root().join("other project");
+    std::fs::create_dir_all(&other).unwrap();
+    let model = FakeModel::start();
+    let work = env.work.canonicalize().unwrap();
+    let other = other.canonicalize().unwrap();
+    // Each folder's calls reach a process of its own, running in it.
+    let here = call_in(&env, &model, &work, "mcp__bad__cwd");
+    assert!(here.ends_with(&format!("cwd {}", work.display())), "{here}");
+    let there = call_in(&env, &model, &other, "mcp__bad__cwd");
+    assert!(there.ends_with(&format!("cwd {}", other.display())), "{there}");
+    let first = pid_from(&call_in(&env, &model, &work, "mcp__bad__pid"));
+    let second = pid_from(&call_in(&env, &model, &other, "mcp__bad__pid"));
+    assert_ne!(first, second, "one process served both folders");
+    // The same folder again: the same process.
+    assert_eq!(pid_from(&call_in(&env, &model, &work, "mcp__bad__pid")), first);
+    assert_eq!(started(&env).len(), 2, "{:?}", started(&env));
+    // The listing names each folder's process.
+    let list = json_out(&env.run(["mcp", "list", "--json"]));
+    let text = list.to_string();
+    assert!(text.contains(&other.display().to_string()), "{list}");
+    assert!(text.contains(&work.display().to_string()), "{list}");
+}
+
 #[test]
 fn an_idle_server_is_stopped_and_started_again_on_the_next_call() {
     let env = misbehaving("idle_timeout_sec = 1");
