@@ -273,9 +273,16 @@ impl Domain {
                 let env = Arc::clone(env);
                 Arc::new(move |k: &str| env.non_empty(k))
             },
-            env.non_empty("AGENTX_MCP_MAX_PROCESSES")
-                .and_then(|n| n.trim().parse().ok())
-                .unwrap_or(crate::mcp::DEFAULT_MAX_PROCESSES),
+            crate::mcp::Limits {
+                max_processes: env
+                    .non_empty("AGENTX_MCP_MAX_PROCESSES")
+                    .and_then(|n| n.trim().parse().ok())
+                    .unwrap_or(crate::mcp::DEFAULT_MAX_PROCESSES),
+                retry_failed_after: env
+                    .non_empty("AGENTX_MCP_RETRY_FAILED_SEC")
+                    .and_then(|n| n.trim().parse().ok())
+                    .map_or(crate::mcp::DEFAULT_RETRY_FAILED_AFTER, Duration::from_secs),
+            },
         );
         let engine = Arc::new(
             Engine::new(

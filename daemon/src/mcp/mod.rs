@@ -35,6 +35,28 @@ pub type Lookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 /// The most server processes agentd runs at once by default.
 pub const DEFAULT_MAX_PROCESSES: usize = 32;
 
+/// How long a failed server stays failed by default before a call tries it
+/// again.
+pub const DEFAULT_RETRY_FAILED_AFTER: Duration = Duration::from_secs(300);
+
+/// Bounds of the pool.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Server processes at once.
+    pub max_processes: usize,
+    /// How long a failed server stays failed before a call tries it again.
+    pub retry_failed_after: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_processes: DEFAULT_MAX_PROCESSES,
+            retry_failed_after: DEFAULT_RETRY_FAILED_AFTER,
+        }
+    }
+}
+
 /// How often idle servers are looked for.
 const REAP_EVERY: Duration = Duration::from_millis(250);
 
@@ -82,6 +104,7 @@ pub struct Manager {
     catalog: Arc<catalog::Catalog>,
     servers: Mutex<HashMap<Key, Arc<Server>>>,
     max_processes: usize,
+    retry_failed_after: Duration,
     /// config.toml's servers as last read, with the file's size and times
     /// then: read again only when those change.
     read: Mutex<Option<(FileStamp, Servers)>>,
@@ -116,7 +139,7 @@ impl Manager {
         home: PathBuf,
         base_env: Vec<(OsString, OsString)>,
         secret: Lookup,
-        max_processes: usize,
+        limits: Limits,
     ) -> Arc<Self> {
         let manager = Arc::new(Self {
             config_path,
@@ -125,7 +148,8 @@ impl Manager {
             secret,
             catalog: Arc::new(catalog::Catalog::new(cache_dir)),
             servers: Mutex::new(HashMap::new()),
-            max_processes: max_processes.max(1),
+            max_processes: limits.max_processes.max(1),
+            retry_failed_after: limits.retry_failed_after,
             read: Mutex::new(None),
         });
         let weak = Arc::downgrade(&manager);
@@ -290,6 +314,7 @@ impl Manager {
             Arc::clone(&self.base_env),
             Arc::clone(&self.secret),
             Arc::clone(&self.catalog),
+            self.retry_failed_after,
         );
         servers.insert(key, Arc::clone(&s));
         s

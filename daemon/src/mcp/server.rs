@@ -33,7 +33,8 @@ pub enum Phase {
     /// Crashed or failed to start; started again on the next call.
     Crashed(String),
     /// Crashed [`MAX_CRASHES`] times in a row: not started again until
-    /// its configuration changes or agentd restarts.
+    /// its configuration changes, agentd restarts or the failure is older
+    /// than the manager's `retry_failed_after` (then one start is tried).
     Failed(String),
     /// agentd is stopping.
     Stopped,
@@ -81,6 +82,8 @@ pub struct Server {
     /// A variable of agentd's environment (bearer tokens).
     secret: super::Lookup,
     catalog: Arc<Catalog>,
+    /// How long a failed server stays failed before a call tries it again.
+    retry_failed_after: Duration,
     state: Mutex<State>,
 }
 
@@ -108,6 +111,7 @@ impl Server {
         base_env: Arc<Vec<(OsString, OsString)>>,
         secret: super::Lookup,
         catalog: Arc<Catalog>,
+        retry_failed_after: Duration,
     ) -> Arc<Self> {
         Arc::new(Self {
             config,
@@ -116,6 +120,7 @@ impl Server {
             base_env,
             secret,
             catalog,
+            retry_failed_after,
             state: Mutex::new(State {
                 phase: Phase::Configured,
                 in_flight: 0,
@@ -164,16 +169,19 @@ impl Server {
                             ok: false,
                         });
                     }
-                    Phase::Failed(e) => {
+                    Phase::Failed(e) if !failure_is_old(&st, self.retry_failed_after) => {
                         return Err(format!(
-                            "MCP server {} failed ({e}); it is not started again until its \
-                             configuration changes or agentd restarts",
-                            self.config.name
+                            "MCP server {} failed ({e}); it is tried again {} s after its last \
+                             failure, or when its configuration changes",
+                            self.config.name,
+                            self.retry_failed_after.as_secs()
                         ));
                     }
                     Phase::Stopped => return Err("agentd is stopping".to_owned()),
                     Phase::Starting => st.started.clone(),
-                    Phase::Configured | Phase::Idle | Phase::Crashed(_) => {
+                    // A failure old enough gets one start (no backoff): a
+                    // crash puts it back to failed, a working call resets it.
+                    Phase::Configured | Phase::Idle | Phase::Crashed(_) | Phase::Failed(_) => {
                         let (tx, rx) = watch::channel(false);
                         st.phase = Phase::Starting;
                         st.started = Some(rx.clone());
@@ -509,6 +517,11 @@ fn record_crash(st: &mut State, why: String) {
     } else {
         Phase::Crashed(why)
     };
+}
+
+/// Whether a failed server's last failure is older than `after`.
+fn failure_is_old(st: &State, after: Duration) -> bool {
+    st.last_crash.is_some_and(|at| at.elapsed() >= after)
 }
 
 /// How long to wait before starting again after `crashes` crashes in a

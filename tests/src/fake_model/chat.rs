@@ -40,7 +40,9 @@ pub fn validate(body: &Value) -> Vec<String> {
                 }
             }
             Some("tool") if !m["content"].is_string() => {
-                errors.push(format!("messages[{i}]: a tool message's content must be a string"));
+                errors.push(format!(
+                    "messages[{i}]: a tool message's content must be a string"
+                ));
             }
             Some("tool") => match m["tool_call_id"].as_str() {
                 Some(id) if open.iter().any(|o| o == id) => open.retain(|o| o != id),

@@ -166,7 +166,10 @@ fn an_image_a_tool_returns_reaches_the_model_as_an_image() {
     let Some(bin) = everything() else { return };
     let env = with_everything(&bin);
     let model = FakeModel::start();
-    model.push(Reply::tool_call("mcp__everything__get-tiny-image", json!({})));
+    model.push(Reply::tool_call(
+        "mcp__everything__get-tiny-image",
+        json!({}),
+    ));
     let out = env.chat(&model, ["--auto"], "show me the logo\n");
     assert_code(&out, 0);
     model.assert_schema_clean();
@@ -177,7 +180,9 @@ fn an_image_a_tool_returns_reaches_the_model_as_an_image() {
         .find(|i| i["type"] == "function_call_output")
         .expect("the call's output was sent");
     // Responses: the output is a list of its text and the image.
-    let parts = output["output"].as_array().unwrap_or_else(|| panic!("{output}"));
+    let parts = output["output"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{output}"));
     assert_eq!(parts[0]["type"], "input_text", "{output}");
     let text = parts[0]["text"].as_str().unwrap();
     assert!(text.contains("Here's the image you requested"), "{text}");
@@ -211,7 +216,10 @@ fn an_image_reaches_a_chat_completions_server_after_the_tool_message() {
     env.extra_env
         .push(("AGENTX_PROVIDER".into(), "chat".into()));
     let model = FakeModel::start();
-    model.push(Reply::tool_call("mcp__everything__get-tiny-image", json!({})));
+    model.push(Reply::tool_call(
+        "mcp__everything__get-tiny-image",
+        json!({}),
+    ));
     let out = env.chat(&model, ["exec", "--auto", "show me the logo"], "");
     assert_code(&out, 0);
     let requests = model.requests();
@@ -223,7 +231,11 @@ fn an_image_reaches_a_chat_completions_server_after_the_tool_message() {
         .position(|m| m["role"] == "tool")
         .unwrap_or_else(|| panic!("{messages:#?}"));
     // A tool message takes text; the image follows as the user's.
-    assert!(messages[tool]["content"].is_string(), "{:?}", messages[tool]);
+    assert!(
+        messages[tool]["content"].is_string(),
+        "{:?}",
+        messages[tool]
+    );
     let image = &messages[tool + 1];
     assert_eq!(image["role"], "user", "{messages:#?}");
     assert_eq!(image["content"][1]["type"], "image_url", "{image}");
@@ -370,6 +382,60 @@ fn a_server_that_never_starts_ends_failed_not_in_a_loop() {
 }
 
 #[test]
+fn a_failed_server_is_tried_again_once_its_failure_is_old() {
+    let env = misbehaving("");
+    let fixed = env.root().join("fixed");
+    // `bad` exits at once until the file `fixed` exists, as a server
+    // missing a package does until it is installed.
+    let script = repo().join("tests/fixtures/mcp_misbehaving.py");
+    let markers = env.root().join("markers");
+    env.write_config(&format!(
+        "[mcp_servers.bad]\ncommand = \"sh\"\nargs = [\"-c\", {line:?}]\n\
+         env = {{ MARKER_DIR = {markers:?} }}\n",
+        line = format!(
+            "test -e '{}' || exit 3; exec python3 '{}'",
+            fixed.display(),
+            script.display()
+        ),
+        markers = markers.display().to_string(),
+    ));
+    let out = env
+        .agentx(["daemon", "start"])
+        .env("AGENTX_MCP_RETRY_FAILED_SEC", "6")
+        .output()
+        .unwrap();
+    assert_code(&out, 0);
+    let model = FakeModel::start();
+    let failed = |env: &TestEnv| {
+        let list = json_out(&env.run(["mcp", "list", "--json"]));
+        list[0]["state"] == "failed"
+    };
+    for _ in 0..8 {
+        if failed(&env) {
+            break;
+        }
+        let _ = call(&env, &model, "mcp__bad__pid", json!({}));
+    }
+    assert!(failed(&env), "never failed");
+    // Fixed, but failed moments ago: still refused, with when it is tried.
+    std::fs::write(&fixed, "").unwrap();
+    let out = call(&env, &model, "mcp__bad__pid", json!({}));
+    let err = stderr(&out);
+    assert!(
+        err.contains("tried again 6 s after its last failure"),
+        "{err}"
+    );
+    assert!(started(&env).is_empty());
+    // Once the failure is old, the next call starts it and is answered.
+    std::thread::sleep(Duration::from_millis(6200));
+    call(&env, &model, "mcp__bad__pid", json!({}));
+    let told = outputs(&model).pop().unwrap_or_default();
+    assert_eq!(pid_from(&told), started(&env)[0], "{told}");
+    let list = json_out(&env.run(["mcp", "list", "--json"]));
+    assert_eq!(list[0]["state"], "running", "{list}");
+}
+
+#[test]
 fn garbage_on_stdout_is_skipped_and_huge_output_is_cut() {
     let env = misbehaving("");
     let model = FakeModel::start();
@@ -440,12 +506,18 @@ fn a_folder_scoped_server_runs_once_per_folder_in_that_folder() {
     let here = call_in(&env, &model, &work, "mcp__bad__cwd");
     assert!(here.ends_with(&format!("cwd {}", work.display())), "{here}");
     let there = call_in(&env, &model, &other, "mcp__bad__cwd");
-    assert!(there.ends_with(&format!("cwd {}", other.display())), "{there}");
+    assert!(
+        there.ends_with(&format!("cwd {}", other.display())),
+        "{there}"
+    );
     let first = pid_from(&call_in(&env, &model, &work, "mcp__bad__pid"));
     let second = pid_from(&call_in(&env, &model, &other, "mcp__bad__pid"));
     assert_ne!(first, second, "one process served both folders");
     // The same folder again: the same process.
-    assert_eq!(pid_from(&call_in(&env, &model, &work, "mcp__bad__pid")), first);
+    assert_eq!(
+        pid_from(&call_in(&env, &model, &work, "mcp__bad__pid")),
+        first
+    );
     assert_eq!(started(&env).len(), 2, "{:?}", started(&env));
     // The listing names each folder's process.
     let list = json_out(&env.run(["mcp", "list", "--json"]));
