@@ -436,6 +436,43 @@ fn a_failed_server_is_tried_again_once_its_failure_is_old() {
 }
 
 #[test]
+fn ctrl_c_on_a_running_mcp_call_ends_the_turn_and_tells_the_server() {
+    let env = misbehaving("tool_timeout_sec = 600");
+    let model = FakeModel::start();
+    let child = env.chat_command(&model, ["--auto"], "TOOL mcp__bad__hang {}\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while marked(&env, "call-hang-").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the call never reached the server");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(stderr(&out).contains("interrupted"), "{}", stderr(&out));
+    // The server was told, and lives on for the next call.
+    let pid = started(&env)[0];
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while marked(&env, "cancelled-").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the server was never told to cancel");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(marked(&env, "cancelled-"), vec![pid]);
+    // The call is recorded as cancelled by the user, not left running:
+    // continuing the turn tells the model so.
+    let out = env.chat(&model, ["--on-pending", "continue", "--auto"], "");
+    assert_code(&out, 0);
+    let told = outputs(&model);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].contains("cancelled by the user"), "{told:?}");
+    // The same process answers the next call.
+    call(&env, &model, "mcp__bad__pid", json!({}));
+    assert_eq!(pid_from(outputs(&model).last().unwrap()), pid);
+}
+
+#[test]
 fn garbage_on_stdout_is_skipped_and_huge_output_is_cut() {
     let env = misbehaving("");
     let model = FakeModel::start();
