@@ -211,7 +211,7 @@ async fn run_reading(
                 let shown = shown_call(&call.arguments);
                 if folded {
                     ui.end_text();
-                    calls.insert(call.call_id, shown.clone());
+                    calls.insert(call.call_id, folded_label(&call.name, &call.arguments));
                 } else {
                     ui.info(&format!("» {}: {shown}", call.name));
                 }
@@ -221,9 +221,14 @@ async fn run_reading(
             Some(Event::ApprovalRequest(request)) => {
                 if folded {
                     // The call's line waits for its result: the question
-                    // shows the command whole now.
+                    // shows the command whole now (a shell command after
+                    // `$`; another tool's question names it).
+                    let shell = calls
+                        .get(&request.call_id)
+                        .is_none_or(|label| label.starts_with("$ "));
                     ui.info(&format!(
-                        "$ {}",
+                        "{}{}",
+                        if shell { "$ " } else { "" },
                         crate::show::visible_lines(&request.command)
                     ));
                 } else if shorten(&request.command) != request.command {
@@ -449,6 +454,23 @@ pub fn shown_call(arguments: &str) -> String {
     shorten(&command_of(arguments).unwrap_or_else(|| arguments.to_owned()))
 }
 
+/// A tool call's folded header at a terminal: `$ COMMAND` for the shell,
+/// `⚙ SERVER TOOL ARGUMENTS` for an MCP server's tool (`mcp__S__T`), the
+/// name and arguments for anything else.
+pub fn folded_label(name: &str, arguments: &str) -> String {
+    if name == "shell" {
+        return format!("$ {}", shown_call(arguments));
+    }
+    let shown = match name
+        .strip_prefix("mcp__")
+        .and_then(|rest| rest.split_once("__"))
+    {
+        Some((server, tool)) => format!("{server} {tool}"),
+        None => name.to_owned(),
+    };
+    format!("⚙ {shown} {}", shorten(arguments))
+}
+
 /// The line saying the answer is partial.
 pub fn cut_short_line(reason: &str) -> String {
     format!(
@@ -509,5 +531,23 @@ pub fn check(finished: &TurnFinished) -> CliResult<()> {
             "the turn failed: {}",
             finished.error
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::folded_label;
+
+    #[test]
+    fn a_folded_call_is_labelled_as_the_tool_it_is() {
+        assert_eq!(
+            folded_label("shell", r#"{"command":"cargo test"}"#),
+            "$ cargo test"
+        );
+        assert_eq!(
+            folded_label("mcp__docs__search", r#"{"q":"x"}"#),
+            r#"⚙ docs search {"q":"x"}"#
+        );
+        assert_eq!(folded_label("python", "{}"), "⚙ python {}");
     }
 }

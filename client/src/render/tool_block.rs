@@ -7,7 +7,8 @@ const GREEN: &str = "32";
 const RED: &str = "31";
 const DIM: &str = "2";
 
-/// The folded block of `shown` (the command as shown) and its `result`:
+/// The folded block of `shown` (the call's label, `$ COMMAND` for the
+/// shell: see `turn::folded_label`) and its `result`:
 /// `$ cargo test  ✓ exit 0 · 12 lines`, then the last `tail` lines.
 /// The command and output are made safe here; `styled` adds colour.
 pub fn lines(shown: &str, result: &ToolResultEvent, tail: usize, styled: bool) -> Vec<String> {
@@ -22,7 +23,7 @@ pub fn lines(shown: &str, result: &ToolResultEvent, tail: usize, styled: bool) -
     if !result.not_run.is_empty() {
         let why = crate::show::visible(&result.not_run);
         return vec![format!(
-            "$ {command}  {}",
+            "{command}  {}",
             paint(RED, &format!("✗ not run: {why}"))
         )];
     }
@@ -45,7 +46,7 @@ pub fn lines(shown: &str, result: &ToolResultEvent, tail: usize, styled: bool) -
     let output: Vec<&str> = result.output.lines().skip(1).collect();
     let size = agentx_shared::plural::count(output.len() as u64, "line");
     let mut out = vec![format!(
-        "$ {command}  {mark} {}",
+        "{command}  {mark} {}",
         paint(DIM, &format!("· {size}"))
     )];
     if result.denied {
@@ -87,7 +88,7 @@ mod tests {
             (1..=12).map(|n| format!("{n}\n")).collect::<String>()
         );
         assert_eq!(
-            lines("seq 1 12", &result(Some(0), &output), 3, false),
+            lines("$ seq 1 12", &result(Some(0), &output), 3, false),
             [
                 "$ seq 1 12  ✓ exit 0 · 12 lines",
                 "  … 9 earlier lines",
@@ -97,7 +98,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            lines("false", &result(Some(1), "exit code 1\n"), 3, true),
+            lines("$ false", &result(Some(1), "exit code 1\n"), 3, true),
             ["$ false  \x1b[31m✗ exit 1\x1b[0m \x1b[2m· 0 lines\x1b[0m"]
         );
     }
@@ -110,12 +111,12 @@ mod tests {
             ..ToolResultEvent::default()
         };
         assert_eq!(
-            lines("rm -rf x", &declined, 3, false),
+            lines("$ rm -rf x", &declined, 3, false),
             ["$ rm -rf x  ✗ declined · 0 lines"]
         );
         assert_eq!(
             lines(
-                "sleep 9",
+                "$ sleep 9",
                 &result(None, "killed\nz\x1b]52;c;aGk=\x07\n"),
                 3,
                 false
@@ -127,7 +128,7 @@ mod tests {
             ..ToolResultEvent::default()
         };
         assert_eq!(
-            lines("{}", &not_run, 3, false),
+            lines("$ {}", &not_run, 3, false),
             ["$ {}  ✗ not run: unknown tool \"python\""]
         );
     }

@@ -442,7 +442,10 @@ fn ctrl_c_on_a_running_mcp_call_ends_the_turn_and_tells_the_server() {
     let child = env.chat_command(&model, ["--auto"], "TOOL mcp__bad__hang {}\n");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while marked(&env, "call-hang-").is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the call never reached the server");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never reached the server"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     nix::sys::signal::kill(
@@ -456,7 +459,10 @@ fn ctrl_c_on_a_running_mcp_call_ends_the_turn_and_tells_the_server() {
     let pid = started(&env)[0];
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while marked(&env, "cancelled-").is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the server was never told to cancel");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server was never told to cancel"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(marked(&env, "cancelled-"), vec![pid]);
@@ -741,4 +747,26 @@ fn mcp_add_get_and_remove_edit_config_toml_and_keep_the_rest() {
     assert_code(&env.run(["mcp", "remove", "docs"]), 2);
     let list = json_out(&env.run(["mcp", "list", "--json"]));
     assert_eq!(list, json!([]));
+}
+
+#[test]
+fn slash_status_in_the_repl_shows_each_server_and_its_state() {
+    let env = misbehaving("");
+    let model = FakeModel::start();
+    let Some(pane) = agentx_tests::tmux::Pane::start(&env, &model, &["--auto"]) else {
+        return;
+    };
+    pane.wait_for("›");
+    // Configured, never started: no process yet.
+    pane.line("/status");
+    pane.wait_for("mcp:      bad  configured");
+    pane.line("TOOL mcp__bad__pid {}");
+    // Folded as the server's tool, not as a shell command.
+    let screen = pane.wait_for("⚙ bad pid {}  ✓ exit 0");
+    let pid = started(&env);
+    assert_eq!(pid.len(), 1, "{screen}");
+    pane.wait_for_n("›", 3);
+    pane.line("/status");
+    let screen = pane.wait_for(&format!("bad  running (pid {}, up ", pid[0]));
+    assert!(screen.contains("0 calls in flight"), "{screen}");
 }
