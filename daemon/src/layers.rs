@@ -9,7 +9,8 @@
 //!    environment, read once at start), `durable` (atomic file writing),
 //!    `shutdown` (the one stop handle), `cli`, `authority`, `listener`,
 //!    `peer`, `pidlock`, `logging`, `spawner` (the thread that forks
-//!    children that must not outlive agentd).
+//!    children that must not outlive agentd), `supervisor` (the process
+//!    between agentd and a tool command or MCP server).
 //! 2. `store` (conversations on disk) and `snapshot` (folder snapshots),
 //!    independent of each other. The store announces its changes
 //!    (`store::Changed`) to subscribers it is handed and knows none of them.
@@ -41,10 +42,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("priority", &[]),
     ("shutdown", &[]),
     ("spawner", &[]),
+    ("supervisor", &[]),
     ("store", &["durable", "environment", "priority"]),
     ("snapshot", &["durable", "environment", "priority"]),
     ("search", &["store", "memory"]),
-    ("mcp", &["spawner", "durable"]),
+    ("mcp", &["spawner", "supervisor", "durable"]),
     (
         "remote",
         &["store", "durable", "environment", "search::Hit"],
@@ -57,6 +59,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "environment",
             "shutdown",
             "spawner",
+            "supervisor",
             "mcp",
             "remote::redact_userinfo",
         ],

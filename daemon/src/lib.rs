@@ -85,6 +85,7 @@ mod shutdown;
 mod snapshot;
 mod spawner;
 mod store;
+mod supervisor;
 mod turn;
 
 use std::process::ExitCode;

@@ -1,6 +1,7 @@
-//! One stdio MCP server process: forked by agentd's spawner thread with a
-//! death signal (it never outlives agentd), in its own process group, and
-//! ended in steps (stdin closed, then SIGTERM, then SIGKILL).
+//! One stdio MCP server process: run under a supervisor (see `supervisor`)
+//! forked by agentd's spawner thread with a death signal, so neither it nor
+//! what it starts outlives agentd; in a process group of its own, and ended
+//! in steps (stdin closed, then SIGTERM, then SIGKILL).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt as _;
@@ -28,34 +29,68 @@ pub fn base_environment(var: impl Fn(&str) -> Option<OsString>) -> Vec<(OsString
         .collect()
 }
 
-/// Starts `command args` with piped stdin and stdout (stderr goes nowhere:
-/// a chatty server cannot fill a pipe nobody reads).
+/// Starts `command args` under its supervisor, with piped stdin and stdout
+/// (stderr goes nowhere: a chatty server cannot fill a pipe nobody reads).
+/// The child is the supervisor: [`server_pid`] finds the server.
 pub async fn spawn(
     command: &str,
     args: &[String],
     env: impl Iterator<Item = (OsString, OsString)>,
     cwd: &Path,
 ) -> std::io::Result<tokio::process::Child> {
-    let mut cmd = std::process::Command::new(command);
-    cmd.args(args)
-        .env_clear()
+    let env: Vec<(OsString, OsString)> = env.collect();
+    let path = env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| v);
+    if !runnable(command, path, cwd) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            if command.contains('/') {
+                "no such program (or not executable)"
+            } else {
+                "not found in the server's PATH"
+            },
+        ));
+    }
+    let mut cmd = crate::supervisor::server_command(command, args, std::process::id());
+    cmd.env_clear()
         .envs(env)
         .current_dir(cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     // SAFETY: setpgid and prctl are async-signal-safe and touch only the
-    // child. Its own group lets agentd signal what it started too; the
-    // death signal comes from the spawner thread, which lives as long as
-    // agentd, so a killed agentd leaves no server behind.
+    // child. Its own group (the server's too) lets agentd signal both; the
+    // death signal (SIGTERM: the supervisor then kills all the server
+    // started) comes from the spawner thread, which lives as long as
+    // agentd, so a killed agentd leaves no process of a server behind.
     unsafe {
         cmd.pre_exec(|| {
             nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))
                 .map_err(std::io::Error::from)?;
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)
         });
     }
     crate::spawner::spawn(cmd).await
+}
+
+/// The server's own pid under supervisor `supervisor` (the supervisor's
+/// when it cannot be told).
+pub fn server_pid(supervisor: u32) -> u32 {
+    crate::supervisor::server_pid(supervisor).unwrap_or(supervisor)
+}
+
+/// Whether `program` can be started: a path to an executable file
+/// (relative to `cwd`), or a name found so on `path`.
+fn runnable(program: &str, path: Option<&OsString>, cwd: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return executable(&cwd.join(program));
+    }
+    path.is_some_and(|path| {
+        std::env::split_paths(path).any(|dir| executable(&cwd.join(dir).join(program)))
+    })
 }
 
 /// Ends `child` (whose stdin the caller has closed): waits [`GRACE`], then

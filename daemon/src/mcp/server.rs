@@ -274,10 +274,10 @@ impl Server {
         let mut child = super::process::spawn(command, args, vars, &cwd)
             .await
             .map_err(|e| format!("cannot start {command:?}: {e}"))?;
-        let pid = child.id();
+        let supervisor = child.id();
         // Until the owner task has it, a start given up on (timed out)
         // kills what it started.
-        let mut orphan = KillOnDrop(pid);
+        let mut orphan = KillOnDrop(supervisor);
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             let _ = child.kill().await;
             orphan.0 = None;
@@ -292,6 +292,8 @@ impl Server {
             }
         };
         let peer = service.peer().clone();
+        // It answered: it runs, under its supervisor.
+        let pid = supervisor.map(super::process::server_pid);
         let (stop_tx, stop_rx) = oneshot::channel();
         let (gone_tx, gone_rx) = watch::channel(false);
         let conn = Arc::new(Conn {

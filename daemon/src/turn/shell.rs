@@ -6,7 +6,7 @@
 
 mod output;
 pub mod sandbox;
-mod supervisor;
+use crate::supervisor;
 
 use output::Bounded;
 pub use output::{Environment, Outcome};

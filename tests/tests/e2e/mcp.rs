@@ -605,6 +605,45 @@ fn killing_agentd_leaves_no_server_behind() {
 }
 
 #[test]
+fn killing_agentd_leaves_no_process_a_server_started_behind() {
+    // As `npx pkg` runs node: the server proper is a grandchild of agentd
+    // (here `sh` forks python and waits), and outlives the end of its stdin.
+    let env = TestEnv::new();
+    let markers = env.root().join("markers");
+    std::fs::create_dir_all(&markers).unwrap();
+    let script = repo().join("tests/fixtures/mcp_misbehaving.py");
+    env.write_config(&format!(
+        "[mcp_servers.bad]\ncommand = \"sh\"\nargs = [\"-c\", {line:?}]\n\
+         env = {{ MARKER_DIR = {markers:?}, STUBBORN = \"1\" }}\n",
+        line = format!("python3 '{}'; exit 0", script.display()),
+        markers = markers.display().to_string(),
+    ));
+    let model = FakeModel::start();
+    assert_code(&call(&env, &model, "mcp__bad__pid", json!({})), 0);
+    let pid = started(&env)[0];
+    // `mcp list` names the process agentd started (here `sh`), not a
+    // supervisor of agentd's.
+    let list = json_out(&env.run(["mcp", "list", "--json"]));
+    let shown = list[0]["pid"].as_i64().unwrap_or_default();
+    let parent = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let ppid: i64 = parent
+        .rsplit(") ")
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(shown, ppid, "{list}");
+    env.kill_daemons();
+    assert!(
+        wait_pid_gone(pid, Duration::from_secs(10)),
+        "the server's own child outlived a killed agentd"
+    );
+}
+
+#[test]
 fn daemon_stop_ends_each_server() {
     let env = misbehaving("");
     let model = FakeModel::start();

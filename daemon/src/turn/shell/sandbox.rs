@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 /// The variable that names the supervisor's ruleset descriptor (removed
 /// before `sh`).
-pub(super) const ENV: &str = "AGENTD_SANDBOX_FD";
+pub(super) use crate::supervisor::SANDBOX_FD_ENV as ENV;
 
 /// The test hook: `AGENTX_SANDBOX_ABI=N` makes agentd act as if the kernel
 /// offered Landlock ABI N at most (0: none).
@@ -109,30 +109,6 @@ impl Rules {
         }
         Ok(created.into())
     }
-}
-
-/// Confines this process (and all it starts) with the ruleset `fd`
-/// names: from here on the kernel refuses the rest. The errno on failure.
-pub(super) fn enforce(fd: i32) -> Result<(), i32> {
-    let last = || {
-        std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL)
-    };
-    // SAFETY: prctl and landlock_restrict_self take plain integers; the
-    // descriptor is ours (inherited for this) and closed after.
-    unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            return Err(last());
-        }
-        let done = libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32);
-        let errno = last();
-        libc::close(fd);
-        if done != 0 {
-            return Err(errno);
-        }
-    }
-    Ok(())
 }
 
 /// Grants `access` on `path` (file rights only for a file); a path that

@@ -372,3 +372,31 @@ async fn a_command_outlives_the_thread_that_asked_for_it() {
     assert_eq!(ended.status, Some(Some(0)));
     assert_eq!(ended.output.finish(), "SURVIVED\n");
 }
+
+/// A command starts with no signal blocked and none ignored but what its
+/// caller's shell would: the supervisor waits for signals with them
+/// blocked, and none of that may reach the command (a `timeout` inside it
+/// could not stop what it runs).
+#[tokio::test]
+async fn a_command_starts_with_no_signal_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sh(
+        "grep -E '^Sig(Blk|Ign)' /proc/self/status",
+        dir.path(),
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(
+        out.output.contains("SigBlk:\t0000000000000000"),
+        "{}",
+        out.output
+    );
+    // SIGPIPE (bit 13) is not ignored either.
+    let ignored = out
+        .output
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:\t"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap();
+    assert_eq!(ignored & (1 << 12), 0, "{}", out.output);
+}
