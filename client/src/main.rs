@@ -10,6 +10,7 @@ mod context;
 mod error;
 mod first_run;
 mod history;
+mod live;
 #[cfg(test)]
 mod message_text;
 mod pager;

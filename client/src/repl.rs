@@ -35,6 +35,8 @@ struct Chat<'a> {
     failures: u32,
     /// `[a]lways` holds for this conversation (as last known).
     always: bool,
+    /// The context meter after the last turn ("" before the first).
+    meter: String,
 }
 
 pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
@@ -57,6 +59,7 @@ pub async fn run_with(ctx: &Ctx, target: Target, first: Option<String>) -> CliRe
         ui,
         failures: 0,
         always: false,
+        meter: String::new(),
     };
     chat.resolve_interrupted(opened).await?;
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
@@ -181,6 +184,7 @@ impl<'a> Chat<'a> {
             ui: Ui::new(),
             failures: 0,
             always: false,
+            meter: String::new(),
         }
     }
 }
@@ -324,6 +328,9 @@ impl Chat<'_> {
             shell_environment: Some((&config.shell_environment).into()),
             sandbox: Some((&self.ctx.sandbox(config)).into()),
         };
+        if self.ui.interactive {
+            self.ui.status = self.pane_status();
+        }
         let (finished, ran_on) =
             match turn::run(&self.ctx.channel(), start.clone(), &mut self.ui).await {
                 // agentd was stopped, restarted or replaced since the last
@@ -344,6 +351,7 @@ impl Chat<'_> {
             && finished.end_kind != TurnEndKind::Refused as i32
         {
             let meter = agentx_shared::context::Meter::from(meter).line();
+            self.meter.clone_from(&meter);
             if self.ui.interactive {
                 let line = self.status_line(&meter);
                 self.ui.info(&line);
@@ -382,6 +390,43 @@ impl Chat<'_> {
             )));
         }
         turn::check(&finished)
+    }
+
+    /// The composer pane's status line while a turn runs: model, approval
+    /// mode, sandbox mode, the conversation's title, the last context meter.
+    fn pane_status(&mut self) -> String {
+        let (model, approval, sandbox) = self.modes();
+        let mut line = format!("{model} · approval {approval} · sandbox {sandbox}");
+        if !self.session.title.is_empty() {
+            line.push_str(&format!(
+                " · {}",
+                crate::show::one_line(&self.session.title, 60)
+            ));
+        }
+        if !self.meter.is_empty() {
+            line.push_str(&format!(" · {}", self.meter));
+        }
+        line
+    }
+
+    /// The model, approval mode and sandbox mode, as the status shows them.
+    fn modes(&mut self) -> (String, String, &'static str) {
+        if std::mem::take(&mut self.ui.answered_always) {
+            self.always = true;
+        }
+        let model = self
+            .ctx
+            .global
+            .model
+            .clone()
+            .or_else(|| Some(self.session.model.clone()).filter(|m| !m.is_empty()))
+            .unwrap_or_else(|| self.config.model.clone());
+        let approval = crate::render::human::approval_mode(mode_name(self.policy), self.always);
+        (
+            model,
+            approval,
+            self.ctx.sandbox(&self.config).mode.as_str(),
+        )
     }
 
     /// The line after each turn at a terminal: context meter, model,
