@@ -644,6 +644,25 @@ impl Chat<'_> {
     }
 }
 
+/// An answer as the resume replay shows it at a terminal: rendered as
+/// Markdown, its first [`REPLAY_LINES`] lines.
+fn replayed_markdown(answer: &str) -> String {
+    let styled = crate::ui::color_wanted();
+    let mut lines = crate::render::markdown::terminal::lines_unhighlighted(answer, styled);
+    while lines.last().is_some_and(|l| l.trim().is_empty()) {
+        lines.pop();
+    }
+    if lines.len() <= REPLAY_LINES {
+        return lines.join("\n");
+    }
+    let more = lines.len() - REPLAY_LINES;
+    format!(
+        "{}\n  … {}",
+        lines[..REPLAY_LINES].join("\n"),
+        agentx_shared::plural::count(more, "more line")
+    )
+}
+
 /// Opens a conversation and shows where it stands.
 async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
     let reply = ctx
@@ -662,6 +681,8 @@ async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
         .session
         .ok_or_else(|| CliError::failed("agentd returned no conversation"))?;
     let mut shown = String::new();
+    // At a terminal, answers are shown as Markdown (as they streamed).
+    let as_markdown = ui.interactive && ui.stream;
     let last = reply.recent.len().saturating_sub(1);
     for (n, exchange) in reply.recent.iter().enumerate() {
         if !exchange.boundary.is_empty() {
@@ -671,8 +692,11 @@ async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
         let user = crate::show::first_lines(&visible_lines(&exchange.user), REPLAY_LINES);
         shown.push_str(&format!("› {user}\n"));
         if !exchange.assistant.is_empty() {
-            let answer =
-                crate::show::first_lines(&visible_lines(&exchange.assistant), REPLAY_LINES);
+            let answer = if as_markdown {
+                replayed_markdown(&exchange.assistant)
+            } else {
+                crate::show::first_lines(&visible_lines(&exchange.assistant), REPLAY_LINES)
+            };
             shown.push_str(&format!("{answer}\n"));
         } else if n == last {
             // The last turn did not finish: say so rather than show it
