@@ -189,8 +189,10 @@ impl<'a> Chat<'a> {
     }
 }
 
-/// `agentx compact [--focus TEXT]`: compacts the conversation's context now.
-pub async fn compact(ctx: &Ctx, focus: &str) -> CliResult<()> {
+/// `agentx compact [--focus TEXT] [--from N]`: compacts the conversation's
+/// context now; from message N on only (1 = the latest), keeping what
+/// came before it as it is.
+pub async fn compact(ctx: &Ctx, focus: &str, from: Option<u32>) -> CliResult<()> {
     let config = ctx.config()?;
     let status = ctx.status("").await?;
     if status.session_id.is_empty() || status.turns == 0 {
@@ -198,9 +200,29 @@ pub async fn compact(ctx: &Ctx, focus: &str) -> CliResult<()> {
             "this folder's conversation has nothing to compact yet",
         ));
     }
+    let keep = match from {
+        Some(n) => summarized_from(ctx, &status.session_id, n).await?,
+        None => 0,
+    };
     Chat::outside(ctx, config, ApprovalPolicy::Never, &status.session_id)
-        .turn(Some(focus), Resolve::Compact)
+        .turn_keeping(Some(focus), Resolve::Compact, keep)
         .await
+}
+
+/// The transcript items kept when conversation `session` is summarized from
+/// message `n` on (1 = the latest; the rewind numbering): those before it.
+pub async fn summarized_from(ctx: &Ctx, session: &str, n: u32) -> CliResult<u64> {
+    let (_, messages, _) = crate::commands::snapshots::rewind_to::listed(ctx, session).await?;
+    let count = messages.len();
+    let message = n
+        .checked_sub(1)
+        .and_then(|i| messages.into_iter().nth(i as usize))
+        .ok_or_else(|| {
+            CliError::failed(format!(
+                "no message {n} of this conversation to summarize from (it has {count}; 1 is the last)"
+            ))
+        })?;
+    Ok(message.checkpoint.map_or(0, |cp| cp.transcript_len))
 }
 
 /// `/model NAME`: sets the conversation's model ("": the configured one).
@@ -306,6 +328,17 @@ impl Chat<'_> {
 
     /// Runs one turn: a message, or a retry/continue of the last one.
     async fn turn(&mut self, message: Option<&str>, resolve: Resolve) -> CliResult<()> {
+        self.turn_keeping(message, resolve, 0).await
+    }
+
+    /// [`Chat::turn`]; a compaction keeps the first `keep` transcript items
+    /// as they are (0: it compacts all).
+    async fn turn_keeping(
+        &mut self,
+        message: Option<&str>,
+        resolve: Resolve,
+        keep: u64,
+    ) -> CliResult<()> {
         let config = &self.config;
         let start = TurnStart {
             scope: self.ctx.scope(),
@@ -327,6 +360,7 @@ impl Chat<'_> {
             max_steps: config.max_tool_steps.unwrap_or(0),
             shell_environment: Some((&config.shell_environment).into()),
             sandbox: Some((&self.ctx.sandbox(config)).into()),
+            compact_after_items: keep,
         };
         if self.ui.interactive {
             self.ui.status = self.pane_status();
