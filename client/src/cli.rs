@@ -190,6 +190,10 @@ pub enum Command {
         /// What the summary should focus on.
         #[arg(long, value_name = "TEXT")]
         focus: Option<String>,
+        /// Summarize only from message N on (1 = the latest, as `rewind
+        /// --to` numbers them); what came before stays as it is.
+        #[arg(long, value_name = "N")]
+        from: Option<u32>,
     },
     /// Delete the current conversation's stored state and start fresh.
     Clear {

@@ -10,6 +10,7 @@ mod context;
 mod error;
 mod first_run;
 mod history;
+mod live;
 #[cfg(test)]
 mod message_text;
 mod pager;
@@ -196,7 +197,9 @@ async fn dispatch(ctx: &Ctx, command: Command) -> CliResult<()> {
             commands::checkpoints::rollback_command(ctx, index, undo).await
         }
         Command::Retry { new_chain } => repl::retry(ctx, new_chain).await,
-        Command::Compact { focus } => repl::compact(ctx, focus.as_deref().unwrap_or("")).await,
+        Command::Compact { focus, from } => {
+            repl::compact(ctx, focus.as_deref().unwrap_or(""), from).await
+        }
         Command::Snapshots { json } => commands::snapshots::list(ctx, json).await,
         Command::Snapshot { label } => commands::snapshots::take(ctx, label).await,
         Command::Diff {

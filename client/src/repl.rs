@@ -35,6 +35,8 @@ struct Chat<'a> {
     failures: u32,
     /// `[a]lways` holds for this conversation (as last known).
     always: bool,
+    /// The context meter after the last turn ("" before the first).
+    meter: String,
 }
 
 pub async fn run(ctx: &Ctx, target: Target) -> CliResult<()> {
@@ -57,6 +59,7 @@ pub async fn run_with(ctx: &Ctx, target: Target, first: Option<String>) -> CliRe
         ui,
         failures: 0,
         always: false,
+        meter: String::new(),
     };
     chat.resolve_interrupted(opened).await?;
     let home = std::env::var_os("HOME").filter(|h| !h.is_empty());
@@ -181,12 +184,15 @@ impl<'a> Chat<'a> {
             ui: Ui::new(),
             failures: 0,
             always: false,
+            meter: String::new(),
         }
     }
 }
 
-/// `agentx compact [--focus TEXT]`: compacts the conversation's context now.
-pub async fn compact(ctx: &Ctx, focus: &str) -> CliResult<()> {
+/// `agentx compact [--focus TEXT] [--from N]`: compacts the conversation's
+/// context now; from message N on only (1 = the latest), keeping what
+/// came before it as it is.
+pub async fn compact(ctx: &Ctx, focus: &str, from: Option<u32>) -> CliResult<()> {
     let config = ctx.config()?;
     let status = ctx.status("").await?;
     if status.session_id.is_empty() || status.turns == 0 {
@@ -194,9 +200,29 @@ pub async fn compact(ctx: &Ctx, focus: &str) -> CliResult<()> {
             "this folder's conversation has nothing to compact yet",
         ));
     }
+    let keep = match from {
+        Some(n) => summarized_from(ctx, &status.session_id, n).await?,
+        None => 0,
+    };
     Chat::outside(ctx, config, ApprovalPolicy::Never, &status.session_id)
-        .turn(Some(focus), Resolve::Compact)
+        .turn_keeping(Some(focus), Resolve::Compact, keep)
         .await
+}
+
+/// The transcript items kept when conversation `session` is summarized from
+/// message `n` on (1 = the latest; the rewind numbering): those before it.
+pub async fn summarized_from(ctx: &Ctx, session: &str, n: u32) -> CliResult<u64> {
+    let (_, messages, _) = crate::commands::snapshots::rewind_to::listed(ctx, session).await?;
+    let count = messages.len();
+    let message = n
+        .checked_sub(1)
+        .and_then(|i| messages.into_iter().nth(i as usize))
+        .ok_or_else(|| {
+            CliError::failed(format!(
+                "no message {n} of this conversation to summarize from (it has {count}; 1 is the last)"
+            ))
+        })?;
+    Ok(message.checkpoint.map_or(0, |cp| cp.transcript_len))
 }
 
 /// `/model NAME`: sets the conversation's model ("": the configured one).
@@ -302,6 +328,17 @@ impl Chat<'_> {
 
     /// Runs one turn: a message, or a retry/continue of the last one.
     async fn turn(&mut self, message: Option<&str>, resolve: Resolve) -> CliResult<()> {
+        self.turn_keeping(message, resolve, 0).await
+    }
+
+    /// [`Chat::turn`]; a compaction keeps the first `keep` transcript items
+    /// as they are (0: it compacts all).
+    async fn turn_keeping(
+        &mut self,
+        message: Option<&str>,
+        resolve: Resolve,
+        keep: u64,
+    ) -> CliResult<()> {
         let config = &self.config;
         let start = TurnStart {
             scope: self.ctx.scope(),
@@ -323,7 +360,11 @@ impl Chat<'_> {
             max_steps: config.max_tool_steps.unwrap_or(0),
             shell_environment: Some((&config.shell_environment).into()),
             sandbox: Some((&self.ctx.sandbox(config)).into()),
+            compact_after_items: keep,
         };
+        if self.ui.interactive {
+            self.ui.status = self.pane_status();
+        }
         let (finished, ran_on) =
             match turn::run(&self.ctx.channel(), start.clone(), &mut self.ui).await {
                 // agentd was stopped, restarted or replaced since the last
@@ -344,6 +385,7 @@ impl Chat<'_> {
             && finished.end_kind != TurnEndKind::Refused as i32
         {
             let meter = agentx_shared::context::Meter::from(meter).line();
+            self.meter.clone_from(&meter);
             if self.ui.interactive {
                 let line = self.status_line(&meter);
                 self.ui.info(&line);
@@ -382,6 +424,43 @@ impl Chat<'_> {
             )));
         }
         turn::check(&finished)
+    }
+
+    /// The composer pane's status line while a turn runs: model, approval
+    /// mode, sandbox mode, the conversation's title, the last context meter.
+    fn pane_status(&mut self) -> String {
+        let (model, approval, sandbox) = self.modes();
+        let mut line = format!("{model} · approval {approval} · sandbox {sandbox}");
+        if !self.session.title.is_empty() {
+            line.push_str(&format!(
+                " · {}",
+                crate::show::one_line(&self.session.title, 60)
+            ));
+        }
+        if !self.meter.is_empty() {
+            line.push_str(&format!(" · {}", self.meter));
+        }
+        line
+    }
+
+    /// The model, approval mode and sandbox mode, as the status shows them.
+    fn modes(&mut self) -> (String, String, &'static str) {
+        if std::mem::take(&mut self.ui.answered_always) {
+            self.always = true;
+        }
+        let model = self
+            .ctx
+            .global
+            .model
+            .clone()
+            .or_else(|| Some(self.session.model.clone()).filter(|m| !m.is_empty()))
+            .unwrap_or_else(|| self.config.model.clone());
+        let approval = crate::render::human::approval_mode(mode_name(self.policy), self.always);
+        (
+            model,
+            approval,
+            self.ctx.sandbox(&self.config).mode.as_str(),
+        )
     }
 
     /// The line after each turn at a terminal: context meter, model,
@@ -599,6 +678,25 @@ impl Chat<'_> {
     }
 }
 
+/// An answer as the resume replay shows it at a terminal: rendered as
+/// Markdown, its first [`REPLAY_LINES`] lines.
+fn replayed_markdown(answer: &str) -> String {
+    let styled = crate::ui::color_wanted();
+    let mut lines = crate::render::markdown::terminal::lines_unhighlighted(answer, styled);
+    while lines.last().is_some_and(|l| l.trim().is_empty()) {
+        lines.pop();
+    }
+    if lines.len() <= REPLAY_LINES {
+        return lines.join("\n");
+    }
+    let more = lines.len() - REPLAY_LINES;
+    format!(
+        "{}\n  … {}",
+        lines[..REPLAY_LINES].join("\n"),
+        agentx_shared::plural::count(more, "more line")
+    )
+}
+
 /// Opens a conversation and shows where it stands.
 async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
     let reply = ctx
@@ -617,6 +715,8 @@ async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
         .session
         .ok_or_else(|| CliError::failed("agentd returned no conversation"))?;
     let mut shown = String::new();
+    // At a terminal, answers are shown as Markdown (as they streamed).
+    let as_markdown = ui.interactive && ui.stream;
     let last = reply.recent.len().saturating_sub(1);
     for (n, exchange) in reply.recent.iter().enumerate() {
         if !exchange.boundary.is_empty() {
@@ -626,8 +726,11 @@ async fn open(ctx: &Ctx, target: Target, ui: &mut Ui) -> CliResult<Opened> {
         let user = crate::show::first_lines(&visible_lines(&exchange.user), REPLAY_LINES);
         shown.push_str(&format!("› {user}\n"));
         if !exchange.assistant.is_empty() {
-            let answer =
-                crate::show::first_lines(&visible_lines(&exchange.assistant), REPLAY_LINES);
+            let answer = if as_markdown {
+                replayed_markdown(&exchange.assistant)
+            } else {
+                crate::show::first_lines(&visible_lines(&exchange.assistant), REPLAY_LINES)
+            };
             shown.push_str(&format!("{answer}\n"));
         } else if n == last {
             // The last turn did not finish: say so rather than show it

@@ -114,20 +114,58 @@ pub async fn run(
     ui: &mut Ui,
 ) -> CliResult<(TurnFinished, String)> {
     // Keys pressed during the turn are read here, never echoed into it.
-    let partial = std::mem::take(&mut ui.typed.partial);
-    let mut keys = Some(TypeAhead::start(ui.interactive, partial));
+    let mut keys = Some(Reading::start(ui));
     let result = run_reading(channel, start, ui, &mut keys).await;
     if let Some(keys) = keys {
-        ui.take_typed(keys.finish());
+        keys.finish(ui);
     }
+    ui.end_live();
     ui.set_typing("");
     result
 }
 
+/// How the keys of a running turn are read: into the composer's pane, or
+/// the plain way (typed lines shown under the spinner).
+enum Reading {
+    Live(crate::live::keys::Keys),
+    Plain(TypeAhead),
+}
+
+/// A key read during a turn.
+enum Got {
+    Key(Key),
+    Event(crossterm::event::Event),
+}
+
+impl Reading {
+    /// Starts reading: the composer where the terminal can take it.
+    fn start(ui: &mut Ui) -> Self {
+        if ui.start_live() {
+            return Self::Live(crate::live::keys::Keys::start());
+        }
+        ui.end_live();
+        let partial = std::mem::take(&mut ui.typed.partial);
+        Self::Plain(TypeAhead::start(ui.interactive, partial))
+    }
+
+    /// Stops reading; what was typed is kept in `ui`.
+    fn finish(self, ui: &mut Ui) {
+        match self {
+            Self::Plain(keys) => ui.take_typed(keys.finish()),
+            Self::Live(keys) => {
+                for event in keys.finish() {
+                    ui.live_event(&event);
+                }
+            }
+        }
+    }
+}
+
 /// The next key of a running turn that asks for something.
-async fn next_key(keys: &mut Option<TypeAhead>) -> Key {
+async fn next_key(keys: &mut Option<Reading>) -> Got {
     match keys {
-        Some(keys) => keys.next().await,
+        Some(Reading::Plain(keys)) => Got::Key(keys.next().await),
+        Some(Reading::Live(keys)) => Got::Event(keys.next().await),
         None => std::future::pending().await,
     }
 }
@@ -137,7 +175,7 @@ async fn run_reading(
     channel: &Channel,
     start: TurnStart,
     ui: &mut Ui,
-    keys: &mut Option<TypeAhead>,
+    keys: &mut Option<Reading>,
 ) -> CliResult<(TurnFinished, String)> {
     let mut ran_on = start.session_id.clone();
     let send = input;
@@ -158,6 +196,8 @@ async fn run_reading(
     // the spinner names it.
     let folded = ui.stream && std::io::stderr().is_terminal();
     let mut calls: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    // The pane's spinner and timer move on.
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
     loop {
         let message = tokio::select! {
             m = events.message() => m,
@@ -167,7 +207,23 @@ async fn run_reading(
                 let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
                 continue;
             }
+            _ = tick.tick(), if ui.live_up() => {
+                ui.redraw();
+                continue;
+            }
             key = next_key(keys) => {
+                let key = match key {
+                    Got::Key(key) => key,
+                    Got::Event(event) => {
+                        let asked = ui.live_event(&event);
+                        if asked == crate::live::composer::Asked::Interrupt && !cancelled {
+                            cancelled = true;
+                            ui.info("cancelling the turn…");
+                            let _ = tx.send(send(turn_input::Input::Cancel(true))).await;
+                        }
+                        continue;
+                    }
+                };
                 match key {
                     Key::Interrupt if !cancelled => {
                         cancelled = true;
@@ -249,11 +305,11 @@ async fn run_reading(
                 }
                 // The question reads its own key: the reader pauses.
                 if let Some(reading) = keys.take() {
-                    ui.take_typed(reading.finish());
+                    reading.finish(ui);
                 }
+                ui.put_live_aside();
                 let decision = ask_approval(ui).await;
-                let partial = std::mem::take(&mut ui.typed.partial);
-                *keys = Some(TypeAhead::start(ui.interactive, partial));
+                *keys = Some(Reading::start(ui));
                 if decision == approval_decision::Decision::Unspecified {
                     cancelled = true;
                     let _ = tx.send(send(turn_input::Input::Cancel(true))).await;

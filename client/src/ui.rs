@@ -93,6 +93,12 @@ pub struct Ui {
     enter: Option<crate::typeahead::EnterStaysEnter>,
     /// The streamed answer, rendered as Markdown a block at a time.
     markdown: Option<crate::render::markdown::stream::Stream>,
+    /// The composer and its pane while a turn runs (a terminal only).
+    live: Option<crate::live::Live>,
+    /// The spinner's line is shown (in the pane), since when, with a timer.
+    spin_on: Option<(std::time::Instant, bool)>,
+    /// The pane's last line: model, approval mode, sandbox, title, meter.
+    pub status: String,
 }
 
 impl Ui {
@@ -148,7 +154,149 @@ impl Ui {
                 .then(crate::typeahead::EnterStaysEnter::start)
                 .flatten(),
             markdown: None,
+            live: None,
+            spin_on: None,
+            status: String::new(),
         }
+    }
+
+    /// Puts the composer up for a turn, at a terminal that can take it:
+    /// what was typed before goes into it. False: keys are read the plain way.
+    pub fn start_live(&mut self) -> bool {
+        if self.live.is_some() {
+            return self.take_live_up();
+        }
+        if !self.interactive || !self.stream || !crate::live::possible() {
+            return false;
+        }
+        let Some(live) = crate::live::Live::start(self.typed.partial.clone()) else {
+            return false;
+        };
+        self.typed.partial.clear();
+        self.live = Some(live);
+        self.redraw();
+        true
+    }
+
+    /// Whether the composer's pane is up.
+    pub fn live_up(&self) -> bool {
+        self.live.as_ref().is_some_and(crate::live::Live::up)
+    }
+
+    /// A key (or paste) for the composer; says whether it interrupts.
+    pub fn live_event(&mut self, event: &crossterm::event::Event) -> crate::live::composer::Asked {
+        let Some(live) = &mut self.live else {
+            return crate::live::composer::Asked::Nothing;
+        };
+        let asked = live.composer.event(event);
+        self.redraw();
+        asked
+    }
+
+    /// Takes the pane off (a question asks on the plain terminal), keeping
+    /// what was typed.
+    pub fn put_live_aside(&mut self) {
+        if let Some(live) = &mut self.live {
+            live.put_aside();
+        }
+    }
+
+    /// Puts the pane back after [`Ui::put_live_aside`].
+    pub fn take_live_up(&mut self) -> bool {
+        let up = self.live.as_mut().is_some_and(crate::live::Live::take_up);
+        self.redraw();
+        up
+    }
+
+    /// Ends the composer: queued messages are sent next, the rest goes
+    /// into the prompt.
+    pub fn end_live(&mut self) {
+        if let Some(live) = self.live.take() {
+            let composer = live.end();
+            self.typed.queued.extend(composer.queued);
+            self.typed.partial = composer.text;
+            self.typed.eof |= composer.eof;
+        }
+    }
+
+    /// Prints `lines` above the pane (which is up).
+    fn above(&mut self, lines: &[String]) {
+        let pane = self.pane_lines();
+        if let Some(live) = &mut self.live {
+            live.pane.print_above(lines, &pane);
+        }
+    }
+
+    /// A line of activity: above the pane when it is up, else on stderr.
+    fn err_line(&mut self, line: String) {
+        if self.live_up() {
+            self.above(&[line]);
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    /// The pane's lines: the spinner's line and the running command's
+    /// tail, the queued messages, the composer, the status line.
+    fn pane_lines(&self) -> Vec<String> {
+        let Some(live) = &self.live else {
+            return Vec::new();
+        };
+        let styled = color_wanted();
+        let dim = |s: String| {
+            if styled {
+                format!("\x1b[2m{s}\x1b[22m")
+            } else {
+                s
+            }
+        };
+        let mut lines = Vec::new();
+        if let Some((since, timer)) = self.spin_on {
+            const FRAMES: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+            let elapsed = since.elapsed();
+            let frame = FRAMES[(elapsed.as_millis() / 80) as usize % FRAMES.len()];
+            let message = crate::show::visible(&self.spin_message);
+            if timer {
+                lines.push(format!("{frame} ({}) {message}", elapsed_text(elapsed)));
+            } else {
+                lines.push(format!("{frame} {message}"));
+            }
+            if let Some((_, output)) = &self.running {
+                let all: Vec<&str> = output.lines().collect();
+                for l in &all[all.len().saturating_sub(self.tool_lines)..] {
+                    let shown: String = crate::show::visible(l).chars().take(200).collect();
+                    lines.push(format!("  │ {shown}"));
+                }
+            }
+        }
+        let composer = &live.composer;
+        for queued in &composer.queued {
+            lines.push(format!(
+                "  queued, sent when this turn ends: {}",
+                crate::show::one_line(queued, 200)
+            ));
+        }
+        if !composer.queued.is_empty() {
+            lines.push(dim(
+                "  Up (on an empty line) edits the newest queued message, Ctrl-X drops it"
+                    .to_owned(),
+            ));
+        }
+        if composer.text.is_empty() {
+            lines.push(format!(
+                "\x1b[7m \x1b[27m{}",
+                dim(" type ahead: Enter queues it for after this turn · Esc interrupts".to_owned())
+            ));
+        } else {
+            lines.extend(crate::live::composer::lines(
+                &composer.text,
+                composer.cursor,
+            ));
+        }
+        if !self.status.is_empty() {
+            lines.push(dim(format!("  {}", self.status)));
+        }
+        lines
     }
 
     /// Keeps what was typed during a turn: lines to send, the rest for the
@@ -174,7 +322,9 @@ impl Ui {
     /// A note on stderr that never breaks a streamed line: it waits for
     /// the line's end.
     pub fn note(&mut self, line: &str) {
-        if self.mid_line {
+        if self.live_up() {
+            self.above(&[crate::show::terminal_text(line).into_owned()]);
+        } else if self.mid_line {
             self.notes.push(line.to_owned());
         } else if let Some(bar) = &self.spinner {
             // Above the spinner, which goes on.
@@ -269,6 +419,7 @@ impl Ui {
     /// Shows a spinner on stderr while waiting (terminal only).
     pub fn start_waiting(&mut self, message: &str) {
         self.spin(message, "{spinner} {msg}");
+        self.spin_on = self.spin_on.map(|(since, _)| (since, false));
     }
 
     /// Shows a spinner and the time elapsed while a tool runs (terminal
@@ -304,7 +455,14 @@ impl Ui {
 
     /// The spinner's message: its line, the running command's live tail,
     /// what is being typed.
-    fn redraw(&self) {
+    pub fn redraw(&mut self) {
+        if self.live_up() {
+            let pane = self.pane_lines();
+            if let Some(live) = &mut self.live {
+                live.pane.draw(&pane);
+            }
+            return;
+        }
         let Some(bar) = &self.spinner else {
             return;
         };
@@ -325,6 +483,12 @@ impl Ui {
 
     fn spin(&mut self, message: &str, template: &str) {
         self.stop_waiting();
+        if self.live_up() {
+            message.clone_into(&mut self.spin_message);
+            self.spin_on = Some((std::time::Instant::now(), true));
+            self.redraw();
+            return;
+        }
         if !self.interactive || !std::io::stderr().is_terminal() {
             return;
         }
@@ -342,6 +506,9 @@ impl Ui {
         self.running = None;
         if let Some(bar) = self.spinner.take() {
             bar.finish_and_clear();
+        }
+        if self.spin_on.take().is_some() && self.live_up() {
+            self.redraw();
         }
     }
 
@@ -369,6 +536,10 @@ impl Ui {
     /// Prints rendered answer lines (already made safe), above the spinner.
     fn print_answer_lines(&mut self, lines: Vec<String>) {
         if lines.is_empty() {
+            return;
+        }
+        if self.live_up() {
+            self.above(&lines);
             return;
         }
         let mut text = String::new();
@@ -401,7 +572,9 @@ impl Ui {
     /// where the cursor was: the line goes on after it, so `^C` shows once.
     pub fn interrupted(&mut self, what: &str) {
         self.stop_waiting();
-        if echoes_ctrl_c() {
+        if self.live_up() {
+            self.above(&[format!("^C {what}")]);
+        } else if echoes_ctrl_c() {
             if self.mid_line {
                 println!(" {what}");
                 self.mid_line = false;
@@ -424,7 +597,7 @@ impl Ui {
             self.mid_line = false;
         }
         for note in std::mem::take(&mut self.notes) {
-            eprintln!("{}", crate::show::terminal_text(&note));
+            self.err_line(crate::show::terminal_text(&note).into_owned());
         }
     }
 
@@ -440,7 +613,7 @@ impl Ui {
                 let shown = console::truncate_str(&shown, cols - 1, "…").into_owned();
                 self.stop_waiting();
                 self.end_text();
-                eprintln!("{shown}");
+                self.err_line(shown);
             }
             _ => self.info(line),
         }
@@ -451,6 +624,10 @@ impl Ui {
     pub fn shown_lines(&mut self, lines: &[String]) {
         self.stop_waiting();
         self.end_text();
+        if self.live_up() {
+            self.above(lines);
+            return;
+        }
         for line in lines {
             eprintln!("{line}");
         }
@@ -460,7 +637,17 @@ impl Ui {
     pub fn info(&mut self, line: &str) {
         self.stop_waiting();
         self.end_text();
-        eprintln!("{}", crate::show::terminal_text(line));
+        self.err_line(crate::show::terminal_text(line).into_owned());
+    }
+}
+
+/// A running time as the spinner shows it: `7s`, `2m 5s`.
+fn elapsed_text(elapsed: Duration) -> String {
+    let secs = elapsed.as_secs();
+    if secs < 60 {
+        format!("{secs}s")
+    } else {
+        format!("{}m {}s", secs / 60, secs % 60)
     }
 }
 

@@ -111,7 +111,7 @@ impl Runner {
         // only tools wait until the "before" snapshot is durable.
         let (gate_tx, gate_rx) = watch::channel(false);
         // A compaction changes no file: no snapshot pair for it.
-        let before = if matches!(spec.mode, Mode::Compact(_)) {
+        let before = if matches!(spec.mode, Mode::Compact(..)) {
             let _ = gate_tx.send(true);
             tokio::spawn(async { false })
         } else {
@@ -283,6 +283,6 @@ fn label(mode: &Mode) -> String {
         Mode::RetryRequest | Mode::NewChain => "retry".to_owned(),
         Mode::RetryMessage => "retry of the last message".to_owned(),
         Mode::Continue => "continue the interrupted turn".to_owned(),
-        Mode::Compact(_) => "compaction".to_owned(),
+        Mode::Compact(..) => "compaction".to_owned(),
     }
 }

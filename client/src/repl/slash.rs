@@ -267,8 +267,8 @@ impl Chat<'_> {
 
     /// `/rewind` at a terminal (or Esc Esc): one menu of this conversation's
     /// messages, then what to put back — files and conversation, the
-    /// conversation only, the files only. The message comes back into the
-    /// prompt to edit and send again.
+    /// conversation only, the files only — or to summarize from there. The
+    /// message comes back into the prompt to edit and send again.
     async fn rewind_menu(&mut self) -> CliResult<()> {
         use snapshots::rewind_to::{self, Halves};
         let (_, messages, _) = rewind_to::listed(self.ctx, &self.session.id).await?;
@@ -304,6 +304,9 @@ impl Chat<'_> {
             "restore code and conversation".to_owned(),
             "restore the conversation only (files untouched)".to_owned(),
             "restore the code only (the conversation goes on)".to_owned(),
+            "summarize from here (what the model sees from this message on becomes a summary; \
+             files and transcript stay)"
+                .to_owned(),
             "cancel".to_owned(),
         ];
         let halves = match crate::picker::pick("what to put back", &choices)? {
@@ -319,6 +322,15 @@ impl Chat<'_> {
                 code: true,
                 conversation: false,
             },
+            Some(3) => {
+                // Earlier messages stay as they are; this one and what
+                // follows are compacted.
+                let keep = messages
+                    .get(n)
+                    .and_then(|m| m.checkpoint.as_ref())
+                    .map_or(0, |cp| cp.transcript_len);
+                return self.turn_keeping(Some(""), Resolve::Compact, keep).await;
+            }
             _ => {
                 println!("nothing changed");
                 return Ok(());

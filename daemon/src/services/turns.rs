@@ -255,7 +255,9 @@ fn mode_of(start: &proto::TurnStart) -> Result<Mode, Status> {
         Ok(proto::Resolve::RetryMessage) => Mode::RetryMessage,
         Ok(proto::Resolve::Continue) => Mode::Continue,
         Ok(proto::Resolve::NewChain) => Mode::NewChain,
-        Ok(proto::Resolve::Compact) => Mode::Compact(start.message.clone()),
+        Ok(proto::Resolve::Compact) => {
+            Mode::Compact(start.message.clone(), start.compact_after_items)
+        }
     };
     if start.message.len() > MAX_MESSAGE {
         return Err(Status::invalid_argument(format!(

@@ -307,11 +307,16 @@ fn recent_messages(earlier: &[Item], budget: u64, counter: &Counter) -> Vec<Stri
     out
 }
 
+/// What the handoff says it replaced: all that came before it, or (when
+/// summarizing from a message on) what followed the messages kept above it.
+const EARLIER: &str = "the earlier messages";
+const FOLLOWING: &str = "the messages that followed the ones above";
+
 /// The message that replaces the compacted history.
 fn handoff(summary: &str, recent: &[String]) -> String {
     let mut text = format!(
         "{HANDOFF_HEADER} This conversation was compacted to fit the model's context window: \
-         the earlier messages were replaced by this handoff summary, written by you. Continue \
+         {EARLIER} were replaced by this handoff summary, written by you. Continue \
          from it; what is marked DONE is done.\n\n{}",
         summary.trim()
     );
@@ -385,6 +390,42 @@ fn trim_tail(tail: &[Item], budget: u64, counter: &Counter) -> Vec<Item> {
     out
 }
 
+/// For "summarize from here": what the model saw up to transcript item
+/// `keep` (kept as it is) and what it saw after (to summarize), out of
+/// `full`, the whole view; refused when they do not split cleanly.
+fn kept_and_later(
+    transcript: &[Item],
+    full: &[Item],
+    keep: u64,
+) -> Result<(Vec<Item>, Vec<Item>), String> {
+    let keep = usize::try_from(keep).unwrap_or(usize::MAX);
+    if keep > transcript.len() {
+        return Err(format!(
+            "cannot summarize from transcript item {keep}: the conversation has {} items",
+            transcript.len()
+        ));
+    }
+    if keep == transcript.len() {
+        return Err("nothing follows that message to summarize".into());
+    }
+    if transcript[keep..]
+        .iter()
+        .any(|i| matches!(i, Item::Compaction { .. }))
+    {
+        return Err(
+            "the conversation was compacted after that message: summarize from a later one, or \
+             compact all of it"
+                .into(),
+        );
+    }
+    let kept = context::normalize(&context::model_view(&transcript[..keep]));
+    if !full.starts_with(&kept) {
+        return Err("that message is not where a turn ended: pick another one".into());
+    }
+    let later = full[kept.len()..].to_vec();
+    Ok((kept, later))
+}
+
 /// The compacted context: the handoff (summary and recent messages), the
 /// acknowledgement, and the exchange in progress. It must shrink: past the
 /// budget's target, tool outputs, then the recent messages, then the
@@ -444,15 +485,23 @@ pub fn compose(
 impl Turn<'_> {
     /// Compacts the conversation now: asks the model for a handoff summary
     /// (trimming alone when that fails), commits the compaction record (a
-    /// checkpoint `between_turns`) and starts a new chain from it.
+    /// checkpoint `between_turns`) and starts a new chain from it. With
+    /// `keep` (a checkpoint's transcript items), what the model saw up to
+    /// there stays as it is and only what follows is summarized.
     pub(super) async fn compact(
         &mut self,
         reason: Reason,
         focus: &str,
         between_turns: bool,
+        keep: u64,
     ) -> Result<(), Stop> {
         let transcript = self.group.transcript(&self.session).await?;
-        let view = context::normalize(&context::model_view(&transcript));
+        let full = context::normalize(&context::model_view(&transcript));
+        let (kept, view) = if keep == 0 {
+            (Vec::new(), full.clone())
+        } else {
+            kept_and_later(&transcript, &full, keep).map_err(Stop::Refused)?
+        };
         if view.is_empty() {
             // Automatically, nothing to do: the message alone is what is big.
             if reason != Reason::Manual {
@@ -461,7 +510,8 @@ impl Turn<'_> {
             return Err(Stop::Refused("there is nothing to compact yet".into()));
         }
         let counter = self.counter;
-        let instructions = self.fixed_tokens();
+        // What is kept counts as fixed, like the instructions.
+        let instructions = self.fixed_tokens() + counter.items(&kept);
         let before = match self.fill {
             Some(f) => f.tokens,
             None => instructions + counter.items(&view),
@@ -487,13 +537,21 @@ impl Turn<'_> {
             Ok((_, usage)) => (no_summary("the model answered with nothing"), usage, true),
             Err(why) => (no_summary(&why), Usage::default(), true),
         };
-        let mut context = compose(&summary, &view, &budget, &counter, instructions);
+        let mut context = kept.clone();
+        context.extend(compose(&summary, &view, &budget, &counter, instructions));
+        if let Some(Item::User { text }) = context.get_mut(kept.len()).filter(|_| !kept.is_empty())
+        {
+            // The messages above the handoff are still there.
+            *text = text.replacen(EARLIER, FOLLOWING, 1);
+        }
         let mut after = instructions + counter.items(&context);
         let mut trimmed_only = trimmed_only;
         // Sizes compared as counted here (the fill may be the server's count).
         let counted = instructions + counter.items(&view);
         let automatic = reason != Reason::Manual;
-        if after > budget.target || (automatic && (trimmed_only || after >= counted)) {
+        if kept.is_empty()
+            && (after > budget.target || (automatic && (trimmed_only || after >= counted)))
+        {
             // A handoff over the target, or (automatically) one that says
             // nothing or does not shrink the context: trimming alone may do
             // better.
@@ -519,7 +577,7 @@ impl Turn<'_> {
             context,
             tokens_before: before,
             tokens_after: after,
-            replaced: view.len() as u64,
+            replaced: full.len() as u64,
             reason: reason.as_str().to_owned(),
         };
         let fill = Fill {
@@ -673,6 +731,45 @@ mod tests {
             output: text.into(),
             images: Vec::new(),
         }
+    }
+
+    #[test]
+    fn summarizing_from_a_message_keeps_what_came_before_and_refuses_bad_splits() {
+        let transcript = vec![
+            user("a"),
+            answer("A"),
+            user("b"),
+            call("1"),
+            output("1", "x"),
+            answer("B"),
+            user("c"),
+            answer("C"),
+        ];
+        let full = context::normalize(&context::model_view(&transcript));
+        let (kept, later) = kept_and_later(&transcript, &full, 2).unwrap();
+        assert_eq!(kept, vec![user("a"), answer("A")]);
+        assert_eq!(later.first(), Some(&user("b")));
+        assert_eq!(kept.len() + later.len(), full.len());
+        // Past the end, at the end, inside a call group.
+        let past = kept_and_later(&transcript, &full, 9).unwrap_err();
+        assert!(past.contains("has 8 items"), "{past}");
+        let end = kept_and_later(&transcript, &full, 8).unwrap_err();
+        assert!(end.contains("nothing follows"), "{end}");
+        let inside = kept_and_later(&transcript, &full, 4).unwrap_err();
+        assert!(inside.contains("not where a turn ended"), "{inside}");
+        // A compaction after the message: its context replaced the message.
+        let mut compacted = transcript.clone();
+        compacted.push(Item::Compaction {
+            summary: "s".into(),
+            context: vec![user("summary")],
+            tokens_before: 10,
+            tokens_after: 1,
+            replaced: 8,
+            reason: "manual".into(),
+        });
+        let full = context::normalize(&context::model_view(&compacted));
+        let after = kept_and_later(&compacted, &full, 2).unwrap_err();
+        assert!(after.contains("compacted after that message"), "{after}");
     }
 
     #[test]

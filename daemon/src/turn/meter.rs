@@ -142,7 +142,7 @@ impl Turn<'_> {
             } else {
                 Reason::Auto
             };
-            self.compact(reason, "", true).await?;
+            self.compact(reason, "", true, 0).await?;
         }
         Ok(())
     }
@@ -219,14 +219,14 @@ impl Turn<'_> {
             }
         }
         let auto = self.spec.prefs.auto_compact;
-        if auto && self.may_compact() && !matches!(self.spec.mode, Mode::Compact(_)) {
+        if auto && self.may_compact() && !matches!(self.spec.mode, Mode::Compact(..)) {
             self.emit(Event::Notice(format!(
                 "the request did not fit the model's context window ({} tokens); compacting \
                  and sending it again",
                 self.window.tokens
             )))
             .await;
-            self.compact(Reason::Overflow, "", false).await?;
+            self.compact(Reason::Overflow, "", false, 0).await?;
             return Ok(());
         }
         let window = self.window.tokens;

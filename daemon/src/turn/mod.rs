@@ -147,8 +147,10 @@ pub enum Mode {
     /// Forget the server-side chain and send the failed request again with
     /// the whole saved conversation.
     NewChain,
-    /// Compact the context now, with an optional focus for the summary.
-    Compact(String),
+    /// Compact the context now, with an optional focus for the summary;
+    /// the first N transcript items (a checkpoint's) stay as they are
+    /// (0: all is compacted).
+    Compact(String, u64),
 }
 
 /// Everything one turn needs besides the conversation itself.
@@ -517,17 +519,36 @@ impl Turn<'_> {
                 self.fit_message(&doc, &message).await?;
                 self.start_message(&doc, &message).await?;
             }
-            Mode::Compact(focus) => {
+            Mode::Compact(focus, keep) => {
                 if !doc.pending_calls.is_empty() || doc.interrupted.is_some() {
                     return Err(Stop::Refused(
-                        "the last turn was interrupted: continue it, retry it or start a new                          conversation before compacting"
+                        "the last turn was interrupted: continue it, retry it or start a new \
+                         conversation before compacting"
                             .into(),
                     ));
+                }
+                // "Summarize from here" starts where a turn ended: a
+                // checkpoint's place in the transcript.
+                if keep > doc.journal_items {
+                    return Err(Stop::Refused(format!(
+                        "cannot summarize from transcript item {keep}: the conversation has {} \
+                         items",
+                        doc.journal_items
+                    )));
+                }
+                if keep > 0 && !doc.checkpoints.iter().any(|cp| cp.journal_items == keep) {
+                    return Err(Stop::Refused(format!(
+                        "cannot summarize from transcript item {keep}: it is not where a turn \
+                         ended (pick a message from the rewind list)"
+                    )));
                 }
                 // The compaction event says what it did; there is no answer.
                 // One that fails kept nothing: said as a compaction (not a
                 // failed turn to retry), and the conversation is unmarked.
-                return match self.compact(compact::Reason::Manual, &focus, true).await {
+                return match self
+                    .compact(compact::Reason::Manual, &focus, true, keep)
+                    .await
+                {
                     Ok(()) => Ok(String::new()),
                     Err(Stop::Failed { message, .. }) => Err(Stop::Refused(format!(
                         "the compaction failed, nothing was compacted: {message}"
@@ -722,7 +743,7 @@ impl Turn<'_> {
             // the threshold (again only when the last compaction made progress).
             let next = self.fill.map_or(0, |f| f.tokens) + self.counter.items(&self.unsent);
             if self.may_compact() && self.threshold().is_some_and(|t| next > t) {
-                self.compact(compact::Reason::Auto, "", false).await?;
+                self.compact(compact::Reason::Auto, "", false, 0).await?;
             }
         }
     }

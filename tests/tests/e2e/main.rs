@@ -8,6 +8,7 @@ mod answer_rendering;
 mod blind_spots;
 mod chat;
 mod chat_completions;
+mod composer;
 mod daemon_lifecycle;
 mod diff;
 mod disk_full;

@@ -45,3 +45,36 @@ fn long_messages_are_cut_and_an_unfinished_turn_is_marked() {
     assert!(shown.contains("› CALL sleep 30"), "{shown}");
     assert!(shown.contains("(interrupted: "), "{shown}");
 }
+
+#[test]
+fn at_a_terminal_the_replay_shows_answers_as_markdown_and_pipes_get_them_as_written() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    assert_code(
+        &env.chat(
+            &model,
+            ["--approval", "never"],
+            "**bold words** and `code`\n",
+        ),
+        0,
+    );
+    // Without a terminal: as written.
+    let out = env.chat(&model, ["--approval", "never"], "");
+    assert_code(&out, 0);
+    assert!(
+        stderr(&out).contains("echo: **bold words** and `code`"),
+        "{}",
+        stderr(&out)
+    );
+    let Some(pane) = agentx_tests::tmux::Pane::start(&env, &model, &["--approval", "never"]) else {
+        return;
+    };
+    let screen = pane.wait_for("›");
+    let screen = if screen.contains("echo:") {
+        screen
+    } else {
+        pane.wait_for("echo:")
+    };
+    assert!(screen.contains("echo: bold words and code"), "{screen}");
+    assert!(!screen.contains("echo: **bold"), "{screen}");
+}

@@ -88,3 +88,66 @@ fn a_message_that_is_not_there_is_a_clear_error_and_changes_nothing() {
     let out = env.run(["rewind", "3", "--to", "1"]);
     assert_code(&out, 2);
 }
+
+#[test]
+fn compact_from_n_summarizes_that_message_and_what_follows_and_keeps_the_rest() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    for name in ["alpha", "bravo", "charlie"] {
+        let out = env.chat(&model, ["--auto"], &format!("message {name}\n"));
+        assert_code(&out, 0);
+    }
+    let out = env.chat(&model, ["compact", "--from", "9"], "");
+    assert_code(&out, 1);
+    assert!(stderr(&out).contains("no message 9"), "{}", stderr(&out));
+    let out = env.chat(&model, ["compact", "--from", "2"], "");
+    assert_code(&out, 0);
+    let summary = model.requests().last().unwrap().body.to_string();
+    assert!(summary.contains("message bravo"), "{summary}");
+    assert!(!summary.contains("message alpha"), "{summary}");
+    assert_eq!(env.status()["turns"], 3);
+}
+
+/// agentd itself refuses to summarize from past the transcript or from
+/// inside a turn (any gRPC client can ask), and changes nothing.
+#[test]
+fn summarizing_from_past_the_transcript_or_inside_a_turn_is_refused() {
+    use agentx_shared::proto::{ApprovalPolicy, Resolve, TurnStart, turn_event};
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    for name in ["alpha", "bravo"] {
+        let out = env.chat(&model, ["--auto"], &format!("message {name}\n"));
+        assert_code(&out, 0);
+    }
+    let before = model.requests().len();
+    let session = env.status()["session_id"].as_str().unwrap().to_owned();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for (keep, says) in [
+        (1000, "the conversation has"),
+        (1, "not where a turn ended"),
+    ] {
+        let start = TurnStart {
+            session_id: session.clone(),
+            resolve: Resolve::Compact as i32,
+            compact_after_items: keep,
+            ..env.turn_start(&model, "", ApprovalPolicy::Never)
+        };
+        let error = runtime.block_on(async {
+            let (_tx, mut events) = agentx_tests::open_turn(&env.socket(), start).await;
+            loop {
+                match events.message().await {
+                    Ok(Some(event)) => {
+                        if let Some(turn_event::Event::Finished(f)) = event.event {
+                            break f.error;
+                        }
+                    }
+                    Ok(None) => break "the turn ended without a finish".to_owned(),
+                    Err(status) => break status.message().to_owned(),
+                }
+            }
+        });
+        assert!(error.contains(says), "{keep}: {error}");
+    }
+    assert_eq!(model.requests().len(), before);
+    assert_eq!(env.status()["turns"], 2);
+}

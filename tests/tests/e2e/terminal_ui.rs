@@ -408,3 +408,61 @@ fn esc_esc_opens_one_rewind_menu_for_code_and_conversation_and_gives_the_message
     let screen = pane.wait_for_n("echo: CALL echo two > two.txt [turns seen: 2]", 2);
     assert!(env.work.join("two.txt").exists(), "{screen}");
 }
+
+/// The text a request carried: instructions and every input item.
+fn request_text(body: &serde_json::Value) -> String {
+    let mut out = body["instructions"].as_str().unwrap_or_default().to_owned();
+    for item in body["input"].as_array().into_iter().flatten() {
+        out.push('\n');
+        out.push_str(&item.to_string());
+    }
+    out
+}
+
+#[test]
+fn summarize_from_here_in_the_rewind_menu_compacts_only_what_follows_the_message() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    for name in ["alpha", "bravo", "charlie"] {
+        let out = env.chat(&model, ["--auto"], &format!("message {name}\n"));
+        agentx_tests::assert_code(&out, 0);
+    }
+    let Some(pane) = Pane::start(&env, &model, &["--auto"]) else {
+        return;
+    };
+    pane.wait_for_n("›", 4);
+    pane.key("Escape");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    pane.key("Escape");
+    pane.wait_for("rewind to before which message");
+    // Message 2 is `bravo`: it and `charlie` are summarized.
+    pane.key("Down");
+    pane.key("Enter");
+    pane.wait_for("what to put back");
+    for _ in 0..3 {
+        pane.key("Down");
+    }
+    pane.key("Enter");
+    pane.wait_for("— compacted: ");
+    // The summary request (no tools) saw bravo and charlie, not alpha.
+    let summary = model
+        .requests()
+        .iter()
+        .rev()
+        .find(|r| r.body.get("tools").is_none())
+        .map(|r| request_text(&r.body))
+        .expect("no summary request");
+    assert!(summary.contains("message charlie"), "{summary}");
+    assert!(summary.contains("message bravo"), "{summary}");
+    assert!(!summary.contains("message alpha"), "{summary}");
+    // Nothing was rolled back: three turns, the files and transcript kept.
+    assert_eq!(env.status()["turns"], 3);
+    pane.wait_for_n("›", 5);
+    pane.line("message delta");
+    pane.wait_for("echo: message delta");
+    // The next request carries alpha as it was, then the handoff.
+    let next = request_text(&model.requests().last().unwrap().body);
+    assert!(next.contains("\"message alpha\""), "{next}");
+    assert!(next.contains("[agentx handoff]"), "{next}");
+    assert!(!next.contains("\"message bravo\""), "{next}");
+}

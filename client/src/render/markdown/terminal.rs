@@ -42,9 +42,25 @@ pub fn lines(markdown: &str, styled: bool) -> Vec<String> {
     w.finish()
 }
 
+/// [`lines`] with code blocks left unhighlighted: cheap enough for what is
+/// shown before the prompt (the syntaxes are not loaded for it).
+pub fn lines_unhighlighted(markdown: &str, styled: bool) -> Vec<String> {
+    let mut w = Writer {
+        styled,
+        plain_code: true,
+        ..Writer::default()
+    };
+    for event in super::parser(markdown) {
+        w.event(event);
+    }
+    w.finish()
+}
+
 #[derive(Default)]
 struct Writer {
     styled: bool,
+    /// Code blocks are not highlighted.
+    plain_code: bool,
     out: Vec<String>,
     line: String,
     open: bool,
@@ -322,6 +338,7 @@ impl Writer {
     }
 
     fn code_lines(&mut self, code: &str, language: &str) {
+        let language = if self.plain_code { "" } else { language };
         for pieces in highlight::lines(code, language) {
             self.begin_line();
             for (kind, text) in pieces {
