@@ -71,6 +71,11 @@ pub fn open_append(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Opens `path`, which must exist, for appending.
+pub fn open_existing_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new().append(true).open(path)
+}
+
 /// Appends `bytes` and waits until they are on disk.
 pub fn append_durable(file: &mut File, bytes: &[u8]) -> io::Result<()> {
     file.write_all(bytes)?;

@@ -38,6 +38,11 @@ struct Record {
 pub struct CallsLog {
     valid: u64,
     on_disk: u64,
+    /// The file's name is known durable in its directory (fsynced by this
+    /// process since the file was last created): later appends skip that
+    /// directory fsync, which would cost each turn's first call as much as
+    /// the append itself.
+    name_durable: bool,
 }
 
 impl CallsLog {
@@ -75,7 +80,11 @@ impl CallsLog {
                 call.images = record.images;
             }
         }
-        Ok(Self { valid, on_disk })
+        Ok(Self {
+            valid,
+            on_disk,
+            name_durable: false,
+        })
     }
 
     /// Records durably that call `index` of `doc` now stands as `call`, and
@@ -107,7 +116,14 @@ impl CallsLog {
         };
         let mut line = serde_json::to_vec(&record).map_err(io::Error::other)?;
         line.push(b'\n');
-        let mut file = durable::open_append(path)?;
+        let mut file = match durable::open_existing_append(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.name_durable = false;
+                durable::open_append(path)?
+            }
+            Err(e) => return Err(e),
+        };
         if self.on_disk != self.valid || file.metadata()?.len() != self.valid {
             file.set_len(self.valid)?;
         }
@@ -122,11 +138,12 @@ impl CallsLog {
             }
             return Err(e);
         }
-        if self.valid == 0
+        if !self.name_durable
             && let Some(dir) = path.parent()
         {
             // The file may be new: its name must be durable too.
             durable::fsync_dir(dir)?;
+            self.name_durable = true;
         }
         self.valid += line.len() as u64;
         self.on_disk = self.valid;
