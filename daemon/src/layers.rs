@@ -7,7 +7,8 @@
 //!
 //! 1. Helpers that know no other module: `environment` (agentd's
 //!    environment, read once at start), `durable` (atomic file writing),
-//!    `shutdown` (the one stop handle), `cli`, `authority`, `listener`,
+//!    `shutdown` (the one stop handle), `cli`, `authority`, `connections`
+//!    (the HTTP/2 server), `listener`,
 //!    `peer`, `pidlock`, `logging`, `spawner` (the thread that forks
 //!    children that must not outlive agentd), `supervisor` (the process
 //!    between agentd and a tool command or MCP server).
@@ -32,6 +33,7 @@
 const ALLOWED: &[(&str, &[&str])] = &[
     ("environment", &[]),
     ("authority", &[]),
+    ("connections", &[]),
     ("cli", &[]),
     ("durable", &[]),
     ("listener", &[]),
@@ -98,6 +100,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "environment",
             "shutdown",
             "authority",
+            "connections",
             "listener",
             "peer",
             "pidlock",

@@ -62,6 +62,7 @@ mod authority;
 #[doc(hidden)]
 pub mod benching;
 pub mod cli;
+mod connections;
 mod durable;
 mod environment;
 #[doc(hidden)]

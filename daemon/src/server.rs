@@ -10,7 +10,6 @@ use anyhow::Context as _;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::service::{InterceptorLayer, Routes};
-use tonic::transport::Server;
 use tonic_reflection::server::{v1, v1alpha};
 
 use agentx_shared::profile::Profile;
@@ -101,9 +100,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_v1alpha);
-    let router = Server::builder()
+    let service = tower::ServiceBuilder::new()
         .layer(InterceptorLayer::new(PeerCheck::new(uid, served)))
-        .add_routes(routes);
+        .service(routes.prepare());
 
     tokio::spawn(guard_profile(
         Arc::clone(&config.pid_lock),
@@ -121,7 +120,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let incoming = UnixListenerStream::new(listener).map(|c| c.map(AuthorityFix::new));
     announce_ready(&info);
 
-    let server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop_requested));
+    let server = tokio::spawn(crate::connections::serve(service, incoming, stop_requested));
     shutdown.wait_requested().await;
     begin_stopping(owned_path.as_ref(), &shutdown);
 
@@ -329,10 +328,7 @@ impl Domain {
 /// Lets in-flight RPCs finish (bounded) while every tool command dies with
 /// its whole process tree: a turn running one records it and ends, so its
 /// RPC drains too.
-async fn drain<E: std::fmt::Display>(
-    server: tokio::task::JoinHandle<Result<(), E>>,
-    shutdown: &Shutdown,
-) {
+async fn drain(server: tokio::task::JoinHandle<()>, shutdown: &Shutdown) {
     let (tools_gone, drained) = tokio::join!(
         shutdown.tools_gone(TOOLS_STOP_TIMEOUT),
         tokio::time::timeout(DRAIN_TIMEOUT, server)
@@ -341,8 +337,7 @@ async fn drain<E: std::fmt::Display>(
         tracing::warn!("some tool processes were still exiting after {TOOLS_STOP_TIMEOUT:?}");
     }
     match drained {
-        Ok(Ok(Ok(()))) => tracing::info!("all RPCs finished"),
-        Ok(Ok(Err(err))) => tracing::warn!("server error while stopping: {err}"),
+        Ok(Ok(())) => tracing::info!("all RPCs finished"),
         Ok(Err(err)) => tracing::warn!("server task failed: {err}"),
         Err(_) => {
             tracing::warn!("in-flight RPCs did not finish within {DRAIN_TIMEOUT:?}; closing them")
