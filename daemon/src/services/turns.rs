@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt as _};
 use tonic::{Request, Response, Status, Streaming};
 
 use agentx_shared::proto::turns_server::Turns;
@@ -177,10 +177,12 @@ impl Turns for TurnsService {
         };
         let events = self.runner.start(start, input_rx, cancel_tx);
         // Small: what waits here for a slow client is bounded in count, and
-        // live output before it in bytes (see `turn::live`).
-        let (wire_tx, wire_rx) = mpsc::channel::<Result<TurnEvent, Status>>(WIRE_QUEUE);
+        // live output in bytes (see `turn::live`): a piece keeps its share
+        // of the bound until the server takes it to send.
+        let (wire_tx, wire_rx) = mpsc::channel::<Wire>(WIRE_QUEUE);
         tokio::spawn(to_client(events, wire_tx, oneshot_id, gone));
-        Ok(Response::new(Box::pin(ReceiverStream::new(wire_rx))))
+        let stream = ReceiverStream::new(wire_rx).map(|(event, _held)| event);
+        Ok(Response::new(Box::pin(stream)))
     }
 }
 
@@ -333,11 +335,14 @@ async fn pump_inputs(
     }
 }
 
+/// An event for the wire, with the live-output share it holds till sent.
+type Wire = (Result<TurnEvent, Status>, Option<crate::turn::live::Held>);
+
 /// Domain events to the wire. When the client is gone this stops, and the
 /// runner, finding nobody to tell, cancels the turn.
 async fn to_client(
     mut events: mpsc::Receiver<Result<Event, StoreError>>,
-    wire_tx: mpsc::Sender<Result<TurnEvent, Status>>,
+    wire_tx: mpsc::Sender<Wire>,
     oneshot_id: String,
     (cancel, client_gone): (Arc<watch::Sender<bool>>, Arc<std::sync::atomic::AtomicBool>),
 ) {
@@ -366,7 +371,16 @@ async fn to_client(
             unsent += text.len();
             continue;
         }
+        let mut held = None;
         let mut wire: Vec<Result<TurnEvent, Status>> = match event {
+            Ok(Event::ToolOutput {
+                call_id,
+                text,
+                _held: share,
+            }) => {
+                held = Some(share);
+                vec![Ok(tool_output(call_id, &text))]
+            }
             Ok(event) => to_wire(event, &oneshot_id).into_iter().map(Ok).collect(),
             Err(e) => vec![Err(status_of(e))],
         };
@@ -391,8 +405,10 @@ async fn to_client(
                 unsent = 0;
             }
         }
-        for item in wire {
-            if wire_tx.send(item).await.is_err() {
+        let last = wire.len().saturating_sub(1);
+        for (i, item) in wire.into_iter().enumerate() {
+            let held = if i == last { held.take() } else { None };
+            if wire_tx.send((item, held)).await.is_err() {
                 return;
             }
         }
@@ -489,6 +505,16 @@ fn to_wire(event: Event, oneshot_id: &str) -> Vec<TurnEvent> {
     }
 }
 
+/// A piece of a running command's output, as sent.
+fn tool_output(call_id: String, text: &str) -> TurnEvent {
+    TurnEvent {
+        event: Some(turn_event::Event::ToolOutput(proto::ToolOutputEvent {
+            call_id,
+            text: crate::turn::head(text, WIRE_COMMAND),
+        })),
+    }
+}
+
 fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
     use turn_event::Event as W;
     let event = match event {
@@ -530,10 +556,7 @@ fn one_to_wire(event: Event, oneshot_id: &str) -> TurnEvent {
             timed_out,
             not_run: not_run.unwrap_or_default(),
         }),
-        Event::ToolOutput { call_id, text, .. } => W::ToolOutput(proto::ToolOutputEvent {
-            call_id,
-            text: crate::turn::head(&text, WIRE_COMMAND),
-        }),
+        Event::ToolOutput { call_id, text, .. } => return tool_output(call_id, &text),
         Event::Notice(text) => W::Notice(crate::turn::head(&text, WIRE_COMMAND)),
         Event::Retry {
             attempt,
