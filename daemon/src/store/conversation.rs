@@ -583,7 +583,15 @@ impl Conversation {
         if self.doc.base.is_some() {
             return self.transcript();
         }
-        tail::read_tail(&self.paths.journal, self.doc.journal_bytes, enough)
+        let path = &self.paths.journal;
+        let mut items: Vec<Item> = Vec::new();
+        let records = super::journal::read_back::<Entry>(path, self.doc.journal_bytes, |got| {
+            // Only the records added since the last call are new.
+            items.extend(got[items.len()..].iter().map(|r| r.value.item.clone()));
+            enough(&items)
+        })
+        .map_err(|e| load_error(path, e))?;
+        Ok(records.into_iter().map(|r| r.value.item).collect())
     }
 
     /// Reads the committed transcript, after the base it branched from.
@@ -660,15 +668,25 @@ pub fn parse_journal(
     committed: u64,
     path: &Path,
 ) -> Result<Vec<Item>, LoadError> {
-    let records =
-        super::journal::parse::<Entry>(journal, (0, committed), path).map_err(|e| match e {
-            super::journal::JournalError::Io(e) => LoadError::Io(e),
-            super::journal::JournalError::Bad { line, reason, .. } => LoadError::Corrupt {
-                path: path.to_path_buf(),
-                reason: format!("line {line}: {reason}"),
-            },
-        })?;
+    let records = super::journal::parse::<Entry>(journal, (0, committed), path)
+        .map_err(|e| load_error(path, e))?;
     Ok(records.into_iter().map(|r| r.value.item).collect())
+}
+
+/// A journal read's failure as a load's: a bad line makes it corrupt.
+fn load_error(path: &Path, e: super::journal::JournalError) -> LoadError {
+    match e {
+        super::journal::JournalError::Io(e) => LoadError::Io(e),
+        super::journal::JournalError::Bad {
+            line,
+            offset,
+            reason,
+            ..
+        } => LoadError::Corrupt {
+            path: path.to_path_buf(),
+            reason: format!("{}: {reason}", super::journal::place(line, offset)),
+        },
+    }
 }
 
 /// A one-line title from the first message.
@@ -687,7 +705,6 @@ pub fn title_from(text: &str) -> String {
 
 mod calls;
 mod rebuild;
-mod tail;
 
 /// Test seam: the document saves of chosen directories fail as on a full
 /// disk (after the journal append, which a small one may still get).

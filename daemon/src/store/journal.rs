@@ -1,5 +1,6 @@
 //! The one reader of a conversation's journal: the committed lines of a byte
-//! range, each parsed as the caller's record type, with where it starts and ends.
+//! range, each parsed as the caller's record type, with where it starts and
+//! ends — read forwards, or backwards from the end until the caller has enough.
 //!
 //! One policy for a committed line that does not parse: it is damage,
 //! reported with the journal, the line's number and byte offset and why —
@@ -27,14 +28,93 @@ pub struct Record<T> {
 pub enum JournalError {
     #[error("{0}")]
     Io(#[from] io::Error),
-    #[error("{}: line {line} (at byte {offset}) is not a journal record: {reason}", path.display())]
+    #[error("{}: {} is not a journal record: {reason}", path.display(), place(*line, *offset))]
     Bad {
         path: PathBuf,
-        /// Counted from the start of the range read, from 1.
-        line: u64,
+        /// Counted from the start of the range read, from 1; `None` when
+        /// read backwards (only the offset is known).
+        line: Option<u64>,
         offset: u64,
         reason: String,
     },
+}
+
+/// Where a bad line is: its number when known, and its byte offset.
+pub fn place(line: Option<u64>, offset: u64) -> String {
+    match line {
+        Some(line) => format!("line {line} (at byte {offset})"),
+        None => format!("the line at byte {offset}"),
+    }
+}
+
+/// First piece [`read_back`] reads from the end; each next one doubles, up
+/// to [`MAX_PIECE`].
+const FIRST_PIECE: u64 = 64 << 10;
+const MAX_PIECE: u64 = 8 << 20;
+
+/// The last records of the first `committed` bytes of `path`, oldest first:
+/// read backwards in growing pieces until `enough` says so of what was read
+/// (newest first) or the journal's start is reached. A line that does not
+/// parse is damage, as when reading forwards.
+pub fn read_back<T: DeserializeOwned>(
+    path: &Path,
+    committed: u64,
+    mut enough: impl FnMut(&[Record<T>]) -> bool,
+) -> Result<Vec<Record<T>>, JournalError> {
+    let mut newest_first: Vec<Record<T>> = Vec::new();
+    if committed == 0 {
+        return Ok(newest_first);
+    }
+    let mut file = std::fs::File::open(path)?;
+    // Bytes [end, committed) are parsed; `carry` is the unparsed start of
+    // the line that ends at `end + carry.len()`.
+    let mut end = committed;
+    let mut carry: Vec<u8> = Vec::new();
+    let mut piece = FIRST_PIECE;
+    while end > 0 {
+        let start = end.saturating_sub(piece);
+        let mut data = vec![0u8; usize::try_from(end - start).unwrap_or(0)];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut data)?;
+        data.extend_from_slice(&carry);
+        // Unless at the journal's start, the first line may be cut: keep it
+        // for the next piece.
+        let whole_from = if start == 0 {
+            0
+        } else {
+            data.iter()
+                .position(|&b| b == b'\n')
+                .map_or(data.len(), |i| i + 1)
+        };
+        let from = start + whole_from as u64;
+        let to = start + data.len() as u64;
+        let (records, bad) = parse_until_bad::<T>(&data[whole_from..], (from, to), path);
+        if let Some(bad) = bad {
+            return Err(match bad {
+                JournalError::Bad {
+                    path,
+                    offset,
+                    reason,
+                    ..
+                } => JournalError::Bad {
+                    path,
+                    line: None,
+                    offset,
+                    reason,
+                },
+                io => io,
+            });
+        }
+        newest_first.extend(records.into_iter().rev());
+        carry = data[..whole_from].to_vec();
+        end = start;
+        if enough(&newest_first) {
+            break;
+        }
+        piece = (piece * 2).min(MAX_PIECE);
+    }
+    newest_first.reverse();
+    Ok(newest_first)
 }
 
 /// The lines of `path` from byte `from` (where a line starts) to `to`
@@ -116,7 +196,7 @@ fn parse_until_bad<T: DeserializeOwned>(
             Err(e) => {
                 let bad = JournalError::Bad {
                     path: path.to_path_buf(),
-                    line,
+                    line: Some(line),
                     offset: at,
                     reason: e.to_string(),
                 };
@@ -166,5 +246,56 @@ mod tests {
         let (kept, bad) = read_until_bad::<At>(&path, 0, 27);
         assert_eq!(kept.len(), 1);
         assert!(bad.is_some());
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Padded {
+        at: i64,
+        pad: String,
+    }
+
+    #[test]
+    fn read_back_gives_the_end_of_the_whole_journal_however_the_pieces_fall() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        // Lines from a few bytes to past the first piece, so pieces cut
+        // lines everywhere.
+        let mut bytes = Vec::new();
+        for at in 0..400i64 {
+            let pad =
+                "x".repeat(usize::try_from(at * 997 % 90_000).unwrap() * usize::from(at % 4 == 1));
+            serde_json::to_writer(&mut bytes, &Padded { at, pad }).unwrap();
+            bytes.push(b'\n');
+        }
+        let committed = bytes.len() as u64;
+        // A torn line past the committed length is not read.
+        let mut on_disk = bytes.clone();
+        on_disk.extend_from_slice(b"{\"at\":1,\"pa");
+        std::fs::write(&path, &on_disk).unwrap();
+        let all: Vec<Record<Padded>> = read(&path, 0, committed).unwrap();
+        let marked = |got: &[Record<Padded>]| got.iter().filter(|r| r.value.at % 4 == 0).count();
+        for want in [0usize, 1, 3, 40, 1000] {
+            let tail = read_back(&path, committed, |got| marked(got) >= want).unwrap();
+            assert!(marked(&tail) >= want.min(100), "want {want}");
+            assert_eq!(tail[..], all[all.len() - tail.len()..], "want {want}");
+            if want == 1000 {
+                assert_eq!(tail, all);
+            }
+        }
+        // Reads only what it needs: the last few lines of a long journal
+        // cost one piece.
+        let tail = read_back(&path, committed, |got| marked(got) >= 1).unwrap();
+        assert!(tail.len() < 10, "{}", tail.len());
+    }
+
+    #[test]
+    fn a_bad_line_read_backwards_is_damage_named_by_its_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.jsonl");
+        std::fs::write(&path, "{\"at\":1}\nnot json\n{\"at\":3}\n").unwrap();
+        let err = read_back::<At>(&path, 27, |_| false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the line at byte 9"), "{err}");
     }
 }
