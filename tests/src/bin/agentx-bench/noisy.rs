@@ -11,6 +11,8 @@
 //!
 //! `AGENTX_BENCH_NOISY_SCALE` (default 1) scales every load down for a
 //! quick check of the harness (e.g. 0.1); the goals are for scale 1.
+//! `AGENTX_BENCH_NOISY_ONLY` (e.g. `c,d`) runs only the named scenarios
+//! (the idle baseline always runs).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -59,6 +61,13 @@ fn scale() -> f64 {
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|s| *s > 0.0 && *s <= 1.0)
         .unwrap_or(1.0)
+}
+
+/// Whether scenario `letter` runs (`AGENTX_BENCH_NOISY_ONLY`, default all).
+fn selected(letter: &str) -> bool {
+    std::env::var("AGENTX_BENCH_NOISY_ONLY")
+        .map(|only| only.split(',').any(|l| l.trim() == letter))
+        .unwrap_or(true)
 }
 
 /// `n` scaled, at least 1.
@@ -152,7 +161,7 @@ pub fn bench_noisy() -> anyhow::Result<()> {
         loads.snapshot_folders, loads.snapshot_files
     );
     let mut snapshot_dirs = Vec::new();
-    for k in 0..loads.snapshot_folders {
+    for k in 0..loads.snapshot_folders * usize::from(selected("b")) {
         let dir = folder(&format!("tree-{k}"))?;
         make_tree(&dir, loads.snapshot_files)?;
         snapshot_dirs.push(dir);
@@ -160,10 +169,13 @@ pub fn bench_noisy() -> anyhow::Result<()> {
     eprintln!("noisy: making export documents");
     let import_doc = Arc::new(export_document(
         &folder("imports")?.display().to_string(),
-        loads.import_bytes,
+        if selected("a") { loads.import_bytes } else { 0 },
     )?);
     let resume_dir = folder("resume")?;
-    let resume_doc = export_document(&resume_dir.display().to_string(), loads.resume_bytes)?;
+    let resume_doc = export_document(
+        &resume_dir.display().to_string(),
+        if selected("e") { loads.resume_bytes } else { 0 },
+    )?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -206,65 +218,77 @@ pub fn bench_noisy() -> anyhow::Result<()> {
         eprintln!("noisy: idle baseline");
         let idle = measure(&b, 0, || None::<std::future::Ready<anyhow::Result<()>>>).await?;
 
-        eprintln!(
-            "noisy: agentd quiet after {:.1} s",
-            quiesce(pid).await.as_secs_f64()
-        );
-        eprintln!(
-            "noisy: (e) a {} MB conversation",
-            loads.resume_bytes / 1_000_000
-        );
-        let resume = resume_big(&env, pid, &scope_of(&resume_dir), &provider, resume_doc).await?;
-
-        eprintln!(
-            "noisy: agentd quiet after {:.1} s",
-            quiesce(pid).await.as_secs_f64()
-        );
-        eprintln!("noisy: (a) imports");
-        let imports = under_imports(&env, &b, &scope_of(&folder("imports")?), import_doc).await?;
-
-        eprintln!(
-            "noisy: agentd quiet after {:.1} s",
-            quiesce(pid).await.as_secs_f64()
-        );
-        eprintln!("noisy: (b) first snapshots");
-        let snapshots = under_snapshots(&env, &b, snapshot_dirs, &scope_of).await?;
-
-        eprintln!(
-            "noisy: agentd quiet after {:.1} s",
-            quiesce(pid).await.as_secs_f64()
-        );
-        eprintln!("noisy: (c) unread one-shot streams");
-        let (streams, memory) =
-            under_streams(&env, pid, &b, &scope_of(&streams_dir), &provider, &loads).await?;
-
-        eprintln!(
-            "noisy: agentd quiet after {:.1} s",
-            quiesce(pid).await.as_secs_f64()
-        );
-        eprintln!("noisy: (d) concurrent one-shots");
-        let many = many_oneshots(&env, &model, &many_dir, loads.many)?;
+        let mut scenarios = Vec::new();
+        let mut resume = None;
+        if selected("e") {
+            eprintln!(
+                "noisy: agentd quiet after {:.1} s",
+                quiesce(pid).await.as_secs_f64()
+            );
+            eprintln!(
+                "noisy: (e) a {} MB conversation",
+                loads.resume_bytes / 1_000_000
+            );
+            resume =
+                Some(resume_big(&env, pid, &scope_of(&resume_dir), &provider, resume_doc).await?);
+        }
+        if selected("a") {
+            eprintln!(
+                "noisy: agentd quiet after {:.1} s",
+                quiesce(pid).await.as_secs_f64()
+            );
+            eprintln!("noisy: (a) imports");
+            let imports =
+                under_imports(&env, &b, &scope_of(&folder("imports")?), import_doc).await?;
+            scenarios.push((
+                format!("(a) 2 imports of {} MB", loads.import_bytes / 1_000_000),
+                imports,
+            ));
+        }
+        if selected("b") {
+            eprintln!(
+                "noisy: agentd quiet after {:.1} s",
+                quiesce(pid).await.as_secs_f64()
+            );
+            eprintln!("noisy: (b) first snapshots");
+            let snapshots = under_snapshots(&env, &b, snapshot_dirs, &scope_of).await?;
+            scenarios.push((
+                format!("(b) first snapshot, {} files", loads.snapshot_files),
+                snapshots,
+            ));
+        }
+        let mut memory = None;
+        if selected("c") {
+            eprintln!(
+                "noisy: agentd quiet after {:.1} s",
+                quiesce(pid).await.as_secs_f64()
+            );
+            eprintln!("noisy: (c) unread one-shot streams");
+            let (streams, held) =
+                under_streams(&env, pid, &b, &scope_of(&streams_dir), &provider, &loads).await?;
+            scenarios.push((
+                format!(
+                    "(c) {} unread one-shots, {} MB out each",
+                    loads.streams,
+                    loads.stream_output / 1_000_000
+                ),
+                streams,
+            ));
+            memory = Some(held);
+        }
+        let mut many = None;
+        if selected("d") {
+            eprintln!(
+                "noisy: agentd quiet after {:.1} s",
+                quiesce(pid).await.as_secs_f64()
+            );
+            eprintln!("noisy: (d) concurrent one-shots");
+            many = Some(many_oneshots(&env, pid, &model, &many_dir, loads.many)?);
+        }
 
         anyhow::Ok(Report {
             idle,
-            scenarios: vec![
-                (
-                    format!("(a) 2 imports of {} MB", loads.import_bytes / 1_000_000),
-                    imports,
-                ),
-                (
-                    format!("(b) first snapshot, {} files", loads.snapshot_files),
-                    snapshots,
-                ),
-                (
-                    format!(
-                        "(c) {} unread one-shots, {} MB out each",
-                        loads.streams,
-                        loads.stream_output / 1_000_000
-                    ),
-                    streams,
-                ),
-            ],
+            scenarios,
             memory,
             many,
             resume,
@@ -283,23 +307,7 @@ async fn settle() {
 /// half a second — so the previous scenario's background work (indexing an
 /// import, say) does not count toward the next one: how long it took.
 async fn quiesce(pid: i32) -> Duration {
-    let cpu_ticks = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                // Fields after the parenthesised name: utime and stime are
-                // the 12th and 13th.
-                let rest = s.rsplit_once(')')?.1;
-                let f: Vec<u64> = rest
-                    .split_whitespace()
-                    .skip(11)
-                    .take(2)
-                    .filter_map(|v| v.parse().ok())
-                    .collect();
-                Some(f.iter().sum::<u64>())
-            })
-            .unwrap_or(0)
-    };
+    let cpu_ticks = || cpu_ticks(pid);
     let start = Instant::now();
     let mut last = cpu_ticks();
     while start.elapsed() < Duration::from_secs(90) {
@@ -312,6 +320,25 @@ async fn quiesce(pid: i32) -> Duration {
         last = now;
     }
     start.elapsed()
+}
+
+/// CPU time process `pid` used so far, in 10 ms ticks (0 when unreadable).
+fn cpu_ticks(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            // Fields after the parenthesised name: utime and stime are
+            // the 12th and 13th.
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<u64> = rest
+                .split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            Some(f.iter().sum::<u64>())
+        })
+        .unwrap_or(0)
 }
 
 /// Folder B measured while `noise` makes (and remakes, while the window
@@ -788,14 +815,37 @@ async fn under_streams(
     ))
 }
 
+/// (d)'s numbers: wall time, failures, and the CPU time agentd and the
+/// `agentx` processes used.
+struct Many {
+    wall: Duration,
+    failures: usize,
+    agentd_cpu: Duration,
+    clients_cpu: Duration,
+}
+
+/// CPU time (user and system) of this process's waited-for children so far.
+fn children_cpu() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    getrusage(UsageWho::RUSAGE_CHILDREN).map_or(Duration::ZERO, |u| {
+        let tv = |t: nix::sys::time::TimeVal| {
+            Duration::from_secs(u64::try_from(t.tv_sec()).unwrap_or(0))
+                + Duration::from_micros(u64::try_from(t.tv_usec()).unwrap_or(0))
+        };
+        tv(u.user_time()) + tv(u.system_time())
+    })
+}
+
 /// (d): `n` `agentx exec` processes started at once in `dir`: the wall
-/// time until all have exited, and how many failed.
+/// time until all have exited, how many failed, and the CPU time used.
 fn many_oneshots(
     env: &TestEnv,
+    pid: i32,
     model: &FakeModel,
     dir: &Path,
     n: usize,
-) -> anyhow::Result<(Duration, usize)> {
+) -> anyhow::Result<Many> {
+    let (agentd0, clients0) = (cpu_ticks(pid), children_cpu());
     let start = Instant::now();
     let mut children = Vec::with_capacity(n);
     for i in 0..n {
@@ -815,7 +865,13 @@ fn many_oneshots(
             failures += 1;
         }
     }
-    Ok((start.elapsed(), failures))
+    let wall = start.elapsed();
+    Ok(Many {
+        wall,
+        failures,
+        agentd_cpu: Duration::from_millis(10 * cpu_ticks(pid).saturating_sub(agentd0)),
+        clients_cpu: children_cpu().saturating_sub(clients0),
+    })
 }
 
 /// (e)'s numbers.
@@ -919,9 +975,9 @@ fn quantile_ms(samples: &[Duration], q: f64) -> f64 {
 struct Report {
     idle: Sampled,
     scenarios: Vec<(String, Sampled)>,
-    memory: StreamMemory,
-    many: (Duration, usize),
-    resume: Resume,
+    memory: Option<StreamMemory>,
+    many: Option<Many>,
+    resume: Option<Resume>,
 }
 
 fn met(ok: bool) -> &'static str {
@@ -989,7 +1045,31 @@ impl Report {
         for (name, x) in &self.scenarios {
             println!("     {name}: {:.1} s; {}", x.window.as_secs_f64(), x.note);
         }
-        let m = &self.memory;
+        if let Some(m) = &self.memory {
+            Self::print_memory(m, loads);
+        }
+        if let Some(m) = &self.many {
+            println!(
+                "(d) {} concurrent `agentx exec` in one folder: {:.2} s wall, {} failed   goal <= {MANY_GOAL_S} s: {}",
+                loads.many,
+                m.wall.as_secs_f64(),
+                m.failures,
+                met(m.wall.as_secs_f64() <= MANY_GOAL_S && m.failures == 0)
+            );
+            println!(
+                "    CPU meanwhile: agentd {:.2} s, the agentx processes {:.2} s ({:.2} ms each)",
+                m.agentd_cpu.as_secs_f64(),
+                m.clients_cpu.as_secs_f64(),
+                m.clients_cpu.as_secs_f64() * 1000.0 / loads.many as f64
+            );
+        }
+        if let Some(r) = &self.resume {
+            Self::print_resume(r, loads);
+        }
+        println!("   bench took {:.0} s", took.as_secs_f64());
+    }
+
+    fn print_memory(m: &StreamMemory, loads: &Loads) {
         let peak = m.held_hwm_mb.max(m.held_rss_mb);
         println!(
             "(c) agentd RSS: {:.0} MB before; while held VmRSS {:.0} MB, VmHWM {:.0} MB{}; {:.0} MB 3 s after dropped   goal peak <= {RSS_GOAL_MB:.0} MB: {}",
@@ -1010,14 +1090,9 @@ impl Report {
             loads.stream_output / 1_000_000,
             m.ran.as_secs_f64()
         );
-        let (wall, failures) = self.many;
-        println!(
-            "(d) {} concurrent `agentx exec` in one folder: {:.2} s wall, {failures} failed   goal <= {MANY_GOAL_S} s: {}",
-            loads.many,
-            wall.as_secs_f64(),
-            met(wall.as_secs_f64() <= MANY_GOAL_S && failures == 0)
-        );
-        let r = &self.resume;
+    }
+
+    fn print_resume(r: &Resume, loads: &Loads) {
         println!(
             "(e) agentd idle RSS {:.0} MB before, {:.0} MB after a {} MB conversation was imported ({:.1} s), resumed (turn {:.1} s{}) and left (+5 s): {:+.0} MB   goal within {LEAK_GOAL_MB:.0} MB: {}",
             r.before_mb,
@@ -1038,6 +1113,5 @@ impl Report {
             r.quiet_mb,
             r.quiet_mb - r.before_mb
         );
-        println!("   bench took {:.0} s", took.as_secs_f64());
     }
 }
