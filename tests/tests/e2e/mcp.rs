@@ -439,7 +439,7 @@ fn a_failed_server_is_tried_again_once_its_failure_is_old() {
 fn ctrl_c_on_a_running_mcp_call_ends_the_turn_and_tells_the_server() {
     let env = misbehaving("tool_timeout_sec = 600");
     let model = FakeModel::start();
-    let child = env.chat_command(&model, ["--auto"], "TOOL mcp__bad__hang {}\n");
+    let mut child = env.chat_command(&model, ["--auto"], "TOOL mcp__bad__hang {}\n");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while marked(&env, "call-hang-").is_empty() {
         assert!(
@@ -453,6 +453,16 @@ fn ctrl_c_on_a_running_mcp_call_ends_the_turn_and_tells_the_server() {
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
+    // Bounded: a Ctrl-C that is not seen would leave the call hanging for
+    // its 600 s timeout.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("Ctrl-C did not end the turn within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let out = child.wait_with_output().unwrap();
     assert!(stderr(&out).contains("interrupted"), "{}", stderr(&out));
     // The server was told, and lives on for the next call.
