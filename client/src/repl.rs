@@ -466,18 +466,7 @@ impl Chat<'_> {
     /// The line after each turn at a terminal: context meter, model,
     /// approval mode, sandbox mode and the conversation's title.
     fn status_line(&mut self, meter: &str) -> String {
-        if std::mem::take(&mut self.ui.answered_always) {
-            self.always = true;
-        }
-        let model = self
-            .ctx
-            .global
-            .model
-            .clone()
-            .or_else(|| Some(self.session.model.clone()).filter(|m| !m.is_empty()))
-            .unwrap_or_else(|| self.config.model.clone());
-        let approval = crate::render::human::approval_mode(mode_name(self.policy), self.always);
-        let sandbox = self.ctx.sandbox(&self.config).mode.as_str();
+        let (model, approval, sandbox) = self.modes();
         let mut line = format!("{meter} · {model} · approval {approval} · sandbox {sandbox}");
         if !self.session.title.is_empty() {
             line.push_str(&format!(" · {}", visible(&self.session.title)));

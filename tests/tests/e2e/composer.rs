@@ -5,23 +5,7 @@ use agentx_tests::TestEnv;
 use agentx_tests::fake_model::FakeModel;
 use agentx_tests::tmux::Pane;
 
-/// A command that prints `first-1`, waits for the file `gate`, then prints
-/// `second-2` (the arithmetic keeps the echoed command line from matching).
-fn gated_call(gate: &std::path::Path) -> String {
-    format!(
-        "CALL echo first-$((0+1)); while [ ! -e {} ]; do sleep 0.05; done; echo second-$((1+1))",
-        gate.display()
-    )
-}
-
-/// Whether the model was sent `message` whole, as one JSON string.
-fn sent(model: &FakeModel, message: &str) -> bool {
-    let quoted = serde_json::Value::from(message).to_string();
-    model
-        .requests()
-        .iter()
-        .any(|r| r.body.to_string().contains(&quoted))
-}
+use crate::terminal_ui::{gated_call, sent};
 
 /// Waits until the screen no longer shows `needle` (the screen then);
 /// panics with the screen after 20 s.

@@ -7,7 +7,7 @@ use agentx_tests::{TestEnv, assert_code, stderr};
 
 /// A command that prints `first-1`, waits for the file `gate`, then prints
 /// `second-2` (the arithmetic keeps the echoed command line from matching).
-fn gated_call(gate: &std::path::Path) -> String {
+pub(crate) fn gated_call(gate: &std::path::Path) -> String {
     format!(
         "CALL echo first-$((0+1)); while [ ! -e {} ]; do sleep 0.05; done; echo second-$((1+1))",
         gate.display()
@@ -15,7 +15,7 @@ fn gated_call(gate: &std::path::Path) -> String {
 }
 
 /// Whether the model was sent `message` whole, as one JSON string.
-fn sent(model: &FakeModel, message: &str) -> bool {
+pub(crate) fn sent(model: &FakeModel, message: &str) -> bool {
     let quoted = serde_json::Value::from(message).to_string();
     model
         .requests()
