@@ -578,17 +578,14 @@ impl Conversation {
     /// branch (a base) is read whole.
     pub fn transcript_tail(
         &self,
-        enough: impl Fn(&[Item]) -> bool,
+        enough: impl Fn(&mut dyn Iterator<Item = &Item>) -> bool,
     ) -> Result<Vec<Item>, LoadError> {
         if self.doc.base.is_some() {
             return self.transcript();
         }
         let path = &self.paths.journal;
-        let mut items: Vec<Item> = Vec::new();
         let records = super::journal::read_back::<Entry>(path, self.doc.journal_bytes, |got| {
-            // Only the records added since the last call are new.
-            items.extend(got[items.len()..].iter().map(|r| r.value.item.clone()));
-            enough(&items)
+            enough(&mut got.iter().map(|r| &r.value.item))
         })
         .map_err(|e| load_error(path, e))?;
         Ok(records.into_iter().map(|r| r.value.item).collect())

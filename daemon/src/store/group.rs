@@ -611,9 +611,8 @@ impl Group {
 /// that fall among them: read from the journal's end, as far back as the
 /// exchange before them (a resume costs what it shows).
 fn recent_exchanges(session: &Conversation, n: usize) -> Vec<Recent> {
-    let enough = |newest_first: &[Item]| {
+    let enough = |newest_first: &mut dyn Iterator<Item = &Item>| {
         newest_first
-            .iter()
             .filter(|i| matches!(i, Item::User { .. }))
             .count()
             > n
