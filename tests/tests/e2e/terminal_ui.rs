@@ -385,11 +385,7 @@ fn esc_esc_opens_one_rewind_menu_for_code_and_conversation_and_gives_the_message
     // The prompt itself, after the three exchanges shown on resume (keys
     // sent before it are read as typed ahead, not by the editor).
     pane.wait_for_n("›", 4);
-    // Two presses, as a person makes them (not one escape sequence).
-    pane.key("Escape");
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    pane.key("Escape");
-    pane.wait_for("rewind to before which message");
+    open_rewind_menu(&pane);
     // The newest first: message 2 is `two`.
     pane.key("Down");
     pane.key("Enter");
@@ -407,6 +403,15 @@ fn esc_esc_opens_one_rewind_menu_for_code_and_conversation_and_gives_the_message
     // The history shown at start holds the first answer to it.
     let screen = pane.wait_for_n("echo: CALL echo two > two.txt [turns seen: 2]", 2);
     assert!(env.work.join("two.txt").exists(), "{screen}");
+}
+
+/// Opens the rewind menu with Esc Esc: two presses, as a person makes them
+/// (not one escape sequence).
+fn open_rewind_menu(pane: &Pane) {
+    pane.key("Escape");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    pane.key("Escape");
+    pane.wait_for("rewind to before which message");
 }
 
 /// The text a request carried: instructions and every input item.
@@ -431,10 +436,7 @@ fn summarize_from_here_in_the_rewind_menu_compacts_only_what_follows_the_message
         return;
     };
     pane.wait_for_n("›", 4);
-    pane.key("Escape");
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    pane.key("Escape");
-    pane.wait_for("rewind to before which message");
+    open_rewind_menu(&pane);
     // Message 2 is `bravo`: it and `charlie` are summarized.
     pane.key("Down");
     pane.key("Enter");
