@@ -39,8 +39,18 @@ pub async fn spawn(
     cwd: &Path,
 ) -> std::io::Result<tokio::process::Child> {
     let env: Vec<(OsString, OsString)> = env.collect();
-    let path = env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| v);
-    if !runnable(command, path, cwd) {
+    let path = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone());
+    // Stat calls on the user's PATH (a hung mount among them): off the
+    // runtime's workers.
+    let (program, folder) = (command.to_owned(), cwd.to_path_buf());
+    let found = tokio::task::spawn_blocking(move || runnable(&program, path.as_ref(), &folder))
+        .await
+        .unwrap_or(false);
+    if !found {
         return Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
             if command.contains('/') {
