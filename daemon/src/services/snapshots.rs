@@ -259,17 +259,17 @@ impl SnapshotsApi for SnapshotsService {
         let report = match what(&req)? {
             What::Undo(session) => {
                 self.snapshots
-                    .call(&folder.clone(), move |s| {
+                    .restore(&folder.clone(), move |s| {
                         busy.check(&folder)?;
-                        s.undo(&folder, &session, force)
+                        s.begin_undo(&folder, &session, force)
                     })
                     .await
             }
             What::Rewind(to) => {
                 self.snapshots
-                    .call(&folder.clone(), move |s| {
+                    .restore(&folder.clone(), move |s| {
                         busy.check(&folder)?;
-                        s.rewind(&folder, &to)
+                        s.begin_rewind(&folder, &to)
                     })
                     .await
             }

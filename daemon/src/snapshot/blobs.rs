@@ -71,6 +71,62 @@ impl Known {
     }
 }
 
+/// Reads blobs by hash; cheap to clone, usable off the store's thread.
+#[derive(Clone)]
+pub struct Reader {
+    dir: PathBuf,
+    index: Known,
+}
+
+impl Reader {
+    /// The uncompressed bytes of a blob.
+    pub fn read(&self, hash: &Hash) -> io::Result<Vec<u8>> {
+        let loc = self.index.read().get(hash).copied().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, "blob missing from the store")
+        })?;
+        // The index's size is untrusted: no stored file is larger than
+        // MAX_FILE, and decompression stops at the size (a bomb is an error).
+        if loc.raw > super::scan::MAX_FILE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "blob larger than any stored file",
+            ));
+        }
+        let compressed = self.read_compressed(&loc)?;
+        let data =
+            zstd::bulk::decompress(&compressed, usize::try_from(loc.raw).unwrap_or(0).max(1))?;
+        if blake3::hash(&data).as_bytes() != hash {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "blob content does not match its hash",
+            ));
+        }
+        Ok(data)
+    }
+
+    fn read_compressed(&self, loc: &Loc) -> io::Result<Vec<u8>> {
+        let mut file = File::open(pack_path(&self.dir, loc.pack))?;
+        // Checked at open against the pack's size then, but the pack may
+        // have been cut short since: the length is allocated only once the
+        // pack is known to hold it.
+        let size = file.metadata()?.len();
+        if loc
+            .offset
+            .checked_add(u64::from(loc.len))
+            .is_none_or(|end| end > size)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "blob past the end of its pack",
+            ));
+        }
+        file.seek(SeekFrom::Start(loc.offset))?;
+        let mut buf = vec![0u8; loc.len as usize];
+        file.read_exact(&mut buf)?;
+        Ok(buf)
+    }
+}
+
 pub struct Blobs {
     dir: PathBuf,
     index: Known,
@@ -298,49 +354,16 @@ impl Blobs {
 
     /// The uncompressed bytes of a blob.
     pub fn read(&self, hash: &Hash) -> io::Result<Vec<u8>> {
-        let loc = self.index.read().get(hash).copied().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, "blob missing from the store")
-        })?;
-        // The index's size is untrusted: no stored file is larger than
-        // MAX_FILE, and decompression stops at the size (a bomb is an error).
-        if loc.raw > super::scan::MAX_FILE {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "blob larger than any stored file",
-            ));
-        }
-        let compressed = self.read_compressed(&loc)?;
-        let data =
-            zstd::bulk::decompress(&compressed, usize::try_from(loc.raw).unwrap_or(0).max(1))?;
-        if blake3::hash(&data).as_bytes() != hash {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "blob content does not match its hash",
-            ));
-        }
-        Ok(data)
+        self.reader().read(hash)
     }
 
-    fn read_compressed(&self, loc: &Loc) -> io::Result<Vec<u8>> {
-        let mut file = File::open(pack_path(&self.dir, loc.pack))?;
-        // Checked at open against the pack's size then, but the pack may
-        // have been cut short since: the length is allocated only once the
-        // pack is known to hold it.
-        let size = file.metadata()?.len();
-        if loc
-            .offset
-            .checked_add(u64::from(loc.len))
-            .is_none_or(|end| end > size)
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "blob past the end of its pack",
-            ));
+    /// A reader of stored blobs for another thread (a restore's writes):
+    /// the store's thread holds off collecting garbage while one is used.
+    pub fn reader(&self) -> Reader {
+        Reader {
+            dir: self.dir.clone(),
+            index: self.index.clone(),
         }
-        file.seek(SeekFrom::Start(loc.offset))?;
-        let mut buf = vec![0u8; loc.len as usize];
-        file.read_exact(&mut buf)?;
-        Ok(buf)
     }
 
     /// Counts one more manifest using each of `hashes` (unique per manifest).
@@ -421,7 +444,7 @@ impl Blobs {
             if !live.is_empty() {
                 let mut writer = self.begin()?;
                 for (h, l) in &live {
-                    let data = self.read_compressed(l)?;
+                    let data = self.reader().read_compressed(l)?;
                     writer.append(*h, &data, l.raw)?;
                 }
                 {

@@ -15,6 +15,7 @@ pub mod diff;
 mod incremental;
 pub mod manifest;
 pub mod restore;
+mod restoring;
 mod scan;
 #[cfg(test)]
 pub(crate) mod seams;
@@ -449,7 +450,7 @@ impl SnapshotStore {
                 recheck: false,
                 excluded: &[],
             };
-            let not_done = restore::apply(folder, &ops, &self.blobs, &how);
+            let not_done = restore::apply(folder, &ops, &self.blobs.reader(), &how);
             for (path, e) in not_done.failed.into_iter().chain(not_done.moved) {
                 tracing::warn!("finishing restore: {}: {e}", restore::escape(&path));
             }

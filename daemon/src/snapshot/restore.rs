@@ -16,7 +16,7 @@ use nix::sys::time::TimeSpec;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 use rayon::prelude::*;
 
-use super::blobs::Blobs;
+use super::blobs::Reader;
 use super::manifest::{Entry, Kind};
 use super::scan::MAX_FILE;
 
@@ -104,7 +104,7 @@ pub struct Writing<'a> {
     pub excluded: &'a [String],
 }
 
-pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs, how: &Writing<'_>) -> NotDone {
+pub fn apply(root: &Path, ops: &[Op], blobs: &Reader, how: &Writing<'_>) -> NotDone {
     let root_fd = match openat(
         AT_FDCWD,
         root,
@@ -174,7 +174,7 @@ pub fn apply(root: &Path, ops: &[Op], blobs: &Blobs, how: &Writing<'_>) -> NotDo
 /// what failed.
 struct Applier<'a> {
     root_fd: &'a OwnedFd,
-    blobs: &'a Blobs,
+    blobs: &'a Reader,
     devices: &'a Devices,
     how: &'a Writing<'a>,
     touched: Vec<&'a [u8]>,

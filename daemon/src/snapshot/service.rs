@@ -1,12 +1,14 @@
 //! The snapshot actor: one thread owns the [`SnapshotStore`] (every
-//! timeline's only writer); full scans run on threads of their own, so one
-//! folder's first snapshot never holds up another folder's requests.
+//! timeline's only writer); full scans and a restore's writes run on
+//! threads of their own, so one folder's first snapshot or big restore
+//! never holds up another folder's requests.
 //!
-//! Requests for a folder whose scan runs wait for it, in order; requests to
-//! snapshot a folder that queue up meanwhile are served together by the next
-//! scan. A request whose caller went away before it started is dropped; a
-//! panic fails only the request that hit it (the store is reopened from
-//! disk).
+//! Requests for a folder whose scan or restore runs wait for it, in order;
+//! requests to snapshot a folder that queue up meanwhile are served
+//! together by the next scan. A request whose caller went away before it
+//! started is dropped; a panic fails only the request that hit it (the
+//! store is reopened from disk; a restore still writing goes on, its folder
+//! still held).
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -16,12 +18,15 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use super::restoring::AwayRestore;
 use super::take::{AwayScan, Begun};
-use super::{Owner, Snap, SnapError, SnapshotStore};
+use super::{Owner, RestoreReport, Snap, SnapError, SnapshotStore};
 use crate::environment::Environment;
 
 type Work = Box<dyn FnOnce(&mut Result<SnapshotStore, Failure>) + Send>;
 type Reply = oneshot::Sender<Result<Snap, Failure>>;
+type RestoreReply = oneshot::Sender<Result<RestoreReport, Failure>>;
+type BeginRestore = Box<dyn FnOnce(&mut SnapshotStore) -> Result<AwayRestore, SnapError> + Send>;
 
 /// Why a snapshot request failed; shared, since one scan answers everyone
 /// waiting on the same folder.
@@ -41,13 +46,31 @@ enum Job {
     },
     /// A full scan came back from its thread.
     Scanned(Box<AwayScan>),
+    Restore {
+        folder: PathBuf,
+        begin: BeginRestore,
+        reply: RestoreReply,
+        gone: Arc<AtomicBool>,
+    },
+    /// A restore's writes came back from their thread.
+    Restored(Box<AwayRestore>, RestoreReply),
+    /// A restore's writes panicked on their thread.
+    RestorePanicked {
+        folder: PathBuf,
+        cause: String,
+        reply: RestoreReply,
+    },
 }
 
 impl Job {
     fn folder(&self) -> &Path {
         match self {
-            Job::Take { folder, .. } | Job::Other { folder, .. } => folder,
+            Job::Take { folder, .. }
+            | Job::Other { folder, .. }
+            | Job::Restore { folder, .. }
+            | Job::RestorePanicked { folder, .. } => folder,
             Job::Scanned(away) => away.folder(),
+            Job::Restored(away, _) => away.folder(),
         }
     }
 }
@@ -98,6 +121,8 @@ struct Actor {
     /// Folders scanning now: who waits for the scan, and what came for the
     /// folder meanwhile (in order).
     scanning: HashMap<PathBuf, (Vec<Reply>, VecDeque<Job>)>,
+    /// Folders whose restore writes now, and what came for them meanwhile.
+    restoring: HashMap<PathBuf, VecDeque<Job>>,
     backlog: VecDeque<Job>,
     /// For scan threads to send their result back.
     tx: mpsc::Sender<Job>,
@@ -112,7 +137,10 @@ impl Actor {
                 None => match rx.recv_timeout(Duration::from_secs(1)) {
                     Ok(job) => job,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
-                        if alive.strong_count() == 0 && self.scanning.is_empty() {
+                        if alive.strong_count() == 0
+                            && self.scanning.is_empty()
+                            && self.restoring.is_empty()
+                        {
                             return;
                         }
                         self.guarded("idle upkeep", |store| {
@@ -125,8 +153,10 @@ impl Actor {
                     Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 },
             };
-            if !matches!(job, Job::Scanned(_))
-                && let Some((_, parked)) = self.scanning.get_mut(job.folder())
+            if !matches!(
+                job,
+                Job::Scanned(_) | Job::Restored(..) | Job::RestorePanicked { .. }
+            ) && let Some(parked) = self.parked(job.folder())
             {
                 parked.push_back(job);
                 continue;
@@ -144,8 +174,106 @@ impl Actor {
                     reply,
                 } => self.take(&rx, folder, owner, reply),
                 Job::Scanned(away) => self.scanned(*away),
+                Job::Restore {
+                    folder,
+                    begin,
+                    reply,
+                    gone,
+                } => {
+                    if !gone.load(Ordering::SeqCst) {
+                        self.restore(folder, begin, reply);
+                    }
+                }
+                Job::Restored(away, reply) => self.restored(*away, reply),
+                Job::RestorePanicked {
+                    folder,
+                    cause,
+                    reply,
+                } => {
+                    self.unpark(&folder);
+                    tracing::error!(folder = %folder.display(), "a restore panicked: {cause}");
+                    self.reopen();
+                    let _ = reply.send(Err(Arc::new(SnapError::Internal(cause))));
+                }
             }
         }
+    }
+
+    /// Where jobs for `folder` wait while its scan or restore runs.
+    fn parked(&mut self, folder: &Path) -> Option<&mut VecDeque<Job>> {
+        match self.scanning.get_mut(folder) {
+            Some((_, parked)) => Some(parked),
+            None => self.restoring.get_mut(folder),
+        }
+    }
+
+    /// A restore's writes ended: what waited for its folder goes first.
+    fn unpark(&mut self, folder: &Path) {
+        for job in self.restoring.remove(folder).into_iter().flatten().rev() {
+            self.backlog.push_front(job);
+        }
+    }
+
+    /// Plans and journals a restore here, and writes it on a thread of its
+    /// own while the folder's other requests wait.
+    fn restore(&mut self, folder: PathBuf, begin: BeginRestore, reply: RestoreReply) {
+        let store = &mut self.store;
+        let begun = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match store {
+            Ok(s) => begin(s).map_err(Arc::new),
+            Err(e) => Err(e.clone()),
+        }));
+        let away = match begun {
+            Ok(Ok(away)) => Box::new(away),
+            Ok(Err(e)) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+            Err(payload) => {
+                let _ = reply.send(Err(self.panicked(&folder, &*payload)));
+                return;
+            }
+        };
+        // Shared so that the work stays here if no thread can be started.
+        let handed = Arc::new(Mutex::new(Some((away, reply))));
+        let theirs = Arc::clone(&handed);
+        let tx = self.tx.clone();
+        let at = folder.clone();
+        let spawned = std::thread::Builder::new()
+            .name("snapshot-restore".into())
+            .spawn(move || {
+                let Some((mut away, reply)) = theirs.lock().ok().and_then(|mut h| h.take()) else {
+                    return;
+                };
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| away.run()));
+                let _ = tx.send(match ran {
+                    Ok(()) => Job::Restored(away, reply),
+                    Err(payload) => Job::RestorePanicked {
+                        folder: at,
+                        cause: panic_text(&*payload),
+                        reply,
+                    },
+                });
+            });
+        self.restoring.insert(folder, VecDeque::new());
+        if spawned.is_err() {
+            let kept = handed.lock().ok().and_then(|mut h| h.take());
+            if let Some((away, reply)) = kept {
+                self.restored(*away, reply); // writes here instead
+            }
+        }
+    }
+
+    /// A restore's writes came back: it is finished here.
+    fn restored(&mut self, away: AwayRestore, reply: RestoreReply) {
+        let folder = away.folder().to_path_buf();
+        self.unpark(&folder);
+        let store = &mut self.store;
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match store {
+            Ok(s) => s.finish_restore(away).map_err(Arc::new),
+            Err(e) => Err(e.clone()),
+        }));
+        let result = done.unwrap_or_else(|payload| Err(self.panicked(&folder, &*payload)));
+        let _ = reply.send(result);
     }
 
     /// Runs `work` on the store; a panic is logged, the store reopened from
@@ -182,7 +310,13 @@ impl Actor {
             }
             self.backlog.extend(parked);
         }
+        // Restores still writing keep their folders held; the new store
+        // finishes them when they come back (their journals are replayed
+        // only if agentd dies first).
         self.store = (self.open)().map_err(Arc::new);
+        if let Ok(s) = &mut self.store {
+            s.hold_for_away(self.restoring.len());
+        }
     }
 
     /// Takes (or starts) a snapshot of `folder` for everyone waiting to.
@@ -350,6 +484,7 @@ impl Snapshots {
                     store: open().map_err(Arc::new),
                     open: Box::new(open),
                     scanning: HashMap::new(),
+                    restoring: HashMap::new(),
                     backlog: VecDeque::new(),
                     tx: scans,
                 };
@@ -419,6 +554,33 @@ impl Snapshots {
             })
             .map_err(|_| Arc::new(SnapError::Closed))?;
         rx.await.map_err(|_| Arc::new(SnapError::Closed))?
+    }
+
+    /// Restores `folder` as `begin` plans it (on the store's thread, after
+    /// whatever runs for the folder); its writes run on a thread of their
+    /// own. Once begun it runs to the end even if the caller goes away.
+    pub async fn restore(
+        &self,
+        folder: &Path,
+        begin: impl FnOnce(&mut SnapshotStore) -> Result<AwayRestore, SnapError> + Send + 'static,
+    ) -> Result<RestoreReport, Failure> {
+        let (reply, rx) = oneshot::channel();
+        let gone = Arc::new(AtomicBool::new(false));
+        let _abandoned = Abandoned(Arc::clone(&gone));
+        self.tx
+            .send(Job::Restore {
+                folder: folder.to_path_buf(),
+                begin: Box::new(begin),
+                reply,
+                gone,
+            })
+            .map_err(|_| Arc::new(SnapError::Closed))?;
+        rx.await.map_err(|_| {
+            Arc::new(SnapError::Internal(
+                "the snapshot store hit an internal error on this restore (see agentd's log)"
+                    .into(),
+            ))
+        })?
     }
 
     /// Runs `f` on the store's thread, after whatever runs for `folder`

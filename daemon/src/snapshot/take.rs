@@ -134,7 +134,6 @@ impl SnapshotStore {
 
     /// Ends a snapshot whose full scan ran away from the store's thread.
     pub fn finish_take(&mut self, away: AwayScan) -> Result<Snap, SnapError> {
-        self.away = self.away.saturating_sub(1);
         let AwayScan {
             folder,
             owners,
@@ -165,13 +164,27 @@ impl SnapshotStore {
                 Err(e.into())
             }
         };
+        self.end_away();
+        done
+    }
+
+    /// Counts `n` restores still writing, begun by the store this one
+    /// replaced: garbage they may read waits for them.
+    pub fn hold_for_away(&mut self, n: usize) {
+        self.away += n;
+    }
+
+    /// One piece of work that ran away from the store's thread (a scan, a
+    /// restore's writes) ended: garbage it held off is collected once none
+    /// runs.
+    pub(super) fn end_away(&mut self) {
+        self.away = self.away.saturating_sub(1);
         if self.away == 0 && self.gc_deferred {
             self.gc_deferred = false;
             if let Err(e) = self.blobs.collect_garbage(false) {
                 tracing::warn!("collecting unused snapshot content failed: {e}");
             }
         }
-        done
     }
 
     /// Writes what a scan found as the folder's newest snapshot.

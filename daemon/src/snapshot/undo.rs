@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use super::manifest::{self, Manifest};
 use super::restore::{self, Op};
-use super::timeline::{load_manifest, remember, save_timeline};
+use super::restoring::{AwayRestore, Then};
+use super::timeline::{load_manifest, remember};
 use super::{
-    Message, Owner, Phase, Plan, RestoreJournal, RestoreReport, RewindTo, Snap, SnapError,
-    SnapshotStore, describe_message, scan, watch,
+    Message, Owner, Phase, Plan, RewindTo, Snap, SnapError, SnapshotStore, describe_message, scan,
+    watch,
 };
-use crate::durable;
 
 /// Whether the directory at a relative path of `folder` is a mount point
 /// now (the mount table is read once, when first asked).
@@ -277,13 +277,26 @@ impl SnapshotStore {
     /// unless `force`), after a pre-restore snapshot. The message counts as
     /// undone only when every path it changed was put back (paths that are
     /// left alone by rule excepted); newer messages that changed nothing
-    /// are passed over and marked undone with it.
+    /// are passed over and marked undone with it. (agentd writes away from
+    /// the store's thread: [`Self::begin_undo`].)
+    #[cfg(test)]
     pub fn undo(
         &mut self,
         folder: &Path,
         session: &str,
         force: bool,
-    ) -> Result<RestoreReport, SnapError> {
+    ) -> Result<super::RestoreReport, SnapError> {
+        let away = self.begin_undo(folder, session, force)?;
+        self.finish_restore(away)
+    }
+
+    /// [`Self::undo`] up to its writes, which [`AwayRestore::run`] makes.
+    pub fn begin_undo(
+        &mut self,
+        folder: &Path,
+        session: &str,
+        force: bool,
+    ) -> Result<AwayRestore, SnapError> {
         let ((before, after), passed) = self.undo_target(folder, session)?;
         let b = self.manifest_of(folder, &before)?;
         let a = match &after {
@@ -308,33 +321,13 @@ impl SnapshotStore {
         // Another directory at the folder's path since the message (a new
         // checkout where a renamed one was): none of it is the message's.
         mark_if_replaced(&mut ops, after.as_ref().unwrap_or(&before), pre.root);
-        let mut report = self.run_restore(folder, &before.manifest, ops, force, pre.id)?;
-        report.undone = report.skipped.is_empty() && report.errors.is_empty();
-        report.message = describe_message(&before, session);
-        report.passed = passed
-            .iter()
-            .map(|(b, _)| describe_message(b, session))
-            .collect();
-        let mut mark: Vec<&str> = passed
-            .iter()
-            .flat_map(|(b, a)| {
-                std::iter::once(b.id.as_str()).chain(a.iter().map(|a| a.id.as_str()))
-            })
-            .collect();
-        if report.undone {
-            mark.push(&before.id);
-            if let Some(a) = &after {
-                mark.push(&a.id);
-            }
-        }
-        let fs = self.folder(folder)?;
-        for s in fs.timeline.snaps.iter_mut() {
-            if mark.contains(&s.id.as_str()) {
-                s.undone = true;
-            }
-        }
-        save_timeline(&fs.dir, &fs.timeline)?;
-        Ok(report)
+        let want = before.manifest.clone();
+        let then = Then::Undo {
+            session: session.to_owned(),
+            message: (before, after),
+            passed,
+        };
+        self.begin_restore(folder, &want, ops, force, pre.id, then)
     }
 
     /// What rewinding to a snapshot would change.
@@ -353,8 +346,20 @@ impl SnapshotStore {
         })
     }
 
-    /// Puts the whole folder back as a snapshot had it.
-    pub fn rewind(&mut self, folder: &Path, to: &RewindTo) -> Result<RestoreReport, SnapError> {
+    /// Puts the whole folder back as a snapshot had it. (agentd writes away
+    /// from the store's thread: [`Self::begin_rewind`].)
+    #[cfg(test)]
+    pub fn rewind(
+        &mut self,
+        folder: &Path,
+        to: &RewindTo,
+    ) -> Result<super::RestoreReport, SnapError> {
+        let away = self.begin_rewind(folder, to)?;
+        self.finish_restore(away)
+    }
+
+    /// [`Self::rewind`] up to its writes, which [`AwayRestore::run`] makes.
+    pub fn begin_rewind(&mut self, folder: &Path, to: &RewindTo) -> Result<AwayRestore, SnapError> {
         let target = self.rewind_target(folder, to)?;
         let t = self.manifest_of(folder, &target)?;
         let owner = Owner {
@@ -365,7 +370,7 @@ impl SnapshotStore {
         };
         let (pre, ops) =
             self.checked_plan(folder, &owner, |current| restore::plan_rewind(&t, current))?;
-        self.run_restore(folder, &target.manifest, ops, true, pre.id)
+        self.begin_restore(folder, &target.manifest, ops, true, pre.id, Then::Rewind)
     }
 
     /// Takes the pre-restore snapshot, plans against it with `plan`, and
@@ -441,70 +446,5 @@ impl SnapshotStore {
                 ))
             }),
         }
-    }
-
-    pub(super) fn run_restore(
-        &mut self,
-        folder: &Path,
-        want_manifest: &str,
-        ops: Vec<Op>,
-        force: bool,
-        pre_restore: String,
-    ) -> Result<RestoreReport, SnapError> {
-        let (left, ops): (Vec<Op>, Vec<Op>) = ops.into_iter().partition(|o| o.left_alone.is_some());
-        let (apply, skipped): (Vec<Op>, Vec<Op>) = ops
-            .into_iter()
-            .partition(|o| o.live.is_none() && (force || !o.conflict));
-        let fs = self.folder(folder)?;
-        let journal = RestoreJournal {
-            want_manifest: want_manifest.to_owned(),
-            paths: apply.iter().map(|o| o.path.clone()).collect(),
-            token: restore::new_token(),
-        };
-        let dir = fs.dir.clone();
-        let journal_path = RestoreJournal::path(&dir);
-        journal.write(&dir)?;
-        let excluded = self.extra_excludes().names;
-        let how = restore::Writing {
-            token: &journal.token,
-            recheck: true,
-            excluded: &excluded,
-        };
-        let not_done = restore::apply(folder, &apply, &self.blobs, &how);
-        std::fs::remove_file(&journal_path)?;
-        durable::fsync_dir(&dir)?;
-        let failed = not_done.failed;
-        // Saved by the user while the restore ran: kept, listed as conflicts.
-        let moved: HashMap<&[u8], &str> = not_done
-            .moved
-            .iter()
-            .map(|(p, why)| (p.as_slice(), why.as_str()))
-            .collect();
-        let failed_paths: HashSet<&[u8]> = failed.iter().map(|(p, _)| p.as_slice()).collect();
-        let done: Vec<Op> = apply
-            .iter()
-            .filter(|o| !failed_paths.contains(o.path.as_slice()))
-            .filter(|o| !moved.contains_key(o.path.as_slice()))
-            .cloned()
-            .collect();
-        let mut skipped = skipped;
-        skipped.extend(apply.iter().filter_map(|o| {
-            let why = moved.get(o.path.as_slice())?;
-            let mut o = o.clone();
-            o.live = Some((*why).to_owned());
-            o.conflict = true;
-            Some(o)
-        }));
-        Ok(RestoreReport {
-            applied: restore::describe(&done),
-            skipped: restore::describe(&skipped),
-            left_alone: restore::describe(&left),
-            errors: failed
-                .iter()
-                .map(|(p, e)| format!("{}: {e}", restore::escape(p)))
-                .collect(),
-            pre_restore,
-            ..RestoreReport::default()
-        })
     }
 }

@@ -16,7 +16,7 @@ use super::durable::Devices;
 use super::live::still;
 use super::path_error::PathError;
 use super::{libc_s_ifdir, libc_s_ifmt, open_dir, too_big_now, with_parent};
-use crate::snapshot::blobs::Blobs;
+use crate::snapshot::blobs::Reader;
 use crate::snapshot::manifest::{Entry, Kind};
 
 /// The mode to set after giving `fd` (at `name` in `dir` when it is a
@@ -66,7 +66,7 @@ pub(super) struct Putting<'a> {
 pub(super) fn put(
     root: &OwnedFd,
     want: &Entry,
-    blobs: &Blobs,
+    blobs: &Reader,
     link_to: Option<&[u8]>,
     devices: &Devices,
     how: &Putting<'_>,

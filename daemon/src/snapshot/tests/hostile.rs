@@ -542,15 +542,15 @@ fn a_file_changing_while_read_is_reread_or_recorded_as_not_captured() {
     // Appends once, during the first read: the second read is stable.
     let writes = Arc::new(AtomicU32::new(0));
     let (w, p) = (Arc::clone(&writes), path.clone());
-    seams::on_file_read(Some(Box::new(move |rel: &[u8]| {
+    let hooked = seams::on_file_read(Box::new(move |rel: &[u8]| {
         if rel == b"busy.log" && w.fetch_add(1, Ordering::SeqCst) == 0 {
             use std::io::Write as _;
             let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
             f.write_all(b"appended\n").unwrap();
         }
-    })));
+    }));
     let taken = s.take(&root, vec![]);
-    seams::on_file_read(None);
+    drop(hooked);
     taken.unwrap();
     let (_, m, _) = s.latest(&root).unwrap().unwrap();
     let e = m.find(b"busy.log").unwrap();
@@ -563,15 +563,15 @@ fn a_file_changing_while_read_is_reread_or_recorded_as_not_captured() {
 
     // Appends during every read: recorded as not captured, with why.
     let p = path.clone();
-    seams::on_file_read(Some(Box::new(move |rel: &[u8]| {
+    let hooked = seams::on_file_read(Box::new(move |rel: &[u8]| {
         if rel == b"busy.log" {
             use std::io::Write as _;
             let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
             f.write_all(b"more\n").unwrap();
         }
-    })));
+    }));
     let taken = s.take(&root, vec![]);
-    seams::on_file_read(None);
+    drop(hooked);
     taken.unwrap();
     let (_, m, _) = s.latest(&root).unwrap().unwrap();
     let e = m.find(b"busy.log").unwrap();
@@ -583,16 +583,16 @@ fn a_file_changing_while_read_is_reread_or_recorded_as_not_captured() {
     let same = path.with_file_name("same.txt");
     std::fs::write(&same, "version one\n").unwrap();
     let (w, p) = (Arc::new(AtomicU32::new(0)), same.clone());
-    seams::on_file_read(Some(Box::new(move |rel: &[u8]| {
+    let hooked = seams::on_file_read(Box::new(move |rel: &[u8]| {
         if rel == b"same.txt" && w.fetch_add(1, Ordering::SeqCst) == 0 {
             std::fs::write(&p, "version two\n").unwrap();
             // A distinct mtime, whatever the clock's granularity.
             let f = std::fs::File::options().write(true).open(&p).unwrap();
             f.set_modified(std::time::SystemTime::UNIX_EPOCH).unwrap();
         }
-    })));
+    }));
     let taken = s.take(&root, vec![]);
-    seams::on_file_read(None);
+    drop(hooked);
     taken.unwrap();
     let (_, m, _) = s.latest(&root).unwrap().unwrap();
     let e = m.find(b"same.txt").unwrap();
@@ -620,13 +620,13 @@ fn a_save_that_lands_while_undo_writes_is_kept_and_listed_as_a_conflict() {
     let last = root.join(names.last().unwrap());
     let saved = Arc::new(AtomicU32::new(0));
     let (flag, path) = (Arc::clone(&saved), last.clone());
-    seams::on_restored(Some(Box::new(move |rel: &[u8]| {
+    let hooked = seams::on_restored(Box::new(move |rel: &[u8]| {
         if rel == b"f000" && flag.fetch_add(1, Ordering::SeqCst) == 0 {
             std::fs::write(&path, "the user's save").unwrap();
         }
-    })));
+    }));
     let report = s.undo(&root, "c", false);
-    seams::on_restored(None);
+    drop(hooked);
     let report = report.unwrap();
     assert_eq!(saved.load(Ordering::SeqCst), 1, "the editor never saved");
     assert_eq!(std::fs::read(&last).unwrap(), b"the user's save");
@@ -663,13 +663,13 @@ fn a_folder_renamed_away_while_undo_writes_is_not_made_again() {
     });
     let moved = Arc::new(AtomicU32::new(0));
     let (flag, r) = (Arc::clone(&moved), root.clone());
-    seams::on_restored(Some(Box::new(move |rel: &[u8]| {
+    let hooked = seams::on_restored(Box::new(move |rel: &[u8]| {
         if rel == b"d/f000" && flag.fetch_add(1, Ordering::SeqCst) == 0 {
             std::fs::rename(r.join("d"), r.join("d.real")).unwrap();
         }
-    })));
+    }));
     let report = s.undo(&root, "c", false);
-    seams::on_restored(None);
+    drop(hooked);
     let report = report.unwrap();
     assert_eq!(moved.load(Ordering::SeqCst), 1);
     assert!(!root.join("d").exists(), "d/ was made again: {report:?}");

@@ -37,7 +37,7 @@ async fn a_folders_first_scan_holds_up_no_other_folder() {
     let (entered_tx, entered) = mpsc::channel::<()>();
     let (release, released) = mpsc::channel::<()>();
     let hook = Mutex::new(Some((entered_tx, released)));
-    seams::on_file_read(Some(Box::new(move |rel: &[u8]| {
+    let hooked = seams::on_file_read(Box::new(move |rel: &[u8]| {
         if rel != b"hold-the-scan-here.txt" {
             return;
         }
@@ -46,7 +46,7 @@ async fn a_folders_first_scan_holds_up_no_other_folder() {
             entered.send(()).unwrap();
             let _ = released.recv_timeout(Duration::from_secs(30));
         }
-    })));
+    }));
     let first = {
         let (s, big) = (snapshots.clone(), big.clone());
         tokio::spawn(async move { s.take(&big, owner("a", Phase::Before, "1")).await })
@@ -90,7 +90,7 @@ async fn a_folders_first_scan_holds_up_no_other_folder() {
     );
 
     release.send(()).unwrap();
-    seams::on_file_read(None);
+    drop(hooked);
     let snap = first.await.unwrap().unwrap();
     assert_eq!(snap.files, 4);
     assert_eq!(counted.await.unwrap().unwrap(), 1);
@@ -170,4 +170,153 @@ async fn a_request_whose_caller_went_away_never_runs() {
     let at = a.clone();
     snapshots.call(&a, move |s| s.count(&at)).await.unwrap();
     assert!(!ran.load(Ordering::SeqCst), "an abandoned request ran");
+}
+
+/// Holds every restore at `file` until released (or panics there, when
+/// `panic` is set), while the guard lives; the first time it is reached is
+/// sent on `entered`.
+fn hold_restores_at(
+    file: &'static [u8],
+    panic: bool,
+) -> (seams::Hooked, mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let (entered_tx, entered) = mpsc::channel::<()>();
+    let (release, released) = mpsc::channel::<()>();
+    let hook = Mutex::new(Some((entered_tx, released)));
+    let hooked = seams::on_restored(Box::new(move |rel: &[u8]| {
+        if rel != file {
+            return;
+        }
+        if panic {
+            panic!("a bug in a restore's writes");
+        }
+        let held = hook.lock().unwrap().take();
+        if let Some((entered, released)) = held {
+            entered.send(()).unwrap();
+            let _ = released.recv_timeout(Duration::from_secs(30));
+        }
+    }));
+    (hooked, entered, release)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folders_restore_holds_up_no_other_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = actor(tmp.path());
+    let big = project(tmp.path(), "restoring", 3);
+    std::fs::write(big.join("hold-the-restore-here.txt"), "kept\n").unwrap();
+    let other = project(tmp.path(), "other", 3);
+    snapshots
+        .take(&big, owner("a", Phase::Before, "1"))
+        .await
+        .unwrap();
+    for name in ["f0.txt", "f1.txt", "f2.txt", "hold-the-restore-here.txt"] {
+        std::fs::write(big.join(name), "changed\n").unwrap();
+    }
+    let (hooked, entered, release) = hold_restores_at(b"hold-the-restore-here.txt", false);
+    let rewinding = {
+        let (s, big) = (snapshots.clone(), big.clone());
+        tokio::spawn(async move {
+            let at = big.clone();
+            s.restore(&big, move |s| s.begin_rewind(&at, &RewindTo::Index(1)))
+                .await
+        })
+    };
+    tokio::task::spawn_blocking(move || entered.recv_timeout(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .expect("the restore reached the held path");
+
+    // Meanwhile another folder is snapshotted and listed.
+    let other_work = async {
+        let snap = snapshots
+            .take(&other, owner("b", Phase::Before, "1"))
+            .await
+            .unwrap();
+        let at = other.clone();
+        let listed = snapshots.call(&other, move |s| s.list(&at)).await.unwrap();
+        (snap, listed)
+    };
+    let (snap, listed) = tokio::time::timeout(Duration::from_secs(10), other_work)
+        .await
+        .expect("another folder was served while the restore wrote");
+    assert_eq!(snap.files, 3);
+    assert_eq!(listed.len(), 1);
+    // The restoring folder's own requests wait for it.
+    let at = big.clone();
+    let counted = {
+        let s = snapshots.clone();
+        tokio::spawn(async move { s.call(&at.clone(), move |s| s.count(&at)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !counted.is_finished(),
+        "a request for the restoring folder ran before its restore ended"
+    );
+
+    release.send(()).unwrap();
+    let report = rewinding.await.unwrap().unwrap();
+    drop(hooked);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.applied.len(), 4);
+    assert_eq!(
+        std::fs::read_to_string(big.join("f1.txt")).unwrap(),
+        "restoring 1\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(big.join("hold-the-restore-here.txt")).unwrap(),
+        "kept\n"
+    );
+    // The snapshot before the restore, then the one it rewound to.
+    assert_eq!(counted.await.unwrap().unwrap(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_a_restores_writes_fails_it_and_its_journal_finishes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = actor(tmp.path());
+    let folder = project(tmp.path(), "panicking", 2);
+    std::fs::write(folder.join("panic-in-the-restore.txt"), "kept\n").unwrap();
+    let other = project(tmp.path(), "bystander", 2);
+    snapshots
+        .take(&folder, owner("a", Phase::Before, "1"))
+        .await
+        .unwrap();
+    for name in ["f0.txt", "f1.txt", "panic-in-the-restore.txt"] {
+        std::fs::write(folder.join(name), "changed\n").unwrap();
+    }
+    let (hooked, _, _) = hold_restores_at(b"panic-in-the-restore.txt", true);
+    let at = folder.clone();
+    let hit = snapshots
+        .restore(&folder, move |s| s.begin_rewind(&at, &RewindTo::Index(1)))
+        .await;
+    drop(hooked);
+    match hit {
+        Err(e) => assert!(
+            matches!(&*e, SnapError::Internal(c) if c.contains("a bug in a restore")),
+            "expected an internal error naming the panic, got {e}"
+        ),
+        Ok(r) => panic!("a panicking restore succeeded: {r:?}"),
+    }
+    // Another folder is untouched; the restoring one is usable again, and
+    // its journal finished the restore when the folder was next opened.
+    let snap = snapshots
+        .take(&other, owner("b", Phase::Before, "1"))
+        .await
+        .unwrap();
+    assert_eq!(snap.files, 2);
+    let at = folder.clone();
+    assert_eq!(
+        snapshots
+            .call(&folder, move |s| s.count(&at))
+            .await
+            .unwrap(),
+        2
+    );
+    for (name, want) in [
+        ("f0.txt", "panicking 0\n"),
+        ("f1.txt", "panicking 1\n"),
+        ("panic-in-the-restore.txt", "kept\n"),
+    ] {
+        assert_eq!(std::fs::read_to_string(folder.join(name)).unwrap(), want);
+    }
 }
