@@ -266,6 +266,20 @@ impl SnapshotsApi for SnapshotsService {
                     .await
             }
             What::Rewind(to) => {
+                // Numbered as the user saw the list: fixed before the
+                // snapshot the restore takes ahead of itself.
+                let to = match to {
+                    RewindTo::Index(_) => {
+                        let at = folder.clone();
+                        let id = self
+                            .snapshots
+                            .call(&folder, move |s| Ok(s.rewind_target(&at, &to)?.id))
+                            .await
+                            .map_err(snap_status)?;
+                        RewindTo::Id(id)
+                    }
+                    to => to,
+                };
                 self.snapshots
                     .restore(&folder.clone(), move |s| {
                         busy.check(&folder)?;

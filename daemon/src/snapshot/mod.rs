@@ -107,6 +107,20 @@ pub struct Owner {
     pub label: String,
 }
 
+impl Owner {
+    /// The snapshot a restore takes ahead of planning, so that a full scan
+    /// it needs runs off the store's thread; the restore's own pre-restore
+    /// snapshot then takes its place (see `take_unchanged`).
+    pub fn ahead_of_restore() -> Self {
+        Self {
+            session: String::new(),
+            phase: Phase::PreRestore,
+            pair: String::new(),
+            label: "before restore".into(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snap {
     pub id: String,

@@ -559,11 +559,21 @@ impl Snapshots {
     /// Restores `folder` as `begin` plans it (on the store's thread, after
     /// whatever runs for the folder); its writes run on a thread of their
     /// own. Once begun it runs to the end even if the caller goes away.
+    ///
+    /// A snapshot is taken first, as any other, so that a full scan the
+    /// pre-restore snapshot needs (after the watcher lost track, as it does
+    /// when a restore writes thousands of files) runs off the store's
+    /// thread; the pre-restore snapshot then takes its place.
     pub async fn restore(
         &self,
         folder: &Path,
         begin: impl FnOnce(&mut SnapshotStore) -> Result<AwayRestore, SnapError> + Send + 'static,
     ) -> Result<RestoreReport, Failure> {
+        self.busy.check(folder).map_err(Arc::new)?;
+        if let Err(e) = self.take(folder, Owner::ahead_of_restore()).await {
+            // The restore's own snapshot says what is wrong, if it still is.
+            tracing::debug!(folder = %folder.display(), "the snapshot ahead of a restore failed: {e}");
+        }
         let (reply, rx) = oneshot::channel();
         let gone = Arc::new(AtomicBool::new(false));
         let _abandoned = Abandoned(Arc::clone(&gone));

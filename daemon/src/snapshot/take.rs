@@ -299,7 +299,9 @@ impl SnapshotStore {
     /// manifest `base` was scanned: it points at that manifest, nothing is
     /// listed, hashed or written but the timeline. Entries flagged racy in
     /// `base` need no re-check here: a write to one after that scan's drain
-    /// would have queued an event for its directory.
+    /// would have queued an event for its directory. A restore's own
+    /// pre-restore snapshot takes the place of the one taken ahead of it
+    /// ([`Owner::ahead_of_restore`]) instead of adding a second.
     fn take_unchanged(
         &mut self,
         folder: &Path,
@@ -310,6 +312,17 @@ impl SnapshotStore {
     ) -> Result<Snap, SnapError> {
         let now = agentx_shared::time::now_ms();
         let fs = self.folder(folder)?;
+        if let Some(ahead) = fs.timeline.snaps.last_mut()
+            && ahead.manifest == base
+            && ahead.owners == [Owner::ahead_of_restore()]
+            && !owners.is_empty()
+            && owners.iter().all(|o| o.phase == super::Phase::PreRestore)
+        {
+            ahead.owners = owners;
+            let snap = ahead.clone();
+            super::timeline::save_timeline(&fs.dir, &fs.timeline)?;
+            return Ok(snap);
+        }
         let id = next_id(&fs.timeline, now);
         let newest = fs
             .timeline

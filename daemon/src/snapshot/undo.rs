@@ -424,11 +424,8 @@ impl SnapshotStore {
         }
     }
 
-    pub(super) fn rewind_target(
-        &mut self,
-        folder: &Path,
-        to: &RewindTo,
-    ) -> Result<Snap, SnapError> {
+    /// The snapshot `to` names in `folder`'s timeline.
+    pub fn rewind_target(&mut self, folder: &Path, to: &RewindTo) -> Result<Snap, SnapError> {
         let snaps = &self.folder(folder)?.timeline.snaps;
         match to {
             RewindTo::Index(n) => {

@@ -205,10 +205,11 @@ async fn a_folders_restore_holds_up_no_other_folder() {
     let big = project(tmp.path(), "restoring", 3);
     std::fs::write(big.join("hold-the-restore-here.txt"), "kept\n").unwrap();
     let other = project(tmp.path(), "other", 3);
-    snapshots
+    let target = snapshots
         .take(&big, owner("a", Phase::Before, "1"))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     for name in ["f0.txt", "f1.txt", "f2.txt", "hold-the-restore-here.txt"] {
         std::fs::write(big.join(name), "changed\n").unwrap();
     }
@@ -216,9 +217,8 @@ async fn a_folders_restore_holds_up_no_other_folder() {
     let rewinding = {
         let (s, big) = (snapshots.clone(), big.clone());
         tokio::spawn(async move {
-            let at = big.clone();
-            s.restore(&big, move |s| s.begin_rewind(&at, &RewindTo::Index(1)))
-                .await
+            let (at, to) = (big.clone(), RewindTo::Id(target));
+            s.restore(&big, move |s| s.begin_rewind(&at, &to)).await
         })
     };
     tokio::task::spawn_blocking(move || entered.recv_timeout(Duration::from_secs(10)))
@@ -266,8 +266,20 @@ async fn a_folders_restore_holds_up_no_other_folder() {
         std::fs::read_to_string(big.join("hold-the-restore-here.txt")).unwrap(),
         "kept\n"
     );
-    // The snapshot before the restore, then the one it rewound to.
+    // The snapshot rewound to, then one taken before the restore (the one
+    // taken ahead of it, to scan off the store's thread, became it).
     assert_eq!(counted.await.unwrap().unwrap(), 2);
+    let at = big.clone();
+    let listed = snapshots.call(&big, move |s| s.list(&at)).await.unwrap();
+    let labels: Vec<&str> = listed
+        .iter()
+        .flat_map(|s| s.owners.iter().map(|o| o.label.as_str()))
+        .collect();
+    assert_eq!(labels.len(), 2, "{labels:?}");
+    assert!(
+        labels.iter().any(|l| l.starts_with("before rewind to ")),
+        "{labels:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,17 +289,18 @@ async fn a_panic_in_a_restores_writes_fails_it_and_its_journal_finishes_it() {
     let folder = project(tmp.path(), "panicking", 2);
     std::fs::write(folder.join("panic-in-the-restore.txt"), "kept\n").unwrap();
     let other = project(tmp.path(), "bystander", 2);
-    snapshots
+    let target = snapshots
         .take(&folder, owner("a", Phase::Before, "1"))
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     for name in ["f0.txt", "f1.txt", "panic-in-the-restore.txt"] {
         std::fs::write(folder.join(name), "changed\n").unwrap();
     }
     let (hooked, _, _) = hold_restores_at(b"panic-in-the-restore.txt", true);
-    let at = folder.clone();
+    let (at, to) = (folder.clone(), RewindTo::Id(target));
     let hit = snapshots
-        .restore(&folder, move |s| s.begin_rewind(&at, &RewindTo::Index(1)))
+        .restore(&folder, move |s| s.begin_rewind(&at, &to))
         .await;
     drop(hooked);
     match hit {

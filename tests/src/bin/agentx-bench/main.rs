@@ -18,6 +18,7 @@ mod mcp;
 mod noisy;
 mod oneshots;
 mod remote;
+mod restores;
 mod sandbox;
 mod search;
 mod snapshots;
@@ -43,6 +44,7 @@ fn main() -> anyhow::Result<()> {
             "terminal",
             "sandbox",
             "mcp",
+            "restores",
         ]
     } else {
         args.iter().map(String::as_str).collect()
@@ -65,9 +67,10 @@ fn main() -> anyhow::Result<()> {
             "terminal" => terminal::bench_terminal()?,
             "sandbox" => sandbox::bench_sandbox()?,
             "mcp" => mcp::bench_mcp()?,
+            "restores" => restores::bench_restores()?,
             other => {
                 bail!(
-                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools, noisy, terminal, sandbox, mcp"
+                    "unknown benchmark {other:?}; known: daemon, turns, oneshots, snapshots, search, remote, context, web, tools, noisy, terminal, sandbox, mcp, restores"
                 )
             }
         }

@@ -1,0 +1,198 @@
+//! `agentx-bench restores`: what a big restore in one folder costs another.
+//! Folder A (20,000 files) is rewound back and forth between two snapshots,
+//! every file rewritten each time, while folder B's snapshot RPC (what a
+//! turn's tools wait for) is timed; beside it, the same RPC in the same
+//! agentd with nothing else going on. `AGENTX_BENCH_RESTORE_FILES` sets A's
+//! size.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use tonic::transport::Channel;
+
+use agentx_shared::proto::snapshots_client::SnapshotsClient;
+use agentx_shared::proto::{RestoreRequest, Scope, TakeSnapshotRequest, restore_request};
+use agentx_tests::TestEnv;
+
+/// B's snapshots per phase, one every [`EVERY`] (or as soon as the last
+/// returns, when later).
+const SAMPLES: usize = 150;
+const EVERY: Duration = Duration::from_millis(20);
+/// The goal of the issue that asked for it: p99 under load at most this
+/// many times the idle p99, plus [`SLACK_MS`].
+const P99_FACTOR: f64 = 3.0;
+const SLACK_MS: f64 = 10.0;
+
+pub fn bench_restores() -> anyhow::Result<()> {
+    let files: usize = std::env::var("AGENTX_BENCH_RESTORE_FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let mut env = TestEnv::new();
+    if let Ok(filter) = std::env::var("XLOG") {
+        env.extra_env.push(("AGENTX_LOG".into(), filter));
+    }
+    let started = env.run(["daemon", "start"]);
+    if !started.status.success() {
+        bail!(
+            "agentd did not start: {}",
+            String::from_utf8_lossy(&started.stderr)
+        );
+    }
+    let root = std::fs::canonicalize(env.root())?;
+    let a = root.join("a");
+    let b = root.join("b");
+    write_tree(&a, files, "first")?;
+    write_tree(&b, 20, "b")?;
+    let scope = |dir: &Path| Scope {
+        folder: dir.display().to_string(),
+        agent: "default".into(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let channel = agentx_shared::transport::connect(&env.socket()).await?;
+        let mut client = SnapshotsClient::new(channel.clone());
+        // A's two states, each a snapshot.
+        let first = take(&mut client, scope(&a)).await?.id;
+        write_tree(&a, files, "second")?;
+        let second = take(&mut client, scope(&a)).await?.id;
+        // Warm up B (its first snapshot is a full scan).
+        for _ in 0..10 {
+            take(&mut client, scope(&b)).await?;
+        }
+
+        eprintln!("restores: idle baseline");
+        let idle = samples(channel.clone(), scope(&b)).await?;
+
+        eprintln!("restores: B while A ({files} files) is rewound back and forth");
+        let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+        let restoring = {
+            let (channel, a) = (channel.clone(), scope(&a));
+            tokio::spawn(async move {
+                let mut client = SnapshotsClient::new(channel);
+                let mut took = Vec::new();
+                for to in [&first, &second].into_iter().cycle() {
+                    if *stop_rx.borrow_and_update() {
+                        break;
+                    }
+                    let t0 = Instant::now();
+                    let reply = client
+                        .restore(RestoreRequest {
+                            scope: Some(a.clone()),
+                            target: Some(restore_request::Target::RewindId(to.clone())),
+                            force: true,
+                        })
+                        .await?
+                        .into_inner();
+                    if !reply.errors.is_empty() || reply.applied.len() < files {
+                        bail!(
+                            "a rewind of A restored {} of {files} paths: {:?}",
+                            reply.applied.len(),
+                            reply.errors.first()
+                        );
+                    }
+                    took.push(t0.elapsed());
+                }
+                anyhow::Ok(took)
+            })
+        };
+        // Let the first rewind get going before B is timed.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let loaded = samples(channel.clone(), scope(&b)).await?;
+        let _ = stop_tx.send(true);
+        let took = restoring.await??;
+
+        let (i50, i99) = (quantile_ms(&idle, 0.5), quantile_ms(&idle, 0.99));
+        let (l50, l99) = (quantile_ms(&loaded, 0.5), quantile_ms(&loaded, 0.99));
+        let goal = P99_FACTOR * i99 + SLACK_MS;
+        println!(
+            "restores: folder B's snapshot RPC while folder A is rewound ({files} files each time)"
+        );
+        println!(
+            "   {SAMPLES} snapshots of B per phase, one every {} ms at most; ms",
+            EVERY.as_millis()
+        );
+        println!("   {:<34} {:>8} {:>8}", "", "p50", "p99");
+        println!("   {:<34} {i50:>8.2} {i99:>8.2}", "idle");
+        println!(
+            "   {:<34} {l50:>8.2} {l99:>8.2}   goal p99 <= {goal:.1} ({})",
+            "A being rewound",
+            if l99 <= goal { "met" } else { "missed" }
+        );
+        println!(
+            "   rewinds of A during the window: {}, median {:.0} ms each",
+            took.len(),
+            quantile_ms(&took, 0.5)
+        );
+        anyhow::Ok(())
+    })?;
+    if std::env::var("XLOG").is_ok() {
+        let _ = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "cp $(find {} -name agentd.log) /tmp/restores-agentd.log",
+                env.home.display()
+            ))
+            .status();
+    }
+    Ok(())
+}
+
+/// Writes `files` small files under `dir`, 200 per directory, each naming
+/// `version`.
+fn write_tree(dir: &Path, files: usize, version: &str) -> anyhow::Result<()> {
+    for d in 0..files.div_ceil(200) {
+        let sub = dir.join(format!("d{d:04}"));
+        std::fs::create_dir_all(&sub)?;
+        for f in 0..200.min(files - d * 200) {
+            std::fs::write(
+                sub.join(format!("f{f:03}.txt")),
+                format!("{version} version of file {f} in directory {d}\n"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+async fn take(
+    client: &mut SnapshotsClient<Channel>,
+    scope: Scope,
+) -> anyhow::Result<agentx_shared::proto::SnapshotInfo> {
+    Ok(client
+        .take_snapshot(TakeSnapshotRequest {
+            scope: Some(scope),
+            label: "bench".into(),
+        })
+        .await
+        .context("taking a snapshot")?
+        .into_inner())
+}
+
+/// [`SAMPLES`] snapshots of `scope`, timed.
+async fn samples(channel: Channel, scope: Scope) -> anyhow::Result<Vec<Duration>> {
+    let mut client = SnapshotsClient::new(channel);
+    let mut tick = tokio::time::interval(EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut out = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        tick.tick().await;
+        let t0 = Instant::now();
+        take(&mut client, scope.clone()).await?;
+        out.push(t0.elapsed());
+    }
+    Ok(out)
+}
+
+fn quantile_ms(samples: &[Duration], q: f64) -> f64 {
+    let mut v: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return 0.0;
+    }
+    let i = ((v.len() - 1) as f64 * q).round() as usize;
+    v[i.min(v.len() - 1)]
+}
