@@ -211,18 +211,25 @@ pub async fn compact(ctx: &Ctx, focus: &str, from: Option<u32>) -> CliResult<()>
 
 /// The transcript items kept when conversation `session` is summarized from
 /// message `n` on (1 = the latest; the rewind numbering): those before it.
+/// Where the folder has no snapshots (undo is off there), the answered
+/// checkpoints number the messages.
 pub async fn summarized_from(ctx: &Ctx, session: &str, n: u32) -> CliResult<u64> {
-    let (_, messages, _) = crate::commands::snapshots::rewind_to::listed(ctx, session).await?;
-    let count = messages.len();
-    let message = n
-        .checked_sub(1)
-        .and_then(|i| messages.into_iter().nth(i as usize))
+    use crate::commands::snapshots::rewind_to;
+    let kept: Vec<u64> = match rewind_to::listed(ctx, session).await {
+        Ok((_, messages, _)) if !messages.is_empty() => messages
+            .into_iter()
+            .map(|m| m.checkpoint.map_or(0, |cp| cp.transcript_len))
+            .collect(),
+        _ => rewind_to::answered_starts(&ctx.rpc().checkpoints(session).await?.checkpoints),
+    };
+    let count = kept.len();
+    n.checked_sub(1)
+        .and_then(|i| kept.get(i as usize).copied())
         .ok_or_else(|| {
             CliError::failed(format!(
                 "no message {n} of this conversation to summarize from (it has {count}; 1 is the last)"
             ))
-        })?;
-    Ok(message.checkpoint.map_or(0, |cp| cp.transcript_len))
+        })
 }
 
 /// `/model NAME`: sets the conversation's model ("": the configured one).

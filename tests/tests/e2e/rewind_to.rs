@@ -108,6 +108,41 @@ fn compact_from_n_summarizes_that_message_and_what_follows_and_keeps_the_rest() 
     assert_eq!(env.status()["turns"], 3);
 }
 
+/// Where undo is off (the root folder here) there are no snapshots to
+/// number messages by: the conversation's answers number them.
+#[test]
+fn compact_from_n_works_where_undo_is_off() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    for name in ["alpha", "bravo", "charlie"] {
+        let out = env.chat(&model, ["-C", "/", "--auto"], &format!("message {name}\n"));
+        assert_code(&out, 0);
+    }
+    let out = env.chat(&model, ["-C", "/", "compact", "--from", "4"], "");
+    assert_code(&out, 1);
+    assert!(
+        stderr(&out).contains("no message 4 of this conversation"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.chat(&model, ["-C", "/", "compact", "--from", "2"], "");
+    assert_code(&out, 0);
+    let summary = model.requests().last().unwrap().body.to_string();
+    assert!(summary.contains("message bravo"), "{summary}");
+    assert!(summary.contains("message charlie"), "{summary}");
+    assert!(!summary.contains("message alpha"), "{summary}");
+    // The next message carries alpha word for word, and the summary.
+    let out = env.chat(&model, ["-C", "/", "--auto"], "message delta\n");
+    assert_code(&out, 0);
+    let next = model.requests().last().unwrap().body.to_string();
+    assert!(next.contains(r#""content":"message alpha""#), "{next}");
+    assert!(next.contains("[agentx handoff]"), "{next}");
+    assert!(
+        !next.contains(r#""content":"message bravo""#),
+        "bravo was sent as it was, not summarized: {next}"
+    );
+}
+
 /// agentd itself refuses to summarize from past the transcript or from
 /// inside a turn (any gRPC client can ask), and changes nothing.
 #[test]

@@ -59,6 +59,18 @@ pub fn messages(session: &str, snaps: &[SnapshotInfo], checkpoints: &[Checkpoint
         .collect()
 }
 
+/// Where each answered message began, newest first, from checkpoints
+/// alone (listed newest first): the transcript length of the checkpoint
+/// before its answer (0 for the conversation's first).
+pub fn answered_starts(checkpoints: &[Checkpoint]) -> Vec<u64> {
+    checkpoints
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.note.is_empty())
+        .map(|(i, _)| checkpoints.get(i + 1).map_or(0, |c| c.transcript_len))
+        .collect()
+}
+
 /// The messages of conversation `session` ("" = the folder's current one)
 /// a rewind can go back before, newest first, and the listing's head.
 pub async fn listed(ctx: &Ctx, session: &str) -> CliResult<(String, Vec<Message>, String)> {

@@ -29,10 +29,7 @@ pub fn bench_restores() -> anyhow::Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
-    let mut env = TestEnv::new();
-    if let Ok(filter) = std::env::var("XLOG") {
-        env.extra_env.push(("AGENTX_LOG".into(), filter));
-    }
+    let env = TestEnv::new();
     let started = env.run(["daemon", "start"]);
     if !started.status.success() {
         bail!(
@@ -130,15 +127,6 @@ pub fn bench_restores() -> anyhow::Result<()> {
         );
         anyhow::Ok(())
     })?;
-    if std::env::var("XLOG").is_ok() {
-        let _ = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "cp $(find {} -name agentd.log) /tmp/restores-agentd.log",
-                env.home.display()
-            ))
-            .status();
-    }
     Ok(())
 }
 
