@@ -561,6 +561,21 @@ impl Turn<'_> {
                 (context, after, trimmed_only) = (trimmed, size, true);
             }
         }
+        if let Some(point) = self
+            .threshold()
+            .filter(|_| !kept.is_empty() && after > budget.target)
+        {
+            // Kept word for word as asked, so not trimmed: said instead.
+            self.emit(Event::Notice(format!(
+                "the messages kept before the summary take {} tokens, so the context is still \
+                 {after} tokens, over the {} a compaction aims for; at {point} tokens agentx \
+                 compacts by itself, and that compaction summarizes everything (summarize from \
+                 an earlier message to keep less)",
+                counter.items(&kept),
+                budget.target
+            )))
+            .await;
+        }
         self.compactions += 1;
         if after >= counted && automatic {
             // Compacting would not make the context smaller: nothing to do

@@ -406,6 +406,49 @@ fn a_server_whose_overflow_names_no_window_is_asked_for_it_once() {
     assert_eq!(model.probes(), ["/v1/models"]);
 }
 
+/// Summarizing from a message keeps what came before it word for word,
+/// never trimmed: when that alone keeps the context over what compaction
+/// aims for, the user is told, with what happens next.
+#[test]
+fn a_large_part_kept_by_compact_from_is_said_not_trimmed() {
+    let model = FakeModel::start();
+    let env = env_for(&model, false, &[]);
+    private_dir(&env.home);
+    std::fs::write(
+        env.home.join("config.toml"),
+        "[models.fake-model]\ncontext_window = 4000\n",
+    )
+    .unwrap();
+    let alpha = big("alpha", 5000);
+    assert_code(&say(&env, &format!("{alpha}\nbravo\ncharlie\n")), 0);
+    let out = env.run(["compact", "--from", "2"]);
+    assert_code(&out, 0);
+    let err = stderr(&out);
+    assert!(
+        err.contains("the messages kept before the summary take")
+            && err.contains("over the 1700 a compaction aims for"),
+        "{err}"
+    );
+    // Kept word for word all the same: the compacted context starts with it.
+    let exported = json_out(&env.run(["export"]));
+    let compaction = exported["conversation"]["transcript"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|e| e["type"] == "compaction")
+        .unwrap()
+        .to_string();
+    assert!(compaction.contains(alpha.trim_end()), "{compaction}");
+    // Summarizing all of it says nothing of the kind.
+    let out = env.run(["compact"]);
+    assert_code(&out, 0);
+    assert!(
+        !stderr(&out).contains("kept before the summary"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn model_switches_per_run_and_per_conversation_compact_for_a_smaller_window() {
     let model = FakeModel::start();
