@@ -34,11 +34,14 @@ pub(super) enum Then {
     Rewind,
     /// Marks the message (and those passed over) undone when every path
     /// was put back.
-    Undo {
-        session: String,
-        message: Message,
-        passed: Vec<Message>,
-    },
+    Undo(Box<UndoneMessage>),
+}
+
+/// The message an undo takes back, and those it passes over.
+pub(super) struct UndoneMessage {
+    pub session: String,
+    pub message: Message,
+    pub passed: Vec<Message>,
 }
 
 impl AwayRestore {
@@ -118,12 +121,12 @@ impl SnapshotStore {
         std::fs::remove_file(&journal_path)?;
         durable::fsync_dir(&away.dir)?;
         let mut report = report(&away, not_done);
-        if let Then::Undo {
-            session,
-            message: (before, after),
-            passed,
-        } = &away.then
-        {
+        if let Then::Undo(undone) = &away.then {
+            let UndoneMessage {
+                session,
+                message: (before, after),
+                passed,
+            } = &**undone;
             report.undone = report.skipped.is_empty() && report.errors.is_empty();
             report.message = describe_message(before, session);
             report.passed = passed

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::manifest::{self, Manifest};
 use super::restore::{self, Op};
-use super::restoring::{AwayRestore, Then};
+use super::restoring::{AwayRestore, Then, UndoneMessage};
 use super::timeline::{load_manifest, remember};
 use super::{
     Message, Owner, Phase, Plan, RewindTo, Snap, SnapError, SnapshotStore, describe_message, scan,
@@ -322,11 +322,11 @@ impl SnapshotStore {
         // checkout where a renamed one was): none of it is the message's.
         mark_if_replaced(&mut ops, after.as_ref().unwrap_or(&before), pre.root);
         let want = before.manifest.clone();
-        let then = Then::Undo {
+        let then = Then::Undo(Box::new(UndoneMessage {
             session: session.to_owned(),
             message: (before, after),
             passed,
-        };
+        }));
         self.begin_restore(folder, &want, ops, force, pre.id, then)
     }
 
