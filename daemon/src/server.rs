@@ -305,7 +305,7 @@ impl Domain {
             &profile.dir,
             (Arc::clone(&store), profile.sessions_dir()),
             &profile.config_file(),
-            commits.subscribe(),
+            &commits,
             env,
         );
         let machine = remote.as_ref().map_or_else(

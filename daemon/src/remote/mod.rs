@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tokio_postgres::Client;
 
 pub use project::{machine_name, project_key};
@@ -320,6 +320,10 @@ pub struct Remote {
     now: Notify,
     /// The start number of the last finished pass.
     passes: watch::Sender<u64>,
+    /// The store's announcements, and the number of the last one marked
+    /// pending here: `agentx sync` waits for every commit made before it.
+    commits: crate::store::Commits,
+    marked: watch::Sender<u64>,
     /// The connections listing, search, pull and the pusher use, one each.
     lanes: Arc<lanes::Lanes>,
     /// How long listing, search and each statement wait for the server.
@@ -337,7 +341,7 @@ pub struct Remote {
 
 impl Remote {
     /// Reads `remote_url` and starts the pusher, which pushes what
-    /// `changes` announces of `store`. `None`: remote keeping is off. A URL that cannot be used is reported by [`Remote::state`] and
+    /// `commits` announces of `store`. `None`: remote keeping is off. A URL that cannot be used is reported by [`Remote::state`] and
     /// logged (redacted); agentd goes on locally. `env` (agentd's
     /// environment) gives `AGENTX_REMOTE_URL`, libpq's variables, the
     /// machine's name and the waits.
@@ -345,7 +349,7 @@ impl Remote {
         profile_dir: &Path,
         (store, sessions_dir): (Arc<Store>, PathBuf),
         config_file: &Path,
-        changes: mpsc::UnboundedReceiver<crate::store::Changed>,
+        commits: &crate::store::Commits,
         env: &Environment,
     ) -> Option<Arc<Self>> {
         let var = |k: &str| env.var(k).map(str::to_owned);
@@ -361,6 +365,7 @@ impl Remote {
         };
         let url =
             RemoteUrl::parse(&raw, url::Env::from_environment(env)).map_err(|e| e.to_string());
+        let (changes, from) = commits.subscribe_counted();
         let remote = Arc::new(Self {
             url,
             machine: project::machine_name(env),
@@ -371,6 +376,8 @@ impl Remote {
             wake: Notify::new(),
             now: Notify::new(),
             passes: watch::Sender::new(0),
+            commits: commits.clone(),
+            marked: watch::Sender::new(from),
             lanes: Arc::default(),
             listener: listen::Listener::default(),
             store,
@@ -453,14 +460,25 @@ impl Remote {
 
     /// Pushes now and waits (bounded) for that pass.
     pub async fn sync(&self, wait: Option<Duration>) -> SyncReport {
-        let Some((started, convs, records)) =
-            self.with(|i| (i.started, i.pushed_conversations, i.pushed_records))
+        let Some((convs, records)) = self.with(|i| (i.pushed_conversations, i.pushed_records))
         else {
             return SyncReport::default();
         };
         if self.url.is_err() {
             return SyncReport::default();
         }
+        // Every commit announced before now is pending before the pass
+        // starts (the announcements travel to the pusher on a channel).
+        let announced = self.commits.announced();
+        let mut marked = self.marked.subscribe();
+        let _ = tokio::time::timeout(
+            wait.unwrap_or(SYNC_WAIT),
+            marked.wait_for(|m| *m >= announced),
+        )
+        .await;
+        let Some(started) = self.with(|i| i.started) else {
+            return SyncReport::default();
+        };
         let mut passes = self.passes.subscribe();
         self.now.notify_one();
         let timed_out = tokio::time::timeout(

@@ -53,6 +53,7 @@ pub(super) async fn run(
     tokio::spawn(async move {
         while let Some(changed) = rx.recv().await {
             forward.mark(changed.doc());
+            forward.marked.send_replace(changed.seq);
         }
     });
     let mut backoff = BACKOFF_MIN;
