@@ -283,6 +283,7 @@ async fn push_all(
 async fn read_pending(remote: &Arc<Remote>, doc_path: &Path) -> Result<Option<Push>, RemoteError> {
     let reader = Arc::clone(remote);
     let path = doc_path.to_path_buf();
+    let marks = remote.with(|i| i.marks);
     let read = tokio::task::spawn_blocking(move || read_push(&reader, &path))
         .await
         .map_err(RemoteError::local)?;
@@ -290,7 +291,12 @@ async fn read_pending(remote: &Arc<Remote>, doc_path: &Path) -> Result<Option<Pu
         Ok(Some(push)) => Some(push),
         Ok(None) => {
             remote.with(|i| {
-                i.pending.remove(doc_path);
+                // Nothing to push as read (a new conversation whose first
+                // turn has not finished, say); a commit marked meanwhile
+                // keeps it pending, or its turn would never be pushed.
+                if marks == Some(i.marks) {
+                    i.pending.remove(doc_path);
+                }
                 i.refused.remove(doc_path);
             });
             None
