@@ -26,6 +26,45 @@ fn project(tmp: &Path, name: &str, files: usize) -> PathBuf {
     std::fs::canonicalize(dir).unwrap()
 }
 
+/// Snapshots and lists `other` (3 files, never snapshotted) within 10 s,
+/// while another folder is held up by `doing`.
+async fn other_folder_is_served(snapshots: &Snapshots, other: &Path, doing: &str) {
+    let other_work = async {
+        let snap = snapshots
+            .take(other, owner("b", Phase::Before, "1"))
+            .await
+            .unwrap();
+        let at = other.to_path_buf();
+        let listed = snapshots.call(other, move |s| s.list(&at)).await.unwrap();
+        (snap, listed)
+    };
+    let (snap, listed) = tokio::time::timeout(Duration::from_secs(10), other_work)
+        .await
+        .unwrap_or_else(|_| panic!("another folder was not served while {doing}"));
+    assert_eq!(snap.files, 3);
+    assert_eq!(listed.len(), 1);
+}
+
+/// A request for `folder` started now: it must not finish within 100 ms
+/// (the folder is held up by `doing`).
+async fn waits_for(
+    snapshots: &Snapshots,
+    folder: &Path,
+    doing: &str,
+) -> tokio::task::JoinHandle<Result<usize, super::super::service::Failure>> {
+    let at = folder.to_path_buf();
+    let counted = {
+        let s = snapshots.clone();
+        tokio::spawn(async move { s.call(&at.clone(), move |s| s.count(&at)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !counted.is_finished(),
+        "a request for the folder ran before {doing} ended"
+    );
+    counted
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_folders_first_scan_holds_up_no_other_folder() {
     let tmp = tempfile::tempdir().unwrap();
@@ -56,21 +95,8 @@ async fn a_folders_first_scan_holds_up_no_other_folder() {
         .unwrap()
         .expect("the big folder's scan reached the held file");
 
-    // Meanwhile another folder is snapshotted, listed and counted.
-    let other_work = async {
-        let snap = snapshots
-            .take(&other, owner("b", Phase::Before, "1"))
-            .await
-            .unwrap();
-        let at = other.clone();
-        let listed = snapshots.call(&other, move |s| s.list(&at)).await.unwrap();
-        (snap, listed)
-    };
-    let (snap, listed) = tokio::time::timeout(Duration::from_secs(10), other_work)
-        .await
-        .expect("another folder was served while the first scan ran");
-    assert_eq!(snap.files, 3);
-    assert_eq!(listed.len(), 1);
+    // Meanwhile another folder is snapshotted and listed.
+    other_folder_is_served(&snapshots, &other, "the first scan ran").await;
     // The scanning folder's own requests wait for its scan, and status
     // says what it knows instead of waiting.
     let standing = snapshots.standing(&big, Duration::from_millis(100)).await;
@@ -78,16 +104,7 @@ async fn a_folders_first_scan_holds_up_no_other_folder() {
         standing.as_ref().is_some_and(|s| s.watch.contains("busy")),
         "{standing:?}"
     );
-    let at = big.clone();
-    let counted = {
-        let s = snapshots.clone();
-        tokio::spawn(async move { s.call(&at.clone(), move |s| s.count(&at)).await })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        !counted.is_finished(),
-        "a request for the scanning folder ran before its scan ended"
-    );
+    let counted = waits_for(&snapshots, &big, "its scan").await;
 
     release.send(()).unwrap();
     drop(hooked);
@@ -227,31 +244,9 @@ async fn a_folders_restore_holds_up_no_other_folder() {
         .expect("the restore reached the held path");
 
     // Meanwhile another folder is snapshotted and listed.
-    let other_work = async {
-        let snap = snapshots
-            .take(&other, owner("b", Phase::Before, "1"))
-            .await
-            .unwrap();
-        let at = other.clone();
-        let listed = snapshots.call(&other, move |s| s.list(&at)).await.unwrap();
-        (snap, listed)
-    };
-    let (snap, listed) = tokio::time::timeout(Duration::from_secs(10), other_work)
-        .await
-        .expect("another folder was served while the restore wrote");
-    assert_eq!(snap.files, 3);
-    assert_eq!(listed.len(), 1);
+    other_folder_is_served(&snapshots, &other, "the restore wrote").await;
     // The restoring folder's own requests wait for it.
-    let at = big.clone();
-    let counted = {
-        let s = snapshots.clone();
-        tokio::spawn(async move { s.call(&at.clone(), move |s| s.count(&at)).await })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        !counted.is_finished(),
-        "a request for the restoring folder ran before its restore ended"
-    );
+    let counted = waits_for(&snapshots, &big, "its restore").await;
 
     release.send(()).unwrap();
     let report = rewinding.await.unwrap().unwrap();

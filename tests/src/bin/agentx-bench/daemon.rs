@@ -3,8 +3,6 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
-
 use agentx_shared::proto::PingRequest;
 use agentx_shared::proto::daemon_client::DaemonClient;
 use agentx_tests::TestEnv;
@@ -14,13 +12,7 @@ use crate::{summary, time_command, which};
 pub fn bench_daemon() -> anyhow::Result<()> {
     const RUNS: usize = 200;
     let env = TestEnv::new();
-    let started = env.run(["daemon", "start"]);
-    if !started.status.success() {
-        bail!(
-            "agentd did not start: {}",
-            String::from_utf8_lossy(&started.stderr)
-        );
-    }
+    crate::start_daemon(&env)?;
     let truth = which("true")?;
     // Interleave the two so machine noise hits both alike.
     let mut floor = Vec::new();

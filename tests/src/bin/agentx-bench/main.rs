@@ -78,6 +78,34 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts `env`'s agentd (`agentx daemon start`), or says why it did not.
+fn start_daemon(env: &agentx_tests::TestEnv) -> anyhow::Result<()> {
+    let started = env.run(["daemon", "start"]);
+    if !started.status.success() {
+        bail!(
+            "agentd did not start: {}",
+            String::from_utf8_lossy(&started.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Writes `files` small files under `dir`, 200 per directory, each
+/// naming `version`.
+fn write_tree(dir: &std::path::Path, files: usize, version: &str) -> anyhow::Result<()> {
+    for d in 0..files.div_ceil(200) {
+        let sub = dir.join(format!("d{d:04}"));
+        std::fs::create_dir_all(&sub)?;
+        for f in 0..200.min(files - d * 200) {
+            std::fs::write(
+                sub.join(format!("f{f:03}.txt")),
+                format!("{version} version of file {f} in directory {d}\n"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// The in-process half of `context`: token accounting per turn (agentd's
 /// `benches/context.rs`, built by `scripts/bench`).
 fn context_accounting() -> anyhow::Result<()> {

@@ -129,13 +129,7 @@ pub fn bench_noisy() -> anyhow::Result<()> {
     let env = TestEnv::new();
     let model = FakeModel::start();
     model.set_lean(true);
-    let started = env.run(["daemon", "start"]);
-    if !started.status.success() {
-        bail!(
-            "agentd did not start: {}",
-            String::from_utf8_lossy(&started.stderr)
-        );
-    }
+    crate::start_daemon(&env)?;
     let pid = env.daemon_pids().first().copied().context("no agentd")?;
     let root = std::fs::canonicalize(env.root())?;
     let folder = |name: &str| -> anyhow::Result<PathBuf> {
@@ -163,7 +157,7 @@ pub fn bench_noisy() -> anyhow::Result<()> {
     let mut snapshot_dirs = Vec::new();
     for k in 0..loads.snapshot_folders * usize::from(selected("b")) {
         let dir = folder(&format!("tree-{k}"))?;
-        make_tree(&dir, loads.snapshot_files)?;
+        crate::write_tree(&dir, loads.snapshot_files, "first")?;
         snapshot_dirs.push(dir);
     }
     eprintln!("noisy: making export documents");
@@ -512,21 +506,6 @@ async fn finish(events: &mut tonic::Streaming<TurnEvent>) -> anyhow::Result<()> 
         }
     }
     bail!("a turn's stream ended without `finished`")
-}
-
-/// A fresh folder of `files` small files, 200 to a directory.
-fn make_tree(dir: &Path, files: usize) -> anyhow::Result<()> {
-    for d in 0..files.div_ceil(200) {
-        let sub = dir.join(format!("d{d:04}"));
-        std::fs::create_dir_all(&sub)?;
-        for f in 0..200.min(files - d * 200) {
-            std::fs::write(
-                sub.join(format!("f{f:03}.txt")),
-                format!("file {f} of directory {d}\nsome text to snapshot\n"),
-            )?;
-        }
-    }
-    Ok(())
 }
 
 /// A conversation id of the shape agentd gives, distinct per call.

@@ -34,18 +34,12 @@ pub fn bench_restores() -> anyhow::Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
     let env = TestEnv::new();
-    let started = env.run(["daemon", "start"]);
-    if !started.status.success() {
-        bail!(
-            "agentd did not start: {}",
-            String::from_utf8_lossy(&started.stderr)
-        );
-    }
+    crate::start_daemon(&env)?;
     let root = std::fs::canonicalize(env.root())?;
     let a = root.join("a");
     let b = root.join("b");
-    write_tree(&a, files, "first")?;
-    write_tree(&b, 20, "b")?;
+    crate::write_tree(&a, files, "first")?;
+    crate::write_tree(&b, 20, "b")?;
     let scope = |dir: &Path| Scope {
         folder: dir.display().to_string(),
         agent: "default".into(),
@@ -59,7 +53,7 @@ pub fn bench_restores() -> anyhow::Result<()> {
         let mut client = SnapshotsClient::new(channel.clone());
         // A's two states, each a snapshot.
         let first = take(&mut client, scope(&a)).await?.id;
-        write_tree(&a, files, "second")?;
+        crate::write_tree(&a, files, "second")?;
         let second = take(&mut client, scope(&a)).await?.id;
         // Warm up B (its first snapshot is a full scan).
         for _ in 0..10 {
@@ -138,22 +132,6 @@ pub fn bench_restores() -> anyhow::Result<()> {
         );
         anyhow::Ok(())
     })?;
-    Ok(())
-}
-
-/// Writes `files` small files under `dir`, 200 per directory, each naming
-/// `version`.
-fn write_tree(dir: &Path, files: usize, version: &str) -> anyhow::Result<()> {
-    for d in 0..files.div_ceil(200) {
-        let sub = dir.join(format!("d{d:04}"));
-        std::fs::create_dir_all(&sub)?;
-        for f in 0..200.min(files - d * 200) {
-            std::fs::write(
-                sub.join(format!("f{f:03}.txt")),
-                format!("{version} version of file {f} in directory {d}\n"),
-            )?;
-        }
-    }
     Ok(())
 }
 

@@ -20,13 +20,7 @@ const RUNS: usize = 30;
 pub fn bench_terminal() -> anyhow::Result<()> {
     let env = TestEnv::new();
     let model = FakeModel::start();
-    let started = env.run(["daemon", "start"]);
-    if !started.status.success() {
-        bail!(
-            "agentd did not start: {}",
-            String::from_utf8_lossy(&started.stderr)
-        );
-    }
+    crate::start_daemon(&env)?;
     // The folder's conversation exists, as when a user comes back to it.
     let _ = env.run(["status"]);
     let sh = which("sh")?;

@@ -29,13 +29,7 @@ pub fn bench_turns(turns: usize) -> anyhow::Result<()> {
         bail!("need at least {} turns", 2 * WINDOW);
     }
     let env = TestEnv::new();
-    let started = env.run(["daemon", "start"]);
-    if !started.status.success() {
-        bail!(
-            "agentd did not start: {}",
-            String::from_utf8_lossy(&started.stderr)
-        );
-    }
+    crate::start_daemon(&env)?;
     let model = FakeModel::start();
     model.set_lean(true);
     let direct = direct_first_tokens(&model)?;
