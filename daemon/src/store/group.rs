@@ -214,6 +214,15 @@ impl Group {
                 });
                 let _ = reply.send(result);
             }
+            Msg::TranscriptTail(id, enough, reply) => {
+                let result = self.session(folder, &id).and_then(|s| {
+                    s.transcript_tail(|read| enough(read)).map_err(|e| match e {
+                        LoadError::Branch(why) => StoreError::Moved(why),
+                        e => StoreError::unreadable(e),
+                    })
+                });
+                let _ = reply.send(result);
+            }
             Msg::Checkpoints(session, reply) => {
                 let result = self.resolve(folder, session).and_then(|id| {
                     let doc = &self.session(folder, &id)?.doc;

@@ -19,8 +19,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 pub use group::{
-    AccountingChange, Change, Expect, GroupHandle, NewCheckpoint, OpenTarget, Opened, Recent,
-    RollbackTarget, SettingsChange, ShellChange, TranscriptChange, TurnChange, TurnLease, Update,
+    AccountingChange, Change, Enough, Expect, GroupHandle, NewCheckpoint, OpenTarget, Opened,
+    Recent, RollbackTarget, SettingsChange, ShellChange, TranscriptChange, TurnChange, TurnLease,
+    Update,
 };
 
 use agentx_shared::folder::{check_component, folder_key};

@@ -391,7 +391,24 @@ pub async fn standing(
             let base = counter.text(super::DEFAULT_INSTRUCTIONS)
                 + counter.text(&loaded.text)
                 + counter.text(&super::chat::tools().to_string());
-            let items = match group.transcript(&doc.id).await {
+            // Read from the end, back to the last compaction or to a
+            // window's worth: past that the meter only says "over", so a
+            // long conversation costs what its window holds.
+            let limit = window.tokens;
+            let enough: crate::store::Enough = Box::new(move |newest_first| {
+                let mut tokens = 0u64;
+                for item in newest_first {
+                    if matches!(item, agentx_shared::conversation::Item::Compaction { .. }) {
+                        return true;
+                    }
+                    tokens += counter.item(item);
+                    if tokens > limit {
+                        return true;
+                    }
+                }
+                false
+            });
+            let items = match group.transcript_tail(&doc.id, enough).await {
                 Ok(t) => counter.items(&context::normalize(&context::model_view(&t))),
                 Err(_) => 0,
             };

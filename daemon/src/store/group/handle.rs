@@ -117,6 +117,10 @@ pub enum RollbackBy {
     HoldingTurn,
 }
 
+/// Says, of the transcript items read so far (newest first), whether they
+/// are enough.
+pub type Enough = Box<dyn Fn(&mut dyn Iterator<Item = &Item>) -> bool + Send>;
+
 pub(in crate::store) enum Msg {
     List(oneshot::Sender<Vec<ConversationDoc>>),
     /// With the client process that opens it, if known.
@@ -151,6 +155,11 @@ pub(in crate::store) enum Msg {
         oneshot::Sender<Result<(), StoreError>>,
     ),
     Transcript(String, oneshot::Sender<Result<Vec<Item>, StoreError>>),
+    TranscriptTail(
+        String,
+        Enough,
+        oneshot::Sender<Result<Vec<Item>, StoreError>>,
+    ),
     /// The checkpoints and the conversation's head (`ConversationDoc::head`).
     Checkpoints(
         Option<String>,
@@ -371,6 +380,17 @@ impl GroupHandle {
     /// The committed local transcript.
     pub async fn transcript(&self, session: &str) -> Result<Vec<Item>, StoreError> {
         self.ask(|tx| Msg::Transcript(session.to_owned(), tx))
+            .await?
+    }
+
+    /// The end of the committed local transcript, oldest first: read
+    /// backwards until `enough` says so of what was read (newest first).
+    pub async fn transcript_tail(
+        &self,
+        session: &str,
+        enough: Enough,
+    ) -> Result<Vec<Item>, StoreError> {
+        self.ask(|tx| Msg::TranscriptTail(session.to_owned(), enough, tx))
             .await?
     }
 

@@ -1,6 +1,8 @@
 //! `agentx-bench context`: resuming a 3,000-turn conversation with 50
 //! compactions in it, beside the same conversation never compacted (the
-//! baseline): agentd's open (with the replay) and its context meter, over gRPC.
+//! baseline): agentd's open (with the replay) and its context meter, over
+//! gRPC; then the same resume of a 100,000-turn conversation beside a
+//! 10-turn one (the cost is what is shown, not the conversation's length).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -16,19 +18,29 @@ use agentx_tests::TestEnv;
 const TURNS: usize = 3000;
 const COMPACTIONS: usize = 50;
 const RUNS: usize = 30;
+/// The long conversation and its short baseline.
+const LONG: usize = 100_000;
+const SHORT: usize = 10;
 
-/// Writes one conversation in the store's on-disk format; with
-/// `compactions`, a compaction record after every `TURNS / compactions` turns.
-fn write(dir: &Path, folder: &str, id: &str, compactions: usize) -> anyhow::Result<u64> {
+/// Writes one conversation of `turns` turns in the store's on-disk format;
+/// with `compactions`, a compaction record after every `turns / compactions`
+/// turns.
+fn write(
+    dir: &Path,
+    folder: &str,
+    id: &str,
+    turns: usize,
+    compactions: usize,
+) -> anyhow::Result<u64> {
     let mut journal = String::new();
     let mut items = 0u64;
-    let every = TURNS / compactions.max(1);
+    let every = turns / compactions.max(1);
     let line = |v: Value, journal: &mut String, items: &mut u64| {
         journal.push_str(&v.to_string());
         journal.push('\n');
         *items += 1;
     };
-    for t in 0..TURNS {
+    for t in 0..turns {
         let at = 1_700_000_000_000i64 + t as i64 * 1000;
         let user = format!(
             "turn {t}: please look at module {t} and {}",
@@ -63,11 +75,11 @@ fn write(dir: &Path, folder: &str, id: &str, compactions: usize) -> anyhow::Resu
     std::fs::write(dir.join(format!("{id}.jsonl")), &journal)?;
     let doc = json!({
         "format": 1, "id": id, "folder": folder, "agent": "default",
-        "title": id, "created_at": 1_700_000_000_000i64, "updated_at": 1_700_000_000_000i64 + TURNS as i64 * 1000,
+        "title": id, "created_at": 1_700_000_000_000i64, "updated_at": 1_700_000_000_000i64 + turns as i64 * 1000,
         "response_id": null,
         "usage": {"input_tokens": 0, "cached_tokens": 0, "output_tokens": 0, "reasoning_tokens": 0, "total_tokens": 0},
         "last_user": "", "last_assistant": "", "pending_shell": "", "pending_calls": [],
-        "turns": TURNS, "approve_all": false, "journal_items": items,
+        "turns": turns, "approve_all": false, "journal_items": items,
         "journal_bytes": journal.len(),
     });
     std::fs::write(dir.join(format!("{id}.json")), doc.to_string())?;
@@ -87,22 +99,26 @@ pub fn bench_context() -> anyhow::Result<()> {
         .join(agentx_shared::folder::folder_key(&folder))
         .join("default");
     std::fs::create_dir_all(&dir)?;
-    let plain = write(&dir, &text, "18b00000000-000001", 0)?;
-    let compacted = write(&dir, &text, "18b00000000-000002", COMPACTIONS)?;
+    let plain = write(&dir, &text, "18b00000000-000001", TURNS, 0)?;
+    let compacted = write(&dir, &text, "18b00000000-000002", TURNS, COMPACTIONS)?;
+    let short = write(&dir, &text, "18b00000000-000003", SHORT, 0)?;
+    let long = write(&dir, &text, "18b00000000-000004", LONG, 0)?;
     if !env.run(["daemon", "start"]).status.success() {
         bail!("agentd did not start");
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (base, with) = runtime.block_on(async {
+    let (base, with, short_times, long_times) = runtime.block_on(async {
         let channel = agentx_shared::transport::connect(&env.socket())
             .await
             .context("connect to agentd")?;
         let client = SessionsClient::new(channel);
         let base = resume_times(client.clone(), &text, "18b00000000-000001").await?;
-        let with = resume_times(client, &text, "18b00000000-000002").await?;
-        anyhow::Ok((base, with))
+        let with = resume_times(client.clone(), &text, "18b00000000-000002").await?;
+        let short = resume_times(client.clone(), &text, "18b00000000-000003").await?;
+        let long = resume_times(client, &text, "18b00000000-000004").await?;
+        anyhow::Ok((base, with, short, long))
     })?;
     let _ = env.run(["daemon", "stop"]);
     let (b50, b90) = crate::summary(base);
@@ -118,6 +134,20 @@ pub fn bench_context() -> anyhow::Result<()> {
         "  with {COMPACTIONS} compactions ({:.1} MB transcript):     median {c50:7.2} ms  p90 {c90:7.2} ms  ({:.2}× the baseline)",
         compacted as f64 / 1e6,
         c50 / b50
+    );
+    let (s50, s90) = crate::summary(short_times);
+    let (l50, l90) = crate::summary(long_times);
+    println!(
+        "context: resuming a long conversation beside a short one (the same; median of {RUNS})"
+    );
+    println!(
+        "  {SHORT} turns ({:.3} MB transcript):       median {s50:7.2} ms  p90 {s90:7.2} ms",
+        short as f64 / 1e6
+    );
+    println!(
+        "  {LONG} turns ({:.1} MB transcript):    median {l50:7.2} ms  p90 {l90:7.2} ms  ({:.2}× the short one; target ≤ 2×)",
+        long as f64 / 1e6,
+        l50 / s50
     );
     Ok(())
 }
