@@ -325,11 +325,21 @@ impl Chat<'_> {
             Some(3) => {
                 // Earlier messages stay as they are; this one and what
                 // follows are compacted.
-                let keep = messages
-                    .get(n)
-                    .and_then(|m| m.checkpoint.as_ref())
+                let Some(message) = messages.get(n) else {
+                    return Ok(());
+                };
+                let keep = message
+                    .checkpoint
+                    .as_ref()
                     .map_or(0, |cp| cp.transcript_len);
-                return self.turn_keeping(Some(""), Resolve::Compact, keep).await;
+                let prompt = crate::show::visible(&message.prompt).into_owned();
+                self.turn_keeping(Some(""), Resolve::Compact, keep).await?;
+                // Back into the prompt, as the restore choices do (unless
+                // something was typed meanwhile).
+                if self.ui.typed.partial.is_empty() {
+                    self.ui.typed.partial = prompt;
+                }
+                return Ok(());
             }
             _ => {
                 println!("nothing changed");

@@ -459,7 +459,11 @@ fn summarize_from_here_in_the_rewind_menu_compacts_only_what_follows_the_message
     assert!(!summary.contains("message alpha"), "{summary}");
     // Nothing was rolled back: three turns, the files and transcript kept.
     assert_eq!(env.status()["turns"], 3);
+    // The chosen message is back in the prompt, to edit or clear.
     pane.wait_for_n("›", 5);
+    pane.type_text(" (edited)");
+    pane.wait_for("› message bravo (edited)");
+    pane.key("C-u");
     pane.line("message delta");
     pane.wait_for("echo: message delta");
     // The next request carries alpha as it was, then the handoff.
