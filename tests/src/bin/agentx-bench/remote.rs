@@ -34,17 +34,6 @@ fn profile(url: Option<&str>) -> TestEnv {
     env
 }
 
-fn start_daemon(env: &TestEnv) -> anyhow::Result<()> {
-    let out = env.run(["daemon", "start"]);
-    if !out.status.success() {
-        bail!(
-            "agentd did not start: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
-}
-
 /// `agentx sync --json` (bounded by `wait_ms`), checked to have reached the server.
 fn sync(env: &TestEnv, wait_ms: u32) -> anyhow::Result<serde_json::Value> {
     let out = env.run(["sync", "--json", "--wait-ms", &wait_ms.to_string()]);
@@ -123,8 +112,8 @@ fn turn_latency(
     model: &FakeModel,
     turns: usize,
 ) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
-    start_daemon(on)?;
-    start_daemon(off)?;
+    crate::start_daemon(on)?;
+    crate::start_daemon(off)?;
     let times = runtime()?.block_on(async {
         let mut on_turns = Turns::open(on, model).await?;
         let mut off_turns = Turns::open(off, model).await?;
@@ -198,7 +187,7 @@ fn push_throughput(
         "postgresql://agentx@127.0.0.1:{}/nowhere",
         pg.port
     )));
-    start_daemon(&push)?;
+    crate::start_daemon(&push)?;
     runtime()?.block_on(async {
         let mut t = Turns::open(&push, model).await?;
         for i in 0..turns {
@@ -214,7 +203,7 @@ fn push_throughput(
     push.extra_env
         .push(("AGENTX_REMOTE_URL".into(), url.to_owned()));
     let started = Instant::now();
-    start_daemon(&push)?;
+    crate::start_daemon(&push)?;
     let pushed = sync(&push, 600_000)?;
     let took = started.elapsed();
     // The whole conversation is there (some may have gone before `sync`
