@@ -1,5 +1,6 @@
 //! Durable file primitives: atomic replace (temp file, fsync, rename, fsync
-//! the directory), fsynced appends, and quarantine of unreadable files.
+//! the directory), fsynced appends, and quarantine of unreadable files; state
+//! that is usually deleted once used may defer its syncs ([`Sync::Later`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
@@ -29,9 +30,28 @@ pub fn is_stale_temp(name: &str) -> bool {
     numeric(pid) && numeric(seq) && pid.parse::<u32>().ok() != Some(std::process::id())
 }
 
+/// When a write has to be on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sync {
+    /// Before the call returns: it survives a power loss from then on.
+    Now,
+    /// Whenever the kernel writes it back, or at [`sync_dir_files`]: for
+    /// state that is deleted once it served (a successful one-shot's) and
+    /// made durable only when it is kept. A kill of agentd loses none of
+    /// it (the kernel holds it); a power loss within the writeback delay
+    /// may lose or cut it, and its readers take it as damaged.
+    Later,
+}
+
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the
 /// new content, never a mix; returns once the change is on disk.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_as(path, bytes, Sync::Now)
+}
+
+/// [`write_atomic`], on disk when `sync` says. A process that dies at any
+/// point still leaves the old or the new content (the rename is atomic).
+pub fn write_atomic_as(path: &Path, bytes: &[u8], sync: Sync) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -47,7 +67,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
             .mode(0o600)
             .open(&tmp)?;
         file.write_all(bytes)?;
+        if sync == Sync::Later {
+            return std::fs::rename(&tmp, path);
+        }
         file.sync_all()?;
+        #[cfg(test)]
+        seams::synced(path);
         std::fs::rename(&tmp, path)?;
         fsync_dir(dir)
     })();
@@ -59,6 +84,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Makes a directory entry change (create, rename, unlink) durable.
 pub fn fsync_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(test)]
+    seams::synced(dir);
     File::open(dir)?.sync_all()
 }
 
@@ -76,10 +103,44 @@ pub fn open_existing_append(path: &Path) -> io::Result<File> {
     OpenOptions::new().append(true).open(path)
 }
 
-/// Appends `bytes` and waits until they are on disk.
-pub fn append_durable(file: &mut File, bytes: &[u8]) -> io::Result<()> {
+/// Appends `bytes`, on disk when `sync` says.
+pub fn append_as(file: &mut File, bytes: &[u8], sync: Sync) -> io::Result<()> {
     file.write_all(bytes)?;
-    file.sync_data()
+    match sync {
+        Sync::Now => {
+            #[cfg(test)]
+            seams::synced_file(file);
+            file.sync_data()
+        }
+        Sync::Later => Ok(()),
+    }
+}
+
+/// Makes a directory entry change durable when `sync` says so now.
+pub fn fsync_dir_as(dir: &Path, sync: Sync) -> io::Result<()> {
+    match sync {
+        Sync::Now => fsync_dir(dir),
+        Sync::Later => Ok(()),
+    }
+}
+
+/// Makes what was written in `dir` with [`Sync::Later`] durable: every
+/// regular file in it (not below), the directory, and its entry in its
+/// parent.
+pub fn sync_dir_files(dir: &Path) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            #[cfg(test)]
+            seams::synced(&entry.path());
+            File::open(entry.path())?.sync_all()?;
+        }
+    }
+    fsync_dir(dir)?;
+    match dir.parent() {
+        Some(parent) => fsync_dir(parent),
+        None => Ok(()),
+    }
 }
 
 /// Moves an unreadable file aside as `<name>.corrupt-<unix_ms>` (never
@@ -111,6 +172,36 @@ fn quarantine_name(path: &Path) -> PathBuf {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     path.with_file_name(format!("{name}.corrupt-{ms}"))
+}
+
+/// Test seam: which paths were synced (the syncs themselves still run).
+#[cfg(test)]
+pub(crate) mod seams {
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    static SYNCED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+    pub(super) fn synced(path: &Path) {
+        if let Ok(mut all) = SYNCED.lock() {
+            all.push(path.to_path_buf());
+        }
+    }
+
+    pub(super) fn synced_file(file: &std::fs::File) {
+        use std::os::fd::AsRawFd as _;
+        if let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+            synced(&path);
+        }
+    }
+
+    /// The paths at or under `dir` synced so far, in order.
+    pub(crate) fn synced_under(dir: &Path) -> Vec<PathBuf> {
+        SYNCED
+            .lock()
+            .map(|all| all.iter().filter(|p| p.starts_with(dir)).cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]

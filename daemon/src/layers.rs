@@ -7,9 +7,9 @@
 //!
 //! 1. Helpers that know no other module: `environment` (agentd's
 //!    environment, read once at start), `durable` (atomic file writing),
-//!    `shutdown` (the one stop handle), `cli`, `authority`, `connections`
-//!    (the HTTP/2 server), `listener`,
-//!    `peer`, `pidlock`, `logging`, `spawner` (the thread that forks
+//!    `shutdown` (the one stop handle), `cli`, `authority`, `peer`,
+//!    `connections` (the HTTP/2 server, which keeps `peer`'s verdict per
+//!    connection), `listener`, `pidlock`, `logging`, `spawner` (the thread that forks
 //!    children that must not outlive agentd), `supervisor` (the process
 //!    between agentd and a tool command or MCP server).
 //! 2. `store` (conversations on disk) and `snapshot` (folder snapshots),
@@ -33,13 +33,13 @@
 const ALLOWED: &[(&str, &[&str])] = &[
     ("environment", &[]),
     ("authority", &[]),
-    ("connections", &[]),
+    ("peer", &[]),
+    ("connections", &["peer"]),
     ("cli", &[]),
     ("durable", &[]),
     ("listener", &[]),
     ("logging", &["cli", "environment"]),
     ("memory", &[]),
-    ("peer", &[]),
     ("pidlock", &[]),
     ("priority", &[]),
     ("shutdown", &[]),

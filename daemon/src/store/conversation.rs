@@ -412,6 +412,8 @@ pub struct Conversation {
     pub doc: ConversationDoc,
     pub paths: ConversationPaths,
     calls: CallsLog,
+    /// When its writes reach the disk: a one-shot's wait until it is kept.
+    sync: durable::Sync,
     _open: OpenGuard,
 }
 
@@ -430,11 +432,17 @@ pub enum LoadError {
 impl Conversation {
     /// Creates a new conversation and makes it durable.
     pub fn create(dir: &Path, doc: ConversationDoc) -> io::Result<Self> {
+        Self::create_as(dir, doc, durable::Sync::Now)
+    }
+
+    /// [`Conversation::create`], its writes on disk when `sync` says.
+    pub fn create_as(dir: &Path, doc: ConversationDoc, sync: durable::Sync) -> io::Result<Self> {
         let paths = ConversationPaths::new(dir, &doc.id);
         let mut session = Self {
             doc,
             paths,
             calls: CallsLog::default(),
+            sync,
             _open: OpenGuard::new(),
         };
         session.save()?;
@@ -464,8 +472,14 @@ impl Conversation {
             doc,
             paths,
             calls,
+            sync: durable::Sync::Now,
             _open: OpenGuard::new(),
         })
+    }
+
+    /// Writes from now on reach the disk when `sync` says.
+    pub fn set_sync(&mut self, sync: durable::Sync) {
+        self.sync = sync;
     }
 
     /// Writes the state document atomically (with every tool call's latest
@@ -480,7 +494,7 @@ impl Conversation {
         seams::check(&self.paths.doc)?;
         // On a failure the epoch stays moved on: whether the new document
         // reached the disk or not, each record says which one it belongs to.
-        durable::write_atomic(&self.paths.doc, &bytes)?;
+        durable::write_atomic_as(&self.paths.doc, &bytes, self.sync)?;
         if folds {
             self.calls.saved(&self.paths.calls);
         }
@@ -491,7 +505,7 @@ impl Conversation {
     /// whatever the number of calls (the document is not rewritten).
     pub fn update_call(&mut self, index: usize, call: PendingCall) -> io::Result<()> {
         self.calls
-            .update(&self.paths.calls, &mut self.doc, index, call)
+            .update(&self.paths.calls, &mut self.doc, index, call, self.sync)
     }
 
     /// Appends items to the journal durably and advances the committed
@@ -513,7 +527,7 @@ impl Conversation {
             buf.push(b'\n');
         }
         let mut journal = self.open_journal()?;
-        durable::append_durable(&mut journal, &buf)?;
+        durable::append_as(&mut journal, &buf, self.sync)?;
         self.doc.journal_items += items.len() as u64;
         self.doc.journal_bytes += buf.len() as u64;
         Ok(())
@@ -530,7 +544,7 @@ impl Conversation {
         if self.doc.journal_bytes == 0
             && let Some(dir) = self.paths.journal.parent()
         {
-            durable::fsync_dir(dir)?;
+            durable::fsync_dir_as(dir, self.sync)?;
         }
         Ok(file)
     }
@@ -566,7 +580,7 @@ impl Conversation {
             return Ok(());
         }
         let mut journal = self.open_journal()?;
-        durable::append_durable(&mut journal, bytes)?;
+        durable::append_as(&mut journal, bytes, self.sync)?;
         self.doc.journal_items += items;
         self.doc.journal_bytes += bytes.len() as u64;
         Ok(())

@@ -294,6 +294,17 @@ impl Group {
         self.set_current(folder, to)
     }
 
+    /// When this group's writes reach the disk: a one-shot's state (never
+    /// shared, deleted when the one-shot succeeds) waits until it is kept
+    /// ([`crate::store::Store::finish_oneshot`]).
+    fn sync(&self) -> durable::Sync {
+        if self.shares_checkpoint {
+            durable::Sync::Now
+        } else {
+            durable::Sync::Later
+        }
+    }
+
     /// Takes in `doc` as a new conversation of `folder`.
     fn adopt(&mut self, folder: &str, doc: ConversationDoc) -> Result<(), StoreError> {
         if doc.folder != folder {
@@ -303,7 +314,7 @@ impl Group {
             )));
         }
         let session = agentx_shared::profile::create_private_dir(&self.dir)
-            .and_then(|()| Conversation::create(&self.dir, doc))?;
+            .and_then(|()| Conversation::create_as(&self.dir, doc, self.sync()))?;
         let id = session.doc.id.clone();
         self.sessions.insert(id.clone(), session);
         self.index_hook(&id);
@@ -380,11 +391,15 @@ impl Group {
     /// Reads conversation `id` again from its files; when that fails too,
     /// the whole directory is read again at the next request.
     fn reload(&mut self, id: &str) {
+        let sync = self.sync();
         let Some(session) = self.sessions.get_mut(id) else {
             return;
         };
         match Conversation::load(&session.paths.doc) {
-            Ok(fresh) => *session = fresh,
+            Ok(mut fresh) => {
+                fresh.set_sync(sync);
+                *session = fresh;
+            }
             Err(e) => {
                 tracing::error!(
                     dir = %self.dir.display(),
@@ -470,7 +485,7 @@ impl Group {
             self.agent.clone(),
             agentx_shared::time::now_ms(),
         );
-        let session = Conversation::create(&self.dir, doc)?;
+        let session = Conversation::create_as(&self.dir, doc, self.sync())?;
         self.sessions.insert(id.clone(), session);
         Ok(id)
     }

@@ -357,7 +357,7 @@ mod failed_write_tests {
     use super::conversation::{Conversation, seams};
     use super::*;
 
-    fn said(text: &str) -> Change {
+    pub(super) fn said(text: &str) -> Change {
         Change {
             transcript: TranscriptChange {
                 append: vec![
@@ -458,5 +458,75 @@ mod failed_write_tests {
             .filter(|i| matches!(i, Item::User { .. }))
             .collect();
         assert_eq!(users.len(), 3, "{items:?}");
+    }
+}
+
+#[cfg(test)]
+mod oneshot_sync_tests {
+    use super::failed_write_tests::said;
+    use super::*;
+    use crate::durable::seams::synced_under;
+
+    /// A one-shot's state is written without syncs while it runs; a kept
+    /// (failed or interrupted) one is synced whole when it ends, a
+    /// successful one removed. Conversations are synced as they are written.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_oneshots_state_reaches_the_disk_only_when_it_is_kept() {
+        let root = tempfile::tempdir().unwrap();
+        // Resolved: the seam records the paths the kernel names.
+        let root = root.path().canonicalize().unwrap();
+        let store = Store::new(
+            root.join("sessions"),
+            Commits::default(),
+            DEFAULT_IDLE_GROUPS,
+        );
+        let folder = "/w/oneshot-syncs";
+        let ok = store
+            .start_oneshot(folder, "default", 1, "one")
+            .await
+            .unwrap();
+        let kept = store
+            .start_oneshot(folder, "default", 2, "two")
+            .await
+            .unwrap();
+        for o in [&ok, &kept] {
+            o.group.commit(&o.id, said("hi")).await.unwrap();
+        }
+        let parent = kept.dir.parent().unwrap().to_path_buf();
+        assert_eq!(synced_under(&parent), Vec::<std::path::PathBuf>::new());
+
+        store.finish_oneshot(&ok, true).await;
+        assert!(!ok.dir.exists());
+        store.finish_oneshot(&kept, false).await;
+        let synced = synced_under(&parent);
+        for name in [format!("{}.json", kept.id), format!("{}.jsonl", kept.id)] {
+            assert!(
+                synced.contains(&kept.dir.join(&name)),
+                "{name} not synced: {synced:?}"
+            );
+        }
+        assert!(synced.contains(&kept.dir), "{synced:?}");
+        assert!(synced.contains(&parent), "{synced:?}");
+        assert!(synced.iter().all(|p| !p.starts_with(&ok.dir)), "{synced:?}");
+        // What was kept reads back.
+        let listed = store.list_oneshots(folder, "default").unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].id, kept.id);
+        assert_eq!(listed[0].doc.as_ref().unwrap().journal_items, 2);
+
+        // The folder's own conversations are synced at each commit.
+        let group = store.group(folder, "default").unwrap();
+        let id = group.open(OpenTarget::New).await.unwrap().doc.id;
+        group.commit(&id, said("three")).await.unwrap();
+        let dir = store.group_dir(folder, "default");
+        let synced = synced_under(&dir);
+        assert!(
+            synced.contains(&dir.join(format!("{id}.json"))),
+            "{synced:?}"
+        );
+        assert!(
+            synced.contains(&dir.join(format!("{id}.jsonl"))),
+            "{synced:?}"
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! One-shot states: each one-shot owns a private directory and actor under
 //! `<agent>/oneshots/<id>/`, branching from the shared checkpoint; kept only
-//! when it failed or was interrupted.
+//! when it failed or was interrupted, and synced to disk only then.
 
 use std::path::{Path, PathBuf};
 
@@ -48,7 +48,8 @@ impl Store {
         let group_dir = self.group_dir(folder, agent);
         let stamp = agentx_shared::time::now_ms();
         let (f, a) = (folder.to_owned(), agent.to_owned());
-        // Stat, mkdir and fsync: off the runtime's workers.
+        // Stat and mkdir: off the runtime's workers. Nothing of the state is
+        // synced while the one-shot runs (see `finish_oneshot`).
         let (shared, id, dir) = tokio::task::spawn_blocking(move || {
             // A branch point naming a conversation that is gone (cleared
             // before agentd reset branch points on clear) is not used: its
@@ -80,7 +81,6 @@ impl Store {
                     }
                 })
                 .ok_or(StoreError::Internal("no free one-shot id"))??;
-            durable::fsync_dir(&parent)?;
             Ok::<_, StoreError>((shared, id, dir))
         })
         .await
@@ -114,28 +114,30 @@ impl Store {
     }
 
     /// Ends a one-shot: a success leaves nothing behind; anything else is
-    /// kept for diagnosis.
+    /// kept for diagnosis, and made durable now. Its state was written
+    /// without syncs ([`durable::Sync::Later`]): most one-shots succeed and
+    /// their state is deleted, so syncing it as it grew (a dozen fsyncs per
+    /// one-shot) bought nothing. A kill of agentd loses none of it; a power
+    /// loss during a one-shot may lose or cut the state of that one-shot.
     pub async fn finish_oneshot(&self, oneshot: &Oneshot, success: bool) {
         if let Ok(mut active) = self.active_oneshots.lock() {
             active.remove(&oneshot.id);
         }
-        if !success {
-            return;
-        }
         let dir = oneshot.dir.clone();
-        // Many files and an fsync: off the runtime's workers.
-        let removed = tokio::task::spawn_blocking(move || {
-            std::fs::remove_dir_all(&dir)?;
-            if let Some(parent) = dir.parent() {
-                durable::fsync_dir(parent)?;
+        // Many files, or fsyncs: off the runtime's workers.
+        let done = tokio::task::spawn_blocking(move || {
+            if success {
+                std::fs::remove_dir_all(&dir)
+            } else {
+                durable::sync_dir_files(&dir)
             }
-            Ok::<_, std::io::Error>(())
         })
         .await
         .map_err(std::io::Error::other);
-        if let Ok(Err(e)) | Err(e) = removed {
+        if let Ok(Err(e)) | Err(e) = done {
+            let what = if success { "remove" } else { "sync" };
             tracing::warn!(
-                "cannot remove one-shot state {}: {e}",
+                "cannot {what} one-shot state {}: {e}",
                 oneshot.dir.display()
             );
         }

@@ -95,6 +95,7 @@ impl CallsLog {
         doc: &mut ConversationDoc,
         index: usize,
         call: PendingCall,
+        sync: durable::Sync,
     ) -> io::Result<()> {
         match doc.pending_calls.get(index) {
             Some(pending) if pending.call_id == call.call_id => {}
@@ -127,7 +128,7 @@ impl CallsLog {
         if self.on_disk != self.valid || file.metadata()?.len() != self.valid {
             file.set_len(self.valid)?;
         }
-        if let Err(e) = durable::append_durable(&mut file, &line) {
+        if let Err(e) = durable::append_as(&mut file, &line, sync) {
             // Not durable: the record is cut off again (best effort), so
             // the log says what memory does; a tail left is cut before the
             // next append and never folded in under a later save's epoch.
@@ -142,7 +143,7 @@ impl CallsLog {
             && let Some(dir) = path.parent()
         {
             // The file may be new: its name must be durable too.
-            durable::fsync_dir(dir)?;
+            durable::fsync_dir_as(dir, sync)?;
             self.name_durable = true;
         }
         self.valid += line.len() as u64;

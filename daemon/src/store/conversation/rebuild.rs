@@ -133,6 +133,7 @@ impl Conversation {
                 // A log left beside the damaged document is cut at the
                 // first append (its length is checked then).
                 calls: CallsLog::default(),
+                sync: durable::Sync::Now,
                 _open: OpenGuard::new(),
             },
             cut_tail,

@@ -214,6 +214,7 @@ impl Group {
         for (path, loaded) in loaded {
             match loaded {
                 Ok(mut session) => {
+                    session.set_sync(self.sync());
                     if session.doc.turn_open {
                         self.close_stopped_turn(&mut session, &path);
                     }
