@@ -68,11 +68,14 @@ where
                 Some(Err(e)) => tracing::debug!("cannot accept a connection: {e}"),
                 Some(Ok(io)) => {
                     let info = io.connect_info();
+                    // Who the peer is does not change while it is connected.
+                    let verdict = crate::peer::Verdict::default();
                     let service = service
                         .clone()
                         .map_request(move |r: http::Request<Incoming>| {
                             let mut r = r.map(Body::new);
                             r.extensions_mut().insert(info.clone());
+                            r.extensions_mut().insert(verdict.clone());
                             r
                         });
                     let conn = builder

@@ -2,8 +2,8 @@
 //! daemon's, and it must not be a sandboxed tool command (nor started by
 //! one), otherwise PERMISSION_DENIED. Also counts RPCs for `status`.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Status};
@@ -46,6 +46,14 @@ fn sandboxed(pid: u32) -> bool {
     false
 }
 
+/// Whether a connection's peer runs under a confined tool supervisor,
+/// found at its first RPC and kept for the connection's others (one walk
+/// up `/proc` per connection, not per call). Sound because a process never
+/// gains an ancestor: one outside every sandbox when it connected stays
+/// outside, and one inside stays below its supervisor (a subreaper).
+#[derive(Clone, Default)]
+pub struct Verdict(Arc<OnceLock<bool>>);
+
 #[derive(Clone)]
 pub struct PeerCheck {
     uid: u32,
@@ -58,6 +66,16 @@ impl PeerCheck {
     }
 }
 
+/// Whether the peer of `request` is a sandboxed command (kept per
+/// connection when the connection carries a [`Verdict`]).
+fn is_sandboxed<T>(request: &Request<T>) -> bool {
+    let walk = || pid_of(request).is_some_and(sandboxed);
+    match request.extensions().get::<Verdict>() {
+        Some(Verdict(known)) => *known.get_or_init(walk),
+        None => walk(),
+    }
+}
+
 impl tonic::service::Interceptor for PeerCheck {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
         let peer_uid = request
@@ -66,7 +84,7 @@ impl tonic::service::Interceptor for PeerCheck {
             .and_then(|info| info.peer_cred)
             .map(|cred| cred.uid());
         match peer_uid {
-            Some(uid) if uid == self.uid && pid_of(&request).is_some_and(sandboxed) => {
+            Some(uid) if uid == self.uid && is_sandboxed(&request) => {
                 tracing::warn!("refused an RPC from a sandboxed tool command");
                 Err(Status::permission_denied(
                     "a command in agentx's sandbox may not call agentd",
@@ -87,5 +105,28 @@ impl tonic::service::Interceptor for PeerCheck {
                 "agentd could not identify the caller (no peer credentials)",
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The connection's verdict, once found, stands for its later calls
+    /// (the walk up `/proc` is not made again).
+    #[test]
+    fn a_connections_verdict_is_found_once_and_kept() {
+        let verdict = Verdict::default();
+        let mut first = Request::new(());
+        first.extensions_mut().insert(verdict.clone());
+        // No peer credentials: the walk finds no sandbox.
+        assert!(!is_sandboxed(&first));
+        assert_eq!(verdict.0.get(), Some(&false));
+
+        let confined = Verdict::default();
+        let _ = confined.0.set(true);
+        let mut later = Request::new(());
+        later.extensions_mut().insert(confined);
+        assert!(is_sandboxed(&later));
     }
 }
