@@ -285,6 +285,8 @@ pub struct SnapshotStore {
     folders: HashMap<String, FolderState>,
     refs_loaded: bool,
     home: Option<PathBuf>,
+    /// agentd's profile, resolved: scans leave it out.
+    profile: Option<PathBuf>,
     config: PathBuf,
     /// agentd's environment, which overlays `config` as it does for agentx.
     env: Arc<Environment>,
@@ -326,6 +328,7 @@ impl SnapshotStore {
             folders: HashMap::new(),
             refs_loaded: false,
             home: env.path("HOME"),
+            profile: root.parent().and_then(|p| std::fs::canonicalize(p).ok()),
             config,
             watch: watch::Watchers::new(watch::WatchConfig::from_environment(&env)),
             env,
@@ -379,26 +382,23 @@ impl SnapshotStore {
     }
 
     fn guard(&self, folder: &Path) -> Result<(), SnapError> {
-        // Real paths: HOME or the folder may be reached through a symlink.
-        let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-        let real_folder = real(folder);
-        let at_or_above_home = self
-            .home
-            .as_ref()
-            .is_some_and(|h| h.starts_with(folder) || real(h).starts_with(&real_folder));
-        if at_or_above_home || real_folder == Path::new("/") {
+        if agentx_shared::folder::undo_off(folder, self.home.as_deref()) {
             return Err(SnapError::Home(folder.display().to_string()));
         }
         Ok(())
     }
 
     /// The folder's state, loaded on first use; a restore that was cut
-    /// short is finished first.
+    /// short is finished first. The guard runs when it is loaded (it
+    /// resolves the folder and HOME, a dozen system calls), not at each use.
     fn folder(&mut self, folder: &Path) -> Result<&mut FolderState, SnapError> {
-        self.guard(folder)?;
-        self.ensure_loaded()?;
         let key = folder.display().to_string();
-        if !self.folders.contains_key(&key) {
+        let known = self.folders.contains_key(&key);
+        if !known {
+            self.guard(folder)?;
+        }
+        self.ensure_loaded()?;
+        if !known {
             let dir = self.root.join("folders").join(folder_dir_name(&key));
             agentx_shared::profile::create_private_dir(&dir.join("manifests"))?;
             let timeline = read_timeline(&dir).unwrap_or_else(|| Timeline {
@@ -527,12 +527,7 @@ impl SnapshotStore {
             agentx_shared::config::Config::load_with(&self.config, |k| self.env.non_empty(k))
                 .map(|c| c.snapshot_exclude)
                 .unwrap_or_default();
-        let paths = self
-            .root
-            .parent()
-            .and_then(|p| std::fs::canonicalize(p).ok())
-            .into_iter()
-            .collect();
+        let paths = self.profile.iter().cloned().collect();
         scan::Excludes { names, paths }
     }
 }
