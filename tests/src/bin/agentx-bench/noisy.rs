@@ -15,7 +15,7 @@
 //! (the idle baseline always runs).
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -801,6 +801,10 @@ struct Many {
     failures: usize,
     agentd_cpu: Duration,
     clients_cpu: Duration,
+    /// The floor, in the same run: as many `agentx --version` at once (a
+    /// process that starts and exits, no agentd).
+    floor: Duration,
+    floor_cpu: Duration,
 }
 
 /// CPU time (user and system) of this process's waited-for children so far.
@@ -815,25 +819,14 @@ fn children_cpu() -> Duration {
     })
 }
 
-/// (d): `n` `agentx exec` processes started at once in `dir`: the wall
-/// time until all have exited, how many failed, and the CPU time used.
-fn many_oneshots(
-    env: &TestEnv,
-    pid: i32,
-    model: &FakeModel,
-    dir: &Path,
-    n: usize,
-) -> anyhow::Result<Many> {
-    let (agentd0, clients0) = (cpu_ticks(pid), children_cpu());
+/// `n` processes made by `command` started at once: the wall time until
+/// all have exited and how many failed.
+fn all_at_once(n: usize, command: impl Fn(usize) -> Command) -> anyhow::Result<(Duration, usize)> {
     let start = Instant::now();
     let mut children = Vec::with_capacity(n);
     for i in 0..n {
-        let mut cmd = env.agentx(["exec", &format!("prompt {i}")]);
-        cmd.current_dir(dir)
-            .env("AGENTX_BASE_URL", model.base_url())
-            .env("AGENTX_MODEL", "fake-model")
-            .env("OPENAI_API_KEY", "bench")
-            .stdin(Stdio::null())
+        let mut cmd = command(i);
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         children.push(cmd.spawn()?);
@@ -844,12 +837,38 @@ fn many_oneshots(
             failures += 1;
         }
     }
-    let wall = start.elapsed();
+    Ok((start.elapsed(), failures))
+}
+
+/// (d): `n` `agentx exec` processes started at once in `dir`: the wall
+/// time until all have exited, how many failed, and the CPU time used;
+/// beside it the floor, `n` `agentx --version` at once.
+fn many_oneshots(
+    env: &TestEnv,
+    pid: i32,
+    model: &FakeModel,
+    dir: &Path,
+    n: usize,
+) -> anyhow::Result<Many> {
+    let floor0 = children_cpu();
+    let (floor, _) = all_at_once(n, |_| env.agentx(["--version"]))?;
+    let floor_cpu = children_cpu().saturating_sub(floor0);
+    let (agentd0, clients0) = (cpu_ticks(pid), children_cpu());
+    let (wall, failures) = all_at_once(n, |i| {
+        let mut cmd = env.agentx(["exec", &format!("prompt {i}")]);
+        cmd.current_dir(dir)
+            .env("AGENTX_BASE_URL", model.base_url())
+            .env("AGENTX_MODEL", "fake-model")
+            .env("OPENAI_API_KEY", "bench");
+        cmd
+    })?;
     Ok(Many {
         wall,
         failures,
         agentd_cpu: Duration::from_millis(10 * cpu_ticks(pid).saturating_sub(agentd0)),
         clients_cpu: children_cpu().saturating_sub(clients0),
+        floor,
+        floor_cpu,
     })
 }
 
@@ -1040,6 +1059,12 @@ impl Report {
                 m.agentd_cpu.as_secs_f64(),
                 m.clients_cpu.as_secs_f64(),
                 m.clients_cpu.as_secs_f64() * 1000.0 / loads.many as f64
+            );
+            println!(
+                "    floor, same run: {} `agentx --version` at once {:.2} s wall, {:.2} ms CPU each",
+                loads.many,
+                m.floor.as_secs_f64(),
+                m.floor_cpu.as_secs_f64() * 1000.0 / loads.many as f64
             );
         }
         if let Some(r) = &self.resume {
