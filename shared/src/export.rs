@@ -101,9 +101,34 @@ pub fn ms_of(text: &str) -> Result<i64, ExportError> {
         .map_err(|e| ExportError::Malformed(format!("bad time {text:?}: {e}")))
 }
 
+/// What validation needs of a transcript that was not kept (see
+/// [`Document::parse_each`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    pub items: u64,
+    pub users: u64,
+}
+
 impl Document {
     /// Parses and validates an export document.
     pub fn parse(text: &str) -> Result<Self, ExportError> {
+        let mut transcript = Vec::new();
+        let mut doc = Self::parse_each(text, |entry| {
+            transcript.push(entry);
+            Ok(())
+        })?;
+        doc.conversation.transcript = transcript;
+        Ok(doc)
+    }
+
+    /// Parses and validates an export document, handing each transcript
+    /// entry to `each` as it is read instead of keeping it (the returned
+    /// document's transcript is empty): an import holds one entry at a
+    /// time, not the whole transcript. An error of `each` ends the parse.
+    pub fn parse_each(
+        text: &str,
+        mut each: impl FnMut(Entry) -> Result<(), String>,
+    ) -> Result<Self, ExportError> {
         // The format and version first (a pass that keeps nothing else), so
         // a newer or foreign file gets its own error; then the document,
         // parsed once (no intermediate tree: a 100 MB export is not held
@@ -134,13 +159,27 @@ impl Document {
             Some(v) if v >= 1 => {}
             _ => return Err(ExportError::Malformed("no valid \"version\" field".into())),
         }
-        let doc: Document =
-            serde_json::from_str(text).map_err(|e| ExportError::Malformed(e.to_string()))?;
-        doc.validate()?;
+        let mut counted = Counted::default();
+        let mut counting = |entry: Entry| {
+            ms_of(&entry.at).map_err(|e| e.to_string())?;
+            counted.items += 1;
+            if matches!(entry.item, Item::User { .. }) {
+                counted.users += 1;
+            }
+            each(entry)
+        };
+        let mut de = serde_json::Deserializer::from_str(text);
+        let doc = serde::de::DeserializeSeed::deserialize(
+            streaming::DocumentSeed(&mut counting),
+            &mut de,
+        )
+        .and_then(|doc| de.end().map(|()| doc))
+        .map_err(|e| ExportError::Malformed(e.to_string()))?;
+        doc.validate(counted)?;
         Ok(doc)
     }
 
-    fn validate(&self) -> Result<(), ExportError> {
+    fn validate(&self, counted: Counted) -> Result<(), ExportError> {
         let c = &self.conversation;
         let bad = |m: String| Err(ExportError::Malformed(m));
         if c.id.is_empty() || c.id.contains('/') || c.id.contains("..") || c.id.starts_with('.') {
@@ -154,11 +193,7 @@ impl Document {
         }
         ms_of(&c.created_at)?;
         ms_of(&c.updated_at)?;
-        let users = c
-            .transcript
-            .iter()
-            .filter(|e| matches!(e.item, Item::User { .. }))
-            .count() as u64;
+        let users = counted.users;
         if u64::from(c.turns) > users {
             return bad(format!(
                 "\"turns\" is {} but the transcript has {users} user message(s)",
@@ -177,7 +212,7 @@ impl Document {
                 cp.turns, c.turns
             ));
         }
-        let len = c.transcript.len() as u64;
+        let len = counted.items;
         let mut last = 0;
         for (i, cp) in c.checkpoints.iter().enumerate() {
             if cp.transcript_items > len || cp.transcript_items < last {
@@ -190,9 +225,6 @@ impl Document {
             }
             last = cp.transcript_items;
             ms_of(&cp.created_at)?;
-        }
-        for entry in &c.transcript {
-            ms_of(&entry.at)?;
         }
         Ok(())
     }
@@ -268,6 +300,164 @@ impl Document {
     }
 }
 
+/// The seeds that parse a document with its transcript handed out entry
+/// by entry: every other field is gathered as JSON and read by the derived
+/// `Deserialize` (so defaults and rules stay the derive's).
+mod streaming {
+    use std::fmt;
+
+    use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Value};
+
+    use super::{Conversation, Document, Entry};
+
+    type Each<'a> = &'a mut dyn FnMut(Entry) -> Result<(), String>;
+
+    /// The fields gathered beside the conversation and beside the
+    /// transcript; any other is skipped unread, as the derive skips it (a
+    /// test checks these name every field).
+    pub(super) const DOCUMENT_FIELDS: &[&str] =
+        &["format", "version", "exported_at", "exported_by"];
+    pub(super) const CONVERSATION_FIELDS: &[&str] = &[
+        "id",
+        "title",
+        "folder",
+        "agent",
+        "created_at",
+        "updated_at",
+        "response_id",
+        "usage",
+        "turns",
+        "forked_from",
+        "checkpoints",
+    ];
+
+    /// The value of a field: kept when `known`, else skipped unread.
+    fn gather<'de, A: MapAccess<'de>>(
+        map: &mut A,
+        rest: &mut Map<String, Value>,
+        key: String,
+        known: &[&str],
+    ) -> Result<(), A::Error> {
+        if known.contains(&key.as_str()) {
+            rest.insert(key, map.next_value()?);
+        } else {
+            map.next_value::<de::IgnoredAny>()?;
+        }
+        Ok(())
+    }
+
+    /// A whole document.
+    pub(super) struct DocumentSeed<'a>(pub(super) Each<'a>);
+
+    /// The document's own fields; its conversation comes from the seed.
+    #[derive(serde::Deserialize)]
+    struct Head {
+        format: String,
+        version: u32,
+        exported_at: String,
+        exported_by: String,
+    }
+
+    impl<'de> DeserializeSeed<'de> for DocumentSeed<'_> {
+        type Value = Document;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Document, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for DocumentSeed<'_> {
+        type Value = Document;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an agentx conversation export (a JSON object)")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Document, A::Error> {
+            let mut rest = Map::new();
+            let mut conversation = None;
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "conversation" {
+                    if conversation.is_some() {
+                        return Err(de::Error::duplicate_field("conversation"));
+                    }
+                    conversation = Some(map.next_value_seed(ConversationSeed(&mut *self.0))?);
+                } else {
+                    gather(&mut map, &mut rest, key, DOCUMENT_FIELDS)?;
+                }
+            }
+            let head: Head =
+                serde_json::from_value(Value::Object(rest)).map_err(de::Error::custom)?;
+            Ok(Document {
+                format: head.format,
+                version: head.version,
+                exported_at: head.exported_at,
+                exported_by: head.exported_by,
+                conversation: conversation
+                    .ok_or_else(|| de::Error::missing_field("conversation"))?,
+            })
+        }
+    }
+
+    /// The conversation, its transcript handed out.
+    struct ConversationSeed<'a>(Each<'a>);
+
+    impl<'de> DeserializeSeed<'de> for ConversationSeed<'_> {
+        type Value = Conversation;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Conversation, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for ConversationSeed<'_> {
+        type Value = Conversation;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a conversation (a JSON object)")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Conversation, A::Error> {
+            let mut rest = Map::new();
+            let mut transcript = false;
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "transcript" {
+                    if transcript {
+                        return Err(de::Error::duplicate_field("transcript"));
+                    }
+                    map.next_value_seed(TranscriptSeed(&mut *self.0))?;
+                    transcript = true;
+                } else {
+                    gather(&mut map, &mut rest, key, CONVERSATION_FIELDS)?;
+                }
+            }
+            if !transcript {
+                return Err(de::Error::missing_field("transcript"));
+            }
+            rest.insert("transcript".into(), Value::Array(Vec::new()));
+            serde_json::from_value(Value::Object(rest)).map_err(de::Error::custom)
+        }
+    }
+
+    /// The transcript: each entry to the callback, none kept.
+    struct TranscriptSeed<'a>(Each<'a>);
+
+    impl<'de> DeserializeSeed<'de> for TranscriptSeed<'_> {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for TranscriptSeed<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a transcript (a JSON array)")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while let Some(entry) = seq.next_element::<Entry>()? {
+                (self.0)(entry).map_err(de::Error::custom)?;
+            }
+            Ok(())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +508,57 @@ mod tests {
         let text = serde_json::to_string(&doc).unwrap();
         assert_eq!(Document::parse(&text).unwrap(), doc);
         assert!(doc.to_markdown().contains("## Turn 1"));
+    }
+
+    /// The streaming parse gathers every field the structs have (a field
+    /// added to them and not to its lists would be dropped on import).
+    #[test]
+    fn the_streamed_field_lists_name_every_field() {
+        let v = serde_json::to_value(sample()).unwrap();
+        let keys = |v: &serde_json::Value| {
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.sort();
+            k
+        };
+        let mut doc: Vec<String> = streaming::DOCUMENT_FIELDS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain(["conversation".to_owned()])
+            .collect();
+        doc.sort();
+        assert_eq!(keys(&v), doc);
+        let mut conv: Vec<String> = streaming::CONVERSATION_FIELDS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain(["transcript".to_owned()])
+            .collect();
+        conv.sort();
+        assert_eq!(keys(&v["conversation"]), conv);
+    }
+
+    #[test]
+    fn parse_each_hands_out_the_transcript_and_keeps_none_of_it() {
+        let mut v = serde_json::to_value(sample()).unwrap();
+        // Unknown fields are skipped at both levels, wherever they are.
+        v["extra"] = serde_json::json!({"big": [1, 2, 3]});
+        v["conversation"]["later"] = "x".into();
+        let mut seen = Vec::new();
+        let doc = Document::parse_each(&v.to_string(), |e| {
+            seen.push(e);
+            Ok(())
+        })
+        .unwrap();
+        assert!(doc.conversation.transcript.is_empty());
+        assert_eq!(seen, sample().conversation.transcript);
+        let mut whole = doc;
+        whole.conversation.transcript = seen;
+        assert_eq!(whole, sample());
+        // The callback's error ends the parse, named.
+        let err = Document::parse_each(&v.to_string(), |_| Err("disk full".into())).unwrap_err();
+        assert!(err.to_string().contains("disk full"), "{err}");
+        // A bad entry time is refused as it is read.
+        v["conversation"]["transcript"][1]["at"] = "yesterday".into();
+        assert!(Document::parse_each(&v.to_string(), |_| Ok(())).is_err());
     }
 
     #[test]
