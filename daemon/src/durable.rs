@@ -82,6 +82,61 @@ pub fn write_atomic_as(path: &Path, bytes: &[u8], sync: Sync) -> io::Result<()> 
     result
 }
 
+/// A file written under a temp name (as [`write_atomic`] names its temp
+/// files, so one a crash leaves is cleared as any other) that becomes its
+/// final name only at [`Staged::commit`]; dropped before that, it is
+/// removed. For content streamed to disk whose final name is known late.
+pub struct Staged {
+    tmp: PathBuf,
+    file: io::BufWriter<File>,
+    committed: bool,
+}
+
+impl Staged {
+    /// A new temp file in `dir`, named after `name`.
+    pub fn create(dir: &Path, name: &str) -> io::Result<Self> {
+        let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.tmp-{}-{seq}", std::process::id()));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        Ok(Self {
+            tmp,
+            file: io::BufWriter::new(file),
+            committed: false,
+        })
+    }
+
+    /// Syncs what was written and renames it to `to` (in the same
+    /// directory), durably.
+    pub fn commit(mut self, to: &Path) -> io::Result<()> {
+        self.file.flush()?;
+        self.file.get_ref().sync_all()?;
+        std::fs::rename(&self.tmp, to)?;
+        self.committed = true;
+        fsync_dir(to.parent().unwrap_or(Path::new(".")))
+    }
+}
+
+impl io::Write for Staged {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.file.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
 /// Makes a directory entry change (create, rename, unlink) durable.
 pub fn fsync_dir(dir: &Path) -> io::Result<()> {
     #[cfg(test)]

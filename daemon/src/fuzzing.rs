@@ -34,26 +34,24 @@ pub fn session_doc(data: &[u8]) -> Result<(), String> {
 /// from (the journal has every transcript item; the document loads).
 pub fn import(data: &[u8]) -> Result<(), String> {
     let text = std::str::from_utf8(data).map_err(|e| e.to_string())?;
-    let document = agentx_shared::export::Document::parse(text).map_err(|e| e.to_string())?;
+    let mut journal = fork::ImportedJournal::new(Vec::new());
+    let mut items = 0;
+    let document = agentx_shared::export::Document::parse_each(text, |entry| {
+        items += 1;
+        journal.push(entry)
+    })
+    .map_err(|e| e.to_string())?;
     let c = document.conversation;
-    let (journal, offsets) = fork::journal_of(&c.transcript).map_err(|e| e.to_string())?;
-    let doc = fork::imported_doc(
-        &c,
-        "s".into(),
-        "/f",
-        "agent",
-        journal.len() as u64,
-        &offsets,
-    );
+    let doc = fork::imported_doc(&c, &journal, "s".into(), "/f", "agent");
     let path = Path::new("/fuzz/s.jsonl");
-    match conversation::parse_journal(journal.as_slice(), journal.len() as u64, path) {
-        Ok(items) => assert_eq!(
-            items.len(),
-            c.transcript.len(),
-            "an imported journal lost items"
-        ),
+    match conversation::parse_journal(journal.out.as_slice(), journal.bytes(), path) {
+        Ok(read) => assert_eq!(read.len(), items, "an imported journal lost items"),
         Err(e) => panic!("an imported journal does not read back: {e}"),
     }
+    assert_eq!(
+        doc.journal_items, items as u64,
+        "the document miscounts the journal"
+    );
     let written = serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?;
     if let Err(e) = conversation::parse_doc(&written, Path::new(SESSION_DOC_PATH)) {
         panic!("an imported document does not load: {e}");

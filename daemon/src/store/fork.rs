@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use agentx_shared::conversation::Item;
 use agentx_shared::export::{self, Document};
 
-use super::conversation::{Checkpoint, ConversationDoc, ConversationPaths, read_journal};
+use super::conversation::{Checkpoint, ConversationDoc, ConversationPaths};
 use super::{GroupHandle, StoreError, group};
 use crate::durable;
 
@@ -214,7 +214,9 @@ fn journal_times(path: &Path, committed: u64) -> Vec<i64> {
 }
 
 /// Imports an export document into the group; returns the new conversation
-/// and, when its id was taken, the id in the file.
+/// and, when its id was taken, the id in the file. The transcript goes to
+/// disk as it is parsed (a temp file, renamed once the id is known): what
+/// the import holds beyond the document's text is one item at a time.
 pub async fn import(
     group: &GroupHandle,
     dir: &Path,
@@ -223,20 +225,29 @@ pub async fn import(
     text: String,
 ) -> Result<(ConversationDoc, Option<String>), StoreError> {
     let at = dir.to_path_buf();
-    let c = off_runtime(move || {
-        let document = Document::parse(&text).map_err(|e| StoreError::Invalid(e.to_string()))?;
-        drop(text);
+    let (c, journal) = off_runtime(move || {
         agentx_shared::profile::create_private_dir(&at)?;
-        Ok(document.conversation)
+        let mut journal = ImportedJournal::new(durable::Staged::create(&at, "import.jsonl")?);
+        let document = Document::parse_each(&text, |entry| journal.push(entry))
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        Ok((document.conversation, journal))
     })
     .await?;
     let (id, renamed_from) = import_id(group, dir, &c.id).await?;
     let (at, folder, agent) = (dir.to_path_buf(), folder.to_owned(), agent.to_owned());
     let doc = off_runtime(move || {
-        let (journal, offsets) = journal_of(&c.transcript)?;
-        let doc = imported_doc(&c, id, &folder, &agent, journal.len() as u64, &offsets);
-        drop(c);
-        write_imported_journal(&at, &doc, &journal, &offsets)?;
+        let doc = imported_doc(&c, &journal, id, &folder, &agent);
+        let to = ConversationPaths::new(&at, &doc.id).journal;
+        journal.out.commit(&to)?;
+        // It must read back as the items it came from.
+        let back = super::journal::count::<serde::de::IgnoredAny>(&to, doc.journal_bytes);
+        if back.ok() != Some(doc.journal_items) {
+            let _ = std::fs::remove_file(&to);
+            return Err(StoreError::Damaged {
+                message: "the imported transcript did not read back".into(),
+                path: to,
+            });
+        }
         Ok(doc)
     })
     .await?;
@@ -268,62 +279,101 @@ async fn import_id(
     .await
 }
 
-/// The journal of an exported transcript, in the store's line format, and
-/// the byte offset after each item (the first is 0).
-pub(crate) fn journal_of(transcript: &[export::Entry]) -> Result<(Vec<u8>, Vec<u64>), StoreError> {
-    let mut journal = Vec::new();
-    let mut offsets = vec![0u64];
-    for entry in transcript {
-        let mut line = serde_json::to_value(&entry.item).map_err(StoreError::encode)?;
+/// An imported transcript on its way to a journal: each entry becomes a
+/// line in the store's format as it is parsed, and what the state document
+/// names of the transcript is kept on the way (not the transcript).
+pub(crate) struct ImportedJournal<W> {
+    pub out: W,
+    /// The byte offset after each item (the first is 0).
+    offsets: Vec<u64>,
+    /// The first line of the first user message (a title when the file
+    /// has none), and the last user and assistant texts.
+    first_user_line: Option<String>,
+    last_user: Option<String>,
+    last_assistant: Option<String>,
+}
+
+impl<W: std::io::Write> ImportedJournal<W> {
+    pub fn new(out: W) -> Self {
+        Self {
+            out,
+            offsets: vec![0],
+            first_user_line: None,
+            last_user: None,
+            last_assistant: None,
+        }
+    }
+
+    /// Writes `entry` as the next journal line.
+    pub fn push(&mut self, entry: export::Entry) -> Result<(), String> {
+        let mut line = serde_json::to_value(&entry.item).map_err(|e| e.to_string())?;
         if let Some(obj) = line.as_object_mut() {
             obj.insert("at".into(), export::ms_of(&entry.at).unwrap_or(0).into());
         }
-        serde_json::to_writer(&mut journal, &line).map_err(StoreError::encode)?;
-        journal.push(b'\n');
-        offsets.push(journal.len() as u64);
+        let mut bytes = serde_json::to_vec(&line).map_err(|e| e.to_string())?;
+        bytes.push(b'\n');
+        self.out
+            .write_all(&bytes)
+            .map_err(|e| format!("cannot write the imported transcript: {e}"))?;
+        self.offsets.push(self.bytes() + bytes.len() as u64);
+        match entry.item {
+            Item::User { text } => {
+                if self.first_user_line.is_none() {
+                    self.first_user_line = text.lines().map(one_line).find(|l| !l.is_empty());
+                }
+                self.last_user = Some(text);
+            }
+            Item::Assistant { text } => self.last_assistant = Some(text),
+            _ => {}
+        }
+        Ok(())
     }
-    Ok((journal, offsets))
+}
+
+impl<W> ImportedJournal<W> {
+    /// The journal's length so far.
+    pub fn bytes(&self) -> u64 {
+        self.offsets.last().copied().unwrap_or(0)
+    }
+
+    /// Its items so far.
+    pub fn items(&self) -> u64 {
+        self.offsets.len() as u64 - 1
+    }
+}
+
+/// Text on one line of single spaces.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// The state document of imported conversation `c` under `id`, whose
-/// journal is `journal_bytes` long with item offsets `offsets`.
-pub(crate) fn imported_doc(
+/// transcript went to `journal`.
+pub(crate) fn imported_doc<W>(
     c: &export::Conversation,
+    journal: &ImportedJournal<W>,
     id: String,
     folder: &str,
     agent: &str,
-    journal_bytes: u64,
-    offsets: &[u64],
 ) -> ConversationDoc {
-    let offset = |items: u64| offsets.get(items as usize).copied().unwrap_or(0);
+    let offset = |items: u64| journal.offsets.get(items as usize).copied().unwrap_or(0);
     let ms = |t: &str| export::ms_of(t).unwrap_or(0);
     let mut doc = ConversationDoc::new(id, folder.to_owned(), agent.to_owned(), ms(&c.created_at));
     doc.updated_at = agentx_shared::time::now_ms();
-    doc.title = imported_title(c);
+    doc.title = imported_title(&c.title, journal.first_user_line.as_deref());
     // The server-side chain may not exist for this profile: the first turn
     // resends the local transcript.
     doc.response_id = None;
     doc.usage = c.usage;
     doc.turns = c.turns;
-    doc.journal_items = c.transcript.len() as u64;
-    doc.journal_bytes = journal_bytes;
+    doc.journal_items = journal.items();
+    doc.journal_bytes = journal.bytes();
     doc.forked_from = c.forked_from.as_ref().map(|f| ForkOrigin {
         id: f.id.clone(),
         turn: f.turn,
     });
-    let last = |want_user: bool| {
-        c.transcript
-            .iter()
-            .rev()
-            .find_map(|e| match (&e.item, want_user) {
-                (Item::User { text }, true) | (Item::Assistant { text }, false) => {
-                    Some(text.clone())
-                }
-                _ => None,
-            })
-    };
-    doc.last_user = last(true).unwrap_or_default();
-    doc.last_assistant = last(false).unwrap_or_default();
+    doc.last_user = journal.last_user.clone().unwrap_or_default();
+    doc.last_assistant = journal.last_assistant.clone().unwrap_or_default();
     doc.checkpoints = c
         .checkpoints
         .iter()
@@ -349,44 +399,17 @@ pub const MAX_TITLE: usize = 200;
 /// An imported title under rename's rules: one line of single spaces, at
 /// most [`MAX_TITLE`] characters (cut with `…`), never empty (then the
 /// first user message's first line, or "imported conversation").
-fn imported_title(c: &export::Conversation) -> String {
-    let one_line = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut title = one_line(&c.title);
+fn imported_title(title: &str, first_user_line: Option<&str>) -> String {
+    let mut title = one_line(title);
     if title.is_empty() {
-        title = c
-            .transcript
-            .iter()
-            .find_map(|e| match &e.item {
-                Item::User { text } => text.lines().map(one_line).find(|l| !l.is_empty()),
-                _ => None,
-            })
-            .unwrap_or_else(|| "imported conversation".to_owned());
+        title = first_user_line
+            .unwrap_or("imported conversation")
+            .to_owned();
     }
     if title.chars().count() > MAX_TITLE {
         title = title.chars().take(MAX_TITLE - 1).collect::<String>() + "…";
     }
     title
-}
-
-/// Writes the imported `journal` for `doc` and checks it reads back as the
-/// `items` transcript items it came from (else removes it).
-fn write_imported_journal(
-    dir: &Path,
-    doc: &ConversationDoc,
-    journal: &[u8],
-    offsets: &[u64],
-) -> Result<(), StoreError> {
-    let to = ConversationPaths::new(dir, &doc.id);
-    durable::write_atomic(&to.journal, journal)?;
-    let back = read_journal(&to.journal, doc.journal_bytes).map_err(StoreError::unreadable)?;
-    if back.len() + 1 != offsets.len() {
-        let _ = std::fs::remove_file(&to.journal);
-        return Err(StoreError::Damaged {
-            message: "the imported transcript did not read back".into(),
-            path: to.journal,
-        });
-    }
-    Ok(())
 }
 
 /// Keeps the whole local line of `parent` as a new conversation forked at
@@ -417,4 +440,112 @@ pub async fn keep_as_fork(
     off_runtime(move || copy_prefix(from, to, bytes, "its document says")).await?;
     let doc = super::carry::kept_line(parent, id, title, turn, agentx_shared::time::now_ms());
     adopt(group, dir, doc).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Commits, DEFAULT_IDLE_GROUPS, Store};
+    use agentx_shared::export::{Entry, FORMAT_NAME, VERSION};
+
+    fn export_of(items: usize) -> serde_json::Value {
+        let transcript: Vec<Entry> = (0..items)
+            .map(|i| Entry {
+                at: export::time_of(1000 + i as i64),
+                item: if i % 2 == 0 {
+                    Item::User {
+                        text: format!("question {i}"),
+                    }
+                } else {
+                    Item::Assistant {
+                        text: format!("answer {i}"),
+                    }
+                },
+            })
+            .collect();
+        serde_json::json!({
+            "format": FORMAT_NAME,
+            "version": VERSION,
+            "exported_at": export::time_of(5000),
+            "exported_by": "test",
+            "conversation": {
+                "id": "imported-one",
+                "title": "",
+                "folder": "/f",
+                "agent": "default",
+                "created_at": export::time_of(1000),
+                "updated_at": export::time_of(4000),
+                "turns": items.div_ceil(2),
+                "transcript": transcript,
+            }
+        })
+    }
+
+    /// Names in `dir` other than conversations' own files.
+    fn leftovers(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with('.'))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The transcript streams to a temp file that becomes the journal;
+    /// a document refused part way leaves neither behind.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_import_streams_its_journal_and_a_refused_one_leaves_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let store = Store::new(
+            root.path().join("sessions"),
+            Commits::default(),
+            DEFAULT_IDLE_GROUPS,
+        );
+        let folder = "/w/imports";
+        let group = store.group(folder, "default").unwrap();
+        let dir = store.group_dir(folder, "default");
+
+        let (doc, _) = import(&group, &dir, folder, "default", export_of(5).to_string())
+            .await
+            .unwrap();
+        assert_eq!(doc.journal_items, 5);
+        assert_eq!(doc.title, "question 0");
+        assert_eq!(
+            (doc.last_user.as_str(), doc.last_assistant.as_str()),
+            ("question 4", "answer 3")
+        );
+        let items = crate::store::conversation::read_journal(
+            &ConversationPaths::new(&dir, &doc.id).journal,
+            doc.journal_bytes,
+        )
+        .unwrap();
+        assert_eq!(items.len(), 5);
+        assert_eq!(
+            items[3],
+            Item::Assistant {
+                text: "answer 3".into()
+            }
+        );
+        assert_eq!(leftovers(&dir), Vec::<String>::new());
+
+        // The fourth entry's time is not a time: refused after three
+        // entries were already written.
+        let mut bad = export_of(6);
+        bad["conversation"]["id"] = "imported-two".into();
+        bad["conversation"]["transcript"][3]["at"] = "soon".into();
+        let refused = import(&group, &dir, folder, "default", bad.to_string()).await;
+        assert!(
+            matches!(refused, Err(StoreError::Invalid(_))),
+            "{refused:?}"
+        );
+        assert_eq!(leftovers(&dir), Vec::<String>::new());
+        assert!(
+            !ConversationPaths::new(&dir, "imported-two")
+                .journal
+                .exists()
+        );
+        assert_eq!(group.list().await.unwrap().len(), 1);
+    }
 }

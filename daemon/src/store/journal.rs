@@ -172,11 +172,34 @@ pub fn read_until_bad<T: DeserializeOwned>(
 
 fn parse_until_bad<T: DeserializeOwned>(
     contents: impl Read,
-    (from, to): (u64, u64),
+    range: (u64, u64),
     path: &Path,
 ) -> (Vec<Record<T>>, Option<JournalError>) {
-    let mut reader = BufReader::new(contents.take(to.saturating_sub(from)));
     let mut records = Vec::new();
+    let bad = visit(contents, range, path, |r| records.push(r));
+    (records, bad)
+}
+
+/// How many records the first `committed` bytes of `path` hold, each
+/// parsed as `T` and dropped (memory for one line, whatever the length).
+pub fn count<T: DeserializeOwned>(path: &Path, committed: u64) -> Result<u64, JournalError> {
+    let mut n = 0;
+    match visit::<T>(std::fs::File::open(path)?, (0, committed), path, |_| n += 1) {
+        Some(e) => Err(e),
+        None => Ok(n),
+    }
+}
+
+/// Each committed line of `contents` (positioned at `from`) parsed as `T`
+/// and handed to `each`, up to `to` or the first line that does not
+/// parse, whose error is returned.
+fn visit<T: DeserializeOwned>(
+    contents: impl Read,
+    (from, to): (u64, u64),
+    path: &Path,
+    mut each: impl FnMut(Record<T>),
+) -> Option<JournalError> {
+    let mut reader = BufReader::new(contents.take(to.saturating_sub(from)));
     let mut at = from;
     let mut buf = Vec::new();
     for line in 1u64.. {
@@ -184,28 +207,27 @@ fn parse_until_bad<T: DeserializeOwned>(
         let n = match reader.read_until(b'\n', &mut buf) {
             Ok(0) => break,
             Ok(n) => n as u64,
-            Err(e) => return (records, Some(e.into())),
+            Err(e) => return Some(e.into()),
         };
         let text = buf.strip_suffix(b"\n").unwrap_or(&buf);
         match serde_json::from_slice::<T>(text) {
-            Ok(value) => records.push(Record {
+            Ok(value) => each(Record {
                 value,
                 start: at,
                 end: at + n,
             }),
             Err(e) => {
-                let bad = JournalError::Bad {
+                return Some(JournalError::Bad {
                     path: path.to_path_buf(),
                     line: Some(line),
                     offset: at,
                     reason: e.to_string(),
-                };
-                return (records, Some(bad));
+                });
             }
         }
         at += n;
     }
-    (records, None)
+    None
 }
 
 #[cfg(test)]
