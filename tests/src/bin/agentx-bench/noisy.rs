@@ -880,6 +880,9 @@ struct Resume {
     quiet_mb: f64,
     quiet: Duration,
     import: Duration,
+    /// agentd's peak RSS during the import (its high-water mark, reset
+    /// just before).
+    import_peak_mb: f64,
     turn: Duration,
     turn_ok: Result<(), String>,
 }
@@ -896,9 +899,12 @@ async fn resume_big(
 ) -> anyhow::Result<Resume> {
     settle().await;
     let before_mb = mb(status_kib(pid, "VmRSS:"));
+    // "5" resets the peak RSS the kernel reports as VmHWM.
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")?;
     let t0 = Instant::now();
     let id = import(&env.socket(), scope, doc).await?;
     let import = t0.elapsed();
+    let import_peak_mb = mb(status_kib(pid, "VmHWM:"));
     let channel = agentx_shared::transport::connect(&env.socket()).await?;
     let mut sessions = SessionsClient::new(channel.clone());
     sessions
@@ -937,6 +943,7 @@ async fn resume_big(
         quiet_mb: mb(status_kib(pid, "VmRSS:")),
         quiet,
         import,
+        import_peak_mb,
         turn,
         turn_ok,
     })
@@ -1110,6 +1117,11 @@ impl Report {
             },
             r.after_mb - r.before_mb,
             met((r.after_mb - r.before_mb).abs() <= LEAK_GOAL_MB)
+        );
+        println!(
+            "    agentd's peak RSS during the import: {:.0} MB ({:.1}x the document over the RSS before)",
+            r.import_peak_mb,
+            (r.import_peak_mb - r.before_mb) / (loads.resume_bytes as f64 / 1e6)
         );
         println!(
             "    once agentd was quiet ({:.1} s after leaving): {:.0} MB ({:+.0} MB)",
