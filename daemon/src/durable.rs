@@ -88,8 +88,8 @@ pub fn write_atomic_as(path: &Path, bytes: &[u8], sync: Sync) -> io::Result<()> 
 /// removed. For content streamed to disk whose final name is known late.
 pub struct Staged {
     tmp: PathBuf,
-    file: io::BufWriter<File>,
-    committed: bool,
+    /// `None` once committed or given up.
+    file: Option<io::BufWriter<File>>,
 }
 
 impl Staged {
@@ -104,34 +104,42 @@ impl Staged {
             .open(&tmp)?;
         Ok(Self {
             tmp,
-            file: io::BufWriter::new(file),
-            committed: false,
+            file: Some(io::BufWriter::new(file)),
         })
+    }
+
+    fn writer(&mut self) -> io::Result<&mut io::BufWriter<File>> {
+        self.file
+            .as_mut()
+            .ok_or_else(|| io::Error::other("the staged file is closed"))
     }
 
     /// Syncs what was written and renames it to `to` (in the same
     /// directory), durably.
     pub fn commit(mut self, to: &Path) -> io::Result<()> {
-        self.file.flush()?;
-        self.file.get_ref().sync_all()?;
+        let file = self.writer()?;
+        file.flush()?;
+        file.get_ref().sync_all()?;
         std::fs::rename(&self.tmp, to)?;
-        self.committed = true;
+        self.file = None;
         fsync_dir(to.parent().unwrap_or(Path::new(".")))
     }
 }
 
 impl io::Write for Staged {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.file.write(buf)
+        self.writer()?.write(buf)
     }
     fn flush(&mut self) -> io::Result<()> {
-        self.file.flush()
+        self.writer()?.flush()
     }
 }
 
 impl Drop for Staged {
     fn drop(&mut self) {
-        if !self.committed {
+        // Given up: what is buffered is dropped unwritten, the file removed.
+        if let Some(file) = self.file.take() {
+            drop(file.into_parts());
             let _ = std::fs::remove_file(&self.tmp);
         }
     }

@@ -38,7 +38,7 @@ pub fn import(data: &[u8]) -> Result<(), String> {
     let mut items = 0;
     let document = agentx_shared::export::Document::parse_each(text, |entry| {
         items += 1;
-        journal.push(entry)
+        journal.push(entry).map_err(|e| e.to_string())
     })
     .map_err(|e| e.to_string())?;
     let c = document.conversation;

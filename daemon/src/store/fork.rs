@@ -228,8 +228,19 @@ pub async fn import(
     let (c, journal) = off_runtime(move || {
         agentx_shared::profile::create_private_dir(&at)?;
         let mut journal = ImportedJournal::new(durable::Staged::create(&at, "import.jsonl")?);
-        let document = Document::parse_each(&text, |entry| journal.push(entry))
-            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        // A write that fails (a full disk) is agentd's error, not the file's.
+        let mut unwritten = None;
+        let parsed = Document::parse_each(&text, |entry| {
+            journal.push(entry).map_err(|e| {
+                let said = e.to_string();
+                unwritten = Some(e);
+                said
+            })
+        });
+        if let Some(e) = unwritten {
+            return Err(StoreError::from(e));
+        }
+        let document = parsed.map_err(|e| StoreError::Invalid(e.to_string()))?;
         Ok((document.conversation, journal))
     })
     .await?;
@@ -305,16 +316,14 @@ impl<W: std::io::Write> ImportedJournal<W> {
     }
 
     /// Writes `entry` as the next journal line.
-    pub fn push(&mut self, entry: export::Entry) -> Result<(), String> {
-        let mut line = serde_json::to_value(&entry.item).map_err(|e| e.to_string())?;
+    pub fn push(&mut self, entry: export::Entry) -> std::io::Result<()> {
+        let mut line = serde_json::to_value(&entry.item).map_err(std::io::Error::other)?;
         if let Some(obj) = line.as_object_mut() {
             obj.insert("at".into(), export::ms_of(&entry.at).unwrap_or(0).into());
         }
-        let mut bytes = serde_json::to_vec(&line).map_err(|e| e.to_string())?;
+        let mut bytes = serde_json::to_vec(&line).map_err(std::io::Error::other)?;
         bytes.push(b'\n');
-        self.out
-            .write_all(&bytes)
-            .map_err(|e| format!("cannot write the imported transcript: {e}"))?;
+        self.out.write_all(&bytes)?;
         self.offsets.push(self.bytes() + bytes.len() as u64);
         match entry.item {
             Item::User { text } => {
@@ -338,7 +347,7 @@ impl<W> ImportedJournal<W> {
 
     /// Its items so far.
     pub fn items(&self) -> u64 {
-        self.offsets.len() as u64 - 1
+        (self.offsets.len() as u64).saturating_sub(1)
     }
 }
 

@@ -185,6 +185,19 @@ fn a_full_profile_disk_fails_clearly_and_recovers_once_freed() {
         .unwrap()
         .len();
     let folder = files(&env.work);
+    // An export to import while full, bigger than one write buffer so the
+    // import writes its journal as it parses.
+    let export = env.home.parent().unwrap().join("big-export.json");
+    let mut doc = json_out(&env.run(["export", "--format", "json"]));
+    let entry = doc["conversation"]["transcript"][1].clone();
+    let transcript = doc["conversation"]["transcript"].as_array_mut().unwrap();
+    for _ in 0..200 {
+        let mut copy = entry.clone();
+        copy["text"] = "x".repeat(200).into();
+        transcript.push(copy);
+    }
+    doc["conversation"]["id"] = "imported-while-full".into();
+    std::fs::write(&export, doc.to_string()).unwrap();
     let filler = mount.fill(&env.home);
 
     // A turn, a snapshot and a restore: each one clear line, nothing done.
@@ -197,6 +210,14 @@ fn a_full_profile_disk_fails_clearly_and_recovers_once_freed() {
     assert_fails_on_full_disk(&out, "undo");
     let out = env.run(["rewind", "1", "--yes"]);
     assert_fails_on_full_disk(&out, "rewind");
+    // The disk is named, not the file (which is a sound export).
+    let out = env.run(["import", export.to_str().unwrap()]);
+    assert_fails_on_full_disk(&out, "import");
+    assert!(
+        !stderr(&out).contains("not an agentx conversation export"),
+        "a sound export was called malformed: {}",
+        stderr(&out)
+    );
     std::fs::remove_file(env.work.join("b.txt")).unwrap();
     assert_eq!(
         files(&env.work),
