@@ -43,6 +43,13 @@ pub enum Sync {
     Later,
 }
 
+/// A fresh temp file name for `name` in `dir`, of the shape
+/// [`is_stale_temp`] recognizes.
+fn temp_path(dir: &Path, name: &str) -> PathBuf {
+    let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!(".{name}.tmp-{}-{seq}", std::process::id()))
+}
+
 /// Replaces `path` with `bytes` so that a crash leaves either the old or the
 /// new content, never a mix; returns once the change is on disk.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -57,8 +64,7 @@ pub fn write_atomic_as(path: &Path, bytes: &[u8], sync: Sync) -> io::Result<()> 
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
-    let tmp = dir.join(format!(".{name}.tmp-{}-{seq}", std::process::id()));
+    let tmp = temp_path(dir, &name);
     let result = (|| {
         let mut file = OpenOptions::new()
             .write(true)
@@ -95,8 +101,7 @@ pub struct Staged {
 impl Staged {
     /// A new temp file in `dir`, named after `name`.
     pub fn create(dir: &Path, name: &str) -> io::Result<Self> {
-        let seq = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".{name}.tmp-{}-{seq}", std::process::id()));
+        let tmp = temp_path(dir, name);
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
