@@ -46,7 +46,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("spawner", &[]),
     ("supervisor", &[]),
     ("store", &["durable", "environment", "priority"]),
-    ("snapshot", &["durable", "environment", "priority"]),
+    (
+        "snapshot",
+        &["durable", "environment", "priority", "memory"],
+    ),
     ("search", &["store", "memory"]),
     ("mcp", &["spawner", "supervisor", "durable"]),
     (

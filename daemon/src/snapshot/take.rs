@@ -467,12 +467,14 @@ impl SnapshotStore {
 
     /// Upkeep while no request waits: the watches drained (idle ones
     /// released), due verification scans run, long manifest chains compacted.
-    pub fn idle_tick(&mut self) {
+    pub fn idle_tick(&mut self) -> bool {
         self.watch.tick();
         if self.idle_paused_until.is_some_and(|t| Instant::now() < t) {
-            return;
+            return false;
         }
+        let mut heavy = false;
         for (folder, base) in self.watch.due() {
+            heavy = true;
             if let Err(e) = self.verify_idle(&folder, &base) {
                 tracing::warn!(folder = %folder.display(), "verification scan failed: {e}");
                 self.pause_idle_work();
@@ -485,11 +487,13 @@ impl SnapshotStore {
             .map(|(key, _)| key.clone())
             .collect();
         for key in long {
+            heavy = true;
             if let Err(e) = self.compact(&key) {
                 tracing::warn!(folder = %key, "rewriting the newest manifest whole failed: {e}");
                 self.pause_idle_work();
             }
         }
+        heavy
     }
 
     /// Stops idle work for a minute after a failure (it would fail again).
