@@ -78,6 +78,21 @@ pub fn bench_snapshots() -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    // AGENTX_BENCH_SNAP_ONLY=memory: agentd's memory for the watched tree.
+    if only == "memory" {
+        let (tree, files) = (generated.tree.as_path(), generated.files.as_slice());
+        let [before, after, idle] = runtime.block_on(agentx::first_snapshot_memory(tree, files))?;
+        let per_file = |kib: u64| kib.saturating_sub(before) as f64 * 1024.0 / files.len() as f64;
+        println!(
+            "agentd's anonymous RSS: {:.1} MB with nothing snapshotted, {:.1} MB right after the first snapshot ({:.0} B per file), {:.1} MB once idle 3 s ({:.0} B per file)",
+            before as f64 / 1024.0,
+            after as f64 / 1024.0,
+            per_file(after),
+            idle as f64 / 1024.0,
+            per_file(idle)
+        );
+        return Ok(());
+    }
     let only_watcher = only == "watcher";
     let results = measure(&runtime, &generated, scratch.path(), runs, only_watcher)?;
     report::print_table(&results, generated.files.len());

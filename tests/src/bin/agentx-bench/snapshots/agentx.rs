@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context as _, bail};
 use tonic::transport::Channel;
 
 use agentx_shared::proto::snapshots_client::SnapshotsClient;
@@ -110,6 +110,35 @@ pub(super) async fn first_snapshot_ms(
             .first_snapshots()
             .await?,
     ))
+}
+
+/// agentd's resident anonymous memory (KiB) with nothing snapshotted, right
+/// after the first snapshot of `tree` (with the watcher), and once agentd
+/// was idle for 3 s: what holding a watched tree costs.
+pub(super) async fn first_snapshot_memory(
+    tree: &Path,
+    files: &[PathBuf],
+) -> anyhow::Result<[u64; 3]> {
+    let bench = Bench::new(tree, files, true, 1);
+    let env = bench.start_env()?;
+    let pid = *env.daemon_pids().first().context("no agentd")?;
+    let anon = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("RssAnon:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            })
+            .unwrap_or(0)
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = anon();
+    let client = SnapshotsClient::new(agentx_shared::transport::connect(&env.socket()).await?);
+    bench.take(&client).await?;
+    let after = anon();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok([before, after, anon()])
 }
 
 impl<'a> Bench<'a> {
