@@ -102,11 +102,7 @@ impl Staged {
     /// A new temp file in `dir`, named after `name`.
     pub fn create(dir: &Path, name: &str) -> io::Result<Self> {
         let tmp = temp_path(dir, name);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let file = create_new(&tmp)?;
         Ok(Self {
             tmp,
             file: Some(io::BufWriter::new(file)),
@@ -155,6 +151,15 @@ pub fn fsync_dir(dir: &Path) -> io::Result<()> {
     #[cfg(test)]
     seams::synced(dir);
     File::open(dir)?.sync_all()
+}
+
+/// Creates `path` (0600) for writing; it must not exist yet.
+pub fn create_new(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
 }
 
 /// Opens `path` for appending (created 0600 when missing).

@@ -3,10 +3,9 @@
 //! counted by the manifests that use them and compacted when they die.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -295,11 +294,7 @@ impl Blobs {
         let id = self.next_pack;
         self.next_pack += 1;
         let path = pack_path(&self.dir, id);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)?;
+        let file = durable::create_new(&path)?;
         Ok(PackWriter {
             id,
             file,
