@@ -398,3 +398,31 @@ fn an_interactive_turn_during_a_fan_out_completes_normally() {
     assert_eq!(status["turns"], 3);
     assert!(oneshot_dirs(&env).is_empty());
 }
+
+/// A one-shot's state is written without syncs while it runs: a kill -9 of
+/// agentd in the middle loses none of it (the kernel holds it), and the
+/// next agentd lists it as interrupted, with its prompt.
+#[test]
+fn a_one_shot_running_when_agentd_is_killed_is_kept_as_interrupted() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    model.stall_when_prompt_contains("slow", Duration::from_secs(30));
+    let running = env.chat_command(&model, ["exec", "slow when agentd dies"], "");
+    assert!(model.wait_for_requests(1, Duration::from_secs(10)));
+    env.kill_daemons();
+    let out = running.wait_with_output().unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let list = json_out(&env.run(["oneshots", "--json"]));
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(list[0]["status"], "interrupted", "{}", list[0]);
+    let id = list[0]["id"].as_str().unwrap();
+    let shown = env.run(["oneshots", "show", id]);
+    assert_code(&shown, 0);
+    assert!(
+        stdout(&shown).contains("slow when agentd dies"),
+        "{}",
+        stdout(&shown)
+    );
+}
