@@ -393,7 +393,8 @@ pub async fn standing(
                 + counter.text(&super::chat::tools().to_string());
             // Read from the end, back to the last compaction or to a
             // window's worth: past that the meter only says "over", so a
-            // long conversation costs what its window holds.
+            // long conversation costs what its window holds, once: the
+            // count is kept until the transcript changes.
             let limit = window.tokens;
             let enough: crate::store::Enough = Box::new(move |newest_first| {
                 let mut tokens = 0u64;
@@ -408,9 +409,17 @@ pub async fn standing(
                 }
                 false
             });
-            let items = match group.transcript_tail(&doc.id, enough).await {
-                Ok(t) => counter.items(&context::normalize(&context::model_view(&t))),
-                Err(_) => 0,
+            let key = TailKey::of(doc, &model, limit);
+            let items = match engine.tail_tokens.get(&key) {
+                Some(items) => items,
+                None => match group.transcript_tail(&doc.id, enough).await {
+                    Ok(t) => {
+                        let items = counter.items(&context::normalize(&context::model_view(&t)));
+                        engine.tail_tokens.put(key, items);
+                        items
+                    }
+                    Err(_) => 0,
+                },
             };
             Fill {
                 tokens: if items == 0 { 0 } else { base + items },
@@ -423,5 +432,57 @@ pub async fn standing(
         meter: meter(fill, window, prefs),
         instruction_files: loaded.files,
         instruction_files_skipped: loaded.skipped,
+    }
+}
+
+/// What a conversation's transcript was counted as, by the transcript it
+/// was: each status of an unchanged conversation with no measured fill (an
+/// import, an older one) would otherwise read a window's worth again.
+#[derive(Default)]
+pub struct TailTokens(std::sync::Mutex<std::collections::HashMap<TailKey, u64>>);
+
+/// The counted transcript: any commit, rollback or undo of one changes
+/// its length, its count of rollbacks or its last update.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TailKey {
+    id: String,
+    journal_bytes: u64,
+    journal_items: u64,
+    rollbacks: u64,
+    updated_at: i64,
+    model: String,
+    limit: u64,
+}
+
+impl TailKey {
+    fn of(doc: &ConversationDoc, model: &str, limit: u64) -> Self {
+        Self {
+            id: doc.id.clone(),
+            journal_bytes: doc.journal_bytes,
+            journal_items: doc.journal_items,
+            rollbacks: doc.rollbacks,
+            updated_at: doc.updated_at,
+            model: model.to_owned(),
+            limit,
+        }
+    }
+}
+
+/// Conversations whose counts are kept; past it they are all dropped.
+const TAIL_KEPT: usize = 256;
+
+impl TailTokens {
+    fn get(&self, key: &TailKey) -> Option<u64> {
+        self.0.lock().ok()?.get(key).copied()
+    }
+
+    fn put(&self, key: TailKey, tokens: u64) {
+        let Ok(mut kept) = self.0.lock() else { return };
+        // One entry per conversation: its older counts are stale.
+        kept.retain(|k, _| k.id != key.id);
+        if kept.len() >= TAIL_KEPT {
+            kept.clear();
+        }
+        kept.insert(key, tokens);
     }
 }

@@ -229,6 +229,8 @@ pub struct Engine {
     sandbox_abi: u32,
     /// The profile's MCP servers (none in benchmarks and unit tests).
     mcp: Option<std::sync::Arc<crate::mcp::Manager>>,
+    /// Transcripts' token counts for the meter, until each changes.
+    tail_tokens: meter::TailTokens,
 }
 
 impl Engine {
@@ -250,6 +252,7 @@ impl Engine {
             tools: shell::Tools::new(shutdown.clone()),
             shutdown,
             mcp: None,
+            tail_tokens: meter::TailTokens::default(),
         }
     }
 

@@ -383,6 +383,43 @@ fn the_meter_is_in_status_json_reported_or_estimated() {
     assert_eq!(c["auto_compact_at"], Value::Null);
 }
 
+/// A conversation with no measured fill (an import) is
+/// counted from its transcript; the count is kept for the next status and
+/// counted again once the transcript changed (here: a rollback).
+#[test]
+fn an_unmeasured_conversation_is_counted_again_when_its_transcript_changes() {
+    let model = FakeModel::start();
+    let env = env_for(&model, false, &[("AGENTX_CONTEXT_WINDOW", "50000")]);
+    let lines = format!(
+        "{}\n{}\n{}\n",
+        big("one", 4000),
+        big("two", 4000),
+        big("three", 4000)
+    );
+    assert_code(&say(&env, &lines), 0);
+    let file = env.root().join("conv.json");
+    assert_code(&env.run(["export", "-o", file.to_str().unwrap()]), 0);
+    // An export carries no measured fill: the import's is counted.
+    let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert!(doc["conversation"].get("context").is_none());
+    let env2 = env_for(&model, false, &[("AGENTX_CONTEXT_WINDOW", "50000")]);
+    assert_code(&env2.run(["import", file.to_str().unwrap()]), 0);
+    let used = |env: &TestEnv| {
+        let c = env.status()["context"].clone();
+        assert_eq!(c["estimated"], true, "{c}");
+        c["used_tokens"].as_u64().unwrap()
+    };
+    let three = used(&env2);
+    assert!(three > 3000, "{three}");
+    assert_eq!(used(&env2), three);
+    assert_code(&env2.run(["rollback", "2"]), 0);
+    let one = used(&env2);
+    assert!(
+        one + 1500 < three,
+        "{one} after the rollback, {three} before"
+    );
+}
+
 #[test]
 fn a_server_whose_overflow_names_no_window_is_asked_for_it_once() {
     let model = FakeModel::start();
