@@ -18,6 +18,7 @@ mod instruction_files;
 mod library;
 mod lifecycle_hostile;
 mod listings;
+mod llama_server;
 mod long_conversations;
 mod mcp;
 mod oneshot_approval;
