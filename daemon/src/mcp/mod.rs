@@ -234,6 +234,19 @@ impl Manager {
         (tools, notices)
     }
 
+    /// Lists again the tools of every running server a turn in `folder`
+    /// uses (see [`Server::relist`]).
+    pub async fn relist(&self, folder: &Path) {
+        let Ok(configured) = self.configured() else {
+            return;
+        };
+        for (_, config) in configured {
+            if config.enabled {
+                self.server(&config, folder).relist().await;
+            }
+        }
+    }
+
     /// Calls `tool` with JSON `arguments`: what the model is given (text and
     /// images) and whether the tool said it failed.
     pub async fn call(

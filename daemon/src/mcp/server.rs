@@ -379,6 +379,23 @@ impl Server {
         }
     }
 
+    /// Lists the tools of the running connection again (none: nothing to
+    /// do), bounded by `startup_timeout_sec`: a name the model used may come
+    /// from a list change whose own refresh is still on its way.
+    pub async fn relist(self: &Arc<Self>) {
+        if !self.is_live() {
+            return;
+        }
+        let Ok(held) = self.acquire().await else {
+            return;
+        };
+        let listed =
+            tokio::time::timeout(self.config.startup_timeout, self.list_tools(&held.conn)).await;
+        if listed.is_err() {
+            tracing::warn!(server = %self.config.name, "listing tools again timed out");
+        }
+    }
+
     /// Lists the tools of a new connection into the catalog.
     async fn list_tools(&self, conn: &Arc<Conn>) -> Result<(), String> {
         match conn.peer.list_all_tools().await {

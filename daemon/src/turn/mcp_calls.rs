@@ -81,6 +81,19 @@ impl Turn<'_> {
         was_running: bool,
     ) -> Result<Ran, Stop> {
         let call = pending[i].clone();
+        // A name not in the cached lists: a server may have changed its list
+        // while its notification's refresh has not landed (it races the
+        // call's own answer); the running servers are asked again, once a
+        // step.
+        if let Some(mcp) = self.engine.mcp.clone()
+            && !self.mcp_relisted
+            && call.name.starts_with(crate::mcp::PREFIX)
+            && !self.mcp_tools.iter().any(|t| t.name == call.name)
+        {
+            self.mcp_relisted = true;
+            mcp.relist(&self.spec.folder).await;
+            self.refresh_mcp_tools().await;
+        }
         let (Some(mcp), Some(tool)) = (
             self.engine.mcp.clone(),
             self.mcp_tools.iter().find(|t| t.name == call.name).cloned(),

@@ -338,6 +338,9 @@ struct Turn<'a> {
     mcp_tools: Vec<crate::mcp::Tool>,
     /// MCP servers whose tools could not be listed were told once.
     mcp_told: bool,
+    /// The running MCP servers were asked for their lists again in this
+    /// step (for a name the model used that no cached list has).
+    mcp_relisted: bool,
 }
 
 impl Engine {
@@ -392,6 +395,7 @@ impl Engine {
             tmpdir: None,
             mcp_tools: Vec::new(),
             mcp_told: false,
+            mcp_relisted: false,
         };
         turn.emit(Event::Started {
             session_id: doc.id.clone(),
@@ -696,6 +700,7 @@ impl Turn<'_> {
                 return Err(Stop::Cancelled);
             }
             self.refresh_mcp_tools().await;
+            self.mcp_relisted = false;
             let send = self.unsent.clone();
             let sent = self.counter.items(&send);
             let before = self.fill.map_or(0, |f| f.tokens);

@@ -504,9 +504,15 @@ fn garbage_on_stdout_is_skipped_and_huge_output_is_cut() {
     assert!(!stdout(&out).contains('\x1b'));
 }
 
+/// The server adds a tool and says so; the model calls it at once. The
+/// notification's own refresh is held up (the server lists slowly) so it
+/// loses the race to the model's answer: the call still reaches the tool,
+/// because a name no cached list has makes agentd ask the running servers
+/// again before calling it unknown.
 #[test]
 fn a_changed_tool_list_reaches_the_next_request() {
     let env = misbehaving("");
+    std::fs::write(env.root().join("markers/slow-relist"), "").unwrap();
     let model = FakeModel::start();
     model.push(Reply::tool_call("mcp__bad__grow", json!({})));
     model.push(Reply::tool_call("mcp__bad__extra", json!({})));
@@ -522,8 +528,6 @@ fn a_changed_tool_list_reaches_the_next_request() {
             .collect()
     };
     assert!(!names(0).contains(&"mcp__bad__extra".to_owned()));
-    // The notification and the next request race: the call of `extra`
-    // is answered by the server either way once the list has changed.
     let told = outputs(&model);
     assert!(told[1].contains("\npid "), "{told:?}");
     assert!(
