@@ -64,6 +64,10 @@ const SERVER_NAME: &CStr = c"agentd-mcp";
 /// descriptor number); `sh` never sees it.
 pub const SANDBOX_FD_ENV: &str = "AGENTD_SANDBOX_FD";
 
+/// The variable that hands a tool supervisor the command's umask (octal);
+/// `sh` never sees it (it inherits the umask itself).
+pub const UMASK_ENV: &str = "AGENTD_UMASK";
+
 /// How long killing a tree may take before the supervisor gives up (a
 /// process stuck in uninterruptible sleep cannot be reaped at once).
 const KILL_BOUND: Duration = Duration::from_secs(3);
@@ -74,7 +78,8 @@ const KILL_BOUND: Duration = Duration::from_secs(3);
 static HOOK: extern "C" fn() = hook;
 
 /// The command that starts a supervisor for `command`, watched by `parent`
-/// (the agentd process; it must spawn it and set its death signal).
+/// (the agentd process; it must spawn it from the spawner thread, which
+/// the supervisor's death signal is keyed to).
 pub fn command(command: &str, parent: u32) -> std::process::Command {
     let mut cmd = own_executable();
     cmd.arg(ARG).arg(parent.to_string()).arg(command);
@@ -83,7 +88,7 @@ pub fn command(command: &str, parent: u32) -> std::process::Command {
 
 /// The command that starts a supervisor running the MCP server `program
 /// args` with its stdin and stdout, watched by `parent` (agentd; it must
-/// spawn it, in a process group of its own, and set its death signal).
+/// spawn it from the spawner thread, in a process group of its own).
 pub fn server_command(program: &str, args: &[String], parent: u32) -> std::process::Command {
     let mut cmd = own_executable();
     cmd.arg(SERVER_ARG)
@@ -133,6 +138,11 @@ extern "C" fn hook() {
         (Some(parent), Some(command)) => {
             let rules = std::env::var_os(SANDBOX_FD_ENV)
                 .map(|text| text.to_str().and_then(|fd| fd.parse::<i32>().ok()));
+            let umask = std::env::var_os(UMASK_ENV)
+                .and_then(|text| libc::mode_t::from_str_radix(text.to_str()?, 8).ok());
+            if let Some(mask) = umask {
+                nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(mask));
+            }
             supervise(parent, OsStr::from_bytes(command), rules)
         }
         _ => 2,
@@ -271,6 +281,11 @@ fn take_over(parent: Pid, name: &CStr) -> Result<Option<SigSet>, i32> {
     // SAFETY: installs no handler, only ignores; no other thread exists.
     // A reader that went away must not kill us before we kill the tree.
     let _ = unsafe { nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigIgn) };
+    // Set here, not between agentd's fork and exec: agentd starts us with
+    // posix_spawn (no copy of its page tables, no pause of its threads).
+    // The "parent" is the thread that spawned us, agentd's spawner thread,
+    // which lives as long as agentd.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(|e| e as i32)?;
     // agentd died before our death signal was set: nobody wants the command.
     if nix::unistd::getppid() != parent {
         return Ok(None);
@@ -296,6 +311,10 @@ fn confine(fd: i32) -> Result<(), i32> {
         let done = libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32);
         let errno = last();
         libc::close(fd);
+        // The ruleset comes as stdin: stdin is nothing again.
+        if fd == 0 {
+            libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+        }
         if done != 0 {
             return Err(errno);
         }
@@ -316,6 +335,7 @@ fn spawn_sh(command: &OsStr) -> Option<Pid> {
     };
     let mut sh = std::process::Command::new("/bin/sh");
     sh.env_remove(SANDBOX_FD_ENV)
+        .env_remove(UMASK_ENV)
         .arg("-c")
         .arg(command)
         .stdin(Stdio::null())

@@ -67,18 +67,11 @@ pub async fn spawn(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    // SAFETY: setpgid and prctl are async-signal-safe and touch only the
-    // child. Its own group (the server's too) lets agentd signal both; the
-    // death signal (SIGTERM: the supervisor then kills all the server
-    // started) comes from the spawner thread, which lives as long as
-    // agentd, so a killed agentd leaves no process of a server behind.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))
-                .map_err(std::io::Error::from)?;
-            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)
-        });
-    }
+    // Its own group (the server's too) lets agentd signal both. The
+    // supervisor sets its death signal itself (SIGTERM, keyed to the
+    // spawner thread, which lives as long as agentd: it then kills all the
+    // server started), so std starts it with posix_spawn, not fork.
+    cmd.process_group(0);
     crate::spawner::spawn(cmd).await
 }
 
