@@ -19,6 +19,7 @@ mod restoring;
 mod scan;
 #[cfg(test)]
 pub(crate) mod seams;
+mod fair;
 pub mod service;
 mod summary;
 mod take;

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use super::fair::Fair;
 use super::restoring::AwayRestore;
 use super::take::{AwayScan, Begun};
 use super::{Owner, RestoreReport, Snap, SnapError, SnapshotStore};
@@ -123,7 +124,8 @@ struct Actor {
     scanning: HashMap<PathBuf, (Vec<Reply>, VecDeque<Job>)>,
     /// Folders whose restore writes now, and what came for them meanwhile.
     restoring: HashMap<PathBuf, VecDeque<Job>>,
-    backlog: VecDeque<Job>,
+    /// Work taken off the channel: folders take turns (see `fair`).
+    queue: Fair<Job>,
     /// For scan threads to send their result back.
     tx: mpsc::Sender<Job>,
     /// A full scan, a restore or idle verification freed much heap since
@@ -136,11 +138,20 @@ struct Actor {
 impl Actor {
     fn run(mut self, rx: mpsc::Receiver<Job>, alive: Weak<()>) {
         loop {
-            let job = match self.backlog.pop_front() {
+            // Everything sent so far joins the line, so that each folder
+            // gets its turn: 200 one-shots in one folder hold up another
+            // folder's status or message by one job, not 200.
+            while let Ok(job) = rx.try_recv() {
+                self.enqueue(job);
+            }
+            let job = match self.queue.pop() {
                 Some(job) => job,
                 // Idle: keep the folder watches drained.
                 None => match rx.recv_timeout(Duration::from_secs(1)) {
-                    Ok(job) => job,
+                    Ok(job) => {
+                        self.enqueue(job);
+                        continue;
+                    }
                     Err(mpsc::RecvTimeoutError::Timeout) => {
                         if alive.strong_count() == 0
                             && self.scanning.is_empty()
@@ -208,6 +219,19 @@ impl Actor {
         }
     }
 
+    /// Puts `job` in line: a scan or restore coming back goes first.
+    fn enqueue(&mut self, job: Job) {
+        match job {
+            Job::Scanned(_) | Job::Restored(..) | Job::RestorePanicked { .. } => {
+                self.queue.push_urgent(job);
+            }
+            _ => {
+                let folder = job.folder().to_path_buf();
+                self.queue.push(&folder, job);
+            }
+        }
+    }
+
     /// Where jobs for `folder` wait while its scan or restore runs.
     fn parked(&mut self, folder: &Path) -> Option<&mut VecDeque<Job>> {
         match self.scanning.get_mut(folder) {
@@ -218,9 +242,8 @@ impl Actor {
 
     /// A restore's writes ended: what waited for its folder goes first.
     fn unpark(&mut self, folder: &Path) {
-        for job in self.restoring.remove(folder).into_iter().flatten().rev() {
-            self.backlog.push_front(job);
-        }
+        let parked = self.restoring.remove(folder).unwrap_or_default();
+        self.queue.push_first(folder, parked);
     }
 
     /// Plans and journals a restore here, and writes it on a thread of its
@@ -312,13 +335,14 @@ impl Actor {
     fn reopen(&mut self) {
         // Scans still running count on the old store's bookkeeping: their
         // results are dropped (they fail) when they come back.
-        for (_, (replies, parked)) in self.scanning.drain() {
+        let scanning: Vec<_> = self.scanning.drain().collect();
+        for (folder, (replies, parked)) in scanning {
             for r in replies {
                 let _ = r.send(Err(Arc::new(SnapError::Internal(
                     "the snapshot store restarted during this scan: try again".into(),
                 ))));
             }
-            self.backlog.extend(parked);
+            self.queue.push_first(&folder, parked);
         }
         // Restores still writing keep their folders held; the new store
         // finishes them when they come back (their journals are replayed
@@ -334,13 +358,14 @@ impl Actor {
         // Everyone else waiting to snapshot this folder shares this scan.
         let mut waiting = vec![(owner, reply)];
         while let Ok(next) = rx.try_recv() {
-            match next {
-                Job::Take {
-                    folder: f,
-                    owner,
-                    reply,
-                } if f == folder => waiting.push((owner, reply)),
-                other => self.backlog.push_back(other),
+            self.enqueue(next);
+        }
+        for job in self
+            .queue
+            .take_out(&folder, |job| matches!(job, Job::Take { .. }))
+        {
+            if let Job::Take { owner, reply, .. } = job {
+                waiting.push((owner, reply));
             }
         }
         waiting.retain(|(_, reply)| !reply.is_closed());
@@ -403,9 +428,7 @@ impl Actor {
         for r in replies {
             let _ = r.send(result.clone());
         }
-        for job in parked.into_iter().rev() {
-            self.backlog.push_front(job);
-        }
+        self.queue.push_first(&folder, parked);
     }
 }
 
@@ -496,7 +519,7 @@ impl Snapshots {
                     open: Box::new(open),
                     scanning: HashMap::new(),
                     restoring: HashMap::new(),
-                    backlog: VecDeque::new(),
+                    queue: Fair::default(),
                     tx: scans,
                     heap_to_return: false,
                 };

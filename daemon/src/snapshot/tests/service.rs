@@ -328,3 +328,39 @@ async fn a_panic_in_a_restores_writes_fails_it_and_its_journal_finishes_it() {
         assert_eq!(std::fs::read_to_string(folder.join(name)).unwrap(), want);
     }
 }
+
+/// Twenty slow jobs queued for one folder, then one for another: the other
+/// folder's job runs after at most the first two of them, not after all
+/// twenty (folders take turns on the store's thread).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_with_much_queued_work_holds_up_another_by_one_job() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = actor(tmp.path());
+    let busy = project(tmp.path(), "busy", 1);
+    let other = project(tmp.path(), "other", 1);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let busy_jobs = futures_util::future::join_all((0..20).map(|i| {
+        let order = Arc::clone(&order);
+        snapshots.call(&busy, move |_| {
+            std::thread::sleep(Duration::from_millis(20));
+            order.lock().unwrap().push(format!("busy {i}"));
+            Ok(())
+        })
+    }));
+    let mark = Arc::clone(&order);
+    let other_job = snapshots.call(&other, move |_| {
+        mark.lock().unwrap().push("other".to_owned());
+        Ok(())
+    });
+    // Polled in this order, so sent in this order: the twenty, then the other.
+    let (busy_done, other_done) = tokio::join!(busy_jobs, other_job);
+    assert!(busy_done.iter().all(Result::is_ok));
+    other_done.unwrap();
+    let order = order.lock().unwrap().clone();
+    let at = order.iter().position(|o| o == "other").unwrap();
+    assert!(at <= 2, "the other folder's job ran after {at} jobs: {order:?}");
+    // The busy folder's own jobs kept their order.
+    let busy: Vec<String> = order.into_iter().filter(|o| o != "other").collect();
+    let expected: Vec<String> = (0..20).map(|i| format!("busy {i}")).collect();
+    assert_eq!(busy, expected);
+}
