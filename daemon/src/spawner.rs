@@ -1,4 +1,4 @@
-//! The one thread that forks every tool supervisor and MCP server. It lives
+//! The one thread that starts every tool supervisor and MCP server. It lives
 //! as long as agentd, so a child's death signal fires only when agentd dies.
 //!
 //! `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits,
