@@ -105,6 +105,7 @@ pub fn run(args: cli::Args) -> anyhow::Result<ExitCode> {
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     // The one read of the environment: everything below is handed this.
     let env = std::sync::Arc::new(Environment::from_process());
+    memory::limit_arenas(env.var_os("MALLOC_ARENA_MAX").is_some());
     let profile = resolve_profile(args.profile.as_deref(), &env)?;
     profile.ensure_dir()?;
     raise_fd_limit();

@@ -12,6 +12,7 @@
 
 mod blobs;
 pub mod diff;
+mod fair;
 mod incremental;
 pub mod manifest;
 pub mod restore;
@@ -19,7 +20,6 @@ mod restoring;
 mod scan;
 #[cfg(test)]
 pub(crate) mod seams;
-mod fair;
 pub mod service;
 mod summary;
 mod take;

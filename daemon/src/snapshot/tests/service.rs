@@ -358,7 +358,10 @@ async fn a_folder_with_much_queued_work_holds_up_another_by_one_job() {
     other_done.unwrap();
     let order = order.lock().unwrap().clone();
     let at = order.iter().position(|o| o == "other").unwrap();
-    assert!(at <= 2, "the other folder's job ran after {at} jobs: {order:?}");
+    assert!(
+        at <= 2,
+        "the other folder's job ran after {at} jobs: {order:?}"
+    );
     // The busy folder's own jobs kept their order.
     let busy: Vec<String> = order.into_iter().filter(|o| o != "other").collect();
     let expected: Vec<String> = (0..20).map(|i| format!("busy {i}")).collect();
