@@ -331,6 +331,10 @@ fn spawn_command(
     if let Some(vars) = &env.vars {
         cmd.env_clear().envs(vars.iter().cloned()).env("PWD", cwd);
     }
+    // The supervisor's own variables come from agentd alone, never from
+    // the caller's environment (the sandbox's is set after, when confined).
+    cmd.env_remove(supervisor::UMASK_ENV)
+        .env_remove(supervisor::SANDBOX_FD_ENV);
     if let Some(mask) = env.umask {
         cmd.env(supervisor::UMASK_ENV, format!("{mask:o}"));
     }
