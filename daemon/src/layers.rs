@@ -65,6 +65,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "shutdown",
             "spawner",
             "supervisor",
+            "priority",
             "mcp",
             "remote::redact_userinfo",
         ],

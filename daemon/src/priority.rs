@@ -36,6 +36,50 @@ pub async fn in_background<T: Send + 'static>(
         .map_err(|_| std::io::Error::other("a background task ended without an answer"))
 }
 
+/// A runtime whose threads run at background priority, built at first
+/// use (`None`: it could not be). Tool commands' output is read there, so
+/// many commands printing at once wait behind a request, not before it.
+pub fn background_runtime() -> Option<&'static tokio::runtime::Runtime> {
+    static RUNTIME: std::sync::OnceLock<Option<tokio::runtime::Runtime>> =
+        std::sync::OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .thread_name("agentd-tools")
+                .on_thread_start(lower_this_thread)
+                .enable_all()
+                .build()
+                .inspect_err(|e| tracing::warn!("no background runtime for tool output: {e}"))
+                .ok()
+        })
+        .as_ref()
+}
+
+/// Spawns `task` on the [`background_runtime`] (on the current one when
+/// there is none).
+pub fn spawn_background<F>(task: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    match background_runtime() {
+        Some(runtime) => runtime.spawn(task),
+        None => tokio::spawn(task),
+    }
+}
+
+/// Runs `work` on the [`background_runtime`]'s blocking threads (the
+/// current runtime's when there is none) and waits for its result.
+pub async fn blocking_background<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<T> {
+    let task = match background_runtime() {
+        Some(runtime) => runtime.spawn_blocking(work),
+        None => tokio::task::spawn_blocking(work),
+    };
+    task.await.map_err(std::io::Error::other)
+}
+
 /// Makes rayon's global pool (parallel hashing and scanning) run at
 /// background priority; call once at start.
 pub fn background_pool() {
@@ -66,5 +110,19 @@ mod tests {
             (mine, theirs)
         });
         assert!(theirs > mine || mine == 19, "{mine} -> {theirs}");
+    }
+
+    #[tokio::test]
+    async fn the_background_runtime_runs_tasks_and_blocking_work_at_a_lower_priority() {
+        // SAFETY: as in `lower_this_thread`; 0 is the calling thread.
+        let priority = || unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+        let mine = priority();
+        let task = super::spawn_background(async move { priority() })
+            .await
+            .unwrap();
+        let blocking = super::blocking_background(priority).await.unwrap();
+        for theirs in [task, blocking] {
+            assert!(theirs > mine || mine == 19, "{mine} -> {theirs}");
+        }
     }
 }

@@ -6,6 +6,7 @@ pub mod compact;
 pub mod context;
 pub mod instructions;
 pub mod live;
+mod live_tap;
 mod mcp_calls;
 pub mod meter;
 pub mod provider;

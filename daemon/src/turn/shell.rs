@@ -99,9 +99,9 @@ impl Tools {
     }
 
     /// Runs the command as `run` does (a `true` on `cancel` kills it, agentd
-    /// stopping kills it), sending each piece of output to `progress` as it
-    /// arrives too (never waiting: a piece the receiver has no room for is
-    /// dropped; the outcome holds the whole bounded output).
+    /// stopping kills it), leaving each piece of output on `progress` as it
+    /// arrives too (never waiting; the outcome holds the whole bounded
+    /// output). The tap is dropped when the output has ended.
     pub async fn run_with(
         &self,
         command: &str,
@@ -109,39 +109,76 @@ impl Tools {
         env: &Environment,
         confine: &Confine,
         (timeout, cancel): (Duration, watch::Receiver<bool>),
-        progress: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+        progress: Option<crate::turn::live_tap::Tap>,
     ) -> std::io::Result<Outcome> {
-        let mut stop = self.shutdown.tool();
-        if stop.stopping() {
-            return Ok(Outcome::not_run_stopping());
-        }
-        let (status_pipe, pipe, mut kill) =
-            spawn_supervised(command, (cwd, env, confine), stop.clone()).await?;
-        let ended = watch_command(
-            (status_pipe, pipe),
-            &mut kill,
-            (cancel, &mut stop),
-            timeout,
+        let run = run_supervised(
+            self.shutdown.tool(),
+            (
+                command.to_owned(),
+                cwd.to_owned(),
+                env.clone(),
+                confine.clone(),
+            ),
+            (timeout, cancel),
             progress,
-        )
-        .await?;
-        // What the command left running in the background goes on, watched
-        // by its supervisor.
-        kill.armed = false;
-        // The stop flag is set before anything is killed: a command whose
-        // death (reported on the status pipe) won the race against seeing
-        // the flag was killed by the stop all the same.
-        let stopped = ended.stopped || stop.stopping();
-        // Let the shutdown see this command gone.
-        drop((stop, kill));
-        Ok(Outcome {
-            exit_code: ended.status.flatten(),
-            output: ended.output.finish(),
-            timed_out: ended.timed_out,
-            cancelled: ended.cancelled || stopped,
-            stopped,
-        })
+        );
+        // Dropped before it ends (the turn's future dropped), the task is
+        // aborted on its runtime, and its kill switch kills the command.
+        let mut task = AbortOnDrop(crate::priority::spawn_background(run));
+        match (&mut task.0).await {
+            Ok(outcome) => outcome,
+            Err(e) => Err(std::io::Error::other(format!(
+                "the command's watcher ended abnormally: {e}"
+            ))),
+        }
     }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs `command` under its supervisor to its end (see [`Tools::run_with`]).
+async fn run_supervised(
+    mut stop: ToolStop,
+    (command, cwd, env, confine): (String, std::path::PathBuf, Environment, Confine),
+    (timeout, cancel): (Duration, watch::Receiver<bool>),
+    progress: Option<crate::turn::live_tap::Tap>,
+) -> std::io::Result<Outcome> {
+    if stop.stopping() {
+        return Ok(Outcome::not_run_stopping());
+    }
+    let (status_pipe, pipe, mut kill) =
+        spawn_supervised(&command, (&cwd, &env, &confine), stop.clone()).await?;
+    let ended = watch_command(
+        (status_pipe, pipe),
+        &mut kill,
+        (cancel, &mut stop),
+        timeout,
+        progress,
+    )
+    .await?;
+    // What the command left running in the background goes on, watched
+    // by its supervisor.
+    kill.armed = false;
+    // The stop flag is set before anything is killed: a command whose
+    // death (reported on the status pipe) won the race against seeing
+    // the flag was killed by the stop all the same.
+    let stopped = ended.stopped || stop.stopping();
+    // Let the shutdown see this command gone.
+    drop((stop, kill));
+    Ok(Outcome {
+        exit_code: ended.status.flatten(),
+        output: ended.output.finish(),
+        timed_out: ended.timed_out,
+        cancelled: ended.cancelled || stopped,
+        stopped,
+    })
 }
 
 /// Where a command is confined: the sandbox's rules (none: unconfined)
@@ -173,10 +210,11 @@ async fn watch_command(
     kill: &mut KillSwitch,
     (mut cancel, stop): (watch::Receiver<bool>, &mut ToolStop),
     timeout: Duration,
-    progress: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+    progress: Option<crate::turn::live_tap::Tap>,
 ) -> std::io::Result<Ended> {
     let mut output = Bounded::new();
-    let mut buf = vec![0u8; 8192];
+    // A pipe's default capacity: one read takes all a fast writer left.
+    let mut buf = vec![0u8; 64 << 10];
     let mut report = Vec::new();
     let mut report_buf = [0u8; 64];
     let deadline = tokio::time::Instant::now() + timeout;
@@ -192,7 +230,7 @@ async fn watch_command(
                     // Shown as it comes; never waited for (dropped when
                     // the reader lags).
                     if let Some(progress) = &progress {
-                        let _ = progress.try_send(buf[..n].to_vec());
+                        progress.push(&buf[..n]);
                     }
                 }
             },

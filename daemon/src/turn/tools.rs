@@ -138,7 +138,7 @@ impl Turn<'_> {
             Err((message, reason)) => return Ok(Ran::not_run(message, reason)),
             Ok(command) => command,
         };
-        let confine = self.confinement();
+        let confine = self.confinement().await;
         if let Err(why) = &confine
             && self.spec.policy == Policy::Auto
         {
@@ -212,7 +212,7 @@ impl Turn<'_> {
     /// Where this turn's commands run: the sandbox's rules and private
     /// `TMPDIR` (both made at the first command, kept for the turn); `Err`
     /// with why when the kernel cannot confine them as the mode says.
-    fn confinement(&mut self) -> Result<shell::Confine, String> {
+    async fn confinement(&mut self) -> Result<shell::Confine, String> {
         match self.spec.sandbox.enforcement(self.engine.sandbox_abi) {
             Enforcement::Unconfined => return Ok(shell::Confine::default()),
             Enforcement::Unavailable(why) => return Err(why),
@@ -221,24 +221,30 @@ impl Turn<'_> {
         if let Some((_, confine)) = &self.tmpdir {
             return Ok(confine.clone());
         }
-        let made = tempfile::Builder::new()
-            .prefix("agentx-tmp-")
-            .tempdir()
-            .map_err(|e| format!("its private TMPDIR could not be made ({e})"))?;
-        let tmpdir = made.path().to_path_buf();
-        let rules = shell::sandbox::Rules::new(
-            &self.spec.sandbox,
-            &self.spec.folder,
-            &tmpdir,
-            &self.engine.profile,
-        )
-        .map(|r| r.ruleset())
-        .transpose()
-        .map_err(|e| format!("its Landlock rules could not be made ({e})"))?;
-        let confine = shell::Confine {
-            rules,
-            tmpdir: Some(tmpdir),
-        };
+        let (sandbox, folder, profile) = (
+            self.spec.sandbox.clone(),
+            self.spec.folder.clone(),
+            self.engine.profile.clone(),
+        );
+        // Lists and opens what the rules name: off the runtime's workers.
+        let (made, confine) = crate::priority::blocking_background(move || {
+            let made = tempfile::Builder::new()
+                .prefix("agentx-tmp-")
+                .tempdir()
+                .map_err(|e| format!("its private TMPDIR could not be made ({e})"))?;
+            let tmpdir = made.path().to_path_buf();
+            let rules = shell::sandbox::Rules::new(&sandbox, &folder, &tmpdir, &profile)
+                .map(|r| r.ruleset())
+                .transpose()
+                .map_err(|e| format!("its Landlock rules could not be made ({e})"))?;
+            let confine = shell::Confine {
+                rules,
+                tmpdir: Some(tmpdir),
+            };
+            Ok::<_, String>((made, confine))
+        })
+        .await
+        .map_err(|e| format!("its rules could not be made ({e})"))??;
         self.tmpdir = Some((made, confine.clone()));
         Ok(confine)
     }
@@ -250,50 +256,15 @@ impl Turn<'_> {
         command: &str,
         confine: &shell::Confine,
     ) -> std::io::Result<shell::Outcome> {
-        // Its output goes to the client as it comes, for display.
-        let (progress, mut pieces) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
-        let events = self.io.events.clone();
-        let call_id = call_id.to_owned();
-        let live = self.io.live.clone();
-        let forward = tokio::spawn(async move {
-            // Display only: never waits on a slow or gone client, and holds
-            // no more than the live bounds allow; what is dropped is told.
-            let mut dropped = 0usize;
-            let send = |text: String, dropped: &mut usize| {
-                let Some(held) = live.take(text.len()) else {
-                    *dropped += text.len();
-                    return true;
-                };
-                let event = Event::ToolOutput {
-                    call_id: call_id.clone(),
-                    text,
-                    _held: held,
-                };
-                match events.try_send(event) {
-                    Ok(()) => true,
-                    Err(tokio::sync::mpsc::error::TrySendError::Full(e)) => {
-                        if let Event::ToolOutput { text, .. } = e {
-                            *dropped += text.len();
-                        }
-                        true
-                    }
-                    Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => false,
-                }
-            };
-            while let Some(piece) = pieces.recv().await {
-                let mut text = String::from_utf8_lossy(&piece).into_owned();
-                if dropped > 0 {
-                    text = format!("{}{text}", super::live::not_shown(dropped));
-                    dropped = 0;
-                }
-                if !send(text, &mut dropped) {
-                    return;
-                }
-            }
-            if dropped > 0 {
-                send(super::live::not_shown(dropped), &mut 0);
-            }
-        });
+        // Its output goes to the client as it comes, for display only:
+        // never waiting on a slow or gone client (see `live_tap`).
+        let (tap, taken) = super::live_tap::tap();
+        let forward = crate::priority::spawn_background(super::live_tap::forward(
+            call_id.to_owned(),
+            taken,
+            self.io.events.clone(),
+            self.io.live.clone(),
+        ));
         let outcome = self
             .engine
             .tools
@@ -303,7 +274,7 @@ impl Turn<'_> {
                 &self.spec.tool_env,
                 confine,
                 (self.spec.shell_timeout, self.io.cancel.clone()),
-                Some(progress),
+                Some(tap),
             )
             .await;
         // Every piece shown before the result.

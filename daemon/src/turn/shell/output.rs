@@ -123,6 +123,12 @@ impl Bounded {
             self.head.extend_from_slice(&bytes[..take]);
             bytes = &bytes[take..];
         }
+        if bytes.len() >= KEEP_TAIL {
+            // All the tail held so far goes: copy only what stays.
+            self.dropped += self.tail.len() + bytes.len() - KEEP_TAIL;
+            self.tail.clear();
+            bytes = &bytes[bytes.len() - KEEP_TAIL..];
+        }
         self.tail.extend(bytes);
         let excess = self.tail.len().saturating_sub(KEEP_TAIL);
         if excess > 0 {

@@ -82,6 +82,34 @@ async fn long_output_keeps_head_and_tail() {
     assert!(out.output.len() < KEEP_HEAD + KEEP_TAIL + 100);
 }
 
+#[test]
+fn bounded_output_keeps_the_same_ends_whatever_the_piece_sizes() {
+    let stream: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    for size in [
+        1,
+        7,
+        4096,
+        KEEP_TAIL - 1,
+        KEEP_TAIL,
+        KEEP_TAIL + 1,
+        65_536,
+        300_000,
+    ] {
+        let mut bounded = super::output::Bounded::new();
+        for piece in stream.chunks(size) {
+            bounded.push(piece);
+        }
+        let text = bounded.finish();
+        let expected = format!(
+            "{}\n… [{} bytes omitted] …\n{}",
+            String::from_utf8_lossy(&stream[..KEEP_HEAD]),
+            stream.len() - KEEP_HEAD - KEEP_TAIL,
+            String::from_utf8_lossy(&stream[stream.len() - KEEP_TAIL..])
+        );
+        assert!(text == expected, "pieces of {size} bytes");
+    }
+}
+
 /// Waits (at most `bound`) until `pid` is no more (a zombie counts:
 /// it runs nothing).
 fn gone_within(pid: i32, bound: Duration) -> bool {
@@ -158,6 +186,32 @@ async fn timeout_kills_everything_the_command_started() {
         assert!(
             gone_within(pid, Duration::from_secs(2)),
             "{name} {pid} survived"
+        );
+    }
+}
+
+// Several threads: the test waits for pid files by blocking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_whose_caller_stops_waiting_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (command, env) = (with_background("sleep 30"), Environment::default());
+    let waiting = run(
+        &command,
+        dir.path(),
+        &env,
+        Duration::from_secs(60),
+        no_cancel(),
+    );
+    // The caller gives up once both are running: its future is dropped.
+    let folder = dir.path().to_path_buf();
+    let pids = tokio::select! {
+        out = waiting => panic!("the command ended by itself: {out:?}"),
+        pids = tokio::task::spawn_blocking(move || background_pids(&folder)) => pids.unwrap(),
+    };
+    for (name, pid) in ["bg1", "bg2"].into_iter().zip(pids) {
+        assert!(
+            gone_within(pid, Duration::from_secs(5)),
+            "{name} {pid} survived its caller"
         );
     }
 }
