@@ -42,6 +42,8 @@ pub struct Rules {
     devices: Vec<PathBuf>,
     /// No TCP connect or bind.
     deny_tcp: bool,
+    /// The profile (its real path), which no rule but listing may reach.
+    hidden: PathBuf,
 }
 
 impl Rules {
@@ -73,6 +75,7 @@ impl Rules {
             write,
             devices: DEVICES.iter().map(PathBuf::from).collect(),
             deny_tcp: !policy.network,
+            hidden: profile,
         })
     }
 
@@ -96,35 +99,46 @@ impl Rules {
         }
         let mut created = ruleset.create()?;
         // `/` itself (and so every directory) may be listed.
-        created = add(created, Path::new("/"), AccessFs::ReadDir.into())?;
+        created = add(created, Path::new("/"), AccessFs::ReadDir.into(), None)?;
         let read = AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::Execute;
+        let hidden = Some(self.hidden.as_path());
         for path in &self.read {
-            created = add(created, path, read)?;
+            created = add(created, path, read, hidden)?;
         }
         for path in &self.write {
-            created = add(created, path, AccessFs::from_all(abi))?;
+            created = add(created, path, AccessFs::from_all(abi), hidden)?;
         }
         for path in &self.devices {
-            created = add(created, path, AccessFs::from_file(abi))?;
+            created = add(created, path, AccessFs::from_file(abi), hidden)?;
         }
         Ok(created.into())
     }
 }
 
 /// Grants `access` on `path` (file rights only for a file); a path that
-/// does not exist (any more) is skipped.
+/// does not exist (any more) is skipped, and so is one that, as opened,
+/// is in `hidden` or holds it: the lists were made from names, and a name
+/// may have been made a link into the profile since (a command of another
+/// turn can make one in a writable home folder).
 fn add(
     created: landlock::RulesetCreated,
     path: &Path,
     access: BitFlags<AccessFs>,
+    hidden: Option<&Path>,
 ) -> Result<landlock::RulesetCreated, landlock::RulesetError> {
-    let Ok(meta) = std::fs::metadata(path) else {
-        return Ok(created);
-    };
     let Ok(fd) = PathFd::new(path) else {
         return Ok(created);
     };
-    let access = if meta.is_dir() {
+    // What was opened, not what the name leads to now.
+    let Ok(meta) = nix::sys::stat::fstat(&fd) else {
+        return Ok(created);
+    };
+    if let Some(hidden) = hidden
+        && !opened_outside(&fd, hidden)
+    {
+        return Ok(created);
+    }
+    let access = if meta.st_mode & libc::S_IFMT == libc::S_IFDIR {
         access
     } else {
         access & AccessFs::from_file(ABI::V3)
@@ -133,6 +147,17 @@ fn add(
         return Ok(created);
     }
     created.add_rule(PathBeneath::new(fd, access))
+}
+
+/// Whether the file `fd` opened is neither in `hidden` nor above it (its
+/// real path from `/proc`; unknown counts as not outside).
+fn opened_outside(fd: &PathFd, hidden: &Path) -> bool {
+    use std::os::fd::{AsFd as _, AsRawFd as _};
+    let link = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
+    match std::fs::read_link(link) {
+        Ok(real) => !real.starts_with(hidden) && !hidden.starts_with(&real),
+        Err(_) => false,
+    }
 }
 
 /// `root`, or when it holds `hidden` the entries around the way down to
@@ -237,6 +262,51 @@ mod tests {
         if kernel_abi(None) >= 4 {
             assert!(rules.ruleset().is_ok());
         }
+    }
+
+    /// Whether a thread confined by `ruleset` can read `file`.
+    fn confined_can_read(ruleset: &OwnedFd, file: &Path) -> bool {
+        use std::os::fd::AsRawFd as _;
+        let fd = ruleset.as_raw_fd();
+        let file = file.to_path_buf();
+        std::thread::spawn(move || {
+            // SAFETY: as in the supervisor's `confine`; both apply to this
+            // thread only, which ends after the read.
+            unsafe {
+                assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+                assert_eq!(libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32), 0);
+            }
+            std::fs::read(&file).is_ok()
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    fn an_entry_made_a_link_into_the_profile_after_listing_gets_no_rule() {
+        if kernel_abi(None) < 4 {
+            return;
+        }
+        let top = tempfile::tempdir().unwrap();
+        let home = canonical(top.path()).join("home");
+        let profile = home.join(".agentx");
+        std::fs::create_dir_all(&profile).unwrap();
+        std::fs::write(profile.join("secret"), "key").unwrap();
+        std::fs::create_dir(home.join("work")).unwrap();
+        std::fs::write(home.join("work/notes"), "notes").unwrap();
+        let tmp = canonical(top.path()).join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        // The folder is the home folder: `work` is listed as writable.
+        let rules = Rules::new(&SandboxPolicy::default(), &home, &tmp, &profile).unwrap();
+        assert!(rules.write.contains(&home.join("work")));
+        let before = rules.ruleset().unwrap();
+        assert!(confined_can_read(&before, &home.join("work/notes")));
+        // Then `work` becomes a link to the profile before the rules are made.
+        std::fs::rename(home.join("work"), home.join("old")).unwrap();
+        std::os::unix::fs::symlink(&profile, home.join("work")).unwrap();
+        let after = rules.ruleset().unwrap();
+        assert!(!confined_can_read(&after, &profile.join("secret")));
+        assert!(!confined_can_read(&after, &home.join("work/secret")));
     }
 
     #[test]
