@@ -14,7 +14,8 @@
 //!   `authority` (rewrites a socket-path `:authority` from grpc-core
 //!   clients), `logging`, `cli`, `durable` (atomic writes, quarantine),
 //!   `shutdown` (the one stop handle: requested, then stopping),
-//!   `spawner` (the one thread forking tool supervisors and MCP servers) and
+//!   `spawner` (the one thread forking tool supervisors and MCP servers),
+//!   `priority` (background threads and the background runtime) and
 //!   `environment` (agentd's environment, read once in [`run`] and handed
 //!   on; the others take typed settings parsed from it).
 //! - `store`: conversations on disk. One actor per folder key and agent
@@ -46,8 +47,9 @@
 //!   and calls), `retry`, the `responses` and `chat` providers over `sse`
 //!   and `provider` (`error`, `http`), `context`, `compact`, `window`,
 //!   `tokens`, `meter`, `instructions` (AGENTS.md), `resolve`, and the
-//!   `shell` tool with its output and supervisor, `mcp_calls` (MCP tools
-//!   offered and called).
+//!   `shell` tool with its output and supervisor, `live` and `live_tap`
+//!   (a running command's output on its way to the client), `mcp_calls`
+//!   (MCP tools offered and called).
 //! - `runner`: one turn from start to finish (lease, pre-turn pull, before
 //!   and after snapshots, ending on stop).
 //! - `services`: the gRPC edge, one file per service; wire ↔ domain
