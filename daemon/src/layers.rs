@@ -50,7 +50,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "snapshot",
         &["durable", "environment", "priority", "memory"],
     ),
-    ("search", &["store", "memory"]),
+    ("search", &["store", "memory", "priority"]),
     ("mcp", &["spawner", "supervisor", "durable"]),
     (
         "remote",

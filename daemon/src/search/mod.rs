@@ -163,7 +163,6 @@ pub fn start(
     if let Some(why) = why {
         note.record(&why);
     }
-    let writer = health::guarded(|| Ok(writer_of(&live)?))?;
     let (tx, rx) = std::sync::mpsc::channel();
     let search = Arc::new(SearchIndex {
         live: RwLock::new(live),
@@ -185,9 +184,27 @@ pub fn start(
         }
     });
     let worker = Arc::clone(&search);
+    let (made, writer_made) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("search-indexer".into())
-        .spawn(move || worker.run(writer, rx, &sessions_dir))?;
+        .spawn(move || {
+            // Indexing is background work; tantivy's threads, started by
+            // the writer made here, take this thread's priority.
+            crate::priority::lower_this_thread();
+            let writer = health::guarded(|| Ok(writer_of(&worker.live())?));
+            match writer {
+                Ok(writer) => {
+                    let _ = made.send(Ok(()));
+                    worker.run(writer, rx, &sessions_dir);
+                }
+                Err(e) => {
+                    let _ = made.send(Err(e));
+                }
+            }
+        })?;
+    writer_made
+        .recv()
+        .map_err(|_| SearchError::Damaged("the indexer thread ended".into()))??;
     Ok(search)
 }
 

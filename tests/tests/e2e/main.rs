@@ -5,6 +5,7 @@
 //! `cargo test -p agentx-tests --test e2e remote_lines::`.
 
 mod answer_rendering;
+mod background_priority;
 mod blind_spots;
 mod chat;
 mod chat_completions;
