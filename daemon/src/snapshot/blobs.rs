@@ -145,6 +145,7 @@ pub struct PackWriter {
     offset: u64,
     written: Vec<(Hash, Loc)>,
     pending: HashSet<Hash>,
+    behind: durable::WriteBehind,
 }
 
 impl PackWriter {
@@ -158,6 +159,9 @@ impl PackWriter {
             return Ok(());
         }
         self.file.write_all(compressed)?;
+        if self.behind.due(compressed.len()) {
+            self.behind.push(&self.file);
+        }
         let len =
             u32::try_from(compressed.len()).map_err(|_| io::Error::other("blob too large"))?;
         self.written.push((
@@ -302,6 +306,7 @@ impl Blobs {
             offset: 0,
             written: Vec::new(),
             pending: HashSet::new(),
+            behind: durable::WriteBehind::default(),
         })
     }
 

@@ -49,11 +49,22 @@ fn indexing_and_tool_output_run_below_requests() {
         .map(|(_, nice)| *nice)
         .unwrap();
     let lowered = (base + 10).min(19);
-    for prefix in ["search-indexer", "thrd-tantivy", "segment_updater", "agentd-tools"] {
-        let named: Vec<_> = threads.iter().filter(|(n, _)| n.starts_with(prefix)).collect();
+    for prefix in [
+        "search-indexer",
+        "thrd-tantivy",
+        "segment_updater",
+        "agentd-tools",
+    ] {
+        let named: Vec<_> = threads
+            .iter()
+            .filter(|(n, _)| n.starts_with(prefix))
+            .collect();
         assert!(!named.is_empty(), "no {prefix} thread in {threads:?}");
         for (name, nice) in named {
-            assert_eq!(*nice, lowered, "{name} runs at nice {nice}, agentd at {base}");
+            assert_eq!(
+                *nice, lowered,
+                "{name} runs at nice {nice}, agentd at {base}"
+            );
         }
     }
     for (name, nice) in threads.iter().filter(|(n, _)| n == "tokio-rt-worker") {
