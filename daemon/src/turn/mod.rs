@@ -413,6 +413,11 @@ impl Engine {
         let result = turn.drop_if_full(result, &lease).await;
         let (status, text, error) = turn.record_end(result).await;
         drop(lease);
+        // The private TMPDIR may hold a build's thousands of files: removed
+        // off the runtime's workers, before the turn is said to be over.
+        if let Some((dir, _)) = turn.tmpdir.take() {
+            let _ = crate::priority::blocking_background(move || drop(dir)).await;
+        }
         let context = Some(turn.meter().await);
         Event::Finished {
             status,
