@@ -44,7 +44,11 @@ pub fn background_runtime() -> Option<&'static tokio::runtime::Runtime> {
         std::sync::OnceLock::new();
     RUNTIME
         .get_or_init(|| {
+            // Reading pipes is light work: a few threads serve hundreds of
+            // commands, however many cores the machine has.
+            let workers = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
             tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
                 .thread_name("agentd-tools")
                 .on_thread_start(lower_this_thread)
                 .enable_all()
