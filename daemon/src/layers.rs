@@ -32,6 +32,7 @@
 #[cfg(test)]
 const ALLOWED: &[(&str, &[&str])] = &[
     ("environment", &[]),
+    ("faults", &[]),
     ("authority", &[]),
     ("peer", &[]),
     ("connections", &["peer"]),
@@ -66,6 +67,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "spawner",
             "supervisor",
             "priority",
+            "faults",
             "mcp",
             "remote::redact_userinfo",
         ],

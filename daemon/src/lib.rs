@@ -15,7 +15,8 @@
 //!   clients), `logging`, `cli`, `durable` (atomic writes, quarantine),
 //!   `shutdown` (the one stop handle: requested, then stopping),
 //!   `spawner` (the one thread forking tool supervisors and MCP servers),
-//!   `priority` (background threads and the background runtime) and
+//!   `priority` (background threads and the background runtime), `faults`
+//!   (debug-only fault points for tests) and
 //!   `environment` (agentd's environment, read once in [`run`] and handed
 //!   on; the others take typed settings parsed from it).
 //! - `store`: conversations on disk. One actor per folder key and agent
@@ -67,6 +68,7 @@ pub mod cli;
 mod connections;
 mod durable;
 mod environment;
+mod faults;
 #[doc(hidden)]
 pub mod fuzzing;
 mod layers;

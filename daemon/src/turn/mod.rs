@@ -739,9 +739,7 @@ impl Turn<'_> {
                 }
                 return Ok(answer);
             }
-            let outputs = self.run_tools(pending, false).await?;
-            self.unsent.extend(outputs);
-            self.commit(Change::unsent(self.unsent.clone())).await?;
+            self.run_tools(pending, false).await?;
             steps += 1;
             if steps >= self.spec.bounds.steps {
                 return Err(Stop::Failed {

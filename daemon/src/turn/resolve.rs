@@ -99,9 +99,7 @@ impl Turn<'_> {
         }
         self.commit(Change::turn(TurnChange::started())).await?;
         if !doc.pending_calls.is_empty() {
-            let outputs = self.run_tools(doc.pending_calls.clone(), true).await?;
-            self.unsent.extend(outputs);
-            self.commit(Change::unsent(self.unsent.clone())).await?;
+            self.run_tools(doc.pending_calls.clone(), true).await?;
         }
         Ok(true)
     }

@@ -33,14 +33,14 @@ impl Turn<'_> {
             .collect()
     }
 
-    /// Runs (or declines) each call in order; returns their outputs, committed.
-    /// With `resuming`, calls already finished keep their output and calls
+    /// Runs (or declines) each call in order; their outputs are committed
+    /// with what the next request sends, in one commit. With `resuming`, calls already finished keep their output and calls
     /// that were running when interrupted run again only on an explicit yes.
     pub(super) async fn run_tools(
         &mut self,
         mut pending: Vec<PendingCall>,
         resuming: bool,
-    ) -> Result<Vec<Item>, Stop> {
+    ) -> Result<(), Stop> {
         if let Some(mut gate) = self.io.tools_gate.take() {
             let mut cancel = self.io.cancel.clone();
             tokio::select! {
@@ -97,9 +97,16 @@ impl Turn<'_> {
                 images: c.images.clone(),
             })
             .collect();
+        // The outputs join what the next request sends in the same commit
+        // that ends the calls: a kill between two commits left them in the
+        // transcript, no call pending and nothing to send, and the next
+        // request chained to a reply whose calls the server never got.
+        let mut unsent = self.unsent.clone();
+        unsent.extend(outputs.iter().cloned());
         self.commit(Change {
             transcript: TranscriptChange {
-                append: outputs.clone(),
+                append: outputs,
+                unsent: Some(unsent.clone()),
                 ..TranscriptChange::default()
             },
             turn: TurnChange {
@@ -109,7 +116,9 @@ impl Turn<'_> {
             ..Change::default()
         })
         .await?;
-        Ok(outputs)
+        crate::faults::point("tool-step-committed");
+        self.unsent = unsent;
+        Ok(())
     }
 
     /// Makes where call `i` stands durable: one append to the calls log,

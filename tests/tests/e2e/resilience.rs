@@ -554,3 +554,41 @@ fn killing_agentd_between_a_tool_and_the_next_request_then_continue() {
     assert_eq!(env.status()["turns"], 1);
     model.assert_schema_clean();
 }
+
+/// agentd killed right after a tool step's outputs were committed (a debug
+/// build's fault point): the outputs are still what the next request sends,
+/// so continuing gives the model the calls' results and the conversation
+/// goes on. They were committed apart from that list once, and a kill in
+/// between left them unsent: "nothing left to run or send", then every
+/// later request refused ("No tool output found for function call").
+#[test]
+fn a_kill_right_after_a_tool_step_leaves_its_outputs_to_send() {
+    let mut env = TestEnv::new();
+    let fake = FakeModel::start();
+    assert_code(&env.chat(&fake, ["--auto"], "hello\n"), 0);
+    assert_code(&env.run(["daemon", "stop"]), 0);
+    // The next agentd (started by the next agentx) dies at the point.
+    env.extra_env
+        .push(("AGENTD_FAULT".into(), "tool-step-committed".into()));
+    let out = env.chat(&fake, ["--auto"], "CALL echo ran > ran.txt\n");
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(env.work.join("ran.txt").exists(), "the command did not run");
+    env.extra_env.clear();
+
+    let status = env.status();
+    assert!(status["interrupted"].is_object(), "{status}");
+    let out = env.chat(&fake, ["--auto", "--on-pending", "continue"], "");
+    assert_code(&out, 0);
+    let status = env.status();
+    assert!(
+        stdout(&out)
+            .trim_end()
+            .ends_with(&format!("[turns seen: {}]", status["turns"])),
+        "the model did not answer the tool's output: {}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let out = env.chat(&fake, ["--auto"], "and then\n");
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("echo: and then"), "{}", stderr(&out));
+}

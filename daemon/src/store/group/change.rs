@@ -125,17 +125,6 @@ impl Change {
         }
     }
 
-    /// The items not acknowledged by a response yet.
-    pub fn unsent(unsent: Vec<Item>) -> Self {
-        Self {
-            transcript: TranscriptChange {
-                unsent: Some(unsent),
-                ..TranscriptChange::default()
-            },
-            ..Self::default()
-        }
-    }
-
     /// Forget the server's response chain: the next request sends the whole transcript.
     pub fn new_chain() -> Self {
         Self {
