@@ -26,15 +26,22 @@ impl Turn<'_> {
                     self.note_accepted(&reply.usage);
                     return Ok(reply);
                 }
-                Err(e) if e.lost_response_id() && chained && !self.rechained => {
+                Err(e)
+                    if (e.lost_response_id() || e.chain_missing_output())
+                        && chained
+                        && !self.rechained =>
+                {
                     self.rechained = true;
                     self.response_id = None;
                     self.commit(Change::new_chain()).await?;
-                    self.emit(Event::Notice(
-                        "the server no longer knows this conversation's last response; \
-                         starting a new chain from the saved conversation"
-                            .to_owned(),
-                    ))
+                    let why = if e.lost_response_id() {
+                        "the server no longer knows this conversation's last response"
+                    } else {
+                        "the server is missing a tool output of this conversation's last response"
+                    };
+                    self.emit(Event::Notice(format!(
+                        "{why}; starting a new chain from the saved conversation"
+                    )))
                     .await;
                 }
                 Err(e) if self.probable_overflow(&e) => {

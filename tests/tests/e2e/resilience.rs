@@ -592,3 +592,51 @@ fn a_kill_right_after_a_tool_step_leaves_its_outputs_to_send() {
     assert_code(&out, 0);
     assert!(stdout(&out).contains("echo: and then"), "{}", stderr(&out));
 }
+
+/// A conversation an older agentd left with a tool step's outputs in its
+/// transcript but not among what the next request sends (the crash above,
+/// before its fix): the server refuses the chained request, and agentd
+/// starts a new chain from the saved transcript once, which has them.
+#[test]
+fn a_chain_missing_a_tool_output_is_started_again_from_the_transcript() {
+    let env = TestEnv::new();
+    let fake = FakeModel::start();
+    assert_code(&env.chat(&fake, ["--auto"], "hello\n"), 0);
+    let id = env.status()["session_id"].as_str().unwrap().to_owned();
+    // Killed after the tool step, before the model's next request.
+    let mut env = env;
+    assert_code(&env.run(["daemon", "stop"]), 0);
+    env.extra_env
+        .push(("AGENTD_FAULT".into(), "tool-step-committed".into()));
+    let out = env.chat(&fake, ["--auto"], "CALL echo ran\n");
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    env.extra_env.clear();
+    // What the old agentd left: nothing to send.
+    let doc_path = env
+        .profile_files()
+        .into_iter()
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n == format!("{id}.json").as_str())
+        })
+        .expect("no conversation document");
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&doc_path).unwrap()).unwrap();
+    assert!(
+        doc["unsent"].as_array().is_some_and(|u| !u.is_empty()),
+        "the outputs are not among what is sent next: {}",
+        doc["unsent"]
+    );
+    doc["unsent"] = json!([]);
+    doc["interrupted"] = Value::Null;
+    doc["turn_open"] = json!(false);
+    std::fs::write(&doc_path, serde_json::to_vec(&doc).unwrap()).unwrap();
+
+    let out = env.chat(&fake, ["--auto"], "and then\n");
+    assert_code(&out, 0);
+    assert!(stdout(&out).contains("echo: and then"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("missing a tool output"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -191,6 +191,21 @@ impl ProviderError {
         matches!(self, Self::Stream(m) if m.starts_with(EMPTY_STREAM))
     }
 
+    /// The server holds a call of the chain's last response without its
+    /// output (OpenAI: "No tool output found for function call …"): what a
+    /// conversation broken by a crash before this was fixed would get at
+    /// every request. The saved transcript has the outputs: a new chain
+    /// sends them.
+    pub fn chain_missing_output(&self) -> bool {
+        let Self::Http {
+            status, message, ..
+        } = self
+        else {
+            return false;
+        };
+        *status == 400 && message.to_lowercase().contains("no tool output found")
+    }
+
     /// Worth another attempt after a pause.
     pub fn retryable(&self) -> bool {
         match self {
@@ -407,6 +422,10 @@ mod tests {
         assert!(ProviderError::from_http(404, vllm, None).lost_response_id());
         let other = r#"{"error":{"message":"bad input","param":"input"}}"#;
         assert!(!ProviderError::from_http(400, other, None).lost_response_id());
+        assert!(!ProviderError::from_http(400, other, None).chain_missing_output());
+        let missing = r#"{"error":{"message":"No tool output found for function call call_7.","type":"invalid_request_error","param":"input","code":null}}"#;
+        assert!(ProviderError::from_http(400, missing, None).chain_missing_output());
+        assert!(!ProviderError::from_http(500, missing, None).chain_missing_output());
     }
 
     #[test]
