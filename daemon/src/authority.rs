@@ -7,6 +7,9 @@
 //! Header blocks are HPACK: they are decoded with the client's dynamic table
 //! and re-encoded as plain literals (no table on the server's side), so the
 //! block's size may change; every other frame passes through untouched.
+//! A client's first header block decides: when its `:authority` is usable
+//! (tonic, grpc-go, agentx itself), that block and every byte after it go
+//! to h2 as they came, with no decoding (a client keeps one authority).
 
 use std::io;
 use std::pin::Pin;
@@ -72,6 +75,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for AuthorityFix<S> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         loop {
+            if this.rewriter.passthrough && this.rewriter.out.is_empty() {
+                return Pin::new(&mut this.inner).poll_read(cx, buf);
+            }
             if !this.rewriter.out.is_empty() {
                 let n = this.rewriter.out.len().min(buf.remaining());
                 buf.put_slice(&this.rewriter.out[..n]);
@@ -147,6 +153,10 @@ struct Rewriter {
     pending: Option<Pending>,
     decoder: loona_hpack::Decoder<'static>,
     eof: bool,
+    /// A header block was seen.
+    seen_block: bool,
+    /// The first header block needed no change: bytes pass as they come.
+    passthrough: bool,
 }
 
 impl Default for Rewriter {
@@ -160,6 +170,8 @@ impl Default for Rewriter {
             pending: None,
             decoder,
             eof: false,
+            seen_block: false,
+            passthrough: false,
         }
     }
 }
@@ -179,7 +191,7 @@ impl Rewriter {
             self.preface_left -= n;
             at = n;
         }
-        while self.preface_left == 0 {
+        while self.preface_left == 0 && !self.passthrough {
             let rest = &self.input[at..];
             let Some(head) = rest.first_chunk::<FRAME_HEADER_LEN>() else {
                 break;
@@ -196,6 +208,9 @@ impl Rewriter {
             self.frame(&frame)?;
         }
         self.input.drain(..at);
+        if self.passthrough {
+            self.out.append(&mut self.input);
+        }
         Ok(())
     }
 
@@ -234,15 +249,25 @@ impl Rewriter {
             self.pending = Some(pending);
             return Ok(());
         }
-        let block = self.rewrite(&pending.block)?;
-        write_block(&mut self.out, pending.stream, pending.end_stream, &block);
+        let first = !std::mem::replace(&mut self.seen_block, true);
+        let (block, changed) = self.rewrite(&pending.block)?;
+        if first && !changed {
+            // The block as it came keeps h2's table in step with the
+            // client's; so does everything after it, passed untouched.
+            write_block(&mut self.out, pending.stream, pending.end_stream, &pending.block);
+            self.passthrough = true;
+        } else {
+            write_block(&mut self.out, pending.stream, pending.end_stream, &block);
+        }
         Ok(())
     }
 
-    /// Decodes a header block and encodes it again with a usable authority.
-    fn rewrite(&mut self, block: &[u8]) -> io::Result<Vec<u8>> {
+    /// Decodes a header block and encodes it again with a usable authority;
+    /// says whether the authority was changed.
+    fn rewrite(&mut self, block: &[u8]) -> io::Result<(Vec<u8>, bool)> {
         let mut out = Vec::with_capacity(block.len() + LOCALHOST.len());
         let mut decoded = 0usize;
+        let mut changed = false;
         self.decoder
             .decode_with_cb(block, |name, value| {
                 decoded += name.len() + value.len();
@@ -251,6 +276,7 @@ impl Rewriter {
                 }
                 let value: &[u8] =
                     if &*name == b":authority" && Authority::try_from(&*value).is_err() {
+                        changed = true;
                         LOCALHOST
                     } else {
                         &value
@@ -261,7 +287,7 @@ impl Rewriter {
         if decoded > MAX_BLOCK {
             return Err(invalid("a header block is too large"));
         }
-        Ok(out)
+        Ok((out, changed))
     }
 }
 
@@ -457,6 +483,35 @@ mod tests {
         assert_eq!(value(&lists[0], ":authority"), b"example.com:80");
         let headers_flags = out[PREFACE.len() + ping.len() + 4];
         assert_eq!(headers_flags, END_HEADERS | END_STREAM);
+    }
+
+    /// As tonic sends them: a usable authority in the first block, then
+    /// blocks that name the dynamic table; all of it reaches h2 byte for
+    /// byte, whatever comes later.
+    #[test]
+    fn after_a_first_block_with_a_usable_authority_bytes_pass_untouched() {
+        let mut encoder = loona_hpack::Encoder::new();
+        let request = |encoder: &mut loona_hpack::Encoder<'_>, authority: &[u8]| {
+            encoder.encode(vec![
+                (&b":method"[..], &b"POST"[..]),
+                (&b":authority"[..], authority),
+                (&b":path"[..], &b"/agentx.v1.Daemon/Ping"[..]),
+                (&b"te"[..], &b"trailers"[..]),
+            ])
+        };
+        let first = request(&mut encoder, b"localhost");
+        let second = request(&mut encoder, b"localhost");
+        let third = request(&mut encoder, b"/tmp/x/agentd.sock");
+        let mut input = PREFACE.to_vec();
+        input.extend(frame(0x4, 0, 0, &[]));
+        input.extend(frame(HEADERS, END_HEADERS, 1, &first));
+        input.extend(frame(0x0, END_STREAM, 1, b"\0\0\0\0\0"));
+        input.extend(frame(HEADERS, END_HEADERS | END_STREAM, 3, &second));
+        input.extend(frame(HEADERS, END_HEADERS | END_STREAM, 5, &third));
+        assert!(second.len() < first.len(), "the second names the table");
+        for piece in [1, 7, input.len()] {
+            assert_eq!(rewritten(&input, piece), input, "in pieces of {piece}");
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tantivy::{IndexWriter, TantivyDocument};
 
@@ -124,17 +124,7 @@ pub fn open_and_search(files: &[(String, Vec<u8>)]) -> Result<usize, String> {
     let (schema, f) = schema();
     let (live, _why) = health::open_or_create(&dir, &schema).map_err(|e| e.to_string())?;
     let (jobs, _rx) = std::sync::mpsc::channel();
-    let index = SearchIndex {
-        live: std::sync::RwLock::new(live),
-        f,
-        dir: dir.clone(),
-        indexing: AtomicBool::new(false),
-        sessions: AtomicU64::new(0),
-        jobs,
-        rebuild_asked: AtomicBool::new(false),
-        note: health::RebuildNote::default(),
-        memory: std::sync::Mutex::default(),
-    };
+    let index = SearchIndex::new(live, f, dir.clone(), jobs, health::RebuildNote::default());
     let mut hits = 0;
     for query in QUERIES {
         match index.search(query, None, 10) {

@@ -12,6 +12,11 @@
 //! Clearing a conversation deletes its documents and commits; the indexer
 //! then (nobody waiting) rewrites the segments that held them so the text
 //! leaves the disk: see [`Purge`].
+//!
+//! Index commits come at most one per [`COMMIT_GAP`]: one that follows
+//! another closely waits out the gap and takes in what came meanwhile, so
+//! a turn's quick tool steps, or many conversations committing at once,
+//! are indexed in a few commits, not one each. A clear never waits.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -40,6 +45,10 @@ pub use query::Hit;
 const LAYOUT: &str = "agentx-search-2";
 /// Indexing memory budget (tantivy's minimum is 15 MB).
 const WRITER_BYTES: usize = 40_000_000;
+/// The least time from the end of one index commit to the start of the
+/// next (unless a clear waits): search is at most this far behind under a
+/// stream of commits, and immediate after a quiet spell.
+const COMMIT_GAP: Duration = Duration::from_millis(250);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SearchError {
@@ -109,6 +118,8 @@ pub struct SearchIndex {
     note: health::RebuildNote,
     /// How far each conversation was indexed (the indexer's alone).
     memory: Mutex<indexing::Memory>,
+    /// Index commits the indexer made.
+    commits: AtomicU64,
 }
 
 /// What the indexer thread is asked to do.
@@ -123,7 +134,63 @@ enum Job {
     Rebuild(String),
 }
 
+impl Job {
+    /// Someone waits for it, or it is repair: it does not wait out the gap.
+    fn urgent(&self) -> bool {
+        matches!(self, Job::Forget(..) | Job::Rebuild(_))
+    }
+}
+
+/// `first` and every job that comes until `due` (or until an urgent one
+/// comes): the batch of one commit.
+fn gather(rx: &Receiver<Job>, first: Job, due: Option<Instant>) -> Vec<Job> {
+    let mut jobs = vec![first];
+    jobs.extend(std::iter::from_fn(|| rx.try_recv().ok()));
+    let Some(due) = due else {
+        return jobs;
+    };
+    while !jobs.iter().any(Job::urgent) {
+        let Some(left) = due.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
+        else {
+            break;
+        };
+        match rx.recv_timeout(left) {
+            Ok(job) => {
+                jobs.push(job);
+                jobs.extend(std::iter::from_fn(|| rx.try_recv().ok()));
+            }
+            // Disconnected: what was gathered is still indexed; the next
+            // receive ends the loop.
+            Err(_) => break,
+        }
+    }
+    jobs
+}
+
 impl SearchIndex {
+    /// An index over `live` in `dir`, not indexing, whose indexer takes
+    /// `jobs`.
+    fn new(
+        live: health::Live,
+        f: Fields,
+        dir: PathBuf,
+        jobs: Sender<Job>,
+        note: health::RebuildNote,
+    ) -> Self {
+        SearchIndex {
+            live: RwLock::new(live),
+            f,
+            dir,
+            indexing: AtomicBool::new(false),
+            sessions: AtomicU64::new(0),
+            jobs,
+            rebuild_asked: AtomicBool::new(false),
+            note,
+            memory: Mutex::default(),
+            commits: AtomicU64::new(0),
+        }
+    }
+
     /// One line on the last time a damaged index was rebuilt, if it was.
     pub fn rebuild_note(&self) -> Option<String> {
         self.note.get()
@@ -164,17 +231,8 @@ pub fn start(
         note.record(&why);
     }
     let (tx, rx) = std::sync::mpsc::channel();
-    let search = Arc::new(SearchIndex {
-        live: RwLock::new(live),
-        f,
-        dir: index_dir,
-        indexing: AtomicBool::new(true),
-        sessions: AtomicU64::new(0),
-        jobs: tx.clone(),
-        rebuild_asked: AtomicBool::new(false),
-        note,
-        memory: Mutex::default(),
-    });
+    let search = Arc::new(SearchIndex::new(live, f, index_dir, tx.clone(), note));
+    search.indexing.store(true, Ordering::SeqCst);
     let touched = tx;
     tokio::spawn(async move {
         while let Some(changed) = changes.recv().await {
@@ -223,17 +281,13 @@ impl Direct {
         let writer = writer_of(&live)?;
         // Nobody runs jobs: a rebuild asked for is not done.
         let (jobs, _) = std::sync::mpsc::channel();
-        let search = SearchIndex {
-            live: RwLock::new(live),
+        let search = SearchIndex::new(
+            live,
             f,
-            dir: dir.to_path_buf(),
-            indexing: AtomicBool::new(false),
-            sessions: AtomicU64::new(0),
+            dir.to_path_buf(),
             jobs,
-            rebuild_asked: AtomicBool::new(false),
-            note: health::RebuildNote::default(),
-            memory: Mutex::default(),
-        };
+            health::RebuildNote::default(),
+        );
         Ok(Self { search, writer })
     }
 
@@ -329,6 +383,7 @@ impl SearchIndex {
         let mut writer = Some(writer);
         self.catch_up(&mut writer, sessions);
         let mut purge = Purge::default();
+        let mut last_commit: Option<Instant> = None;
         loop {
             let first = match purge.next_step() {
                 None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
@@ -346,10 +401,11 @@ impl SearchIndex {
                 }
                 Err(RecvTimeoutError::Disconnected) => return,
             };
+            let due = last_commit.map(|at| at + COMMIT_GAP);
             let mut batch: HashSet<PathBuf> = HashSet::new();
             let mut forgotten = Vec::new();
             let mut rebuild = None;
-            for job in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+            for job in gather(&rx, first, due) {
                 match job {
                     Job::Touched(path) => {
                         batch.insert(path);
@@ -394,6 +450,7 @@ impl SearchIndex {
             for done in forgotten {
                 let _ = done.send(());
             }
+            last_commit = Some(Instant::now());
             self.indexing.store(false, Ordering::SeqCst);
             // A long batch read big transcripts: hand the heap back.
             if started.elapsed() > std::time::Duration::from_millis(100) {
@@ -528,6 +585,7 @@ impl SearchIndex {
 
     fn commit(&self, writer: &mut IndexWriter<TantivyDocument>) -> Result<(), SearchError> {
         writer.commit()?;
+        self.commits.fetch_add(1, Ordering::Relaxed);
         let live = self.live();
         live.reader.reload()?;
         let searcher = live.reader.searcher();

@@ -355,3 +355,93 @@ async fn a_forgotten_conversation_is_unfindable_at_once_and_leaves_the_disk_soon
     .await;
     assert!(finds("keeper") && finds("quokka") && !finds(marker));
 }
+
+/// A job the batch can carry without a conversation behind it.
+fn touched(n: usize) -> Job {
+    Job::Touched(format!("/nowhere/{n}.json").into())
+}
+
+/// After a recent commit, what comes before the gap ends joins one batch;
+/// a clear someone waits for ends the wait at once.
+#[test]
+fn a_batch_takes_in_what_comes_during_the_gap_but_a_clear_does_not_wait() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    // No recent commit: only what is queued.
+    tx.send(touched(1)).unwrap();
+    assert_eq!(super::gather(&rx, touched(0), None).len(), 2);
+
+    let sender = std::thread::spawn({
+        let tx = tx.clone();
+        move || {
+            for n in 1..=3 {
+                std::thread::sleep(Duration::from_millis(40));
+                tx.send(touched(n)).unwrap();
+            }
+        }
+    });
+    let due = Instant::now() + Duration::from_millis(600);
+    assert_eq!(super::gather(&rx, touched(0), Some(due)).len(), 4);
+    sender.join().unwrap();
+
+    let (done, _wait) = tokio::sync::oneshot::channel();
+    tx.send(Job::Forget("/nowhere/x.json".into(), done)).unwrap();
+    let started = Instant::now();
+    let far = started + Duration::from_secs(60);
+    let jobs = super::gather(&rx, touched(0), Some(far));
+    assert_eq!(jobs.len(), 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "a clear waited out the gap"
+    );
+}
+
+/// A conversation committed every few milliseconds is indexed in a
+/// handful of index commits, not one per commit, and every turn is found.
+#[tokio::test]
+async fn a_stream_of_commits_is_indexed_in_few_index_commits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sessions = tmp.path().join("sessions");
+    let dir = sessions.join("f/default");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_changes, rx) = tokio::sync::mpsc::unbounded_channel();
+    let search: std::sync::Arc<SearchIndex> =
+        super::start(tmp.path().join("search"), sessions.clone(), rx).unwrap();
+    let finds = |text: &str| !search.search(text, None, 10).unwrap().is_empty();
+    let mut c = Conversation::create(
+        &dir,
+        ConversationDoc::new(
+            "00000000001-dddddd".into(),
+            "/f".into(),
+            "default".into(),
+            1,
+        ),
+    )
+    .unwrap();
+    // The reconcile at start may commit; count from after it.
+    commit(&mut c, &[user("first walrus"), assistant("ok")], 1);
+    search.jobs.send(Job::Touched(c.paths.doc.clone())).unwrap();
+    until("the first commit", || finds("walrus")).await;
+    let before = search.commits.load(std::sync::atomic::Ordering::SeqCst);
+    let started = Instant::now();
+    let turns = 60;
+    for t in 0..turns {
+        commit(
+            &mut c,
+            &[user(&format!("turn marker{t}")), assistant("ok")],
+            10 + t,
+        );
+        search.jobs.send(Job::Touched(c.paths.doc.clone())).unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let last = format!("marker{}", turns - 1);
+    until("the last turn indexed", || finds(&last)).await;
+    let spent = started.elapsed();
+    let commits = search.commits.load(std::sync::atomic::Ordering::SeqCst) - before;
+    // One per gap the stream lasted, and the last.
+    let most = spent.as_millis() / super::COMMIT_GAP.as_millis() + 2;
+    assert!(
+        u128::from(commits) <= most,
+        "{commits} index commits for {turns} commits over {spent:?} (at most {most})"
+    );
+    assert!((0..turns).all(|t| finds(&format!("marker{t}"))));
+}
