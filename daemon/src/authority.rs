@@ -254,7 +254,12 @@ impl Rewriter {
         if first && !changed {
             // The block as it came keeps h2's table in step with the
             // client's; so does everything after it, passed untouched.
-            write_block(&mut self.out, pending.stream, pending.end_stream, &pending.block);
+            write_block(
+                &mut self.out,
+                pending.stream,
+                pending.end_stream,
+                &pending.block,
+            );
             self.passthrough = true;
         } else {
             write_block(&mut self.out, pending.stream, pending.end_stream, &block);

@@ -150,7 +150,9 @@ fn gather(rx: &Receiver<Job>, first: Job, due: Option<Instant>) -> Vec<Job> {
         return jobs;
     };
     while !jobs.iter().any(Job::urgent) {
-        let Some(left) = due.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
+        let Some(left) = due
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
         else {
             break;
         };

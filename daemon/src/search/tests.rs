@@ -384,7 +384,8 @@ fn a_batch_takes_in_what_comes_during_the_gap_but_a_clear_does_not_wait() {
     sender.join().unwrap();
 
     let (done, _wait) = tokio::sync::oneshot::channel();
-    tx.send(Job::Forget("/nowhere/x.json".into(), done)).unwrap();
+    tx.send(Job::Forget("/nowhere/x.json".into(), done))
+        .unwrap();
     let started = Instant::now();
     let far = started + Duration::from_secs(60);
     let jobs = super::gather(&rx, touched(0), Some(far));

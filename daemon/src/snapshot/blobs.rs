@@ -142,6 +142,10 @@ pub struct PackWriter {
     id: u64,
     file: File,
     path: PathBuf,
+    /// Its index file's path.
+    idx: PathBuf,
+    /// Durable already, data and index ([`PackWriter::seal`]).
+    sealed: bool,
     offset: u64,
     written: Vec<(Hash, Loc)>,
     pending: HashSet<Hash>,
@@ -149,6 +153,20 @@ pub struct PackWriter {
 }
 
 impl PackWriter {
+    /// Makes the pack durable, its data and then its index, on the calling
+    /// thread (a scan's: syncing a big first snapshot's pack takes a while);
+    /// [`Blobs::finish`] then only adds it to the index.
+    pub fn seal(&mut self) -> io::Result<()> {
+        if self.written.is_empty() || self.sealed {
+            return Ok(());
+        }
+        self.file.flush()?;
+        self.file.sync_all()?;
+        durable::write_atomic(&self.idx, &encode_index(&self.written))?;
+        self.sealed = true;
+        Ok(())
+    }
+
     pub fn contains(&self, hash: &Hash) -> bool {
         self.pending.contains(hash)
     }
@@ -303,6 +321,8 @@ impl Blobs {
             id,
             file,
             path,
+            idx: idx_path(&self.dir, id),
+            sealed: false,
             offset: 0,
             written: Vec::new(),
             pending: HashSet::new(),
@@ -310,16 +330,14 @@ impl Blobs {
         })
     }
 
-    /// Makes a pack durable (data, then its index) and adds it to the index.
+    /// Makes a pack durable (data, then its index) unless it was sealed,
+    /// and adds it to the index.
     pub fn finish(&mut self, mut pack: PackWriter) -> io::Result<()> {
         if pack.written.is_empty() {
             drop(pack.file);
             return std::fs::remove_file(&pack.path);
         }
-        pack.file.flush()?;
-        pack.file.sync_all()?;
-        let idx = encode_index(&pack.written);
-        durable::write_atomic(&idx_path(&self.dir, pack.id), &idx)?;
+        pack.seal()?;
         self.packs.insert(
             pack.id,
             PackStat {
@@ -349,6 +367,9 @@ impl Blobs {
     /// Drops a pack that was begun but will not be used (an aborted run).
     pub fn abandon(&mut self, pack: PackWriter) {
         drop(pack.file);
+        if pack.sealed {
+            let _ = std::fs::remove_file(&pack.idx);
+        }
         let _ = std::fs::remove_file(&pack.path);
     }
 

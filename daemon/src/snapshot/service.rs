@@ -419,10 +419,16 @@ impl Actor {
             return; // the store restarted meanwhile: the scan is dropped
         };
         let store = &mut self.store;
+        let started = std::time::Instant::now();
         let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match store {
             Ok(s) => s.finish_take(away).map_err(Arc::new),
             Err(e) => Err(e.clone()),
         }));
+        tracing::debug!(
+            folder = %folder.display(),
+            us = started.elapsed().as_micros(),
+            "a scan finished on the store's thread"
+        );
         let result = done.unwrap_or_else(|payload| Err(self.panicked(&folder, &*payload)));
         self.heap_to_return = true;
         for r in replies {

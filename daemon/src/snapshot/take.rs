@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::blobs::{Known, PackWriter};
 use super::incremental::{self, Scanned};
-use super::manifest::{Manifest, Stored};
+use super::manifest::{Hash, Manifest, Stored};
 use super::timeline::{chains, next_id, remember, save_timeline};
 use super::watch::{Filled, Filler};
 use super::{
@@ -38,8 +38,87 @@ pub struct AwayScan {
     filler: Option<Filler>,
     started: Instant,
     root: Option<[u64; 2]>,
-    outcome: Option<std::io::Result<(Manifest, scan::ScanStats)>>,
+    /// The folder's snapshot directory, where the manifest is written.
+    dir: PathBuf,
+    /// The new snapshot's id and time, given when it began (nothing else
+    /// is added to the folder's timeline meanwhile).
+    id: String,
+    now: i64,
+    /// The folder's newest snapshot when it began.
+    newest: Option<Snap>,
+    outcome: Option<Result<Prepared, SnapError>>,
     filled: Option<Filled>,
+}
+
+/// A scanned tree made ready to be a folder's newest snapshot, wherever the
+/// scan ran: counted against the newest snapshot, its manifest written and
+/// synced unless the tree is the same.
+pub struct Prepared {
+    sum: summary::Summary,
+    /// The manifest the snapshot points at.
+    manifest: String,
+    /// The manifest written for it (`None`: the newest one serves).
+    written: Option<Written>,
+}
+
+/// A manifest file written and synced, not yet the folder's newest.
+struct Written {
+    tree: Manifest,
+    hashes: HashSet<Hash>,
+    depth: u32,
+}
+
+/// Counts `scanned` against `newest` and, unless the tree is the same,
+/// writes its manifest as `id` in `dir`: a delta against `latest` while
+/// the chain is short, else the whole tree.
+fn prepare(
+    dir: &Path,
+    id: &str,
+    scanned: Scanned,
+    latest: Option<(String, Arc<Manifest>, u32)>,
+    newest: Option<&Snap>,
+) -> Result<Prepared, SnapError> {
+    let previous = latest.as_ref().map(|(_, m, _)| m.as_ref());
+    let sum = summary::summarize(previous.zip(newest), &scanned);
+    if let Some(newest) = newest.filter(|_| sum.same) {
+        return Ok(Prepared {
+            sum,
+            manifest: newest.manifest.clone(),
+            written: None,
+        });
+    }
+    let started = Instant::now();
+    let Scanned {
+        manifest, delta, ..
+    } = scanned;
+    let (encoded, hashes, depth) = match latest {
+        Some((base, prev, depth)) if depth < MAX_DELTA_DEPTH => {
+            let (upserts, removed) = delta.unwrap_or_else(|| manifest.delta_from(&prev));
+            let stored = Stored::Delta {
+                base,
+                upserts,
+                removed,
+            };
+            (stored.encode()?, stored.own_hashes(), depth + 1)
+        }
+        _ => (Stored::encode_full(&manifest)?, manifest.file_hashes(), 0),
+    };
+    durable::write_atomic(&dir.join("manifests").join(format!("{id}.zst")), &encoded)?;
+    tracing::debug!(
+        depth,
+        bytes = encoded.len(),
+        write_us = started.elapsed().as_micros(),
+        "manifest written"
+    );
+    Ok(Prepared {
+        sum,
+        manifest: id.to_owned(),
+        written: Some(Written {
+            tree: manifest,
+            hashes,
+            depth,
+        }),
+    })
 }
 
 impl AwayScan {
@@ -47,12 +126,14 @@ impl AwayScan {
         &self.folder
     }
 
-    /// Runs the scan (on any thread); a panic in it is an error of this
-    /// snapshot only.
+    /// Runs the scan (on any thread), then makes its pack durable and
+    /// writes its manifest there too (for a first snapshot of a big tree,
+    /// tens of milliseconds the store's thread would spend); a panic in it
+    /// is an error of this snapshot only.
     pub fn run(&mut self) {
         let previous = self.latest.as_ref().map(|(_, m, _)| Arc::clone(m));
         let hook = self.filler.as_ref().map(|f| f as &dyn scan::DirHook);
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let scanned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             scan::scan_hooked(
                 &self.folder,
                 &self.excludes,
@@ -64,6 +145,22 @@ impl AwayScan {
         }))
         .unwrap_or_else(|_| Err(std::io::Error::other("the scan hit an internal error")));
         self.filled = self.filler.take().map(Filler::finish);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let (manifest, stats) = scanned?;
+            self.pack.seal()?;
+            prepare(
+                &self.dir,
+                &self.id,
+                Scanned::full(manifest, stats),
+                self.latest.clone(),
+                self.newest.as_ref(),
+            )
+        }))
+        .unwrap_or_else(|_| {
+            Err(SnapError::from(std::io::Error::other(
+                "writing the snapshot hit an internal error",
+            )))
+        });
         self.outcome = Some(outcome);
     }
 }
@@ -109,6 +206,13 @@ impl SnapshotStore {
             ));
         }
         if !matches!((&plan, &latest), (watch::Plan::Dirty { .. }, Some(_))) {
+            let now = agentx_shared::time::now_ms();
+            let fs = self.folder(folder)?;
+            let (id, newest, dir) = (
+                next_id(&fs.timeline, now),
+                fs.timeline.snaps.last().cloned(),
+                fs.dir.clone(),
+            );
             let pack = self.blobs.begin()?;
             self.away += 1;
             return Ok(Begun::Away(Box::new(AwayScan {
@@ -121,6 +225,10 @@ impl SnapshotStore {
                 filler: self.watch.filler(folder),
                 started,
                 root,
+                dir,
+                id,
+                now,
+                newest,
                 outcome: None,
                 filled: None,
             })));
@@ -137,31 +245,29 @@ impl SnapshotStore {
         let AwayScan {
             folder,
             owners,
-            latest,
             pack,
             started,
             root,
+            id,
+            now,
             outcome,
             filled,
             ..
         } = away;
-        let outcome = outcome.unwrap_or_else(|| Err(std::io::Error::other("the scan never ran")));
+        let outcome =
+            outcome.unwrap_or_else(|| Err(std::io::Error::other("the scan never ran").into()));
         if let Some(f) = filled {
             self.watch.filled(&folder, outcome.is_ok().then_some(f));
         }
         let done = match outcome {
-            Ok((manifest, stats)) => {
-                self.blobs
-                    .finish(pack)
-                    .map_err(SnapError::from)
-                    .and_then(|()| {
-                        let scanned = Scanned::full(manifest, stats);
-                        self.commit_scan(&folder, owners, scanned, latest, started, root)
-                    })
-            }
+            Ok(prepared) => self
+                .blobs
+                .finish(pack)
+                .map_err(SnapError::from)
+                .and_then(|()| self.adopt(&folder, owners, prepared, (id, now), started, root)),
             Err(e) => {
                 self.blobs.abandon(pack);
-                Err(e.into())
+                Err(e)
             }
         };
         self.end_away();
@@ -197,15 +303,39 @@ impl SnapshotStore {
         started: Instant,
         root: Option<[u64; 2]>,
     ) -> Result<Snap, SnapError> {
-        let previous = latest.as_ref().map(|(_, m, _)| Arc::clone(m));
-        let newest = self.folder(folder)?.timeline.snaps.last().cloned();
-        let sum = summary::summarize(previous.as_deref().zip(newest.as_ref()), &scanned);
         let now = agentx_shared::time::now_ms();
-        let id = next_id(&self.folder(folder)?.timeline, now);
-        let manifest = match newest.filter(|_| sum.same) {
-            Some(newest) => newest.manifest,
-            None => self.write_manifest(folder, &id, scanned, latest)?,
-        };
+        let fs = self.folder(folder)?;
+        let id = next_id(&fs.timeline, now);
+        let newest = fs.timeline.snaps.last().cloned();
+        let dir = fs.dir.clone();
+        let prepared = prepare(&dir, &id, scanned, latest, newest.as_ref())?;
+        self.adopt(folder, owners, prepared, (id, now), started, root)
+    }
+
+    /// Makes `prepared` the folder's newest snapshot `id` (taken at `now`):
+    /// its manifest, if new, the latest and its blobs referenced; the
+    /// timeline saved.
+    fn adopt(
+        &mut self,
+        folder: &Path,
+        owners: Vec<Owner>,
+        prepared: Prepared,
+        (id, now): (String, i64),
+        started: Instant,
+        root: Option<[u64; 2]>,
+    ) -> Result<Snap, SnapError> {
+        let Prepared {
+            sum,
+            manifest,
+            written,
+        } = prepared;
+        if let Some(w) = written {
+            let fs = self.folder(folder)?;
+            let tree = Arc::new(w.tree);
+            remember(fs, &manifest, &tree);
+            fs.latest = Some((manifest.clone(), tree, w.depth));
+            self.blobs.add_refs(w.hashes.iter());
+        }
         let snap = Snap {
             id,
             manifest,
@@ -249,50 +379,6 @@ impl SnapshotStore {
             "snapshot scanned"
         );
         Ok(scanned)
-    }
-
-    /// Writes the manifest file `id` (a delta against the newest manifest
-    /// while the chain is short, else the whole tree) and makes it the
-    /// newest; returns its id.
-    fn write_manifest(
-        &mut self,
-        folder: &Path,
-        id: &str,
-        scanned: Scanned,
-        latest: Option<(String, Arc<Manifest>, u32)>,
-    ) -> Result<String, SnapError> {
-        let started = Instant::now();
-        let Scanned {
-            manifest, delta, ..
-        } = scanned;
-        let (encoded, hashes, depth) = match latest {
-            Some((base, prev, depth)) if depth < MAX_DELTA_DEPTH => {
-                let (upserts, removed) = delta.unwrap_or_else(|| manifest.delta_from(&prev));
-                let stored = Stored::Delta {
-                    base,
-                    upserts,
-                    removed,
-                };
-                (stored.encode()?, stored.own_hashes(), depth + 1)
-            }
-            _ => (Stored::encode_full(&manifest)?, manifest.file_hashes(), 0),
-        };
-        let fs = self.folder(folder)?;
-        durable::write_atomic(
-            &fs.dir.join("manifests").join(format!("{id}.zst")),
-            &encoded,
-        )?;
-        let tree = Arc::new(manifest);
-        remember(fs, id, &tree);
-        fs.latest = Some((id.to_owned(), tree, depth));
-        self.blobs.add_refs(hashes.iter());
-        tracing::debug!(
-            depth,
-            bytes = encoded.len(),
-            write_us = started.elapsed().as_micros(),
-            "manifest written"
-        );
-        Ok(id.to_owned())
     }
 
     /// A snapshot of a folder the watcher saw no change in since its newest

@@ -572,3 +572,74 @@ fn undoing_message_after_message_never_pushes_out_the_messages_left_to_undo() {
         .count();
     assert_eq!(pre, KEEP_PRE_RESTORE);
 }
+
+/// Files of `dir` (names), sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A full scan makes its pack durable and writes its manifest where it
+/// runs (a scan thread), so the store's thread only records it: a first
+/// snapshot of a big tree holds no other folder up while it is written.
+#[test]
+fn a_full_scan_seals_its_pack_and_writes_its_manifest_where_it_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("w");
+    std::fs::create_dir(&root).unwrap();
+    for i in 0..50 {
+        std::fs::write(root.join(format!("f{i}")), format!("content {i}")).unwrap();
+    }
+    let mut s = store(tmp.path());
+    let packs = tmp.path().join("checkpoints/packs");
+    let take::Begun::Away(mut away) = s.begin_take(&root, vec![]).unwrap() else {
+        panic!("a first snapshot scans in full");
+    };
+    let manifests = s.folder(&root).unwrap().dir.join("manifests");
+    assert!(names(&manifests).is_empty());
+    away.run();
+    // Before the store's thread sees it again: synced pack, its index, the
+    // manifest.
+    let written = names(&manifests);
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert!(names(&packs).iter().any(|n| n.ends_with(".idx")));
+    let snap = s.finish_take(*away).unwrap();
+    assert_eq!(written, [format!("{}.zst", snap.manifest)]);
+    assert_eq!(snap.files, 50);
+    // It is the newest snapshot, and rewinds.
+    std::fs::write(root.join("f0"), "changed").unwrap();
+    let again = s.take(&root, vec![]).unwrap();
+    assert_eq!(again.changed, 1);
+    s.rewind(&root, &RewindTo::Index(2)).unwrap();
+    assert_eq!(std::fs::read(root.join("f0")).unwrap(), b"content 0");
+}
+
+/// A full scan whose manifest cannot be written fails alone: its pack and
+/// pack index go, and the next snapshot works.
+#[test]
+fn a_full_scan_whose_manifest_cannot_be_written_leaves_no_pack() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("w");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("a"), "a").unwrap();
+    let mut s = store(tmp.path());
+    let packs = tmp.path().join("checkpoints/packs");
+    let take::Begun::Away(mut away) = s.begin_take(&root, vec![]).unwrap() else {
+        panic!("a first snapshot scans in full");
+    };
+    let manifests = s.folder(&root).unwrap().dir.join("manifests");
+    std::fs::remove_dir(&manifests).unwrap();
+    std::fs::write(&manifests, "in the way").unwrap();
+    away.run();
+    assert!(s.finish_take(*away).is_err());
+    assert!(names(&packs).is_empty(), "{:?}", names(&packs));
+    std::fs::remove_file(&manifests).unwrap();
+    std::fs::create_dir(&manifests).unwrap();
+    let snap = s.take(&root, vec![]).unwrap();
+    assert_eq!(snap.files, 1);
+}
