@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use agentx_shared::sandbox::{SandboxMode, SandboxPolicy};
 use landlock::{
     ABI, Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible as _, PathBeneath,
-    PathFd, Ruleset, RulesetAttr as _, RulesetCreatedAttr as _,
+    Ruleset, RulesetAttr as _, RulesetCreatedAttr as _,
 };
 use std::os::fd::OwnedFd;
 
@@ -99,46 +99,66 @@ impl Rules {
         }
         let mut created = ruleset.create()?;
         // `/` itself (and so every directory) may be listed.
-        created = add(created, Path::new("/"), AccessFs::ReadDir.into(), None)?;
+        created = add(
+            created,
+            Path::new("/"),
+            AccessFs::ReadDir.into(),
+            &Forbidden::new(),
+        )?;
         let read = AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::Execute;
-        let hidden = Some(self.hidden.as_path());
+        let forbidden = forbidden(&self.hidden);
         for path in &self.read {
-            created = add(created, path, read, hidden)?;
+            created = add(created, path, read, &forbidden)?;
         }
         for path in &self.write {
-            created = add(created, path, AccessFs::from_all(abi), hidden)?;
+            created = add(created, path, AccessFs::from_all(abi), &forbidden)?;
         }
         for path in &self.devices {
-            created = add(created, path, AccessFs::from_file(abi), hidden)?;
+            created = add(created, path, AccessFs::from_file(abi), &forbidden)?;
         }
         Ok(created.into())
     }
 }
 
-/// Grants `access` on `path` (file rights only for a file); a path that
-/// does not exist (any more) is skipped, and so is one that, as opened,
-/// is in `hidden` or holds it: the lists were made from names, and a name
-/// may have been made a link into the profile since (a command of another
-/// turn can make one in a writable home folder).
+/// The profile and every directory above it, by inode: no rule may be on
+/// one (a rule on a directory reaches everything below it).
+type Forbidden = std::collections::HashSet<(u64, u64)>;
+
+fn forbidden(hidden: &Path) -> Forbidden {
+    hidden
+        .ancestors()
+        .filter_map(|p| nix::sys::stat::stat(p).ok())
+        .map(|st| (st.st_dev, st.st_ino))
+        .collect()
+}
+
+/// Grants `access` on `path` (file rights only for a file). The path is
+/// opened without following a final link, and checked as opened: a path
+/// that does not exist (any more), a link (what it leads to outside the
+/// profile is granted as an entry of its own; into it, never), and the
+/// profile or a directory above it get no rule. The lists were made from
+/// names, and a name may have been made a link into the profile since (a
+/// command of another turn can make one in a writable home folder).
 fn add(
     created: landlock::RulesetCreated,
     path: &Path,
     access: BitFlags<AccessFs>,
-    hidden: Option<&Path>,
+    forbidden: &Forbidden,
 ) -> Result<landlock::RulesetCreated, landlock::RulesetError> {
-    let Ok(fd) = PathFd::new(path) else {
+    use nix::fcntl::OFlag;
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let Ok(fd) = nix::fcntl::open(path, flags, nix::sys::stat::Mode::empty()) else {
         return Ok(created);
     };
     // What was opened, not what the name leads to now.
     let Ok(meta) = nix::sys::stat::fstat(&fd) else {
         return Ok(created);
     };
-    if let Some(hidden) = hidden
-        && !opened_outside(&fd, hidden)
-    {
+    let kind = meta.st_mode & libc::S_IFMT;
+    if kind == libc::S_IFLNK || forbidden.contains(&(meta.st_dev, meta.st_ino)) {
         return Ok(created);
     }
-    let access = if meta.st_mode & libc::S_IFMT == libc::S_IFDIR {
+    let access = if kind == libc::S_IFDIR {
         access
     } else {
         access & AccessFs::from_file(ABI::V3)
@@ -149,20 +169,10 @@ fn add(
     created.add_rule(PathBeneath::new(fd, access))
 }
 
-/// Whether the file `fd` opened is neither in `hidden` nor above it (its
-/// real path from `/proc`; unknown counts as not outside).
-fn opened_outside(fd: &PathFd, hidden: &Path) -> bool {
-    use std::os::fd::{AsFd as _, AsRawFd as _};
-    let link = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
-    match std::fs::read_link(link) {
-        Ok(real) => !real.starts_with(hidden) && !hidden.starts_with(&real),
-        Err(_) => false,
-    }
-}
-
 /// `root`, or when it holds `hidden` the entries around the way down to
-/// it: every entry of each directory on that way except the next step.
-/// Entries that resolve into `hidden` (or above it) are left out too.
+/// it: every entry of each directory on that way except the next step and
+/// links (what a link leads to outside `hidden` is an entry of its own on
+/// the way, or below one; a link grants nothing).
 fn around(root: &Path, hidden: &Path) -> Vec<PathBuf> {
     if hidden.starts_with(root) && hidden != root {
         let mut out = Vec::new();
@@ -176,11 +186,7 @@ fn around(root: &Path, hidden: &Path) -> Vec<PathBuf> {
             if let Ok(entries) = std::fs::read_dir(&dir) {
                 for entry in entries.flatten() {
                     let path = entry.path();
-                    if path == next {
-                        continue;
-                    }
-                    let target = canonical(&path);
-                    if target.starts_with(hidden) || hidden.starts_with(&target) {
+                    if path == next || entry.file_type().is_ok_and(|t| t.is_symlink()) {
                         continue;
                     }
                     out.push(path);
@@ -290,10 +296,13 @@ mod tests {
         let top = tempfile::tempdir().unwrap();
         let home = canonical(top.path()).join("home");
         let profile = home.join(".agentx");
-        std::fs::create_dir_all(&profile).unwrap();
+        std::fs::create_dir_all(profile.join("sessions")).unwrap();
         std::fs::write(profile.join("secret"), "key").unwrap();
+        std::fs::write(profile.join("sessions/chat"), "chat").unwrap();
         std::fs::create_dir(home.join("work")).unwrap();
         std::fs::write(home.join("work/notes"), "notes").unwrap();
+        std::fs::create_dir(home.join("keep")).unwrap();
+        std::fs::write(home.join("keep/file"), "kept").unwrap();
         let tmp = canonical(top.path()).join("tmp");
         std::fs::create_dir(&tmp).unwrap();
         // The folder is the home folder: `work` is listed as writable.
@@ -307,6 +316,14 @@ mod tests {
         let after = rules.ruleset().unwrap();
         assert!(!confined_can_read(&after, &profile.join("secret")));
         assert!(!confined_can_read(&after, &home.join("work/secret")));
+        // Or a link to a directory inside the profile.
+        std::fs::remove_file(home.join("work")).unwrap();
+        std::os::unix::fs::symlink(profile.join("sessions"), home.join("work")).unwrap();
+        let inside = rules.ruleset().unwrap();
+        assert!(!confined_can_read(&inside, &profile.join("sessions/chat")));
+        assert!(!confined_can_read(&inside, &home.join("work/chat")));
+        // What was not touched is still readable.
+        assert!(confined_can_read(&inside, &home.join("keep/file")));
     }
 
     #[test]
