@@ -167,6 +167,16 @@ impl PackWriter {
         Ok(())
     }
 
+    /// Drops a pack that will not be used (an aborted run, a verification
+    /// scan): its files go.
+    pub fn discard(self) {
+        drop(self.file);
+        if self.sealed {
+            let _ = std::fs::remove_file(&self.idx);
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+
     pub fn contains(&self, hash: &Hash) -> bool {
         self.pending.contains(hash)
     }
@@ -366,11 +376,7 @@ impl Blobs {
 
     /// Drops a pack that was begun but will not be used (an aborted run).
     pub fn abandon(&mut self, pack: PackWriter) {
-        drop(pack.file);
-        if pack.sealed {
-            let _ = std::fs::remove_file(&pack.idx);
-        }
-        let _ = std::fs::remove_file(&pack.path);
+        pack.discard();
     }
 
     /// The uncompressed bytes of a blob.

@@ -27,6 +27,7 @@ mod take;
 mod tests;
 mod timeline;
 mod undo;
+pub(crate) mod verify;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -297,6 +298,8 @@ pub struct SnapshotStore {
     idle_paused_until: Option<std::time::Instant>,
     /// Full scans running off the store's thread (see `begin_take`).
     away: usize,
+    /// Folders whose verification scan runs off the store's thread.
+    verifying: std::collections::HashSet<PathBuf>,
     /// Garbage left for when no scan runs away.
     gc_deferred: bool,
 }
@@ -335,6 +338,7 @@ impl SnapshotStore {
             env,
             idle_paused_until: None,
             away: 0,
+            verifying: std::collections::HashSet::new(),
             gc_deferred: false,
         })
     }

@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 use super::fair::Fair;
 use super::restoring::AwayRestore;
 use super::take::{AwayScan, Begun};
+use super::verify::AwayVerify;
 use super::{Owner, RestoreReport, Snap, SnapError, SnapshotStore};
 use crate::environment::Environment;
 
@@ -61,6 +62,8 @@ enum Job {
         cause: String,
         reply: RestoreReply,
     },
+    /// An idle verification scan came back from its thread.
+    Verified(Box<AwayVerify>),
 }
 
 impl Job {
@@ -72,6 +75,7 @@ impl Job {
             | Job::RestorePanicked { folder, .. } => folder,
             Job::Scanned(away) => away.folder(),
             Job::Restored(away, _) => away.folder(),
+            Job::Verified(away) => away.folder(),
         }
     }
 }
@@ -124,6 +128,8 @@ struct Actor {
     scanning: HashMap<PathBuf, (Vec<Reply>, VecDeque<Job>)>,
     /// Folders whose restore writes now, and what came for them meanwhile.
     restoring: HashMap<PathBuf, VecDeque<Job>>,
+    /// Idle verification scans running on their threads.
+    verifying: usize,
     /// Work taken off the channel: folders take turns (see `fair`).
     queue: Fair<Job>,
     /// For scan threads to send their result back.
@@ -156,15 +162,20 @@ impl Actor {
                         if alive.strong_count() == 0
                             && self.scanning.is_empty()
                             && self.restoring.is_empty()
+                            && self.verifying == 0
                         {
                             return;
                         }
                         let mut heavy = false;
+                        let mut verify = Vec::new();
                         self.guarded("idle upkeep", |store| {
                             if let Ok(s) = store {
-                                heavy = s.idle_tick();
+                                (heavy, verify) = s.idle_tick();
                             }
                         });
+                        for away in verify {
+                            self.verify_away(away);
+                        }
                         if std::mem::replace(&mut self.heap_to_return, heavy) {
                             crate::memory::trim_now();
                         }
@@ -175,7 +186,10 @@ impl Actor {
             };
             if !matches!(
                 job,
-                Job::Scanned(_) | Job::Restored(..) | Job::RestorePanicked { .. }
+                Job::Scanned(_)
+                    | Job::Restored(..)
+                    | Job::RestorePanicked { .. }
+                    | Job::Verified(_)
             ) && let Some(parked) = self.parked(job.folder())
             {
                 parked.push_back(job);
@@ -215,6 +229,15 @@ impl Actor {
                     self.reopen();
                     let _ = reply.send(Err(Arc::new(SnapError::Internal(cause))));
                 }
+                Job::Verified(away) => {
+                    self.verifying -= 1;
+                    let folder = away.folder().display().to_string();
+                    self.guarded(&folder, |store| {
+                        if let Ok(s) = store {
+                            s.finish_verify(*away);
+                        }
+                    });
+                }
             }
         }
     }
@@ -222,7 +245,10 @@ impl Actor {
     /// Puts `job` in line: a scan or restore coming back goes first.
     fn enqueue(&mut self, job: Job) {
         match job {
-            Job::Scanned(_) | Job::Restored(..) | Job::RestorePanicked { .. } => {
+            Job::Scanned(_)
+            | Job::Restored(..)
+            | Job::RestorePanicked { .. }
+            | Job::Verified(_) => {
                 self.queue.push_urgent(job);
             }
             _ => {
@@ -295,6 +321,33 @@ impl Actor {
         }
     }
 
+    /// Runs an idle verification scan on a thread of its own at background
+    /// priority (here when none can be started) and finishes it when it
+    /// comes back.
+    fn verify_away(&mut self, away: AwayVerify) {
+        let handed = Arc::new(Mutex::new(Some(away)));
+        let theirs = Arc::clone(&handed);
+        let tx = self.tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("snapshot-verify".into())
+            .spawn(move || {
+                crate::priority::lower_this_thread();
+                let Some(mut away) = theirs.lock().ok().and_then(|mut h| h.take()) else {
+                    return;
+                };
+                away.run();
+                let _ = tx.send(Job::Verified(Box::new(away)));
+            });
+        self.verifying += 1;
+        if spawned.is_err() {
+            let kept = handed.lock().ok().and_then(|mut h| h.take());
+            if let Some(mut away) = kept {
+                away.run();
+                self.enqueue(Job::Verified(Box::new(away)));
+            }
+        }
+    }
+
     /// A restore's writes came back: it is finished here.
     fn restored(&mut self, away: AwayRestore, reply: RestoreReply) {
         let folder = away.folder().to_path_buf();
@@ -349,7 +402,7 @@ impl Actor {
         // only if agentd dies first).
         self.store = (self.open)().map_err(Arc::new);
         if let Ok(s) = &mut self.store {
-            s.hold_for_away(self.restoring.len());
+            s.hold_for_away(self.restoring.len() + self.verifying);
         }
     }
 
@@ -525,6 +578,7 @@ impl Snapshots {
                     open: Box::new(open),
                     scanning: HashMap::new(),
                     restoring: HashMap::new(),
+                    verifying: 0,
                     queue: Fair::default(),
                     tx: scans,
                     heap_to_return: false,

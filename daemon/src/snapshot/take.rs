@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::blobs::{Known, PackWriter};
-use super::incremental::{self, Scanned};
+use super::incremental::Scanned;
 use super::manifest::{Hash, Manifest, Stored};
 use super::timeline::{chains, next_id, remember, save_timeline};
 use super::watch::{Filled, Filler};
@@ -552,20 +552,15 @@ impl SnapshotStore {
     }
 
     /// Upkeep while no request waits: the watches drained (idle ones
-    /// released), due verification scans run, long manifest chains compacted.
-    pub fn idle_tick(&mut self) -> bool {
+    /// released), long manifest chains compacted; the verification scans
+    /// due are returned, to run away from the store's thread.
+    pub fn idle_tick(&mut self) -> (bool, Vec<super::verify::AwayVerify>) {
         self.watch.tick();
         if self.idle_paused_until.is_some_and(|t| Instant::now() < t) {
-            return false;
+            return (false, Vec::new());
         }
-        let mut heavy = false;
-        for (folder, base) in self.watch.due() {
-            heavy = true;
-            if let Err(e) = self.verify_idle(&folder, &base) {
-                tracing::warn!(folder = %folder.display(), "verification scan failed: {e}");
-                self.pause_idle_work();
-            }
-        }
+        let verify = self.begin_verify();
+        let mut heavy = !verify.is_empty();
         let long: Vec<String> = self
             .folders
             .iter()
@@ -579,46 +574,23 @@ impl SnapshotStore {
                 self.pause_idle_work();
             }
         }
+        (heavy, verify)
+    }
+
+    /// [`Self::idle_tick`] with its verification scans run here.
+    #[cfg(test)]
+    pub fn idle_tick_inline(&mut self) -> bool {
+        let (heavy, verify) = self.idle_tick();
+        for mut away in verify {
+            away.run();
+            self.finish_verify(away);
+        }
         heavy
     }
 
     /// Stops idle work for a minute after a failure (it would fail again).
-    fn pause_idle_work(&mut self) {
+    pub(super) fn pause_idle_work(&mut self) {
         self.idle_paused_until = Some(Instant::now() + std::time::Duration::from_secs(60));
-    }
-
-    /// Compares a full scan of `folder` with its newest manifest `base`
-    /// (the watcher saw no change since it was taken): equal, the watcher is
-    /// trusted on; different, the folder is scanned in full from now on.
-    /// Nothing is stored: content the scan reads is not kept.
-    fn verify_idle(&mut self, folder: &Path, base: &str) -> Result<(), SnapError> {
-        let Some((id, latest, _)) = self.latest(folder)? else {
-            return Ok(());
-        };
-        if id != base {
-            return Ok(());
-        }
-        let started = Instant::now();
-        let excludes = self.extra_excludes();
-        let mut pack = self.blobs.begin()?;
-        let full = scan::scan(
-            folder,
-            &excludes,
-            Some(&latest),
-            self.blobs.known(),
-            &mut pack,
-        );
-        self.blobs.abandon(pack);
-        let (full, _) = full?;
-        if !self.watch.still_quiet(folder) {
-            return Ok(()); // changed while scanned: try again when idle
-        }
-        match incremental::first_difference(&latest, &full) {
-            Some(diff) => self.watch.distrust(folder, &diff),
-            None => self.watch.verified(folder),
-        }
-        tracing::debug!(folder = %folder.display(), took_us = started.elapsed().as_micros(), "verified while idle");
-        Ok(())
     }
 
     /// Rewrites folder `key`'s newest manifest file whole, under the same

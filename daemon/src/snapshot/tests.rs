@@ -298,7 +298,7 @@ fn retention_keeps_50_and_gc_leaves_no_orphan_and_no_dangling_blob() {
         // Now and then the store is idle: long chains are rewritten whole
         // between retention passes.
         if round % 7 == 6 {
-            s.idle_tick();
+            s.idle_tick_inline();
         }
     }
     let list = s.list(&root).unwrap();
@@ -372,7 +372,7 @@ fn an_idle_store_rewrites_a_long_delta_chain_whole_without_changing_a_tree() {
         manifest_base(&dir, &newest).unwrap().is_some(),
         "not a delta"
     );
-    s.idle_tick();
+    s.idle_tick_inline();
     assert!(
         manifest_base(&dir, &newest).unwrap().is_none(),
         "the newest manifest was not rewritten whole"

@@ -713,7 +713,7 @@ fn an_idle_verification_scan_catches_what_the_watcher_missed() {
     take_exact(&mut s, &root);
     take_exact(&mut s, &root);
     // Due, nothing changed: the idle scan agrees and the watcher stays.
-    s.idle_tick();
+    s.idle_tick_inline();
     take_exact(&mut s, &root);
     assert!(s.watch.last_was_incremental(&root));
     take_exact(&mut s, &root);
@@ -722,7 +722,7 @@ fn an_idle_verification_scan_catches_what_the_watcher_missed() {
     let snap = s.take(&root, manual()).unwrap();
     assert_eq!(snap.changed, 0);
     // ...the verification scan while idle does: full scans from now on.
-    s.idle_tick();
+    s.idle_tick_inline();
     assert!(
         s.watch_status(&root).contains("verification"),
         "{}",
@@ -731,6 +731,54 @@ fn an_idle_verification_scan_catches_what_the_watcher_missed() {
     let m = take_exact(&mut s, &root);
     assert!(!s.watch.last_was_incremental(&root));
     assert_eq!(m.find(b"linked.txt").unwrap().size, 11);
+}
+
+/// The idle verification scan runs away from the store's thread: the
+/// store serves other folders meanwhile, starts no second one for the
+/// folder, and decides only when it is handed back; a change seen in the
+/// folder meanwhile voids it.
+#[test]
+fn an_idle_verification_runs_away_from_the_store_and_counts_only_if_nothing_changed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, outside) = blind_spot(tmp.path());
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    let mut s = store(&tmp.path().join("profile"));
+    // Due after 3 watcher-based snapshots, inline with the 6th.
+    s.watch.config_mut().verify_every = 3;
+    for _ in 0..4 {
+        take_exact(&mut s, &root);
+    }
+    change_unseen(&mut s, &root, &outside);
+    assert_eq!(s.take(&root, manual()).unwrap().changed, 0);
+    let missed = |s: &mut SnapshotStore| s.watch_status(&root).contains("verification");
+
+    // A change seen while it scans: the verdict is void.
+    let (_, mut verify) = s.idle_tick();
+    assert_eq!(verify.len(), 1);
+    assert!(
+        s.idle_tick().1.is_empty(),
+        "a second scan of the same folder"
+    );
+    take_exact(&mut s, &other);
+    let mut away = verify.remove(0);
+    away.run();
+    // (Below the directory of the unseen change, which stays unseen.)
+    std::fs::write(root.join("sub/seen.txt"), "seen").unwrap();
+    assert!(!missed(&mut s));
+    s.finish_verify(away);
+    assert!(!missed(&mut s), "{}", s.watch_status(&root));
+
+    // Quiet again: the next one decides, once handed back.
+    s.take(&root, manual()).unwrap();
+    let (_, mut verify) = s.idle_tick();
+    assert_eq!(verify.len(), 1);
+    let mut away = verify.remove(0);
+    away.run();
+    assert!(!missed(&mut s));
+    s.finish_verify(away);
+    assert!(missed(&mut s), "{}", s.watch_status(&root));
 }
 
 #[test]
@@ -776,7 +824,7 @@ fn idle_and_least_recently_used_folders_are_released() {
     );
     assert!(s.watch_status(&two).starts_with("watched"));
     s.watch.config_mut().idle = std::time::Duration::ZERO;
-    s.idle_tick();
+    s.idle_tick_inline();
     assert!(
         s.watch_status(&two).contains("without snapshots"),
         "{}",
