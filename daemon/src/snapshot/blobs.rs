@@ -355,7 +355,10 @@ impl Blobs {
                 dead: 0,
             },
         );
+        // Room made once: a first snapshot adds tens of thousands at a time.
+        self.candidates.reserve(pack.written.len());
         let mut index = self.index.write();
+        index.reserve(pack.written.len());
         for (hash, loc) in pack.written {
             self.candidates.insert(hash);
             match index.entry(hash) {
@@ -395,6 +398,7 @@ impl Blobs {
 
     /// Counts one more manifest using each of `hashes` (unique per manifest).
     pub fn add_refs<'a>(&mut self, hashes: impl Iterator<Item = &'a Hash>) {
+        self.refs.reserve(hashes.size_hint().0);
         for h in hashes {
             *self.refs.entry(*h).or_insert(0) += 1;
         }
