@@ -80,6 +80,33 @@ impl Job {
     }
 }
 
+/// Runs `work` on `item` on a thread named `name`; gives `item` back when
+/// no thread can be started (the caller then does the work itself).
+fn on_thread<T: Send + 'static>(
+    name: &str,
+    item: T,
+    work: impl FnOnce(T) + Send + 'static,
+) -> Result<(), T> {
+    // Shared so that the item stays here if the thread is not started.
+    let handed = Arc::new(Mutex::new(Some(item)));
+    let theirs = Arc::clone(&handed);
+    let spawned = std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            if let Some(item) = theirs.lock().ok().and_then(|mut h| h.take()) {
+                work(item);
+            }
+        });
+    match spawned {
+        Ok(_) => Ok(()),
+        Err(_) => handed
+            .lock()
+            .ok()
+            .and_then(|mut h| h.take())
+            .map_or(Ok(()), Err),
+    }
+}
+
 /// Cheap, cloneable address of the snapshot actor; the actor ends when the
 /// last one is gone and no scan runs.
 #[derive(Clone)]
@@ -291,17 +318,12 @@ impl Actor {
                 return;
             }
         };
-        // Shared so that the work stays here if no thread can be started.
-        let handed = Arc::new(Mutex::new(Some((away, reply))));
-        let theirs = Arc::clone(&handed);
         let tx = self.tx.clone();
         let at = folder.clone();
-        let spawned = std::thread::Builder::new()
-            .name("snapshot-restore".into())
-            .spawn(move || {
-                let Some((mut away, reply)) = theirs.lock().ok().and_then(|mut h| h.take()) else {
-                    return;
-                };
+        let started = on_thread(
+            "snapshot-restore",
+            (away, reply),
+            move |(mut away, reply)| {
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| away.run()));
                 let _ = tx.send(match ran {
                     Ok(()) => Job::Restored(away, reply),
@@ -311,13 +333,11 @@ impl Actor {
                         reply,
                     },
                 });
-            });
+            },
+        );
         self.restoring.insert(folder, VecDeque::new());
-        if spawned.is_err() {
-            let kept = handed.lock().ok().and_then(|mut h| h.take());
-            if let Some((away, reply)) = kept {
-                self.restored(*away, reply); // writes here instead
-            }
+        if let Err((away, reply)) = started {
+            self.restored(*away, reply); // writes here instead
         }
     }
 
@@ -325,26 +345,16 @@ impl Actor {
     /// priority (here when none can be started) and finishes it when it
     /// comes back.
     fn verify_away(&mut self, away: AwayVerify) {
-        let handed = Arc::new(Mutex::new(Some(away)));
-        let theirs = Arc::clone(&handed);
         let tx = self.tx.clone();
-        let spawned = std::thread::Builder::new()
-            .name("snapshot-verify".into())
-            .spawn(move || {
-                crate::priority::lower_this_thread();
-                let Some(mut away) = theirs.lock().ok().and_then(|mut h| h.take()) else {
-                    return;
-                };
-                away.run();
-                let _ = tx.send(Job::Verified(Box::new(away)));
-            });
+        let started = on_thread("snapshot-verify", away, move |mut away| {
+            crate::priority::lower_this_thread();
+            away.run();
+            let _ = tx.send(Job::Verified(Box::new(away)));
+        });
         self.verifying += 1;
-        if spawned.is_err() {
-            let kept = handed.lock().ok().and_then(|mut h| h.take());
-            if let Some(mut away) = kept {
-                away.run();
-                self.enqueue(Job::Verified(Box::new(away)));
-            }
+        if let Err(mut away) = started {
+            away.run();
+            self.enqueue(Job::Verified(Box::new(away)));
         }
     }
 
