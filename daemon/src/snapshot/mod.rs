@@ -21,6 +21,7 @@ mod scan;
 #[cfg(test)]
 pub(crate) mod seams;
 pub mod service;
+mod standing;
 mod summary;
 mod take;
 #[cfg(test)]
@@ -506,9 +507,27 @@ impl SnapshotStore {
         Ok(self.folder(folder)?.timeline.snaps.len())
     }
 
+    /// The folder's snapshot count when its timeline is in memory (never
+    /// reads the disk).
+    pub fn count_loaded(&self, folder: &Path) -> Option<usize> {
+        self.folders
+            .get(&folder.display().to_string())
+            .map(|f| f.timeline.snaps.len())
+    }
+
     /// Bytes the whole store takes on disk (blobs and manifests).
     pub fn disk_bytes(&self) -> u64 {
-        let manifests: u64 = std::fs::read_dir(self.root.join("folders"))
+        self.blobs.disk_bytes() + self.manifest_bytes()
+    }
+
+    /// Bytes of the packs (kept in memory: no file is looked at).
+    pub fn pack_bytes(&self) -> u64 {
+        self.blobs.disk_bytes()
+    }
+
+    /// Bytes of every folder's manifests (each one's size is looked up).
+    pub fn manifest_bytes(&self) -> u64 {
+        std::fs::read_dir(self.root.join("folders"))
             .into_iter()
             .flatten()
             .flatten()
@@ -519,8 +538,7 @@ impl SnapshotStore {
                     .flatten()
             })
             .filter_map(|f| f.metadata().ok().map(|m| m.len()))
-            .sum();
-        self.blobs.disk_bytes() + manifests
+            .sum()
     }
 }
 

@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 
 use super::fair::Fair;
 use super::restoring::AwayRestore;
+use super::standing::Published;
 use super::take::{AwayScan, Begun};
 use super::verify::AwayVerify;
 use super::{Owner, RestoreReport, Snap, SnapError, SnapshotStore};
@@ -113,20 +114,12 @@ fn on_thread<T: Send + 'static>(
 pub struct Snapshots {
     tx: mpsc::Sender<Job>,
     busy: Busy,
-    /// What status last learnt per folder, for when the store is busy.
-    standing: Arc<Mutex<HashMap<PathBuf, Standing>>>,
+    /// What status shows per folder, as the store's thread last left it.
+    published: Published,
     _alive: Arc<()>,
 }
 
-/// A folder's snapshots as status shows them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Standing {
-    pub count: usize,
-    /// Bytes of the whole store.
-    pub store_bytes: u64,
-    /// The watcher's one line on the folder.
-    pub watch: String,
-}
+pub use super::standing::Standing;
 
 /// Marks a request abandoned when its caller's future is dropped.
 struct Abandoned(Arc<AtomicBool>);
@@ -161,6 +154,8 @@ struct Actor {
     queue: Fair<Job>,
     /// For scan threads to send their result back.
     tx: mpsc::Sender<Job>,
+    /// What status reads without waiting, refreshed after every job.
+    published: Published,
     /// A full scan, a restore or idle verification freed much heap since
     /// the last trim: it goes back to the system at the next idle second
     /// (glibc keeps it otherwise: 30 MB after a first snapshot of 100,000
@@ -200,6 +195,7 @@ impl Actor {
                                 (heavy, verify) = s.idle_tick();
                             }
                         });
+                        self.publish();
                         for away in verify {
                             self.verify_away(away);
                         }
@@ -264,6 +260,7 @@ impl Actor {
                             s.finish_verify(*away);
                         }
                     });
+                    self.publish();
                 }
             }
         }
@@ -335,6 +332,7 @@ impl Actor {
                 });
             },
         );
+        self.published.busy(&folder);
         self.restoring.insert(folder, VecDeque::new());
         if let Err((away, reply)) = started {
             self.restored(*away, reply); // writes here instead
@@ -369,6 +367,7 @@ impl Actor {
         }));
         let result = done.unwrap_or_else(|payload| Err(self.panicked(&folder, &*payload)));
         self.heap_to_return = true;
+        self.publish();
         let _ = reply.send(result);
     }
 
@@ -414,6 +413,14 @@ impl Actor {
         if let Ok(s) = &mut self.store {
             s.hold_for_away(self.restoring.len() + self.verifying);
         }
+        self.published.forget();
+    }
+
+    /// Refreshes what status reads (before any reply of the job leaves).
+    fn publish(&self) {
+        if let Ok(s) = &self.store {
+            self.published.refresh(s);
+        }
     }
 
     /// Takes (or starts) a snapshot of `folder` for everyone waiting to.
@@ -454,6 +461,7 @@ impl Actor {
                     });
                 match spawned {
                     Ok(_) => {
+                        self.published.busy(&folder);
                         self.scanning.insert(folder, (replies, VecDeque::new()));
                         return;
                     }
@@ -469,6 +477,7 @@ impl Actor {
             Ok(Err(e)) => Err(e),
             Err(payload) => Err(self.panicked(&folder, &*payload)),
         };
+        self.publish();
         for r in replies {
             let _ = r.send(result.clone());
         }
@@ -494,6 +503,7 @@ impl Actor {
         );
         let result = done.unwrap_or_else(|payload| Err(self.panicked(&folder, &*payload)));
         self.heap_to_return = true;
+        self.publish();
         for r in replies {
             let _ = r.send(result.clone());
         }
@@ -579,6 +589,8 @@ impl Snapshots {
         let alive = Arc::new(());
         let weak = Arc::downgrade(&alive);
         let scans = tx.clone();
+        let published = Published::default();
+        let shown = published.clone();
         std::thread::Builder::new()
             .name("snapshots".into())
             .spawn(move || {
@@ -591,6 +603,7 @@ impl Snapshots {
                     verifying: 0,
                     queue: Fair::default(),
                     tx: scans,
+                    published: shown,
                     heap_to_return: false,
                 };
                 actor.run(rx, weak);
@@ -598,48 +611,30 @@ impl Snapshots {
         Ok(Self {
             tx,
             busy: Busy::default(),
-            standing: Arc::default(),
+            published,
             _alive: alive,
         })
     }
 
-    /// The folder's snapshots for status, within `patience`: when the
-    /// store is busy longer (a restore, the folder's own first scan), what
-    /// was last known, with the watch line saying so. `None`: nothing known
-    /// (or snapshots are off in the folder).
+    /// The folder's snapshots for status: as the store's thread published
+    /// them after its last job in the folder, read without waiting. A
+    /// folder not asked about before is asked within `patience`; when the
+    /// store is busy longer (a restore, the folder's own first scan), the
+    /// watch line says the counts are unknown for now. `None`: snapshots
+    /// are off in the folder (or the store failed).
     pub async fn standing(&self, folder: &Path, patience: Duration) -> Option<Standing> {
-        let at = folder.to_path_buf();
-        let asked = self.call(folder, move |s| {
-            Ok(Standing {
-                count: s.count(&at)?,
-                store_bytes: s.disk_bytes(),
-                watch: s.watch_status(&at),
-            })
-        });
+        if let Some(published) = self.published.get(folder) {
+            return Some(published);
+        }
+        let (at, published) = (folder.to_path_buf(), self.published.clone());
+        let asked = self.call(folder, move |s| published.learn(s, &at));
         match tokio::time::timeout(patience, asked).await {
-            Ok(Ok(fresh)) => {
-                if let Ok(mut known) = self.standing.lock() {
-                    known.insert(folder.to_path_buf(), fresh.clone());
-                }
-                Some(fresh)
-            }
+            Ok(Ok(fresh)) => Some(fresh),
             Ok(Err(_)) => None,
-            Err(_) => {
-                let known = self.standing.lock().ok()?.get(folder).cloned();
-                let mut known = known.unwrap_or_default();
-                known.watch = format!(
-                    "(the snapshot store is busy: {}) {}",
-                    if known.count == 0 {
-                        "counts unknown for now"
-                    } else {
-                        "counts as last seen"
-                    },
-                    known.watch
-                )
-                .trim_end()
-                .to_owned();
-                Some(known)
-            }
+            Err(_) => Some(Standing {
+                watch: "(the snapshot store is busy: counts unknown for now)".to_owned(),
+                ..Standing::default()
+            }),
         }
     }
 
@@ -706,9 +701,15 @@ impl Snapshots {
         f: impl FnOnce(&mut SnapshotStore) -> Result<T, SnapError> + Send + 'static,
     ) -> Result<T, Failure> {
         let (reply, rx) = oneshot::channel();
+        let published = self.published.clone();
         let work: Work = Box::new(move |store| {
             let result = match store {
-                Ok(s) => f(s).map_err(Arc::new),
+                Ok(s) => {
+                    let result = f(s).map_err(Arc::new);
+                    // Before the reply: whoever it reaches reads it.
+                    published.refresh(s);
+                    result
+                }
                 Err(e) => Err(e.clone()),
             };
             let _ = reply.send(result);

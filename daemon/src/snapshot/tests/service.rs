@@ -367,3 +367,63 @@ async fn a_folder_with_much_queued_work_holds_up_another_by_one_job() {
     let expected: Vec<String> = (0..20).map(|i| format!("busy {i}")).collect();
     assert_eq!(busy, expected);
 }
+
+/// Status reads a folder's counts as the store's thread published them,
+/// without waiting behind another folder's job, and a snapshot's reply
+/// leaves only after its count is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reads_what_the_store_published_without_waiting_for_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = actor(tmp.path());
+    let a = project(tmp.path(), "a", 2);
+    let b = project(tmp.path(), "b", 2);
+    snapshots
+        .take(&a, owner("a", Phase::Before, "1"))
+        .await
+        .unwrap();
+    // First asked: learnt from the store.
+    let first = snapshots
+        .standing(&a, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(first.count, 1);
+    assert!(first.store_bytes > 0);
+
+    // The store's thread is held by a job of another folder.
+    let (release, released) = mpsc::channel::<()>();
+    let holding = {
+        let s = snapshots.clone();
+        let b = b.clone();
+        tokio::spawn(async move {
+            s.call(&b, move |_| {
+                let _ = released.recv_timeout(Duration::from_secs(30));
+                Ok(())
+            })
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let asked = tokio::time::timeout(
+        Duration::from_millis(500),
+        snapshots.standing(&a, Duration::from_secs(30)),
+    )
+    .await
+    .expect("status waited for the store's thread")
+    .unwrap();
+    assert_eq!(asked.count, 1);
+    assert!(!asked.watch.contains("busy"), "{}", asked.watch);
+    release.send(()).unwrap();
+    holding.await.unwrap().unwrap();
+
+    // The next snapshot's count is there as soon as its reply is.
+    std::fs::write(a.join("new.txt"), "new\n").unwrap();
+    snapshots
+        .take(&a, owner("a", Phase::After, "1"))
+        .await
+        .unwrap();
+    let after = snapshots
+        .standing(&a, Duration::from_millis(1))
+        .await
+        .unwrap();
+    assert_eq!(after.count, 2, "{after:?}");
+}
