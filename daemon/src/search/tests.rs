@@ -446,3 +446,35 @@ async fn a_stream_of_commits_is_indexed_in_few_index_commits() {
     );
     assert!((0..turns).all(|t| finds(&format!("marker{t}"))));
 }
+
+/// A stream of one-turn commits merges among its own small segments and
+/// never with a big one (an imported conversation's): a turn's commit does
+/// not read the whole index again.
+#[test]
+fn small_commits_are_not_merged_into_a_big_segment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (schema, f) = super::schema();
+    let live = super::health::create(tmp.path(), &schema).unwrap();
+    let mut writer = super::writer_of(&live).unwrap();
+    let doc = |n: u64| {
+        let mut d = TantivyDocument::default();
+        d.add_text(f.key, format!("k{n}"));
+        d.add_text(f.body, format!("turn {n} of a long conversation"));
+        d
+    };
+    for n in 0..2_000 {
+        writer.add_document(doc(n)).unwrap();
+    }
+    writer.commit().unwrap();
+    let big = live.index.searchable_segment_ids().unwrap();
+    assert_eq!(big.len(), 1);
+    for n in 2_000..2_040 {
+        writer.add_document(doc(n)).unwrap();
+        writer.commit().unwrap();
+    }
+    writer.wait_merging_threads().unwrap();
+    let after = live.index.searchable_segment_ids().unwrap();
+    assert!(after.contains(&big[0]), "the big segment was merged again");
+    // The small ones were merged among themselves.
+    assert!(after.len() < 40, "{} segments", after.len());
+}

@@ -711,6 +711,10 @@ async fn under_snapshots(
 struct StreamMemory {
     held_rss_mb: f64,
     held_hwm_mb: f64,
+    /// Of `held_rss_mb`: agentd's own memory, and pages of files it maps
+    /// (the search index's segments, read by a merge).
+    held_anon_mb: f64,
+    held_file_mb: f64,
     before_mb: f64,
     dropped_rss_mb: f64,
     ran: Duration,
@@ -773,6 +777,8 @@ async fn under_streams(
     settle().await;
     let held_rss_mb = mb(status_kib(pid, "VmRSS:"));
     let held_hwm_mb = mb(status_kib(pid, "VmHWM:"));
+    let held_anon_mb = mb(status_kib(pid, "RssAnon:"));
+    let held_file_mb = mb(status_kib(pid, "RssFile:"));
     held.lock().await.clear();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let dropped_rss_mb = mb(status_kib(pid, "VmRSS:"));
@@ -786,6 +792,8 @@ async fn under_streams(
         StreamMemory {
             held_rss_mb,
             held_hwm_mb,
+            held_anon_mb,
+            held_file_mb,
             before_mb,
             dropped_rss_mb,
             ran,
@@ -1083,9 +1091,11 @@ impl Report {
     fn print_memory(m: &StreamMemory, loads: &Loads) {
         let peak = m.held_hwm_mb.max(m.held_rss_mb);
         println!(
-            "(c) agentd RSS: {:.0} MB before; while held VmRSS {:.0} MB, VmHWM {:.0} MB{}; {:.0} MB 3 s after dropped   goal peak <= {RSS_GOAL_MB:.0} MB: {}",
+            "(c) agentd RSS: {:.0} MB before; while held VmRSS {:.0} MB ({:.0} anonymous, {:.0} of mapped files), VmHWM {:.0} MB{}; {:.0} MB 3 s after dropped   goal peak <= {RSS_GOAL_MB:.0} MB: {}",
             m.before_mb,
             m.held_rss_mb,
+            m.held_anon_mb,
+            m.held_file_mb,
             m.held_hwm_mb,
             if m.hwm_reset {
                 " (peak since (c) began)"
