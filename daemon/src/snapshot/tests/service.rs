@@ -151,18 +151,20 @@ async fn a_panic_fails_only_its_request() {
     assert_eq!(snap.files, 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_whose_caller_went_away_never_runs() {
-    let tmp = tempfile::tempdir().unwrap();
-    let snapshots = actor(tmp.path());
-    let a = project(tmp.path(), "a", 1);
-    // Hold the store's thread.
+/// Holds the store's thread with a job of `folder` until the sender is
+/// used (or 30 s pass); returns once the job has begun.
+async fn hold_the_store(
+    snapshots: &Snapshots,
+    folder: &Path,
+) -> (
+    mpsc::Sender<()>,
+    tokio::task::JoinHandle<Result<(), super::super::service::Failure>>,
+) {
     let (release, released) = mpsc::channel::<()>();
     let holding = {
-        let s = snapshots.clone();
-        let a = a.clone();
+        let (s, at) = (snapshots.clone(), folder.to_path_buf());
         tokio::spawn(async move {
-            s.call(&a, move |_| {
+            s.call(&at, move |_| {
                 let _ = released.recv_timeout(Duration::from_secs(30));
                 Ok(())
             })
@@ -170,6 +172,16 @@ async fn a_request_whose_caller_went_away_never_runs() {
         })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
+    (release, holding)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_caller_went_away_never_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshots = actor(tmp.path());
+    let a = project(tmp.path(), "a", 1);
+    // Hold the store's thread.
+    let (release, holding) = hold_the_store(&snapshots, &a).await;
     let ran = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&ran);
     let abandoned = snapshots.call(&a, move |_| {
@@ -390,19 +402,7 @@ async fn status_reads_what_the_store_published_without_waiting_for_it() {
     assert!(first.store_bytes > 0);
 
     // The store's thread is held by a job of another folder.
-    let (release, released) = mpsc::channel::<()>();
-    let holding = {
-        let s = snapshots.clone();
-        let b = b.clone();
-        tokio::spawn(async move {
-            s.call(&b, move |_| {
-                let _ = released.recv_timeout(Duration::from_secs(30));
-                Ok(())
-            })
-            .await
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (release, holding) = hold_the_store(&snapshots, &b).await;
     let asked = tokio::time::timeout(
         Duration::from_millis(500),
         snapshots.standing(&a, Duration::from_secs(30)),
