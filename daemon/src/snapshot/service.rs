@@ -367,6 +367,7 @@ impl Actor {
         }));
         let result = done.unwrap_or_else(|payload| Err(self.panicked(&folder, &*payload)));
         self.heap_to_return = true;
+        self.published.done(&folder);
         self.publish();
         let _ = reply.send(result);
     }
@@ -414,6 +415,9 @@ impl Actor {
             s.hold_for_away(self.restoring.len() + self.verifying);
         }
         self.published.forget();
+        for folder in self.restoring.keys() {
+            self.published.busy(folder);
+        }
     }
 
     /// Refreshes what status reads (before any reply of the job leaves).
@@ -503,6 +507,7 @@ impl Actor {
         );
         let result = done.unwrap_or_else(|payload| Err(self.panicked(&folder, &*payload)));
         self.heap_to_return = true;
+        self.published.done(&folder);
         self.publish();
         for r in replies {
             let _ = r.send(result.clone());

@@ -5,7 +5,7 @@
 //! refreshed on the store's thread before any reply of a job leaves it,
 //! so a caller that saw its snapshot taken then reads a count that has it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,17 +33,38 @@ pub struct Published(Arc<Inner>);
 #[derive(Default)]
 struct Inner {
     /// What status reads: held only to copy an entry in or out.
-    folders: Mutex<HashMap<PathBuf, Standing>>,
+    folders: Mutex<Folders>,
     /// The manifests' bytes and when they were counted (the store's
     /// thread's).
     manifests: Mutex<Option<(Instant, u64)>>,
+}
+
+#[derive(Default)]
+struct Folders {
+    shown: HashMap<PathBuf, Standing>,
+    /// Folders whose scan or restore runs off the store's thread.
+    busy: HashSet<PathBuf>,
+}
+
+impl Folders {
+    fn show(&mut self, folder: PathBuf, mut standing: Standing) {
+        if self.busy.contains(&folder) {
+            standing.watch = format!(
+                "(the snapshot store is busy: counts as last seen) {}",
+                standing.watch
+            )
+            .trim_end()
+            .to_owned();
+        }
+        self.shown.insert(folder, standing);
+    }
 }
 
 impl Published {
     /// `folder`'s standing as of the store's last job there (`None`: not
     /// asked about yet, or forgotten when the store was reopened).
     pub fn get(&self, folder: &Path) -> Option<Standing> {
-        self.0.folders.lock().ok()?.get(folder).cloned()
+        self.0.folders.lock().ok()?.shown.get(folder).cloned()
     }
 
     /// On the store's thread: `folder`'s standing now, kept from now on.
@@ -54,7 +75,7 @@ impl Published {
             watch: store.watch_status(folder),
         };
         if let Ok(mut folders) = self.0.folders.lock() {
-            folders.insert(folder.to_path_buf(), standing.clone());
+            folders.show(folder.to_path_buf(), standing.clone());
         }
         Ok(standing)
     }
@@ -63,7 +84,7 @@ impl Published {
     /// store has it now.
     pub fn refresh(&self, store: &SnapshotStore) {
         let kept: Vec<PathBuf> = match self.0.folders.lock() {
-            Ok(folders) => folders.keys().cloned().collect(),
+            Ok(folders) => folders.shown.keys().cloned().collect(),
             Err(_) => return,
         };
         if kept.is_empty() {
@@ -84,32 +105,38 @@ impl Published {
         if let Ok(mut folders) = self.0.folders.lock() {
             for (folder, standing) in fresh {
                 match standing {
-                    Some(standing) => folders.insert(folder, standing),
-                    None => folders.remove(&folder),
-                };
+                    Some(standing) => folders.show(folder, standing),
+                    None => {
+                        folders.shown.remove(&folder);
+                    }
+                }
             }
         }
     }
 
-    /// A scan or restore of `folder` began off the store's thread: until it
-    /// ends, its counts are as last seen, and status says so.
+    /// A scan or restore of `folder` began off the store's thread: until
+    /// [`Published::done`], its counts are as last seen, and status says so.
     pub fn busy(&self, folder: &Path) {
-        if let Ok(mut folders) = self.0.folders.lock()
-            && let Some(standing) = folders.get_mut(folder)
-        {
-            standing.watch = format!(
-                "(the snapshot store is busy: counts as last seen) {}",
-                standing.watch
-            )
-            .trim_end()
-            .to_owned();
+        if let Ok(mut folders) = self.0.folders.lock() {
+            folders.busy.insert(folder.to_path_buf());
+            if let Some(standing) = folders.shown.remove(folder) {
+                folders.show(folder.to_path_buf(), standing);
+            }
         }
     }
 
-    /// The store was reopened from disk: nothing published stands.
+    /// `folder`'s scan or restore came back (the next refresh shows it).
+    pub fn done(&self, folder: &Path) {
+        if let Ok(mut folders) = self.0.folders.lock() {
+            folders.busy.remove(folder);
+        }
+    }
+
+    /// The store was reopened from disk: nothing published stands (the
+    /// caller marks again what still runs away).
     pub fn forget(&self) {
         if let Ok(mut folders) = self.0.folders.lock() {
-            folders.clear();
+            *folders = Folders::default();
         }
         if let Ok(mut manifests) = self.0.manifests.lock() {
             *manifests = None;

@@ -72,6 +72,12 @@ async fn a_folders_first_scan_holds_up_no_other_folder() {
     let big = project(tmp.path(), "big", 3);
     std::fs::write(big.join("hold-the-scan-here.txt"), "x").unwrap();
     let other = project(tmp.path(), "other", 3);
+    // Status knew the folder before its first snapshot.
+    let before = snapshots
+        .standing(&big, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(before.count, 0);
     // The big folder's scan stops at one file until released.
     let (entered_tx, entered) = mpsc::channel::<()>();
     let (release, released) = mpsc::channel::<()>();
@@ -98,7 +104,8 @@ async fn a_folders_first_scan_holds_up_no_other_folder() {
     // Meanwhile another folder is snapshotted and listed.
     other_folder_is_served(&snapshots, &other, "the first scan ran").await;
     // The scanning folder's own requests wait for its scan, and status
-    // says what it knows instead of waiting.
+    // says what it knows instead of waiting (the other folder's jobs
+    // published meanwhile did not make it look idle).
     let standing = snapshots.standing(&big, Duration::from_millis(100)).await;
     assert!(
         standing.as_ref().is_some_and(|s| s.watch.contains("busy")),
