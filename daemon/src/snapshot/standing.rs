@@ -117,11 +117,11 @@ impl Published {
     /// A scan or restore of `folder` began off the store's thread: until
     /// [`Published::done`], its counts are as last seen, and status says so.
     pub fn busy(&self, folder: &Path) {
-        if let Ok(mut folders) = self.0.folders.lock() {
-            folders.busy.insert(folder.to_path_buf());
-            if let Some(standing) = folders.shown.remove(folder) {
-                folders.show(folder.to_path_buf(), standing);
-            }
+        if let Ok(mut folders) = self.0.folders.lock()
+            && folders.busy.insert(folder.to_path_buf())
+            && let Some(standing) = folders.shown.remove(folder)
+        {
+            folders.show(folder.to_path_buf(), standing);
         }
     }
 
