@@ -126,8 +126,8 @@ async fn a_folders_first_scan_holds_up_no_other_folder() {
     assert!(!standing.watch.contains("busy"), "{}", standing.watch);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panic_fails_only_its_request() {
+/// An actor and two folders of two files, `a` snapshotted once.
+async fn two_folders_one_snapshot() -> (tempfile::TempDir, Snapshots, PathBuf, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let snapshots = actor(tmp.path());
     let a = project(tmp.path(), "a", 2);
@@ -136,6 +136,12 @@ async fn a_panic_fails_only_its_request() {
         .take(&a, owner("a", Phase::Before, "1"))
         .await
         .unwrap();
+    (tmp, snapshots, a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_fails_only_its_request() {
+    let (_tmp, snapshots, a, b) = two_folders_one_snapshot().await;
     let hit = snapshots
         .call(&b, |_| -> Result<(), SnapError> {
             panic!("a bug in a request")
@@ -392,14 +398,7 @@ async fn a_folder_with_much_queued_work_holds_up_another_by_one_job() {
 /// leaves only after its count is published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_reads_what_the_store_published_without_waiting_for_it() {
-    let tmp = tempfile::tempdir().unwrap();
-    let snapshots = actor(tmp.path());
-    let a = project(tmp.path(), "a", 2);
-    let b = project(tmp.path(), "b", 2);
-    snapshots
-        .take(&a, owner("a", Phase::Before, "1"))
-        .await
-        .unwrap();
+    let (_tmp, snapshots, a, b) = two_folders_one_snapshot().await;
     // First asked: learnt from the store.
     let first = snapshots
         .standing(&a, Duration::from_secs(5))
