@@ -206,7 +206,7 @@ pub fn bench_noisy() -> anyhow::Result<()> {
         settle().await;
 
         eprintln!(
-            "noisy: agentd quiet after {:.1} s",
+            "noisy: written back and agentd quiet after {:.1} s",
             quiesce(pid).await.as_secs_f64()
         );
         eprintln!("noisy: idle baseline");
@@ -216,7 +216,7 @@ pub fn bench_noisy() -> anyhow::Result<()> {
         let mut resume = None;
         if selected("e") {
             eprintln!(
-                "noisy: agentd quiet after {:.1} s",
+                "noisy: written back and agentd quiet after {:.1} s",
                 quiesce(pid).await.as_secs_f64()
             );
             eprintln!(
@@ -228,7 +228,7 @@ pub fn bench_noisy() -> anyhow::Result<()> {
         }
         if selected("a") {
             eprintln!(
-                "noisy: agentd quiet after {:.1} s",
+                "noisy: written back and agentd quiet after {:.1} s",
                 quiesce(pid).await.as_secs_f64()
             );
             eprintln!("noisy: (a) imports");
@@ -241,7 +241,7 @@ pub fn bench_noisy() -> anyhow::Result<()> {
         }
         if selected("b") {
             eprintln!(
-                "noisy: agentd quiet after {:.1} s",
+                "noisy: written back and agentd quiet after {:.1} s",
                 quiesce(pid).await.as_secs_f64()
             );
             eprintln!("noisy: (b) first snapshots");
@@ -254,7 +254,7 @@ pub fn bench_noisy() -> anyhow::Result<()> {
         let mut memory = None;
         if selected("c") {
             eprintln!(
-                "noisy: agentd quiet after {:.1} s",
+                "noisy: written back and agentd quiet after {:.1} s",
                 quiesce(pid).await.as_secs_f64()
             );
             eprintln!("noisy: (c) unread one-shot streams");
@@ -273,7 +273,7 @@ pub fn bench_noisy() -> anyhow::Result<()> {
         let mut many = None;
         if selected("d") {
             eprintln!(
-                "noisy: agentd quiet after {:.1} s",
+                "noisy: written back and agentd quiet after {:.1} s",
                 quiesce(pid).await.as_secs_f64()
             );
             eprintln!("noisy: (d) concurrent one-shots");
@@ -297,12 +297,16 @@ async fn settle() {
     tokio::time::sleep(Duration::from_secs(2)).await;
 }
 
-/// Waits (at most 90 s) until agentd is quiet — under 5% of a core over
-/// half a second — so the previous scenario's background work (indexing an
-/// import, say) does not count toward the next one: how long it took.
+/// Waits until the file systems have written what the previous step left
+/// dirty (`sync`: the setup's 160,000 files, an import's documents) and
+/// agentd is quiet — under 5% of a core over half a second, at most 90 s —
+/// so the previous scenario's background work (indexing an import, the
+/// kernel writing its files back) does not count toward the next one: how
+/// long it took.
 async fn quiesce(pid: i32) -> Duration {
     let cpu_ticks = || cpu_ticks(pid);
     let start = Instant::now();
+    let _ = tokio::task::spawn_blocking(nix::unistd::sync).await;
     let mut last = cpu_ticks();
     while start.elapsed() < Duration::from_secs(90) {
         tokio::time::sleep(Duration::from_millis(500)).await;
