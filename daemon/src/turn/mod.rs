@@ -413,10 +413,12 @@ impl Engine {
         let result = turn.drop_if_full(result, &lease).await;
         let (status, text, error) = turn.record_end(result).await;
         drop(lease);
-        // The private TMPDIR may hold a build's thousands of files: removed
-        // off the runtime's workers, before the turn is said to be over.
-        if let Some((dir, _)) = turn.tmpdir.take() {
-            let _ = crate::priority::blocking_background(move || drop(dir)).await;
+        // The private TMPDIR may hold a build's thousands of files, and the
+        // last close of the sandbox's ruleset frees its hundreds of rules in
+        // the kernel: both off the runtime's workers, before the turn is
+        // said to be over.
+        if let Some(confined) = turn.tmpdir.take() {
+            let _ = crate::priority::blocking_background(move || drop(confined)).await;
         }
         let context = Some(turn.meter().await);
         Event::Finished {
