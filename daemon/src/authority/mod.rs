@@ -272,6 +272,9 @@ impl Rewriter {
             self.passthrough = true;
             return Ok(());
         }
+        if first {
+            tracing::debug!("a connection's first header block is decoded in full");
+        }
         let (block, changed) = self.rewrite(&pending.block)?;
         if first && !changed {
             // The block as it came keeps h2's table in step with the

@@ -45,15 +45,32 @@ fn client(python: &PathBuf, env: &TestEnv, model: &FakeModel, args: &[&str]) -> 
 #[test]
 fn a_conversation_started_by_agentx_is_continued_by_the_python_client() {
     let Some(python) = python() else { return };
-    let env = TestEnv::new();
+    let mut env = TestEnv::new();
+    env.extra_env
+        .push(("AGENTX_LOG".into(), "agentd::authority=debug".into()));
     let model = FakeModel::start();
     let out = env.chat(&model, ["--approval", "never"], "hello from rust\n");
     assert_code(&out, 0);
     let sessions = json_out(&env.run(["sessions", "--json"]));
     let id = sessions[0]["id"].as_str().unwrap().to_owned();
+    // agentx's own connections (tonic) pass on their first header block
+    // as it came, read without a full HPACK decoder; grpc-core's are
+    // decoded in full (their `:authority` is rewritten).
+    let full_decodes = || {
+        std::fs::read_to_string(env.home.join("log/agentd.log"))
+            .unwrap()
+            .matches("first header block is decoded in full")
+            .count()
+    };
+    assert_eq!(
+        full_decodes(),
+        0,
+        "an agentx connection was decoded in full"
+    );
 
     let out = client(&python, &env, &model, &["list"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(full_decodes(), 1, "the python client's connection");
     assert_eq!(stdout(&out).trim(), format!("{id}\t1\thello from rust"));
 
     let out = client(&python, &env, &model, &["turn", &id, "hello from python"]);
