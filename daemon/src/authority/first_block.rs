@@ -265,14 +265,7 @@ fn integer(block: &mut &[u8], n: u32) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::authority::huffman::tests::hex;
 
     /// RFC 7541 C.4: three requests on one connection, Huffman-coded; the
     /// second and third name the first's `:authority` by its index.

@@ -135,7 +135,8 @@ pub(super) mod tests {
         decode(bytes, &mut out).map(|()| out)
     }
 
-    fn hex(s: &str) -> Vec<u8> {
+    /// Bytes written as hex, spaces allowed (as the RFC prints them).
+    pub(in crate::authority) fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
         (0..s.len())
             .step_by(2)

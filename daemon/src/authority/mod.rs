@@ -262,32 +262,30 @@ impl Rewriter {
             return Ok(());
         }
         let first = !std::mem::replace(&mut self.seen_block, true);
-        if first && first_block::usable(&pending.block) {
-            write_block(
-                &mut self.out,
-                pending.stream,
-                pending.end_stream,
-                &pending.block,
-            );
-            self.passthrough = true;
-            return Ok(());
-        }
-        if first {
-            tracing::debug!("a connection's first header block is decoded in full");
-        }
-        let (block, changed) = self.rewrite(&pending.block)?;
-        if first && !changed {
-            // The block as it came keeps h2's table in step with the
-            // client's; so does everything after it, passed untouched.
-            write_block(
-                &mut self.out,
-                pending.stream,
-                pending.end_stream,
-                &pending.block,
-            );
-            self.passthrough = true;
+        // A first block with a usable authority goes as it came: it keeps
+        // h2's table in step with the client's, and so does everything
+        // after it, passed untouched.
+        let as_it_came = if first && first_block::usable(&pending.block) {
+            true
         } else {
-            write_block(&mut self.out, pending.stream, pending.end_stream, &block);
+            if first {
+                tracing::debug!("a connection's first header block is decoded in full");
+            }
+            let (block, changed) = self.rewrite(&pending.block)?;
+            let unchanged_first = first && !changed;
+            if !unchanged_first {
+                write_block(&mut self.out, pending.stream, pending.end_stream, &block);
+            }
+            unchanged_first
+        };
+        if as_it_came {
+            write_block(
+                &mut self.out,
+                pending.stream,
+                pending.end_stream,
+                &pending.block,
+            );
+            self.passthrough = true;
         }
         Ok(())
     }
