@@ -169,6 +169,29 @@ pub fn timeline(data: &[u8]) -> Option<usize> {
     Some(timeline.snaps.len())
 }
 
+/// A connection's first HTTP/2 header block, as agentd's first look reads
+/// it (`authority`): a block it passes on untouched must decode, and name
+/// no `:authority` h2 would refuse.
+pub fn first_header_block(data: &[u8]) -> bool {
+    let usable = crate::authority::first_block_usable(data);
+    if usable {
+        let mut decoder = loona_hpack::Decoder::new();
+        decoder.set_max_allowed_table_size(4096);
+        let fields = decoder
+            .decode(data)
+            .unwrap_or_else(|e| panic!("a block passed on untouched does not decode: {e:?}"));
+        for (name, value) in &fields {
+            if name == b":authority" {
+                assert!(
+                    tonic::codegen::http::uri::Authority::try_from(&value[..]).is_ok(),
+                    "a block passed on untouched names an unusable authority"
+                );
+            }
+        }
+    }
+    usable
+}
+
 /// A pack's index file (`<id>.idx`); the first 8 bytes are the pack's size.
 /// Every record kept must lie inside the pack.
 pub fn pack_index(data: &[u8]) -> usize {

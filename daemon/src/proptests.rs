@@ -313,6 +313,11 @@ proptest! {
     }
 
     #[test]
+    fn a_first_header_block_passed_on_decodes(data in bytes()) {
+        let _ = bounded(|| fuzzing::first_header_block(&data))?;
+    }
+
+    #[test]
     fn pack_index_survives_arbitrary_bytes(data in bytes()) {
         prop_assert!(bounded(|| fuzzing::pack_index(&data))? <= data.len() / 52);
     }

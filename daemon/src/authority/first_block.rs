@@ -109,7 +109,11 @@ struct Reader {
 impl Reader {
     fn read(&mut self, mut block: &[u8]) -> Option<bool> {
         let mut usable = true;
+        let mut fields = 0usize;
         while let Some(&first) = block.first() {
+            if first & 0xe0 != 0x20 {
+                fields += 1;
+            }
             if first & 0x80 != 0 {
                 let index = integer(&mut block, 7)?;
                 let (size, authority) = self.indexed(index)?;
@@ -119,7 +123,9 @@ impl Reader {
                 }
             } else if first & 0xe0 == 0x20 {
                 let size = integer(&mut block, 5)?;
-                if size > TABLE_SIZE {
+                // Size updates come first in a block (RFC 7541 §4.2).
+                // Size updates come first in a block (RFC 7541 §4.2).
+                if size > TABLE_SIZE || fields > 0 {
                     return None;
                 }
                 self.max = Some(size);
@@ -382,7 +388,14 @@ mod tests {
             if next(8) == 0 {
                 super::super::encode_integer(&mut block, next(5000) as usize, 5, 0x20);
             }
-            for _ in 0..1 + next(6) {
+            let mut misplaced = false;
+            for field in 0..1 + next(6) {
+                if next(20) == 0 {
+                    // Only a block's start may resize (h2 refuses it
+                    // elsewhere; the reader leaves it alone).
+                    super::super::encode_integer(&mut block, next(5000) as usize, 5, 0x20);
+                    misplaced |= field > 0;
+                }
                 let name = names[next(4) as usize];
                 let value = values[next(5) as usize];
                 match next(5) {
@@ -404,6 +417,10 @@ mod tests {
                 }
             }
             let ours = usable(&block);
+            if misplaced {
+                assert!(!ours, "a misplaced size update was read: {block:02x?}");
+                continue;
+            }
             let mut decoder = loona_hpack::Decoder::new();
             decoder.set_max_allowed_table_size(TABLE_SIZE);
             match decoder.decode(&block) {
