@@ -114,7 +114,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("benching", &["turn", "store", "search"]),
-    ("fuzzing", &["snapshot", "search", "turn", "store"]),
+    ("fuzzing", &["snapshot", "search", "turn", "store", "authority"]),
     ("proptests", &["snapshot", "turn", "store", "fuzzing"]),
 ];
 
