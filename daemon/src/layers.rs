@@ -114,7 +114,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
         ],
     ),
     ("benching", &["turn", "store", "search"]),
-    ("fuzzing", &["snapshot", "search", "turn", "store", "authority"]),
+    (
+        "fuzzing",
+        &["snapshot", "search", "turn", "store", "authority"],
+    ),
     ("proptests", &["snapshot", "turn", "store", "fuzzing"]),
 ];
 
