@@ -123,9 +123,8 @@ impl Reader {
                 if let Some(ok) = authority {
                     usable &= ok;
                 }
-            } else if first & 0xe0 == 0x20 {
+            } else if resized_last {
                 let size = integer(&mut block, 5)?;
-                // Size updates come first in a block (RFC 7541 §4.2).
                 // Size updates come first in a block (RFC 7541 §4.2).
                 if size > TABLE_SIZE || fields > 0 {
                     return None;
