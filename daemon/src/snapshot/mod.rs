@@ -66,6 +66,11 @@ const COMPACT_DEPTH: u32 = 16;
 /// Longest chain of delta manifests: a snapshot past it writes its
 /// manifest whole (a store that is never idle).
 const MAX_DELTA_DEPTH: u32 = 64;
+/// Entries of newest manifests kept in memory across folders (about 180
+/// bytes each): past it, the least recently used folders' are dropped and
+/// read back from disk at their next snapshot. The folder in use keeps its
+/// own whatever its size.
+const RESIDENT_ENTRIES: usize = 100_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapError {
@@ -215,6 +220,8 @@ struct FolderState {
     bases: HashMap<String, Option<String>>,
     /// Whether a manifest (by id) holds files linked from outside.
     outside_links: Option<(String, bool)>,
+    /// When the folder was last used ([`SnapshotStore::clock`]'s reading).
+    used: u64,
 }
 
 /// What an undo or rewind did.
@@ -303,6 +310,12 @@ pub struct SnapshotStore {
     verifying: std::collections::HashSet<PathBuf>,
     /// Garbage left for when no scan runs away.
     gc_deferred: bool,
+    /// Counts uses of folders (orders them for [`Self::keep_resident`]).
+    clock: u64,
+    /// Entries of manifests kept in memory ([`RESIDENT_ENTRIES`]).
+    resident_entries: usize,
+    /// Manifests were dropped from memory since the last idle tick.
+    dropped_resident: bool,
 }
 
 #[cfg(test)]
@@ -341,6 +354,9 @@ impl SnapshotStore {
             away: 0,
             verifying: std::collections::HashSet::new(),
             gc_deferred: false,
+            clock: 0,
+            resident_entries: RESIDENT_ENTRIES,
+            dropped_resident: false,
         })
     }
 
@@ -420,13 +436,61 @@ impl SnapshotStore {
                     recent: Vec::new(),
                     bases: HashMap::new(),
                     outside_links: None,
+                    used: 0,
                 },
             );
             self.finish_interrupted_restore(folder)?;
         }
-        self.folders
+        self.clock += 1;
+        let clock = self.clock;
+        let fs = self
+            .folders
             .get_mut(&key)
-            .ok_or_else(|| SnapError::NotFound("folder state vanished".into()))
+            .ok_or_else(|| SnapError::NotFound("folder state vanished".into()))?;
+        fs.used = clock;
+        Ok(fs)
+    }
+
+    /// Drops the manifests kept in memory of the least recently used
+    /// folders, all but `folder`'s, until those kept hold at most
+    /// [`RESIDENT_ENTRIES`] entries. Without it agentd keeps the newest
+    /// manifest of every folder it ever snapshotted (18 MB for 100,000
+    /// files); a dropped one is read back from its file when needed.
+    fn keep_resident(&mut self, folder: &Path) {
+        let key = folder.display().to_string();
+        let held = |fs: &FolderState| {
+            let latest = fs.latest.as_ref().map(|(id, m, _)| (id.as_str(), m.len()));
+            let recent: usize = fs
+                .recent
+                .iter()
+                .filter(|(id, _)| latest.is_none_or(|(l, _)| l != id))
+                .map(|(_, m)| m.len())
+                .sum();
+            latest.map_or(0, |(_, n)| n) + recent
+        };
+        let mut total: usize = self.folders.values().map(held).sum();
+        if total <= self.resident_entries {
+            return;
+        }
+        let mut others: Vec<(u64, String, usize)> = self
+            .folders
+            .iter()
+            .filter(|(k, fs)| **k != key && held(fs) > 0)
+            .map(|(k, fs)| (fs.used, k.clone(), held(fs)))
+            .collect();
+        others.sort_unstable();
+        for (_, k, n) in others {
+            if total <= self.resident_entries {
+                break;
+            }
+            if let Some(fs) = self.folders.get_mut(&k) {
+                fs.latest = None;
+                fs.recent.clear();
+                total -= n;
+                self.dropped_resident = true;
+                tracing::debug!(folder = %k, entries = n, "a manifest left memory");
+            }
+        }
     }
 
     fn finish_interrupted_restore(&mut self, folder: &Path) -> Result<(), SnapError> {
@@ -494,7 +558,9 @@ impl SnapshotStore {
         let id = newest.manifest.clone();
         let (m, depth) = load_manifest(&fs.dir, &id)?;
         fs.latest = Some((id, Arc::new(m), depth));
-        Ok(fs.latest.clone())
+        let latest = fs.latest.clone();
+        self.keep_resident(folder);
+        Ok(latest)
     }
 
     /// Snapshots newest first.

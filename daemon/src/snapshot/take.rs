@@ -335,6 +335,7 @@ impl SnapshotStore {
             remember(fs, &manifest, &tree);
             fs.latest = Some((manifest.clone(), tree, w.depth));
             self.blobs.add_refs(w.hashes.iter());
+            self.keep_resident(folder);
         }
         let snap = Snap {
             id,
@@ -560,7 +561,7 @@ impl SnapshotStore {
             return (false, Vec::new());
         }
         let verify = self.begin_verify();
-        let mut heavy = !verify.is_empty();
+        let mut heavy = !verify.is_empty() || std::mem::take(&mut self.dropped_resident);
         let long: Vec<String> = self
             .folders
             .iter()

@@ -643,3 +643,54 @@ fn a_full_scan_whose_manifest_cannot_be_written_leaves_no_pack() {
     let snap = s.take(&root, vec![]).unwrap();
     assert_eq!(snap.files, 1);
 }
+
+#[test]
+fn manifests_of_folders_not_in_use_leave_memory_and_come_back_from_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let roots: Vec<PathBuf> = ["a", "b", "c"]
+        .iter()
+        .map(|name| {
+            let root = tmp.path().join(name);
+            for i in 0..30 {
+                let dir = root.join(format!("d{}", i % 3));
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(dir.join(format!("f{i}")), format!("{name}{i}")).unwrap();
+            }
+            std::fs::canonicalize(root).unwrap()
+        })
+        .collect();
+    let mut s = store(tmp.path());
+    // Each manifest holds 33 entries: room for two of them.
+    s.resident_entries = 70;
+    let wants: Vec<_> = roots.iter().map(|r| tree(r)).collect();
+    for root in &roots {
+        s.take(root, vec![owner("s", Phase::Manual, "")]).unwrap();
+    }
+    let kept =
+        |s: &SnapshotStore, root: &Path| s.folders[&root.display().to_string()].latest.is_some();
+    assert!(!kept(&s, &roots[0]), "the least recently used stayed");
+    assert!(kept(&s, &roots[1]) && kept(&s, &roots[2]));
+
+    // The dropped one is read back for its next snapshot, which sees the
+    // change against it; then the least recently used goes.
+    std::fs::write(roots[0].join("d0/f0"), "changed").unwrap();
+    let snap = s
+        .take(&roots[0], vec![owner("s", Phase::Manual, "")])
+        .unwrap();
+    assert_eq!(snap.changed, 1);
+    assert!(kept(&s, &roots[0]) && !kept(&s, &roots[1]) && kept(&s, &roots[2]));
+
+    // A dropped folder's snapshots still restore exactly.
+    std::fs::write(roots[1].join("d1/f1"), "edited").unwrap();
+    std::fs::remove_file(roots[1].join("d2/f2")).unwrap();
+    let report = s.rewind(&roots[1], &RewindTo::Index(1)).unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(tree(&roots[1]), wants[1]);
+
+    // The folder in use keeps its own, however big.
+    s.resident_entries = 10;
+    s.take(&roots[2], vec![owner("s", Phase::Manual, "")])
+        .unwrap();
+    assert!(kept(&s, &roots[2]));
+    assert!(!kept(&s, &roots[0]) && !kept(&s, &roots[1]));
+}
