@@ -520,14 +520,15 @@ impl SnapshotStore {
         {
             return Ok(*has);
         }
-        let Some((id, m, _)) = &fs.latest else {
+        // Read back from disk if it left memory (`keep_resident`).
+        let Some((id, m, _)) = self.latest(folder)? else {
             return Ok(false);
         };
         if id != base {
             return Ok(false);
         }
-        let has = LinkGroups::new(m).outside(&BTreeSet::new()).is_some();
-        fs.outside_links = Some((base.to_owned(), has));
+        let has = LinkGroups::new(&m).outside(&BTreeSet::new()).is_some();
+        self.folder(folder)?.outside_links = Some((base.to_owned(), has));
         Ok(has)
     }
 

@@ -879,3 +879,33 @@ fn owner_of(session: &str, phase: Phase) -> Owner {
         label: String::new(),
     }
 }
+
+#[test]
+fn a_write_through_an_outside_name_is_seen_after_the_manifest_left_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("work");
+    let others = [tmp.path().join("b"), tmp.path().join("c")];
+    for dir in [&root, &others[0], &others[1]] {
+        std::fs::create_dir_all(dir.join("d")).unwrap();
+        for i in 0..10 {
+            std::fs::write(dir.join(format!("d/f{i}")), "f").unwrap();
+        }
+    }
+    let ext = tmp.path().join("ext");
+    std::fs::write(&ext, "linked in").unwrap();
+    std::fs::hard_link(&ext, root.join("d/linked")).unwrap();
+    let mut s = store(&tmp.path().join("profile"));
+    s.resident_entries = 25;
+    take_exact(&mut s, &root);
+    for other in &others {
+        s.take(other, manual()).unwrap();
+    }
+    assert!(
+        s.folders[&root.display().to_string()].latest.is_none(),
+        "the manifest stayed in memory"
+    );
+    // No event in the folder: only the outside link says to look.
+    std::fs::write(&ext, "written outside").unwrap();
+    let m = take_exact(&mut s, &root);
+    assert_eq!(m.find(b"d/linked").unwrap().size, 15);
+}
