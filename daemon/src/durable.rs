@@ -58,12 +58,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// [`write_atomic`], on disk when `sync` says. A process that dies at any
 /// point still leaves the old or the new content (the rename is atomic).
+/// With [`Sync::Later`] the file swaps names with a spare ([`swap_in`]),
+/// so rewriting it creates and frees no inode.
 pub fn write_atomic_as(path: &Path, bytes: &[u8], sync: Sync) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    if sync == Sync::Later
+        && let Some(claim) = SpareClaim::take(dir.join(format!(".{name}{SPARE}")))
+    {
+        return swap_in(path, bytes, &claim.0);
+    }
     let tmp = temp_path(dir, &name);
     let result = (|| {
         let mut file = OpenOptions::new()
@@ -86,6 +93,75 @@ pub fn write_atomic_as(path: &Path, bytes: &[u8], sync: Sync) -> io::Result<()> 
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// What ends the name of a file's spare (`.<name>.spare`): the copy it
+/// had before its last [`Sync::Later`] write.
+pub const SPARE: &str = ".spare";
+
+/// Spares being written now: one writer per spare, whatever the callers
+/// (a second one at once takes a temp file of its own).
+static SPARES: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// A spare claimed for one write, released when dropped.
+struct SpareClaim(PathBuf);
+
+impl SpareClaim {
+    fn take(spare: PathBuf) -> Option<Self> {
+        let mut spares = SPARES.lock().ok()?;
+        if spares.contains(&spare) {
+            return None;
+        }
+        spares.push(spare.clone());
+        Some(Self(spare))
+    }
+}
+
+impl Drop for SpareClaim {
+    fn drop(&mut self) {
+        if let Ok(mut spares) = SPARES.lock() {
+            spares.retain(|s| *s != self.0);
+        }
+    }
+}
+
+/// Writes `bytes` over `spare` (kept from the write before, else made),
+/// then swaps the names of `spare` and `path` in one step
+/// (`RENAME_EXCHANGE`): `path` always names a whole version, and `spare`
+/// keeps the one before. Where there is no `path` yet, or the file system
+/// cannot swap names, the spare is renamed over it instead. Unlike a temp
+/// file per write, no inode is created or freed after the first two: on
+/// ext4 without a journal a new inode is a scan of recently freed ones,
+/// and with `discard` each freed block is trimmed at once.
+fn swap_in(path: &Path, bytes: &[u8], spare: &Path) -> io::Result<()> {
+    use std::os::unix::fs::FileExt as _;
+    let written = (|| {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(spare)?;
+        file.write_all_at(bytes, 0)?;
+        file.set_len(bytes.len() as u64)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(spare);
+        return Err(e);
+    }
+    let swapped = nix::fcntl::renameat2(
+        nix::fcntl::AT_FDCWD,
+        spare,
+        nix::fcntl::AT_FDCWD,
+        path,
+        nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+    );
+    match swapped {
+        Ok(()) => Ok(()),
+        Err(_) => std::fs::rename(spare, path).inspect_err(|_| {
+            let _ = std::fs::remove_file(spare);
+        }),
+    }
 }
 
 /// A file written under a temp name (as [`write_atomic`] names its temp
@@ -253,10 +329,16 @@ pub fn fsync_dir_as(dir: &Path, sync: Sync) -> io::Result<()> {
 
 /// Makes what was written in `dir` with [`Sync::Later`] durable: every
 /// regular file in it (not below), the directory, and its entry in its
-/// parent.
+/// parent. Spares (older copies) are removed, not kept.
 pub fn sync_dir_files(dir: &Path) -> io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.ends_with(SPARE) {
+            std::fs::remove_file(entry.path())?;
+            continue;
+        }
         if entry.file_type()?.is_file() {
             #[cfg(test)]
             seams::synced(&entry.path());
@@ -369,6 +451,52 @@ mod tests {
             std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
             0o600
         );
+    }
+
+    /// Rewriting a file written without syncs moves between two inodes
+    /// (it and its spare) instead of making a new one each time, and its
+    /// name always holds a whole version, shorter ones included.
+    #[test]
+    fn later_writes_swap_with_a_spare_and_leave_a_whole_version() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let spare = dir.path().join(".state.json.spare");
+        let mut inodes = std::collections::HashSet::new();
+        for i in 0..6 {
+            // Long and short versions: a shorter one must not keep the
+            // longer one's tail.
+            let version = format!(
+                "v{i}{}",
+                "x".repeat(if (i / 2) % 2 == 0 { 9000 } else { 3 })
+            );
+            write_atomic_as(&path, version.as_bytes(), Sync::Later).unwrap();
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), version);
+            inodes.insert(std::fs::metadata(&path).unwrap().ino());
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        assert_eq!(inodes.len(), 2, "each write made a new file");
+        assert!(std::fs::read_to_string(&spare).unwrap().starts_with("v4"));
+
+        // A write cut short leaves the spare torn, never the file.
+        std::fs::write(&spare, "torn").unwrap();
+        assert!(std::fs::read_to_string(&path).unwrap().starts_with("v5"));
+        write_atomic_as(&path, b"next", Sync::Later).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"next");
+
+        // A second writer of the same file at once takes a temp file.
+        let held = SpareClaim::take(spare.clone()).unwrap();
+        write_atomic_as(&path, b"beside", Sync::Later).unwrap();
+        drop(held);
+        assert_eq!(std::fs::read(&path).unwrap(), b"beside");
+        assert!(std::fs::read_to_string(&spare).unwrap().starts_with("v5"));
+
+        // Made durable, the directory keeps no spare.
+        sync_dir_files(dir.path()).unwrap();
+        assert!(!spare.exists());
+        assert_eq!(std::fs::read(&path).unwrap(), b"beside");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]
