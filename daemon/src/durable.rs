@@ -1,6 +1,7 @@
 //! Durable file primitives: atomic replace (temp file, fsync, rename, fsync
 //! the directory), fsynced appends, and quarantine of unreadable files; state
-//! that is usually deleted once used may defer its syncs ([`Sync::Later`]).
+//! that is usually deleted once used may defer its syncs ([`Sync::Later`])
+//! and is replaced by swapping names with a spare instead.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
