@@ -93,6 +93,25 @@ pub fn bench_snapshots() -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    // AGENTX_BENCH_SNAP_ONLY=resident: what it costs when the tree's
+    // manifest has left agentd's memory for another folder's.
+    if only == "resident" {
+        let (tree, files) = (generated.tree.as_path(), generated.files.as_slice());
+        let other = scratch.path().join("small-folder");
+        std::fs::create_dir_all(&other)?;
+        let [kept, back] =
+            runtime.block_on(agentx::resident_snapshot_ms(tree, files, &other, runs))?;
+        println!(
+            "unchanged snapshot of the watched tree: {kept:.1} ms with its manifest in memory, {back:.1} ms right after another folder's snapshot pushed it out ({:.2}x){}",
+            back / kept,
+            if files.len() < 100_000 {
+                " (a tree under 100,000 entries is never pushed out: set AGENTX_BENCH_SNAP_DIRS to 1000 or more)"
+            } else {
+                ""
+            }
+        );
+        return Ok(());
+    }
     let only_watcher = only == "watcher";
     let results = measure(&runtime, &generated, scratch.path(), runs, only_watcher)?;
     report::print_table(&results, generated.files.len());

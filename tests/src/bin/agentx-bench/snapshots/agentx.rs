@@ -141,6 +141,42 @@ pub(super) async fn first_snapshot_memory(
     Ok([before, after, anon()])
 }
 
+/// An unchanged snapshot of the tree (watched) while its manifest is kept
+/// in memory, and right after a small folder's snapshot pushed it out
+/// (agentd keeps at most 100,000 entries of folders not in use): medians,
+/// ms. `other` is an empty directory for the small folder.
+pub(super) async fn resident_snapshot_ms(
+    tree: &Path,
+    files: &[PathBuf],
+    other: &Path,
+    runs: usize,
+) -> anyhow::Result<[f64; 2]> {
+    let bench = Bench::new(tree, files, true, runs);
+    let env = bench.start_env()?;
+    let client = SnapshotsClient::new(agentx_shared::transport::connect(&env.socket()).await?);
+    std::fs::write(other.join("f"), "f")?;
+    let small = Scope {
+        folder: other.display().to_string(),
+        agent: "default".into(),
+    };
+    bench.take(&client).await?;
+    // Past the racy window: the unchanged snapshots re-read nothing.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let (mut kept, mut back) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        kept.push(bench.take(&client).await?);
+        client
+            .clone()
+            .take_snapshot(TakeSnapshotRequest {
+                scope: Some(small.clone()),
+                label: String::new(),
+            })
+            .await?;
+        back.push(bench.take(&client).await?);
+    }
+    Ok([median_ms(kept), median_ms(back)])
+}
+
 impl<'a> Bench<'a> {
     /// The configuration `watch` on `tree` (its edits distinct from the
     /// other configuration's).
