@@ -98,7 +98,7 @@ pub fn write_atomic_as(path: &Path, bytes: &[u8], sync: Sync) -> io::Result<()> 
 
 /// What ends the name of a file's spare (`.<name>.spare`): the copy it
 /// had before its last [`Sync::Later`] write.
-pub const SPARE: &str = ".spare";
+const SPARE: &str = ".spare";
 
 /// Spares being written now: one writer per spare, whatever the callers
 /// (a second one at once takes a temp file of its own).
