@@ -225,14 +225,7 @@ async fn watch_command(
         tokio::select! {
             read = pipe.read(&mut buf), if !eof => match read {
                 Ok(0) | Err(_) => eof = true,
-                Ok(n) => {
-                    output.push(&buf[..n]);
-                    // Shown as it comes; never waited for (dropped when
-                    // the reader lags).
-                    if let Some(progress) = &progress {
-                        progress.push(&buf[..n]);
-                    }
-                }
+                Ok(n) => received(&mut output, progress.as_ref(), &buf[..n]),
             },
             read = status_pipe.read(&mut report_buf), if status.is_none() => match read {
                 Ok(n) if n > 0 && report.len() < 64 => report.extend_from_slice(&report_buf[..n]),
@@ -256,7 +249,8 @@ async fn watch_command(
                     // Background children may hold the pipe open: give
                     // the output a moment to drain, then stop reading.
                     if !eof {
-                        drain_briefly(&mut pipe, &mut output, &mut buf).await;
+                        drain_briefly(&mut pipe, (&mut output, progress.as_ref()), &mut buf)
+                            .await;
                         eof = true;
                     }
                 }
@@ -332,11 +326,22 @@ async fn spawn_supervised(
     Ok((status_pipe, pipe, kill))
 }
 
+/// Keeps `bytes` of the command's output and shows them as they come
+/// (never waited for: the tap drops what its reader has no room for).
+/// Output read after the command's end is shown too: a short command's
+/// whole output is often read only then.
+fn received(output: &mut Bounded, progress: Option<&crate::turn::live_tap::Tap>, bytes: &[u8]) {
+    output.push(bytes);
+    if let Some(progress) = progress {
+        progress.push(bytes);
+    }
+}
+
 /// Reads what is left of the output for a moment: background children may
 /// hold the pipe open long after the command itself is done.
 async fn drain_briefly(
     pipe: &mut tokio::net::unix::pipe::Receiver,
-    output: &mut Bounded,
+    (output, progress): (&mut Bounded, Option<&crate::turn::live_tap::Tap>),
     buf: &mut [u8],
 ) {
     let grace = tokio::time::sleep(Duration::from_millis(200));
@@ -345,7 +350,7 @@ async fn drain_briefly(
         tokio::select! {
             read = pipe.read(buf) => match read {
                 Ok(0) | Err(_) => return,
-                Ok(n) => output.push(&buf[..n]),
+                Ok(n) => received(output, progress, &buf[..n]),
             },
             () = &mut grace => return,
         }

@@ -454,3 +454,21 @@ async fn a_command_starts_with_no_signal_blocked() {
         .unwrap();
     assert_eq!(ignored & (1 << 12), 0, "{}", out.output);
 }
+
+/// Output still in the pipe when the command's end is reported (a short
+/// command's whole output, often) is shown live as well as kept.
+#[tokio::test]
+async fn output_read_after_the_command_ended_is_shown_too() {
+    use tokio::io::AsyncWriteExt as _;
+    let (mut writer, mut pipe) = tokio::net::unix::pipe::pipe().unwrap();
+    writer.write_all(b"streamed-out\n").await.unwrap();
+    drop(writer);
+    let (tap, mut taken) = crate::turn::live_tap::tap();
+    let mut output = output::Bounded::new();
+    let mut buf = vec![0u8; 64];
+    drain_briefly(&mut pipe, (&mut output, Some(&tap)), &mut buf).await;
+    drop(tap);
+    assert_eq!(output.finish(), "streamed-out\n");
+    let (shown, dropped) = taken.next().await.unwrap();
+    assert_eq!((shown.as_slice(), dropped), (&b"streamed-out\n"[..], 0));
+}
