@@ -203,7 +203,7 @@ struct Ended {
 /// firing `kill` on the timeout, a cancel or a stop; `Err` when `sh` could
 /// not start (`kill` disarmed).
 async fn watch_command(
-    (mut status_pipe, mut pipe): (
+    (mut status_pipe, pipe): (
         tokio::process::ChildStdout,
         tokio::net::unix::pipe::Receiver,
     ),
@@ -213,8 +213,6 @@ async fn watch_command(
     progress: Option<crate::turn::live_tap::Tap>,
 ) -> std::io::Result<Ended> {
     let mut output = Bounded::new();
-    // A pipe's default capacity: one read takes all a fast writer left.
-    let mut buf = vec![0u8; 64 << 10];
     let mut report = Vec::new();
     let mut report_buf = [0u8; 64];
     let deadline = tokio::time::Instant::now() + timeout;
@@ -223,9 +221,8 @@ async fn watch_command(
     let mut eof = false;
     while !(eof && status.is_some()) {
         tokio::select! {
-            read = pipe.read(&mut buf), if !eof => match read {
-                Ok(0) | Err(_) => eof = true,
-                Ok(n) => received(&mut output, progress.as_ref(), &buf[..n]),
+            ready = pipe.readable(), if !eof => {
+                eof = read_ready(ready, &pipe, &mut output, progress.as_ref());
             },
             read = status_pipe.read(&mut report_buf), if status.is_none() => match read {
                 Ok(n) if n > 0 && report.len() < 64 => report.extend_from_slice(&report_buf[..n]),
@@ -249,8 +246,7 @@ async fn watch_command(
                     // Background children may hold the pipe open: give
                     // the output a moment to drain, then stop reading.
                     if !eof {
-                        drain_briefly(&mut pipe, (&mut output, progress.as_ref()), &mut buf)
-                            .await;
+                        drain_briefly(&pipe, (&mut output, progress.as_ref())).await;
                         eof = true;
                     }
                 }
@@ -340,20 +336,52 @@ fn received(output: &mut Bounded, progress: Option<&crate::turn::live_tap::Tap>,
 /// Reads what is left of the output for a moment: background children may
 /// hold the pipe open long after the command itself is done.
 async fn drain_briefly(
-    pipe: &mut tokio::net::unix::pipe::Receiver,
+    pipe: &tokio::net::unix::pipe::Receiver,
     (output, progress): (&mut Bounded, Option<&crate::turn::live_tap::Tap>),
-    buf: &mut [u8],
 ) {
     let grace = tokio::time::sleep(Duration::from_millis(200));
     tokio::pin!(grace);
     loop {
         tokio::select! {
-            read = pipe.read(buf) => match read {
-                Ok(0) | Err(_) => return,
-                Ok(n) => received(output, progress, &buf[..n]),
+            ready = pipe.readable() => if read_ready(ready, pipe, output, progress) {
+                return;
             },
             () = &mut grace => return,
         }
+    }
+}
+
+thread_local! {
+    /// The buffer output is read into, one per thread and borrowed only
+    /// between a pipe's readiness and its read, never across an await: 200
+    /// commands running at once no longer hold 64 KiB each. A pipe's
+    /// default capacity, so one read takes all a fast writer left.
+    static READ_BUFFER: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 64 << 10]);
+}
+
+/// Reads what `pipe`, reported `ready`, holds now and keeps it (see
+/// [`received`]); whether the output is done (its end, or an error).
+fn read_ready(
+    ready: std::io::Result<()>,
+    pipe: &tokio::net::unix::pipe::Receiver,
+    output: &mut Bounded,
+    progress: Option<&crate::turn::live_tap::Tap>,
+) -> bool {
+    let read = ready.and_then(|()| {
+        READ_BUFFER.with_borrow_mut(|buf| {
+            let n = pipe.try_read(buf)?;
+            if n > 0 {
+                received(output, progress, &buf[..n]);
+            }
+            Ok(n)
+        })
+    });
+    match read {
+        Ok(0) => true,
+        Ok(_) => false,
+        // Readiness can be spurious: wait for the next.
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+        Err(_) => true,
     }
 }
 

@@ -460,15 +460,39 @@ async fn a_command_starts_with_no_signal_blocked() {
 #[tokio::test]
 async fn output_read_after_the_command_ended_is_shown_too() {
     use tokio::io::AsyncWriteExt as _;
-    let (mut writer, mut pipe) = tokio::net::unix::pipe::pipe().unwrap();
+    let (mut writer, pipe) = tokio::net::unix::pipe::pipe().unwrap();
     writer.write_all(b"streamed-out\n").await.unwrap();
     drop(writer);
     let (tap, mut taken) = crate::turn::live_tap::tap();
     let mut output = output::Bounded::new();
-    let mut buf = vec![0u8; 64];
-    drain_briefly(&mut pipe, (&mut output, Some(&tap)), &mut buf).await;
+    drain_briefly(&pipe, (&mut output, Some(&tap))).await;
     drop(tap);
     assert_eq!(output.finish(), "streamed-out\n");
     let (shown, dropped) = taken.next().await.unwrap();
     assert_eq!((shown.as_slice(), dropped), (&b"streamed-out\n"[..], 0));
+}
+
+/// Commands read at once on one thread (sharing its read buffer) each keep
+/// exactly their own output, every byte counted.
+#[tokio::test]
+async fn commands_read_at_once_on_one_thread_keep_their_own_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = 40_000;
+    let commands: Vec<String> = (0..6)
+        .map(|i| format!("yes line-of-{i} | head -n {lines}"))
+        .collect();
+    let runs = commands
+        .iter()
+        .map(|c| sh(c, dir.path(), Duration::from_secs(30)));
+    let outs = futures_util::future::join_all(runs).await;
+    for (i, out) in outs.iter().enumerate() {
+        let line = format!("line-of-{i}\n");
+        let (head, rest) = out.output.split_once("\n… [").unwrap();
+        let (omitted, tail) = rest.split_once(" bytes omitted] …\n").unwrap();
+        let omitted: usize = omitted.parse().unwrap();
+        assert_eq!(head.len() + omitted + tail.len(), lines * line.len());
+        let whole = line.repeat(lines);
+        assert!(whole.starts_with(head), "command {i}'s head");
+        assert!(whole.ends_with(tail), "command {i}'s tail");
+    }
 }
