@@ -2,7 +2,8 @@
 //! compactions in it, beside the same conversation never compacted (the
 //! baseline): agentd's open (with the replay) and its context meter, over
 //! gRPC; then the same resume of a 100,000-turn conversation beside a
-//! 10-turn one (the cost is what is shown, not the conversation's length).
+//! 10-turn one (the cost is what is shown, not the conversation's length),
+//! and a turn in each of those two against the fake model.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -21,6 +22,8 @@ const RUNS: usize = 30;
 /// The long conversation and its short baseline.
 const LONG: usize = 100_000;
 const SHORT: usize = 10;
+/// Turns timed in each of the long and the short conversation, in turns.
+const TURN_RUNS: usize = 20;
 
 /// Writes one conversation of `turns` turns in the store's on-disk format;
 /// with `compactions`, a compaction record after every `turns / compactions`
@@ -109,16 +112,19 @@ pub fn bench_context() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let (base, with, short_times, long_times) = runtime.block_on(async {
+    let model = agentx_tests::fake_model::FakeModel::start();
+    model.set_lean(true);
+    let (base, with, short_times, long_times, turn_times) = runtime.block_on(async {
         let channel = agentx_shared::transport::connect(&env.socket())
             .await
             .context("connect to agentd")?;
-        let client = SessionsClient::new(channel);
+        let client = SessionsClient::new(channel.clone());
         let base = resume_times(client.clone(), &text, "18b00000000-000001").await?;
         let with = resume_times(client.clone(), &text, "18b00000000-000002").await?;
         let short = resume_times(client.clone(), &text, "18b00000000-000003").await?;
         let long = resume_times(client, &text, "18b00000000-000004").await?;
-        anyhow::Ok((base, with, short, long))
+        let turns = turn_times(&channel, &text, &model).await?;
+        anyhow::Ok((base, with, short, long, turns))
     })?;
     let _ = env.run(["daemon", "stop"]);
     let (b50, b90) = crate::summary(base);
@@ -149,7 +155,49 @@ pub fn bench_context() -> anyhow::Result<()> {
         long as f64 / 1e6,
         l50 / s50
     );
+    let ((s50, s90), (l50, l90)) = (crate::summary(turn_times.0), crate::summary(turn_times.1));
+    println!(
+        "context: a turn in each of the same two (gRPC, the fake model answering at once; median of {TURN_RUNS}, taken in turns)"
+    );
+    println!("  {SHORT} turns:       median {s50:7.2} ms  p90 {s90:7.2} ms");
+    println!(
+        "  {LONG} turns:    median {l50:7.2} ms  p90 {l90:7.2} ms  ({:.2}× the short one; target ≤ 2×)",
+        l50 / s50
+    );
     Ok(())
+}
+
+/// A turn's whole time in the short and in the long conversation, one
+/// after the other (two of each first, to warm up).
+async fn turn_times(
+    channel: &tonic::transport::Channel,
+    folder: &str,
+    model: &agentx_tests::fake_model::FakeModel,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
+    let scope = Scope {
+        folder: folder.to_owned(),
+        agent: "default".into(),
+    };
+    let provider = ProviderSettings {
+        provider: "responses".into(),
+        base_url: model.base_url(),
+        model: "fake-model".into(),
+        api_key: "bench".into(),
+        ..ProviderSettings::default()
+    };
+    let (mut short, mut long) = (Vec::new(), Vec::new());
+    for i in 0..TURN_RUNS + 2 {
+        for (id, times) in [
+            ("18b00000000-000003", &mut short),
+            ("18b00000000-000004", &mut long),
+        ] {
+            let (_, took) = crate::turns::timed_turn(channel, &scope, id, &provider, i).await?;
+            if i >= 2 {
+                times.push(took);
+            }
+        }
+    }
+    Ok((short, long))
 }
 
 /// Times opening conversation `id` and reading its status (the meter).

@@ -102,7 +102,7 @@ async fn conversation(
 }
 
 /// Turn `i`: the time to its first text delta and to its finish.
-async fn timed_turn(
+pub async fn timed_turn(
     channel: &Channel,
     scope: &Scope,
     session: &str,
