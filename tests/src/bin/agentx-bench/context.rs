@@ -178,13 +178,7 @@ async fn turn_times(
         folder: folder.to_owned(),
         agent: "default".into(),
     };
-    let provider = ProviderSettings {
-        provider: "responses".into(),
-        base_url: model.base_url(),
-        model: "fake-model".into(),
-        api_key: "bench".into(),
-        ..ProviderSettings::default()
-    };
+    let provider = crate::fake_provider(model);
     let (mut short, mut long) = (Vec::new(), Vec::new());
     for i in 0..TURN_RUNS + 2 {
         for (id, times) in [

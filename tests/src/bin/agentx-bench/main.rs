@@ -200,6 +200,17 @@ async fn new_session(channel: &tonic::transport::Channel, scope: &Scope) -> anyh
 
 /// Starts `message {i}` as a turn: the input sender (kept open until the
 /// turn ends), the instant the stream was requested, and its events.
+/// The fake model as a turn's provider (Responses API, a test key).
+fn fake_provider(model: &agentx_tests::fake_model::FakeModel) -> ProviderSettings {
+    ProviderSettings {
+        provider: "responses".into(),
+        base_url: model.base_url(),
+        model: "fake-model".into(),
+        api_key: "bench".into(),
+        ..ProviderSettings::default()
+    }
+}
+
 async fn open_message(
     channel: &tonic::transport::Channel,
     scope: &Scope,

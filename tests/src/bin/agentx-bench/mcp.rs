@@ -14,9 +14,7 @@ use rmcp::model::CallToolRequestParams;
 use serde_json::json;
 
 use agentx_shared::proto::turns_client::TurnsClient;
-use agentx_shared::proto::{
-    ApprovalPolicy, ProviderSettings, Scope, TurnInput, TurnStart, turn_event, turn_input,
-};
+use agentx_shared::proto::{ApprovalPolicy, Scope, TurnInput, TurnStart, turn_event, turn_input};
 use agentx_tests::TestEnv;
 use agentx_tests::fake_model::FakeModel;
 
@@ -184,13 +182,7 @@ async fn through_agentd(
         agent: "default".into(),
     };
     let session = crate::new_session(&channel, &scope).await?;
-    let provider = ProviderSettings {
-        provider: "responses".into(),
-        base_url: model.base_url(),
-        model: "fake-model".into(),
-        api_key: "bench".into(),
-        ..ProviderSettings::default()
-    };
+    let provider = crate::fake_provider(model);
     let mut times = Vec::with_capacity(CALLS + 1);
     for i in 0..=CALLS {
         let start = TurnStart {

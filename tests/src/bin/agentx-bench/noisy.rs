@@ -137,13 +137,7 @@ pub fn bench_noisy() -> anyhow::Result<()> {
         std::fs::create_dir_all(&dir)?;
         Ok(dir)
     };
-    let provider = ProviderSettings {
-        provider: "responses".into(),
-        base_url: model.base_url(),
-        model: "fake-model".into(),
-        api_key: "bench".into(),
-        ..ProviderSettings::default()
-    };
+    let provider = crate::fake_provider(&model);
     let scope_of = |dir: &Path| Scope {
         folder: dir.display().to_string(),
         agent: "default".into(),

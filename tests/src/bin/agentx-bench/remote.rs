@@ -309,13 +309,7 @@ impl Turns {
             agent: "default".into(),
         };
         let session = crate::new_session(&channel, &scope).await?;
-        let provider = ProviderSettings {
-            provider: "responses".into(),
-            base_url: model.base_url(),
-            model: "fake-model".into(),
-            api_key: "bench".into(),
-            ..ProviderSettings::default()
-        };
+        let provider = crate::fake_provider(model);
         Ok(Self {
             channel,
             scope,

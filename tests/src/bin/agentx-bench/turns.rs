@@ -81,13 +81,7 @@ async fn conversation(
         agent: "default".into(),
     };
     let session = crate::new_session(&channel, &scope).await?;
-    let provider = ProviderSettings {
-        provider: "responses".into(),
-        base_url: model.base_url(),
-        model: "fake-model".into(),
-        api_key: "bench".into(),
-        ..ProviderSettings::default()
-    };
+    let provider = crate::fake_provider(model);
     let mut first_token = Vec::with_capacity(turns);
     let mut totals = Vec::with_capacity(turns);
     for i in 0..turns {

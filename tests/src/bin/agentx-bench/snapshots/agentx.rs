@@ -319,13 +319,7 @@ impl Bench<'_> {
         channel: &Channel,
         model: &FakeModel,
     ) -> anyhow::Result<(f64, f64)> {
-        let provider = ProviderSettings {
-            provider: "responses".into(),
-            base_url: model.base_url(),
-            model: "fake-model".into(),
-            api_key: "bench".into(),
-            ..ProviderSettings::default()
-        };
+        let provider = crate::fake_provider(model);
         let empty = Scope {
             folder: std::fs::canonicalize(&env.work)?.display().to_string(),
             agent: "default".into(),
