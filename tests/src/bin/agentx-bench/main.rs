@@ -198,8 +198,6 @@ async fn new_session(channel: &tonic::transport::Channel, scope: &Scope) -> anyh
     Ok(session.id)
 }
 
-/// Starts `message {i}` as a turn: the input sender (kept open until the
-/// turn ends), the instant the stream was requested, and its events.
 /// The fake model as a turn's provider (Responses API, a test key).
 fn fake_provider(model: &agentx_tests::fake_model::FakeModel) -> ProviderSettings {
     ProviderSettings {
@@ -211,6 +209,8 @@ fn fake_provider(model: &agentx_tests::fake_model::FakeModel) -> ProviderSetting
     }
 }
 
+/// Starts `message {i}` as a turn: the input sender (kept open until the
+/// turn ends), the instant the stream was requested, and its events.
 async fn open_message(
     channel: &tonic::transport::Channel,
     scope: &Scope,
