@@ -107,10 +107,13 @@ pub enum Item {
         summary: String,
         /// What replaces the model's view of the conversation before it.
         context: Vec<Item>,
-        /// The context's size before and after, in tokens (estimated after).
+        /// The context's size before and after, in tokens (estimated after;
+        /// before, at least this when the view was longer than two windows,
+        /// which is read only that far from its end).
         tokens_before: u64,
         tokens_after: u64,
-        /// Items of the model's earlier view that it replaced.
+        /// Items of the model's earlier view that it replaced (of a view
+        /// longer than two windows, those read).
         replaced: u64,
         /// Why: `manual`, `auto`, `overflow` or `model`.
         reason: String,

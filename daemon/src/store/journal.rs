@@ -108,7 +108,8 @@ pub fn read_back<T: DeserializeOwned>(
         newest_first.extend(records.into_iter().rev());
         carry = data[..whole_from].to_vec();
         end = start;
-        if enough(&newest_first) {
+        // At the start, everything was read: not asked.
+        if end == 0 || enough(&newest_first) {
             break;
         }
         piece = (piece * 2).min(MAX_PIECE);

@@ -270,12 +270,9 @@ pub fn render_for_summary(view: &[Item], budget: u64, counter: &Counter) -> Stri
         kept.push(entry.clone());
     }
     kept.reverse();
-    let left_out = entries.len() - kept.len();
     let mut out = String::new();
-    if left_out > 0 {
-        out.push_str(&format!(
-            "[… the {left_out} oldest entries are left out to fit …]\n\n"
-        ));
+    if kept.len() < entries.len() {
+        out.push_str("[… the oldest entries are left out to fit …]\n\n");
     }
     out.push_str(&kept.join("\n\n"));
     out
@@ -495,13 +492,20 @@ impl Turn<'_> {
         between_turns: bool,
         keep: u64,
     ) -> Result<(), Stop> {
-        let transcript = self.group.transcript(&self.session).await?;
-        let full = context::normalize(&context::model_view(&transcript));
-        let (kept, view) = if keep == 0 {
-            (Vec::new(), full.clone())
+        // Everything a compaction keeps, summarizes or trims to is well
+        // within a window, so the view is read from its end to past two
+        // (unless messages before `keep` stay: their place is counted from
+        // the start).
+        let (kept, view, cut) = if keep == 0 {
+            let view = self.read_view(Some(2 * self.window.tokens)).await?;
+            (Vec::new(), view.items, view.cut)
         } else {
-            kept_and_later(&transcript, &full, keep).map_err(Stop::Refused)?
+            let transcript = self.group.transcript(&self.session).await?;
+            let full = context::normalize(&context::model_view(&transcript));
+            let (kept, later) = kept_and_later(&transcript, &full, keep).map_err(Stop::Refused)?;
+            (kept, later, false)
         };
+        let replaced = (kept.len() + view.len()) as u64;
         if view.is_empty() {
             // Automatically, nothing to do: the message alone is what is big.
             if reason != Reason::Manual {
@@ -512,15 +516,21 @@ impl Turn<'_> {
         let counter = self.counter;
         // What is kept counts as fixed, like the instructions.
         let instructions = self.fixed_tokens() + counter.items(&kept);
+        // Sizes compared as counted here (the fill may be the server's count).
+        let counted = instructions + counter.items(&view);
         let before = match self.fill {
-            Some(f) => f.tokens,
-            None => instructions + counter.items(&view),
+            Some(f) if !self.fill_floor => f.tokens,
+            _ => counted,
         };
         let budget = Budget::new(self.window.tokens, self.threshold());
+        let share = before * 100 / self.window.tokens.max(1);
+        let size = if cut && before == counted {
+            format!("more than {before} tokens, over {share}%")
+        } else {
+            format!("{before} tokens, {share}%")
+        };
         self.emit(Event::Notice(format!(
-            "compacting the conversation ({} tokens, {}% of the {}-token window)…",
-            before,
-            before * 100 / self.window.tokens.max(1),
+            "compacting the conversation ({size} of the {}-token window)…",
             self.window.tokens
         )))
         .await;
@@ -546,8 +556,6 @@ impl Turn<'_> {
         }
         let mut after = instructions + counter.items(&context);
         let mut trimmed_only = trimmed_only;
-        // Sizes compared as counted here (the fill may be the server's count).
-        let counted = instructions + counter.items(&view);
         let automatic = reason != Reason::Manual;
         if kept.is_empty()
             && (after > budget.target || (automatic && (trimmed_only || after >= counted)))
@@ -592,7 +600,7 @@ impl Turn<'_> {
             context,
             tokens_before: before,
             tokens_after: after,
-            replaced: full.len() as u64,
+            replaced,
             reason: reason.as_str().to_owned(),
         };
         let fill = Fill {
@@ -628,6 +636,7 @@ impl Turn<'_> {
         self.response_id = None;
         self.unsent.clear();
         self.fill = Some(fill);
+        self.fill_floor = false;
         self.emit(Event::Compacted {
             tokens_before: before,
             tokens_after: after,

@@ -40,21 +40,22 @@ impl Turn<'_> {
     }
 
     /// The fill now, counted from the transcript once when no reply said it
-    /// yet (an older conversation, an import, a new one-shot). Accounting
-    /// never fails a turn: an unreadable transcript counts as empty here
-    /// (the request that needs it says why).
+    /// yet (an older conversation, an import, a new one-shot) — from its end,
+    /// and only to past the window: beyond that every decision is "over",
+    /// so a long conversation never compacted costs what a window holds (the
+    /// count is then a floor, see [`Turn::settle_fill`]). Accounting never
+    /// fails a turn: an unreadable transcript counts as empty here (the
+    /// request that needs it says why).
     async fn fill_now(&mut self) -> Fill {
         if let Some(fill) = self.fill {
             return fill;
         }
-        let items = match self.group.transcript(&self.session).await {
-            Ok(transcript) => {
-                let view = context::normalize(&context::model_view(&transcript));
-                self.counter.items(&view)
-            }
+        let limit = self.window.tokens.max(self.threshold().unwrap_or(0));
+        let (items, cut) = match self.read_view(Some(limit)).await {
+            Ok(view) => (self.counter.items(&view.items), view.cut),
             Err(e) => {
                 tracing::debug!("cannot count the context: {e}");
-                0
+                (0, false)
             }
         };
         let fill = Fill {
@@ -62,7 +63,24 @@ impl Turn<'_> {
             estimated: true,
         };
         self.fill = Some(fill);
+        self.fill_floor = cut;
         fill
+    }
+
+    /// Before a request: a fill that is only a floor is counted whole, as
+    /// what a server accepts or rejects is learned from it (a compaction
+    /// usually replaced it already).
+    pub(super) async fn settle_fill(&mut self) -> Result<(), Stop> {
+        if !self.fill_floor {
+            return Ok(());
+        }
+        let view = self.read_view(None).await?;
+        self.fill = Some(Fill {
+            tokens: self.fixed_tokens() + self.counter.items(&view.items),
+            estimated: true,
+        });
+        self.fill_floor = false;
+        Ok(())
     }
 
     /// What every request carries before the conversation: the
@@ -304,6 +322,7 @@ impl Turn<'_> {
                 Ok(doc) => {
                     self.response_id = doc.response_id.clone();
                     self.fill = doc.context;
+                    self.fill_floor = false;
                 }
                 Err(e) => tracing::warn!("could not drop the overflowing turn: {e}"),
             }
@@ -396,19 +415,7 @@ pub async fn standing(
             // long conversation costs what its window holds, once: the
             // count is kept until the transcript changes.
             let limit = window.tokens;
-            let enough: crate::store::Enough = Box::new(move |newest_first| {
-                let mut tokens = 0u64;
-                for item in newest_first {
-                    if matches!(item, agentx_shared::conversation::Item::Compaction { .. }) {
-                        return true;
-                    }
-                    tokens += counter.item(item);
-                    if tokens > limit {
-                        return true;
-                    }
-                }
-                false
-            });
+            let enough = super::view::enough(counter, Some(limit), Default::default());
             let key = TailKey::of(doc, &model, limit);
             let items = match engine.tail_tokens.get(&key) {
                 Some(items) => items,

@@ -17,6 +17,7 @@ pub mod shell;
 pub mod sse;
 pub mod tokens;
 mod tools;
+pub mod view;
 pub mod window;
 
 use std::path::PathBuf;
@@ -320,6 +321,10 @@ struct Turn<'a> {
     window: window::Window,
     /// How full the model's context is (`None`: not known yet).
     fill: Option<crate::store::conversation::Fill>,
+    /// The fill was counted from the transcript's end only, up to a limit
+    /// past the window: the context holds at least that much. Made exact
+    /// (or replaced by a compaction) before a request is sent.
+    fill_floor: bool,
     /// Compactions in this turn, and whether the last made progress (a turn
     /// compacts again only then, at most [`MAX_COMPACTIONS`] times).
     compactions: u32,
@@ -387,6 +392,7 @@ impl Engine {
             counter,
             window,
             fill: doc.context,
+            fill_floor: false,
             compactions: 0,
             progressed: true,
             compacted_to: None,

@@ -19,6 +19,7 @@ impl Turn<'_> {
     pub(super) async fn call_model(&mut self, send: &[Item]) -> Result<ModelReply, Stop> {
         let mut failures = 0u32;
         let chat = self.spec.settings.kind == provider::Kind::Chat;
+        self.settle_fill().await?;
         loop {
             let (body, chained) = self.request_body(send, chat).await?;
             match self.attempt(&body, chat, true).await? {
@@ -148,11 +149,7 @@ impl Turn<'_> {
     async fn request_body(&self, send: &[Item], chat: bool) -> Result<(Value, bool), Stop> {
         let (previous, full) = match (&self.response_id, chat) {
             (Some(id), false) => (Some(id.clone()), None),
-            _ => {
-                let transcript = self.group.transcript(&self.session).await?;
-                let view = context::model_view(&transcript);
-                (None, Some(context::normalize(&view)))
-            }
+            _ => (None, Some(self.read_view(None).await?.items)),
         };
         let (settings, instructions) = (&self.spec.settings, &self.spec.instructions);
         let body = if chat {

@@ -828,3 +828,113 @@ fn a_turn_dropped_after_its_tool_calls_outgrew_the_window_says_so() {
     assert!(!err.contains("even compacted"), "{err}");
     assert!(err.contains("tool results are not kept"), "{err}");
 }
+
+/// A profile holding, imported, a never-compacted conversation of 150
+/// exchanges of about 150 tokens each (`old message N:` and `old answer
+/// N:`); its id.
+fn import_long(model: &FakeModel, chat: bool, extra: &[(&str, &str)]) -> (TestEnv, String) {
+    let env = env_for(model, chat, extra);
+    assert_code(&say(&env, "hello\n"), 0);
+    let mut doc = json_out(&env.run(["export", "--format", "json"]));
+    let template = doc["conversation"]["transcript"][0].clone();
+    let mut transcript = Vec::new();
+    for i in 0..150 {
+        for (kind, text) in [
+            ("user", big(&format!("old message {i}:"), 300)),
+            ("assistant", big(&format!("old answer {i}:"), 300)),
+        ] {
+            let mut entry = template.clone();
+            entry["type"] = kind.into();
+            entry["text"] = text.into();
+            transcript.push(entry);
+        }
+    }
+    doc["conversation"]["transcript"] = transcript.into();
+    let file = env.root().join("long.json");
+    std::fs::write(&file, doc.to_string()).unwrap();
+    let env2 = env_for(model, chat, extra);
+    assert_code(&env2.run(["import", file.to_str().unwrap()]), 0);
+    (env2, doc["conversation"]["id"].as_str().unwrap().to_owned())
+}
+
+/// A never-compacted conversation of 22 windows (an import): the first
+/// turn counts, compacts and sends only from its end, so a damaged line at
+/// its start — which reading it whole would fail on — does not stop it, and
+/// the compaction says its size is a floor.
+#[test]
+fn the_first_turn_in_a_long_never_compacted_conversation_reads_only_its_end() {
+    let model = FakeModel::start();
+    model.set_token_window(2000, OverflowShape::OpenAi);
+    let (env, id) = import_long(&model, false, &[("AGENTX_CONTEXT_WINDOW", "2000")]);
+    let journal = env
+        .profile_files()
+        .into_iter()
+        .find(|p| p.file_name().unwrap().to_string_lossy() == format!("{id}.jsonl"))
+        .unwrap();
+    let mut bytes = std::fs::read(&journal).unwrap();
+    assert_eq!(bytes[0], b'{');
+    bytes[0] = b'#';
+    std::fs::write(&journal, bytes).unwrap();
+
+    let before = model.requests().len();
+    let out = env.chat(&model, ["resume", &id], "newest message\n");
+    assert_code(&out, 0);
+    assert!(
+        stdout(&out).contains("echo: newest message"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("compacting the conversation (more than "),
+        "{}",
+        stderr(&out)
+    );
+    let requests: Vec<Value> = model.requests()[before..]
+        .iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| r.body.clone())
+        .collect();
+    let summary = request_text(
+        requests
+            .iter()
+            .find(|b| b.get("tools").is_none())
+            .expect("a summary request"),
+    );
+    assert!(summary.contains("old answer 149:"), "{summary}");
+    assert!(summary.contains("oldest entries are left out"), "{summary}");
+    assert!(!summary.contains("old message 0:"), "{summary}");
+    let last = request_text(requests.last().unwrap());
+    assert!(last.contains("newest message"), "{last}");
+    assert!(!last.contains("old message 0:"), "{last}");
+    // The damage is real: what needs the whole transcript says so.
+    let out = env.run(["export", &id, "--format", "json"]);
+    assert!(
+        stderr(&out).contains("is corrupt: line 1"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// With automatic compaction off, a conversation far over the window is
+/// sent whole, so it is counted whole before it is sent (the meter's count
+/// from its end is only a floor): the meter after the turn says its size.
+#[test]
+fn with_compaction_off_a_long_conversation_sent_whole_is_counted_whole() {
+    let model = FakeModel::start();
+    model.set_chat_no_usage(true);
+    let extra = [
+        ("AGENTX_CONTEXT_WINDOW", "2000"),
+        ("AGENTX_AUTO_COMPACT", "off"),
+    ];
+    let (env, id) = import_long(&model, true, &extra);
+    let out = env.chat(&model, ["resume", &id], "newest message\n");
+    assert_code(&out, 0);
+    let sent = request_text(&model.requests().last().unwrap().body);
+    assert!(sent.contains("old message 0:"), "sent whole: {sent}");
+    let c = env.status()["context"].clone();
+    assert_eq!(c["estimated"], true, "{c}");
+    // Its 300 texts alone are about 99,000 bytes (24,750 tokens at bytes
+    // / 4); read from the end only, it counts about 15,000.
+    let used = c["used_tokens"].as_u64().unwrap();
+    assert!(used > 24_000, "{c}");
+}
