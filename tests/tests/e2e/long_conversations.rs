@@ -830,7 +830,7 @@ fn a_turn_dropped_after_its_tool_calls_outgrew_the_window_says_so() {
 }
 
 /// A profile holding, imported, a never-compacted conversation of 150
-/// exchanges of about 150 tokens each (`old message N:` and `old answer
+/// exchanges of about 165 tokens each (`old message N:` and `old answer
 /// N:`); its id.
 fn import_long(model: &FakeModel, chat: bool, extra: &[(&str, &str)]) -> (TestEnv, String) {
     let env = env_for(model, chat, extra);
@@ -857,7 +857,7 @@ fn import_long(model: &FakeModel, chat: bool, extra: &[(&str, &str)]) -> (TestEn
     (env2, doc["conversation"]["id"].as_str().unwrap().to_owned())
 }
 
-/// A never-compacted conversation of 22 windows (an import): the first
+/// A never-compacted conversation of 12 windows (an import): the first
 /// turn counts, compacts and sends only from its end, so a damaged line at
 /// its start — which reading it whole would fail on — does not stop it, and
 /// the compaction says its size is a floor.
