@@ -938,3 +938,27 @@ fn with_compaction_off_a_long_conversation_sent_whole_is_counted_whole() {
     let used = c["used_tokens"].as_u64().unwrap();
     assert!(used > 24_000, "{c}");
 }
+
+/// A compaction that read only the end of a long conversation loses
+/// nothing of it: the transcript keeps every message, before and after.
+#[test]
+fn a_compaction_that_read_only_the_end_keeps_every_message_in_the_transcript() {
+    let model = FakeModel::start();
+    model.set_token_window(2000, OverflowShape::OpenAi);
+    let (env, id) = import_long(&model, false, &[("AGENTX_CONTEXT_WINDOW", "2000")]);
+    let out = env.chat(&model, ["resume", &id], "newest message\n");
+    assert_code(&out, 0);
+    assert!(
+        stderr(&out).contains("compacting the conversation (more than "),
+        "{}",
+        stderr(&out)
+    );
+    let md = stdout(&env.run(["export", &id, "--format", "markdown"]));
+    for i in 0..150 {
+        for want in [format!("old message {i}:"), format!("old answer {i}:")] {
+            assert!(md.contains(&want), "{want} missing");
+        }
+    }
+    assert!(md.contains("— compacted: "), "{md}");
+    assert!(md.contains("newest message"), "{md}");
+}
