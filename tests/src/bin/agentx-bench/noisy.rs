@@ -110,9 +110,13 @@ struct Sampled {
     note: String,
 }
 
-/// Everything folder B needs to be measured.
+/// Everything folder B needs to be measured. Its clients run on a runtime
+/// of their own (`probe`), as `agentx` processes would, so the samples do
+/// not wait behind the bench's own load (sending the imports, receiving the
+/// unread streams) on the runtime that drives it.
 #[derive(Clone)]
 struct FolderB {
+    probe: tokio::runtime::Handle,
     status_channel: Channel,
     turn_channel: Channel,
     scope: Scope,
@@ -169,14 +173,28 @@ pub fn bench_noisy() -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let probe = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("probe")
+        .enable_all()
+        .build()?;
     let report = runtime.block_on(async {
         let b_dir = folder("b")?;
         let b = {
-            let status_channel = agentx_shared::transport::connect(&env.socket()).await?;
-            let turn_channel = agentx_shared::transport::connect(&env.socket()).await?;
+            // Connected from the probe runtime: a channel's connection
+            // runs where it was made.
+            let socket = env.socket();
+            let (status_channel, turn_channel) = probe
+                .spawn(async move {
+                    let status = agentx_shared::transport::connect(&socket).await?;
+                    let turn = agentx_shared::transport::connect(&socket).await?;
+                    anyhow::Ok((status, turn))
+                })
+                .await??;
             let scope = scope_of(&b_dir);
             let session = crate::new_session(&turn_channel, &scope).await?;
             FolderB {
+                probe: probe.handle().clone(),
                 status_channel,
                 turn_channel,
                 scope,
@@ -354,11 +372,15 @@ where
     let start = Instant::now();
     let mut status = {
         let b = b.clone();
-        tokio::spawn(async move { status_samples(&b).await })
+        b.probe
+            .clone()
+            .spawn(async move { status_samples(&b).await })
     };
     let mut turns = {
         let b = b.clone();
-        tokio::spawn(async move { first_token_samples(&b, offset).await })
+        b.probe
+            .clone()
+            .spawn(async move { first_token_samples(&b, offset).await })
     };
     let mut status_out = None;
     let mut turns_out = None;
