@@ -1,4 +1,5 @@
-//! `agentx-bench daemon`: a status round trip and ping rates, beside a bare process spawn.
+//! `agentx-bench daemon`: a status round trip and ping rates, beside a bare process spawn,
+//! and how often an idle agentd wakes up.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -28,6 +29,9 @@ pub fn bench_daemon() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let (sequential, pipelined) = runtime.block_on(ping_rates(&env))?;
+    drop(runtime);
+    let pid = env.daemon_pids().first().copied();
+    let idle = pid.map(idle_wakeups).transpose()?;
 
     println!("== daemon: client round trip and RPC throughput ({RUNS} runs each, interleaved)");
     println!("{:<44} {:>10} {:>10}", "", "median", "p90");
@@ -61,7 +65,42 @@ pub fn bench_daemon() -> anyhow::Result<()> {
         "{:<44} {:>10.0}",
         "Ping RPC/s, one connection, 32 in flight", pipelined
     );
+    if let Some(per_second) = idle {
+        println!(
+            "{:<44} {:>10.1}   (context switches of all its threads over {} s, no client; \
+             its pid-file and socket guard alone wakes it twice a second)",
+            "idle agentd: wake-ups per second",
+            per_second,
+            IDLE_WINDOW.as_secs()
+        );
+    }
     Ok(())
+}
+
+/// How long an idle agentd is watched.
+const IDLE_WINDOW: Duration = Duration::from_secs(10);
+
+/// Wake-ups per second of agentd `pid` with no client: the context
+/// switches of all its threads (each wake-up is at least one) over
+/// [`IDLE_WINDOW`], after a second to settle.
+fn idle_wakeups(pid: i32) -> anyhow::Result<f64> {
+    fn switches(pid: i32) -> anyhow::Result<u64> {
+        let mut total = 0;
+        for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+            let status = std::fs::read_to_string(task?.path().join("status")).unwrap_or_default();
+            total += status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>();
+        }
+        Ok(total)
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let before = switches(pid)?;
+    std::thread::sleep(IDLE_WINDOW);
+    let after = switches(pid)?;
+    Ok(after.saturating_sub(before) as f64 / IDLE_WINDOW.as_secs_f64())
 }
 
 /// Median over 5 one-second windows of Ping RPCs per second on a single
