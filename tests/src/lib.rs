@@ -73,6 +73,10 @@ impl TestEnv {
         let home = root.path().join("profile");
         let work = root.path().join("work");
         std::fs::create_dir(&work).unwrap();
+        // The temporary directory of every process of this env (agentd puts
+        // its turns' private TMPDIRs there): gone with the env, even after
+        // the agentd that made them was killed.
+        std::fs::create_dir(root.path().join("tmp")).unwrap();
         Self {
             root,
             home,
@@ -130,6 +134,7 @@ impl TestEnv {
             cmd.env_remove(var);
         }
         cmd.env("AGENTX_HOME", &self.home);
+        cmd.env("TMPDIR", self.root().join("tmp"));
         // Fast retries and stall detection, so failure tests take
         // milliseconds; the behaviour is the same as with the defaults.
         cmd.env("AGENTX_RETRY_BASE_MS", "10");

@@ -15,6 +15,7 @@ pub mod responses;
 mod retry;
 pub mod shell;
 pub mod sse;
+pub mod tmpdirs;
 pub mod tokens;
 mod tools;
 pub mod view;
@@ -229,6 +230,8 @@ pub struct Engine {
     tools: shell::Tools,
     /// The Landlock ABI the command sandbox has (0: none).
     sandbox_abi: u32,
+    /// Where sandboxed turns make their private `TMPDIR`s.
+    tmpdirs: std::sync::Arc<tmpdirs::TmpDirs>,
     /// The profile's MCP servers (none in benchmarks and unit tests).
     mcp: Option<std::sync::Arc<crate::mcp::Manager>>,
     /// Transcripts' token counts for the meter, until each changes.
@@ -247,6 +250,7 @@ impl Engine {
     ) -> Self {
         Self {
             sandbox_abi,
+            tmpdirs: std::sync::Arc::new(tmpdirs::TmpDirs::open(&std::env::temp_dir(), &profile)),
             clients: provider::Clients::default(),
             own_proxy,
             models,
@@ -423,8 +427,12 @@ impl Engine {
         // last close of the sandbox's ruleset frees its hundreds of rules in
         // the kernel: both off the runtime's workers, before the turn is
         // said to be over.
-        if let Some(confined) = turn.tmpdir.take() {
-            let _ = crate::priority::blocking_background(move || drop(confined)).await;
+        if let Some((made, confine)) = turn.tmpdir.take() {
+            let _ = crate::priority::blocking_background(move || {
+                tmpdirs::remove(made.path());
+                drop((made, confine));
+            })
+            .await;
         }
         let context = Some(turn.meter().await);
         Event::Finished {

@@ -230,16 +230,16 @@ impl Turn<'_> {
         if let Some((_, confine)) = &self.tmpdir {
             return Ok(confine.clone());
         }
-        let (sandbox, folder, profile) = (
+        let (sandbox, folder, profile, tmpdirs) = (
             self.spec.sandbox.clone(),
             self.spec.folder.clone(),
             self.engine.profile.clone(),
+            std::sync::Arc::clone(&self.engine.tmpdirs),
         );
         // Lists and opens what the rules name: off the runtime's workers.
         let (made, confine) = crate::priority::blocking_background(move || {
-            let made = tempfile::Builder::new()
-                .prefix("agentx-tmp-")
-                .tempdir()
+            let made = tmpdirs
+                .make()
                 .map_err(|e| format!("its private TMPDIR could not be made ({e})"))?;
             let tmpdir = made.path().to_path_buf();
             let rules = shell::sandbox::Rules::new(&sandbox, &folder, &tmpdir, &profile)

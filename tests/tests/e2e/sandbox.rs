@@ -7,6 +7,7 @@ use std::io::Read as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::time::{Duration, Instant};
 
 use agentx_tests::fake_model::FakeModel;
 use agentx_tests::{TestEnv, assert_code, json_out, skip, stderr, stdout};
@@ -201,6 +202,57 @@ fn tmpdir_is_private_writable_and_removed_after_the_turn() {
         .unwrap_or_default();
     assert!(tmpdir.contains("agentx-tmp-"), "{output}");
     assert!(!Path::new(tmpdir).exists(), "{tmpdir} is still there");
+}
+
+#[test]
+fn a_killed_agentds_tmpdir_goes_at_the_next_start() {
+    let env = TestEnv::new();
+    let model = FakeModel::start();
+    if !landlock(&env) {
+        return;
+    }
+    // The command fills its TMPDIR, says where it is, and runs on.
+    let mut client = env.chat_command(
+        &model,
+        [
+            "exec",
+            "--auto",
+            "CALL mkdir \"$TMPDIR/build\" && echo x > \"$TMPDIR/build/o.o\" && \
+             chmod 500 \"$TMPDIR/build\" && echo \"$TMPDIR\" > said && mv said where; sleep 60",
+        ],
+        "",
+    );
+    let said = env.work.join("where");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !said.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let tmpdir = PathBuf::from(read(&said).trim());
+    assert!(tmpdir.join("build/o.o").exists(), "{}", tmpdir.display());
+    assert!(tmpdir.starts_with(env.root()), "{}", tmpdir.display());
+
+    env.kill_daemons();
+    let _ = client.kill();
+    let _ = client.wait();
+    assert!(tmpdir.exists(), "nothing was left to remove");
+
+    // The profile's next agentd removes what the killed one left.
+    assert_code(&env.run(["status", "--json"]), 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tmpdir.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!tmpdir.exists(), "{} is still there", tmpdir.display());
+    // Turns make theirs beside it again.
+    let (out, result) = exec(&env, &model, &[], "echo \"tmp=$TMPDIR\"");
+    assert_code(&out, 0);
+    let output = output_of(&result);
+    let next = output
+        .lines()
+        .find_map(|l| l.strip_prefix("tmp="))
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    assert_eq!(next.parent(), tmpdir.parent(), "{output}");
 }
 
 #[test]
