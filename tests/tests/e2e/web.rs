@@ -279,9 +279,13 @@ fn browser_python() -> Option<PathBuf> {
 /// Runs one flow of tests/web/flows.py against the web view.
 fn flow(python: &PathBuf, web: &WebView, name: &str, arg: Value) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web/flows.py");
+    // chromedriver and Chromium put their profile and singleton
+    // directories here, gone with the flow instead of left in /tmp.
+    let tmp = tempfile::tempdir().unwrap();
     let out = Command::new(python)
         .arg(&script)
         .args([name, &web.url, &arg.to_string()])
+        .env("TMPDIR", tmp.path())
         .env("SE_AVOID_STATS", "true")
         .env_remove("http_proxy")
         .env_remove("https_proxy")

@@ -137,6 +137,8 @@ pub fn bench_web() -> anyhow::Result<()> {
     let out = Command::new(&python)
         .arg(root.join("tests/web/bench.py"))
         .args([url.trim(), &pages.to_string(), &RUNS.to_string()])
+        // Chromium's own temporary directories go with the env.
+        .env("TMPDIR", env.root().join("tmp"))
         .env("SE_AVOID_STATS", "true")
         .output()?;
     let _ = nix::sys::signal::kill(
