@@ -13,8 +13,10 @@ Needs grpcio, grpcio-tools, grpcio-reflection, grpcio-health-checking (tests/pyt
 """
 
 import argparse
+import atexit
 import importlib
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +30,9 @@ PROTO_ROOT = Path(__file__).resolve().parents[2] / "proto"
 def stubs():
     """Generates the Python modules for proto/ into a temp dir; imports them."""
     out = tempfile.mkdtemp(prefix="agentx-stubs-")
+    # The modules are imported below and stay in memory: the files can go
+    # when the client exits.
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     files = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
     include = Path(protoc.__file__).parent / "_proto"
     args = ["protoc", f"-I{PROTO_ROOT}", f"-I{include}", f"--python_out={out}", f"--grpc_python_out={out}", *files]

@@ -37,6 +37,7 @@ fn client(python: &PathBuf, env: &TestEnv, model: &FakeModel, args: &[&str]) -> 
         .env("AGENTX_BASE_URL", model.base_url())
         .env("AGENTX_MODEL", "fake-model")
         .env("OPENAI_API_KEY", TEST_KEY)
+        .env("TMPDIR", env.root().join("tmp"))
         .current_dir(&env.work)
         .output()
         .unwrap()
@@ -92,6 +93,14 @@ fn a_conversation_started_by_agentx_is_continued_by_the_python_client() {
         "{}",
         stderr(&out)
     );
+    // The stubs it generated went with it.
+    let left: Vec<_> = std::fs::read_dir(env.root().join("tmp"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("agentx-stubs-"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[test]
