@@ -55,6 +55,15 @@ fn outside(env: &TestEnv) -> PathBuf {
     dir
 }
 
+/// The TMPDIR a command printed as `tmp=PATH`.
+fn tmpdir_said(output: &str) -> PathBuf {
+    output
+        .lines()
+        .find_map(|l| l.strip_prefix("tmp="))
+        .map(PathBuf::from)
+        .unwrap_or_default()
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| format!("<{e}>"))
 }
@@ -196,12 +205,12 @@ fn tmpdir_is_private_writable_and_removed_after_the_turn() {
     let output = output_of(&result);
     assert!(output.contains("\nhi\n"), "{output}");
     assert!(output.contains("shared-tmp-denied"), "{output}");
-    let tmpdir = output
-        .lines()
-        .find_map(|l| l.strip_prefix("tmp="))
-        .unwrap_or_default();
-    assert!(tmpdir.contains("agentx-tmp-"), "{output}");
-    assert!(!Path::new(tmpdir).exists(), "{tmpdir} is still there");
+    let tmpdir = tmpdir_said(&output);
+    assert!(
+        tmpdir.display().to_string().contains("agentx-tmp-"),
+        "{output}"
+    );
+    assert!(!tmpdir.exists(), "{} is still there", tmpdir.display());
 }
 
 #[test]
@@ -247,12 +256,7 @@ fn a_killed_agentds_tmpdir_goes_at_the_next_start() {
     let (out, result) = exec(&env, &model, &[], "echo \"tmp=$TMPDIR\"");
     assert_code(&out, 0);
     let output = output_of(&result);
-    let next = output
-        .lines()
-        .find_map(|l| l.strip_prefix("tmp="))
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    assert_eq!(next.parent(), tmpdir.parent(), "{output}");
+    assert_eq!(tmpdir_said(&output).parent(), tmpdir.parent(), "{output}");
 }
 
 #[test]
