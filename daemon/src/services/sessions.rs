@@ -413,8 +413,10 @@ impl Sessions for SessionsService {
     ) -> Result<Response<SessionStatus>, Status> {
         let req = request.into_inner();
         let (group, folder) = group_for(&self.store, req.scope.as_ref()).await?;
+        // Not behind another request of the folder (a turn's commit and
+        // its fsyncs): status says what the last finished one left.
         let doc = group
-            .get(session_arg(&req.session_id)?)
+            .peek(session_arg(&req.session_id)?)
             .await
             .map_err(status_of)?;
         let mut status = session_status(doc.as_ref());

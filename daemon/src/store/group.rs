@@ -21,7 +21,9 @@ mod handle;
 mod rollback;
 #[cfg(test)]
 pub(super) mod seams;
+mod sessions;
 mod turns;
+mod view;
 
 pub use change::{
     AccountingChange, Change, NewCheckpoint, SettingsChange, ShellChange, TranscriptChange,
@@ -55,14 +57,16 @@ pub(super) fn spawn(
     };
     let (tx, rx) = mpsc::unbounded_channel();
     let panic = panic_note();
+    let view = Arc::new(view::View::new());
     let actor = Group {
         panic: panic.clone(),
+        view: Arc::clone(&view),
         dir,
         agent,
         shares_checkpoint,
         commits,
         loaded: false,
-        sessions: HashMap::new(),
+        sessions: sessions::Sessions::default(),
         current: HashMap::new(),
         notices: Vec::new(),
         running: HashSet::new(),
@@ -76,12 +80,16 @@ pub(super) fn spawn(
         };
         actor.run(rx).await;
     });
-    Mailbox { tx, panic }
+    Mailbox { tx, panic, view }
 }
 
 /// An actor of its own for `dir` (a one-shot's private state).
 pub fn spawn_private(dir: PathBuf, folder: String, agent: String) -> GroupHandle {
     GroupHandle::new(spawn(dir, agent, Keeps::OneshotState, None), folder)
+}
+
+fn not_in_folder(id: &str) -> StoreError {
+    StoreError::NotFound(format!("no conversation {id} in this folder"))
 }
 
 /// A conversation nothing was said in yet, with nothing waiting in it.
@@ -123,7 +131,7 @@ struct Group {
     commits: Commits,
     loaded: bool,
     /// Every conversation of the directory, whatever its real folder.
-    sessions: HashMap<String, Conversation>,
+    sessions: sessions::Sessions,
     /// The current conversation per real folder.
     current: HashMap<String, String>,
     /// Notices for the next open: (real folder, or every folder; text).
@@ -134,6 +142,8 @@ struct Group {
     waiting: HashMap<String, VecDeque<oneshot::Sender<Result<ConversationDoc, StoreError>>>>,
     /// Where a caught panic's message goes for the request that hit it.
     panic: PanicNote,
+    /// What status reads, published after each request.
+    view: Arc<view::View>,
 }
 
 impl Group {
@@ -141,7 +151,12 @@ impl Group {
         while let Some((folder, msg, seq)) = rx.recv().await {
             // File I/O here is short and bounded (one document, one append);
             // block_in_place keeps the runtime's other workers free meanwhile.
-            tokio::task::block_in_place(|| self.supervised(&folder, msg, seq));
+            tokio::task::block_in_place(|| {
+                self.supervised(&folder, msg, seq);
+                #[cfg(test)]
+                seams::maybe_hold(&folder, seams::Hold::Publishing);
+                self.publish(seq);
+            });
         }
         // Every handle is gone: the conversations are released (they hold
         // no open file; the next request loads them again).
@@ -156,6 +171,8 @@ impl Group {
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             #[cfg(test)]
             seams::maybe_panic(folder);
+            #[cfg(test)]
+            seams::maybe_hold(folder, seams::Hold::Handling);
             self.handle(folder, msg)
         }));
         let Err(payload) = caught else {
@@ -176,6 +193,16 @@ impl Group {
         self.loaded = false;
         self.sessions.clear();
         self.current.clear();
+    }
+
+    /// Publishes what request `seq` left for [`GroupHandle::peek`].
+    fn publish(&mut self, seq: u64) {
+        let touched = self.sessions.take_touched();
+        let sessions = &self.sessions;
+        self.view
+            .publish(seq, self.loaded, &self.current, &touched, |id| {
+                sessions.get(id).map(|s| &s.doc)
+            });
     }
 
     /// Applies one request for `folder` and sends its reply.
@@ -262,7 +289,7 @@ impl Group {
         session: Option<String>,
     ) -> Result<Option<ConversationDoc>, StoreError> {
         match session {
-            Some(id) => self.session(folder, &id).map(|s| Some(s.doc.clone())),
+            Some(id) => self.session_ref(folder, &id).map(|s| Some(s.doc.clone())),
             None => Ok(self
                 .current_id(folder)
                 .and_then(|id| self.sessions.get(&id))
@@ -366,7 +393,15 @@ impl Group {
         self.sessions
             .get_mut(id)
             .filter(|s| s.doc.folder == folder)
-            .ok_or_else(|| StoreError::NotFound(format!("no conversation {id} in this folder")))
+            .ok_or_else(|| not_in_folder(id))
+    }
+
+    /// [`Group::session`] to read (not counted as a change).
+    fn session_ref(&self, folder: &str, id: &str) -> Result<&Conversation, StoreError> {
+        self.sessions
+            .get(id)
+            .filter(|s| s.doc.folder == folder)
+            .ok_or_else(|| not_in_folder(id))
     }
 
     /// Runs `f`, a change to conversation `id` of `folder`. When it fails

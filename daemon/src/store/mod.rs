@@ -290,6 +290,137 @@ mod supervision_tests {
         let again = store.group("/w/panics-a", "default").unwrap();
         let opened = again.open(OpenTarget::Latest).await.unwrap();
         assert_eq!(opened.doc.id, made);
+        // What status reads was dropped with it and is read again.
+        assert_eq!(a.peek(None).await.unwrap().map(|d| d.id), Some(made));
+    }
+}
+
+#[cfg(test)]
+mod peek_tests {
+    use std::time::Duration;
+
+    use agentx_shared::conversation::Item;
+
+    use super::group::seams::{Hold, hold_next_request_in};
+    use super::*;
+
+    fn said(text: &str) -> Change {
+        Change {
+            transcript: TranscriptChange {
+                append: vec![Item::User { text: text.into() }],
+                ..TranscriptChange::default()
+            },
+            ..Change::default()
+        }
+    }
+
+    /// A folder with one conversation in which one thing was said, read
+    /// once through `peek` (so the view holds it from then on).
+    async fn said_once(root: &std::path::Path, folder: &str) -> (Arc<Store>, GroupHandle, String) {
+        let store = Store::new(
+            root.join("sessions"),
+            Commits::default(),
+            DEFAULT_IDLE_GROUPS,
+        );
+        let group = store.group(folder, "default").unwrap();
+        let id = group.open(OpenTarget::New).await.unwrap().doc.id;
+        group.commit(&id, said("one")).await.unwrap();
+        let seen = group.peek(None).await.unwrap().unwrap();
+        assert_eq!((seen.id.as_str(), seen.journal_items), (id.as_str(), 1));
+        (store, group, id)
+    }
+
+    /// Waits (off the runtime) until the actor holds the request.
+    async fn reached(held: &group::seams::HeldRequest) {
+        tokio::task::block_in_place(|| held.reached.recv_timeout(Duration::from_secs(30)))
+            .expect("the actor never reached the held request");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn status_reads_never_wait_behind_a_commit_in_progress() {
+        let root = tempfile::tempdir().unwrap();
+        let (_store, group, id) = said_once(root.path(), "/w/peek-held").await;
+        let held = hold_next_request_in("/w/peek-held", Hold::Handling);
+        let committing = tokio::spawn({
+            let (group, id) = (group.clone(), id.clone());
+            async move { group.commit(&id, said("two")).await }
+        });
+        reached(&held).await;
+        // The actor is stuck in the commit (as in a slow fsync): the
+        // conversation and the folder's current one are read all the same,
+        // as the last finished request left them.
+        for session in [None, Some(id.clone())] {
+            let seen = tokio::time::timeout(Duration::from_secs(10), group.peek(session))
+                .await
+                .expect("peek waited behind the commit in progress")
+                .unwrap()
+                .unwrap();
+            assert_eq!(seen.journal_items, 1);
+        }
+        assert!(!committing.is_finished());
+        held.release.send(()).unwrap();
+        assert_eq!(committing.await.unwrap().unwrap().journal_items, 2);
+        assert_eq!(group.peek(None).await.unwrap().unwrap().journal_items, 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_change_returns_only_once_status_reads_it() {
+        let root = tempfile::tempdir().unwrap();
+        let (_store, group, id) = said_once(root.path(), "/w/peek-published").await;
+        // The actor has made the change and sent its reply, and is held
+        // before publishing it: the change must not return yet.
+        let held = hold_next_request_in("/w/peek-published", Hold::Publishing);
+        let committing = tokio::spawn({
+            let (group, id) = (group.clone(), id.clone());
+            async move { group.commit(&id, said("two")).await }
+        });
+        reached(&held).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !committing.is_finished(),
+            "the commit returned before status could read it"
+        );
+        assert_eq!(group.peek(None).await.unwrap().unwrap().journal_items, 1);
+        held.release.send(()).unwrap();
+        let committed = committing.await.unwrap().unwrap();
+        let seen = group.peek(None).await.unwrap().unwrap();
+        assert_eq!(
+            (committed.journal_items, seen.journal_items, seen.updated_at),
+            (2, 2, committed.updated_at)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn status_reads_only_its_folders_conversations_and_follows_new_and_clear() {
+        let root = tempfile::tempdir().unwrap();
+        let (store, group, id) = said_once(root.path(), "/w/peek-own").await;
+        // Another folder's conversation is not found through this one.
+        let other = store.group("/w/peek-other", "default").unwrap();
+        assert!(matches!(
+            other.peek(Some(id.clone())).await,
+            Err(StoreError::NotFound(_))
+        ));
+        // A new conversation becomes the current one at once.
+        let fresh = group.open(OpenTarget::New).await.unwrap().doc.id;
+        assert_eq!(
+            group.peek(None).await.unwrap().map(|d| d.id),
+            Some(fresh.clone())
+        );
+        // A cleared one is gone.
+        group.open(OpenTarget::Id(id.clone())).await.unwrap();
+        assert_eq!(
+            group.peek(None).await.unwrap().map(|d| d.id),
+            Some(id.clone())
+        );
+        let replaced = group.clear(Some(id.clone())).await.unwrap();
+        assert!(matches!(
+            group.peek(Some(id.clone())).await,
+            Err(StoreError::NotFound(_))
+        ));
+        assert_eq!(
+            group.peek(None).await.unwrap().map(|d| d.id),
+            Some(replaced.id)
+        );
     }
 }
 

@@ -214,12 +214,14 @@ pub(in crate::store) fn panic_note() -> PanicNote {
 pub(in crate::store) struct Mailbox {
     pub(in crate::store) tx: mpsc::UnboundedSender<Envelope>,
     pub(in crate::store) panic: PanicNote,
+    pub(in crate::store) view: std::sync::Arc<super::view::View>,
 }
 
 /// A mailbox that does not keep its actor alive.
 pub(in crate::store) struct WeakMailbox {
     tx: mpsc::WeakUnboundedSender<Envelope>,
     panic: PanicNote,
+    view: std::sync::Arc<super::view::View>,
 }
 
 impl Mailbox {
@@ -227,6 +229,7 @@ impl Mailbox {
         WeakMailbox {
             tx: self.tx.downgrade(),
             panic: self.panic.clone(),
+            view: self.view.clone(),
         }
     }
 }
@@ -238,6 +241,7 @@ impl WeakMailbox {
         Some(Mailbox {
             tx,
             panic: self.panic.clone(),
+            view: self.view.clone(),
         })
     }
 
@@ -272,22 +276,31 @@ impl GroupHandle {
         Self { tx, folder }
     }
 
-    /// Sends `msg`; returns its number.
+    /// Sends `msg`; returns its number (numbers reach the actor in
+    /// increasing order).
     fn send(&self, msg: Msg) -> Result<u64, StoreError> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let seq = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.tx
-            .tx
-            .send((self.folder.clone(), msg, seq))
-            .map_err(|_| StoreError::Closed)?;
-        Ok(seq)
+        self.tx.view.in_order(|| {
+            let seq = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.tx
+                .tx
+                .send((self.folder.clone(), msg, seq))
+                .map_err(|_| StoreError::Closed)?;
+            Ok(seq)
+        })
     }
 
+    /// Sends a request and waits for its answer, and for the actor to
+    /// publish what it changed: a read through [`GroupHandle::peek`] made
+    /// after this returns sees it.
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Msg) -> Result<T, StoreError> {
         let (tx, rx) = oneshot::channel();
         let seq = self.send(make(tx))?;
         match rx.await {
-            Ok(answer) => Ok(answer),
+            Ok(answer) => {
+                self.tx.view.published(seq, self.tx.tx.closed()).await;
+                Ok(answer)
+            }
             Err(_) => Err(self.why_unanswered(seq).await),
         }
     }
@@ -339,6 +352,22 @@ impl GroupHandle {
         session: Option<String>,
     ) -> Result<Option<ConversationDoc>, StoreError> {
         self.ask(|tx| Msg::Get(session, tx)).await?
+    }
+
+    /// [`GroupHandle::get`] without waiting behind a request the actor is
+    /// handling (another client's commit and its fsyncs): the conversation
+    /// as the last finished request left it — on disk, since every change
+    /// is durable before its request finishes, and including every change
+    /// whose request returned to its caller. The first read of a
+    /// conversation asks the actor.
+    pub async fn peek(
+        &self,
+        session: Option<String>,
+    ) -> Result<Option<ConversationDoc>, StoreError> {
+        match self.tx.view.peek(&self.folder, session.as_deref()) {
+            Some(found) => Ok(found),
+            None => self.get(session).await,
+        }
     }
 
     /// Deletes a conversation's files and returns the fresh one replacing it.
