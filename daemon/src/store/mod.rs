@@ -330,10 +330,20 @@ mod peek_tests {
         (store, group, id)
     }
 
-    /// Waits (off the runtime) until the actor holds the request.
-    async fn reached(held: &group::seams::HeldRequest) {
+    /// A second commit, started in the background; returns once the
+    /// actor holds it where `held` says.
+    async fn held_commit(
+        group: &GroupHandle,
+        id: &str,
+        held: &group::seams::HeldRequest,
+    ) -> tokio::task::JoinHandle<Result<conversation::ConversationDoc, StoreError>> {
+        let committing = tokio::spawn({
+            let (group, id) = (group.clone(), id.to_owned());
+            async move { group.commit(&id, said("two")).await }
+        });
         tokio::task::block_in_place(|| held.reached.recv_timeout(Duration::from_secs(30)))
             .expect("the actor never reached the held request");
+        committing
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -341,11 +351,7 @@ mod peek_tests {
         let root = tempfile::tempdir().unwrap();
         let (_store, group, id) = said_once(root.path(), "/w/peek-held").await;
         let held = hold_next_request_in("/w/peek-held", Hold::Handling);
-        let committing = tokio::spawn({
-            let (group, id) = (group.clone(), id.clone());
-            async move { group.commit(&id, said("two")).await }
-        });
-        reached(&held).await;
+        let committing = held_commit(&group, &id, &held).await;
         // The actor is stuck in the commit (as in a slow fsync): the
         // conversation and the folder's current one are read all the same,
         // as the last finished request left them.
@@ -370,11 +376,7 @@ mod peek_tests {
         // The actor has made the change and sent its reply, and is held
         // before publishing it: the change must not return yet.
         let held = hold_next_request_in("/w/peek-published", Hold::Publishing);
-        let committing = tokio::spawn({
-            let (group, id) = (group.clone(), id.clone());
-            async move { group.commit(&id, said("two")).await }
-        });
-        reached(&held).await;
+        let committing = held_commit(&group, &id, &held).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(
             !committing.is_finished(),
