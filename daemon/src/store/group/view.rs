@@ -59,7 +59,7 @@ impl View {
         folder: &str,
         session: Option<&str>,
     ) -> Option<Option<ConversationDoc>> {
-        let id = {
+        let (found, id) = {
             let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
             if !state.ready {
                 return None;
@@ -68,11 +68,13 @@ impl View {
                 Some(id) => id,
                 None => state.current.get(folder)?,
             };
-            if let Some(doc) = state.docs.get(id).filter(|d| d.folder == folder) {
-                return Some(Some(ConversationDoc::clone(doc)));
-            }
-            id.to_owned()
+            let found = state.docs.get(id).filter(|d| d.folder == folder).cloned();
+            (found, id.to_owned())
         };
+        // Copied with the lock let go (the actor may be waiting to publish).
+        if let Some(doc) = found {
+            return Some(Some(ConversationDoc::clone(&doc)));
+        }
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
         if state.watched.len() >= WATCHED && !state.watched.contains(&id) {
             state.watched.clear();
@@ -93,21 +95,36 @@ impl View {
         touched: &HashSet<String>,
         doc_of: impl Fn(&str) -> Option<&'a ConversationDoc>,
     ) {
+        // Copied before the lock is taken: readers never wait for a copy.
+        let stale: Vec<String> = {
+            let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+            state
+                .watched
+                .iter()
+                .filter(|id| touched.contains(*id) || !state.docs.contains_key(*id))
+                .cloned()
+                .collect()
+        };
+        let fresh: Vec<(String, Option<Arc<ConversationDoc>>)> = stale
+            .into_iter()
+            .map(|id| {
+                let doc = doc_of(&id).map(|d| Arc::new(d.clone()));
+                (id, doc)
+            })
+            .collect();
         {
             let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
-            let state = &mut *state;
             state.ready = loaded;
             if loaded {
                 if state.current != *current {
                     state.current.clone_from(current);
                 }
-                for id in &state.watched {
-                    if !touched.contains(id) && state.docs.contains_key(id) {
-                        continue;
-                    }
-                    match doc_of(id) {
-                        Some(doc) => state.docs.insert(id.clone(), Arc::new(doc.clone())),
-                        None => state.docs.remove(id),
+                for (id, doc) in fresh {
+                    match doc {
+                        // Unless a reader started the watch list afresh
+                        // meanwhile: an unwatched copy would never be renewed.
+                        Some(doc) if state.watched.contains(&id) => state.docs.insert(id, doc),
+                        _ => state.docs.remove(&id),
                     };
                 }
             } else {
@@ -130,5 +147,73 @@ impl View {
             _ = done.wait_for(|d| *d >= seq) => {}
             () = closed => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(id: &str, items: u64) -> ConversationDoc {
+        let mut doc = ConversationDoc::new(id.into(), "/w".into(), "default".into(), 0);
+        doc.journal_items = items;
+        doc
+    }
+
+    /// Publishes `docs` as the actor's conversations, `touched` all of them.
+    fn publish(view: &View, seq: u64, docs: &[ConversationDoc]) {
+        let by_id: HashMap<String, &ConversationDoc> =
+            docs.iter().map(|d| (d.id.clone(), d)).collect();
+        let touched = by_id.keys().cloned().collect();
+        let current = HashMap::from([("/w".to_owned(), docs[0].id.clone())]);
+        view.publish(seq, true, &current, &touched, |id| by_id.get(id).copied());
+    }
+
+    fn items(view: &View, id: &str) -> Option<u64> {
+        view.peek("/w", Some(id))
+            .map(|d| d.map_or(0, |d| d.journal_items))
+    }
+
+    #[test]
+    fn a_conversation_is_copied_once_asked_for_and_renewed_when_touched() {
+        let view = View::new();
+        assert_eq!(
+            items(&view, "a"),
+            None,
+            "nothing is known before the actor read its directory"
+        );
+        publish(&view, 1, &[doc("a", 1), doc("b", 1)]);
+        assert_eq!(items(&view, "a"), None, "the first read asks the actor");
+        publish(&view, 2, &[doc("a", 1), doc("b", 1)]);
+        assert_eq!(items(&view, "a"), Some(1));
+        assert_eq!(
+            view.peek("/w", None).map(|d| d.map(|d| d.id)),
+            Some(Some("a".into()))
+        );
+        assert_eq!(
+            view.peek("/elsewhere", Some("a")),
+            None,
+            "another folder's is asked for"
+        );
+        publish(&view, 3, &[doc("a", 2), doc("b", 1)]);
+        assert_eq!(items(&view, "a"), Some(2));
+        assert_eq!(*view.done.borrow(), 3);
+    }
+
+    #[test]
+    fn past_the_limit_the_watch_list_starts_afresh_and_keeps_nothing_stale() {
+        let view = View::new();
+        let docs: Vec<ConversationDoc> = (0..=WATCHED).map(|i| doc(&format!("c{i}"), 1)).collect();
+        publish(&view, 1, &docs);
+        for d in &docs[..WATCHED] {
+            assert_eq!(items(&view, &d.id), None);
+        }
+        publish(&view, 2, &docs);
+        assert_eq!(items(&view, "c0"), Some(1));
+        // One more than the limit: the list starts again with it alone.
+        assert_eq!(items(&view, &docs[WATCHED].id), None);
+        publish(&view, 3, &docs);
+        assert_eq!(items(&view, &docs[WATCHED].id), Some(1));
+        assert_eq!(items(&view, "c0"), None, "an evicted copy is not served");
     }
 }
